@@ -1,0 +1,171 @@
+# acttrace build. Sources are found by convention, so adding a file needs no Makefile edit:
+#   runtime/*.c -> libatruntime.a     config/*.c -> libatconfig.a
+#   shim/**/*.c shim/**/*.S -> libacttrace.so (with runtime + config linked in)
+#   tools/*.c (but main.c) -> libattools.a; tools/main.c -> acttrace
+#   tests/unit/test_*.c, tests/integration/test_*.c -> one Check binary each
+#   tests/fixtures/*.c|*.cc -> one program each (prefix glib_/uv_/ev_/omp_ picks the library)
+#   tests/bench/bench_*.c -> one benchmark each        tests/fuzz/fuzz_*.c -> libFuzzer targets
+# BUILD=dir picks the output folder; SAN=1 builds with ASan+UBSan (make check-asan does both).
+
+BUILD ?= build
+SAN ?=
+PREFIX ?= /usr/local
+DESTDIR ?=
+CC ?= gcc
+CXX ?= g++
+
+PKGS := check libffi
+CPPFLAGS += -D_GNU_SOURCE -Iruntime -Iconfig -Ishim -Itools
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu11 -Wall -Wextra -fPIC -pthread -fvisibility=hidden -fno-strict-aliasing
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -Wall -Wextra -fPIC -pthread
+LDLIBS_COMMON := -ldl -lpthread -lrt -lm
+ifeq ($(SAN),1)
+  SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  CFLAGS += $(SANFLAGS) -O1
+  CXXFLAGS += $(SANFLAGS) -O1
+  LDFLAGS += $(SANFLAGS)
+endif
+
+CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm)
+FFI_LIBS = $(shell pkg-config --libs libffi 2>/dev/null || echo -lffi)
+
+RUNTIME_SRC := $(wildcard runtime/*.c)
+CONFIG_SRC := $(wildcard config/*.c)
+SHIM_SRC := $(wildcard shim/*.c shim/*/*.c)
+SHIM_ASM := $(wildcard shim/*.S shim/*/*.S)
+TOOLLIB_SRC := $(filter-out tools/main.c,$(wildcard tools/*.c))
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+INTEG_SRC := $(wildcard tests/integration/test_*.c)
+TESTLIB_SRC := $(wildcard tests/lib/*.c)
+FIXTURE_C := $(wildcard tests/fixtures/*.c)
+FIXTURE_CXX := $(wildcard tests/fixtures/*.cc)
+BENCH_SRC := $(wildcard tests/bench/bench_*.c)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+DEMO_SRC := $(wildcard tests/demo/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+RUNTIME_OBJ := $(call obj,$(RUNTIME_SRC))
+CONFIG_OBJ := $(call obj,$(CONFIG_SRC))
+SHIM_OBJ := $(call obj,$(SHIM_SRC)) $(patsubst %.S,$(BUILD)/obj/%.o,$(SHIM_ASM))
+TOOLLIB_OBJ := $(call obj,$(TOOLLIB_SRC))
+TESTLIB_OBJ := $(call obj,$(TESTLIB_SRC))
+
+LIBRUNTIME := $(BUILD)/libatruntime.a
+LIBCONFIG := $(BUILD)/libatconfig.a
+LIBTOOLS := $(BUILD)/libattools.a
+SHIM_SO := $(if $(SHIM_SRC),$(BUILD)/libacttrace.so)
+ACTTRACE := $(BUILD)/acttrace
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
+FIXTURE_BIN := $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%,$(FIXTURE_C)) \
+               $(patsubst tests/fixtures/%.cc,$(BUILD)/fixtures/%,$(FIXTURE_CXX))
+BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+DEMO_BIN := $(patsubst tests/demo/%.c,$(BUILD)/demo/%,$(DEMO_SRC))
+
+.PHONY: all deps check check-unit check-integration check-asan bench demo fuzz install clean tests
+all: $(LIBRUNTIME) $(SHIM_SO) $(ACTTRACE)
+
+deps:
+	@bash .ci/deps
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.S
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIBRUNTIME): $(RUNTIME_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBCONFIG): $(CONFIG_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBTOOLS): $(TOOLLIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# The shim links the runtime and config statically; only the interposed API is exported.
+$(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME)
+	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,--no-undefined -o $@ $(SHIM_OBJ) \
+	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(FFI_LIBS) $(LDLIBS_COMMON)
+
+$(ACTTRACE): $(BUILD)/obj/tools/main.o $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FFI_LIBS) $(LDLIBS_COMMON)
+
+TEST_DEFS = -DAT_BUILD_DIR='"$(abspath $(BUILD))"' -DAT_SOURCE_DIR='"$(abspath .)"'
+$(BUILD)/tests/%: tests/unit/%.c $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/lib $(TEST_DEFS) $(CFLAGS) $(CHECK_CFLAGS) $(LDFLAGS) -o $@ $< \
+	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(CHECK_LIBS) $(FFI_LIBS) $(LDLIBS_COMMON)
+$(BUILD)/tests/%: tests/integration/%.c $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/lib $(TEST_DEFS) $(CFLAGS) $(CHECK_CFLAGS) $(LDFLAGS) -o $@ $< \
+	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(CHECK_LIBS) $(FFI_LIBS) $(LDLIBS_COMMON)
+
+# Fixture programs: the traced programs of the integration tests. They are ordinary programs and
+# link nothing of ours (they use acttrace.h's weak symbols). The name prefix picks a library.
+FIX_CFLAGS = -O1 -g -Wall -Wextra -pthread -Ishim
+$(BUILD)/fixtures/glib_%: FIX_LIBS = $(shell pkg-config --cflags --libs glib-2.0 gio-2.0)
+$(BUILD)/fixtures/uv_%: FIX_LIBS = $(shell pkg-config --cflags --libs libuv)
+$(BUILD)/fixtures/ev_%: FIX_LIBS = $(shell pkg-config --cflags --libs libevent libevent_pthreads)
+$(BUILD)/fixtures/omp_%: FIX_LIBS = -fopenmp
+$(BUILD)/fixtures/%: tests/fixtures/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS) -lrt
+$(BUILD)/fixtures/%: tests/fixtures/%.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS)
+
+$(BUILD)/bench/%: tests/bench/%.c $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/lib $(TEST_DEFS) $(CFLAGS) $(LDFLAGS) -o $@ $< \
+	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(FFI_LIBS) $(LDLIBS_COMMON)
+
+$(BUILD)/demo/%: tests/demo/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FIX_CFLAGS) -o $@ $< -lrt
+
+tests: all $(UNIT_BIN) $(INTEG_BIN) $(FIXTURE_BIN)
+
+# The test command of the README. Prints Check's lines per binary and a closing
+# "N passed, N failed" line over all of them.
+check: deps
+	@$(MAKE) --no-print-directory tests
+	@bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN)
+
+check-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan SAN=1 tests
+	@ACTTRACE_ASAN=1 bash tests/run-tests.sh build-asan $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BIN) $(INTEG_BIN))
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BIN) $(FIXTURE_BIN)
+	@bash tests/bench/run.sh $(BUILD) $(BENCH_BIN)
+
+FUZZ_SECONDS ?= 60
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(TOOLLIB_SRC) $(RUNTIME_SRC)
+	@mkdir -p $(dir $@)
+	clang $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(TOOLLIB_SRC) $(RUNTIME_SRC) -ldl -lpthread -lrt -lm
+fuzz: deps $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do echo "== $$f ($(FUZZ_SECONDS)s)"; \
+	  mkdir -p $(BUILD)/fuzz/corpus-$$(basename $$f); \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 $(BUILD)/fuzz/corpus-$$(basename $$f) tests/fuzz/seeds || exit 1; done
+
+demo: deps
+	@$(MAKE) --no-print-directory all $(DEMO_BIN)
+	@bash tests/demo/run.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include
+	$(if $(SHIM_SO),install -m 755 $(SHIM_SO) $(DESTDIR)$(PREFIX)/lib/)
+	install -m 755 $(ACTTRACE) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 shim/acttrace.h $(DESTDIR)$(PREFIX)/include/
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

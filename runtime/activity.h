@@ -1,0 +1,91 @@
+/* activity.h: the activity engine: EventSource activity semantics with activity-path ids and a
+ * per-thread current activity that flows like .NET's AsyncLocal (../shared/reference/000_*.txt
+ * sections 2, 4, 5, 8). Knows nothing of LD_PRELOAD; the shim, the tools and the tests use it. */
+#ifndef AT_ACTIVITY_H
+#define AT_ACTIVITY_H
+
+#include "at_common.h"
+#include "trace.h"
+
+typedef struct at_activity at_activity;
+typedef struct at_activity_kind at_activity_kind;
+
+#define AT_ACT_RECURSIVE 0x1u /* a new Start of this name does not auto-stop a live one on the chain */
+
+#define AT_ACTIVITY_PROVIDER "acttrace" /* default provider of activity events */
+#define AT_ACTIVITY_MAX_DEPTH 100
+
+typedef struct at_activity_kind_desc {
+    const char *provider; /* NULL: AT_ACTIVITY_PROVIDER */
+    const char *name;     /* "Request": events RequestStart (opcode 1) / RequestStop (opcode 2),
+                             first payload field "RequestId" (uint64, same on Start and Stop) */
+    unsigned flags;       /* AT_ACT_* */
+    uint8_t level;        /* 0 = NT_LEVEL_INFO */
+    uint64_t keywords;
+    uint32_t nstart_fields; /* extra payload fields on Start, after <Name>Id */
+    const at_field *start_fields;
+    uint32_t nstop_fields;  /* extra payload fields on Stop, after <Name>Id */
+    const at_field *stop_fields;
+} at_activity_kind_desc;
+
+/* Thread-safe, allocates; same name+provider returns the same kind. NULL on invalid input. */
+at_activity_kind *at_activity_kind_register(const at_activity_kind_desc *d);
+
+/* Start a new activity: child of the thread's current one (or a root //1/<n>); it becomes current.
+ * Writes <Name>Start with ActivityId = new id, RelatedActivityId = id current before, payload =
+ * <Name>Id then extra. ips: optional stack for the event. Returns the activity (owned by the thread's
+ * current chain; take a reference to keep it) or NULL if none could be made (then nothing changes). */
+at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                               const uintptr_t *ips, uint32_t nips);
+
+/* Stop by name, EventSource rules: current is of this kind -> stop it, restore its creator; else the
+ * newest live activity of this kind on the current chain is stopped and those passed over are killed
+ * (no Stop events); none -> a Stop event with the current id is logged and nothing changes.
+ * Returns true if an activity was stopped. */
+bool at_activity_stop(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                      const uintptr_t *ips, uint32_t nips);
+
+/* Stop one particular activity, from any thread (Start and Stop on different symbols/threads).
+ * Writes <Name>Stop with its id. If it is current on the calling thread, its creator becomes current. */
+bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,
+                          const uintptr_t *ips, uint32_t nips);
+
+at_activity *at_activity_current(void);               /* NULL when none */
+const at_guid *at_activity_id(const at_activity *a);  /* the activity-path GUID */
+uint64_t at_activity_unique_id(const at_activity *a); /* the <Name>Id payload value */
+bool at_activity_is_stopped(const at_activity *a);
+/* "//1/5/1"-style path (EventSource notation). Returns length, or -1 if buf too small. */
+int at_activity_path(const at_activity *a, char *buf, size_t n);
+void at_activity_ref(at_activity *a);
+void at_activity_unref(at_activity *a);
+
+/* Write an informational event inside the current activity (ActivityId = current id or zero). */
+int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
+                      const uintptr_t *ips, uint32_t nips);
+
+/* --- flow: the API the shim uses to carry the current activity across threads ---
+ * submit side:  cap = at_flow_capture();             (a reference; NULL when no activity: cheap)
+ * run side:     prev = at_flow_enter(cap); work(); at_flow_leave(prev);
+ * done:         at_flow_release(cap);               (once, when the work can no longer run)
+ * enter may be called many times on one capture (timers, repeated callbacks). If the captured
+ * activity stopped meanwhile, the work runs in its nearest live ancestor (as EventSource does).
+ * Whatever the work starts and leaves unstopped does not leak out: leave restores prev exactly. */
+at_activity *at_flow_capture(void);
+at_activity *at_flow_enter(at_activity *captured);
+void at_flow_leave(at_activity *prev);
+void at_flow_release(at_activity *captured);
+
+/* Transfers (WCF model): record that work moved between threads. send: on the giving side, opcode 9,
+ * ActivityId = a's id. receive: on the taking side, opcode 240, ActivityId = a's id, RelatedActivityId
+ * = the id that was current on this thread before. Under a flow provider/keyword users can turn off. */
+#define AT_FLOW_PROVIDER "acttrace-flow"
+#define AT_KEYWORD_FLOW 0x1ull
+void at_flow_transfer_send(at_activity *a);
+void at_flow_transfer_receive(at_activity *a, const at_guid *previous);
+
+/* Process start: root activities link to an activity of the parent process (exec chains). */
+void at_activity_set_process_parent(const at_guid *parent_id);
+/* After fork in the child: reset per-process counters' pid binding (checksums use the new pid). */
+void at_activity_after_fork_child(void);
+
+#endif

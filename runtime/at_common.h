@@ -1,0 +1,47 @@
+/* at_common.h: small things every part of acttrace shares: visibility, TLS model, branch hints,
+ * the GUID type and the event clock. Header-only; no state. */
+#ifndef AT_COMMON_H
+#define AT_COMMON_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <time.h>
+
+/* Everything is built with -fvisibility=hidden; only the interposed API and acttrace.h are exported. */
+#define AT_EXPORT __attribute__((visibility("default")))
+/* Initial-exec TLS: no __tls_get_addr call and no allocation on first touch (hot path rule). */
+#define AT_TLS __thread __attribute__((tls_model("initial-exec")))
+#define AT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define AT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define AT_NOINLINE __attribute__((noinline))
+#define AT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* 16 bytes in .NET Guid memory order (Data1 LE, Data2 LE, Data3 LE, Data4[8]), as nettrace stores it. */
+typedef struct at_guid {
+    uint8_t b[16];
+} at_guid;
+
+static inline bool at_guid_is_zero(const at_guid *g)
+{
+    uint64_t a, b;
+    __builtin_memcpy(&a, g->b, 8);
+    __builtin_memcpy(&b, g->b + 8, 8);
+    return (a | b) == 0;
+}
+
+static inline bool at_guid_eq(const at_guid *x, const at_guid *y)
+{
+    return __builtin_memcmp(x->b, y->b, 16) == 0;
+}
+
+/* The event clock: CLOCK_MONOTONIC in ns (frequency 1e9), as the .NET runtime uses on Linux.
+ * clock_gettime goes through the vDSO: no syscall. */
+static inline uint64_t at_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#endif

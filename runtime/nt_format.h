@@ -1,0 +1,99 @@
+/* nt_format.h: constants of the nettrace V4/V5 format (see ../shared/nettrace-v5.md), shared by the
+ * writer in runtime/ and the reader in tools/ so both speak exactly the same bytes. */
+#ifndef NT_FORMAT_H
+#define NT_FORMAT_H
+
+#define NT_MAGIC "Nettrace"
+#define NT_SERIALIZER_SIG "!FastSerialization.1"
+
+/* FastSerialization tags */
+enum {
+    NT_TAG_NULL_REFERENCE = 1,
+    NT_TAG_BEGIN_OBJECT = 4,
+    NT_TAG_BEGIN_PRIVATE_OBJECT = 5,
+    NT_TAG_END_OBJECT = 6,
+};
+
+#define NT_TRACE_OBJECT_VERSION 4
+#define NT_TRACE_OBJECT_MIN_VERSION 4
+#define NT_TRACE_PAYLOAD_SIZE 48
+#define NT_BLOCK_VERSION 2
+#define NT_BLOCK_MIN_VERSION 2
+#define NT_BLOCK_HEADER_SIZE 20
+#define NT_MAX_BLOCK_SIZE (100 * 1024) /* what the runtime uses; readers allocate per block */
+
+#define NT_NAME_TRACE "Trace"
+#define NT_NAME_EVENT_BLOCK "EventBlock"
+#define NT_NAME_METADATA_BLOCK "MetadataBlock"
+#define NT_NAME_STACK_BLOCK "StackBlock"
+#define NT_NAME_SP_BLOCK "SPBlock"
+
+/* block header flags */
+#define NT_BLOCK_FLAG_COMPRESSED 0x1
+
+/* compressed event blob header flags */
+enum {
+    NT_EV_METADATA_ID = 0x01,
+    NT_EV_CAPTURE_THREAD_AND_SEQ = 0x02,
+    NT_EV_THREAD_ID = 0x04,
+    NT_EV_STACK_ID = 0x08,
+    NT_EV_ACTIVITY_ID = 0x10,
+    NT_EV_RELATED_ACTIVITY_ID = 0x20,
+    NT_EV_SORTED = 0x40,
+    NT_EV_DATA_LENGTH = 0x80,
+};
+
+/* metadata V5 tags */
+enum {
+    NT_META_TAG_OPCODE = 1,
+    NT_META_TAG_V2PARAMS = 2,
+};
+
+/* field type codes (System.TypeCode numbering, EventPipeParameterType) */
+enum {
+    NT_TYPE_OBJECT = 1,
+    NT_TYPE_BOOLEAN = 3,
+    NT_TYPE_CHAR = 4,
+    NT_TYPE_SBYTE = 5,
+    NT_TYPE_BYTE = 6,
+    NT_TYPE_INT16 = 7,
+    NT_TYPE_UINT16 = 8,
+    NT_TYPE_INT32 = 9,
+    NT_TYPE_UINT32 = 10,
+    NT_TYPE_INT64 = 11,
+    NT_TYPE_UINT64 = 12,
+    NT_TYPE_SINGLE = 13,
+    NT_TYPE_DOUBLE = 14,
+    NT_TYPE_DECIMAL = 15,
+    NT_TYPE_DATETIME = 16,
+    NT_TYPE_GUID = 17,
+    NT_TYPE_STRING = 18,
+    NT_TYPE_ARRAY = 19,
+};
+
+/* opcodes (ETW / EventSource) */
+enum {
+    NT_OPCODE_INFO = 0,
+    NT_OPCODE_START = 1,
+    NT_OPCODE_STOP = 2,
+    NT_OPCODE_DC_START = 3,
+    NT_OPCODE_DC_STOP = 4,
+    NT_OPCODE_EXTENSION = 5,
+    NT_OPCODE_REPLY = 6,
+    NT_OPCODE_RESUME = 7,
+    NT_OPCODE_SUSPEND = 8,
+    NT_OPCODE_SEND = 9,
+    NT_OPCODE_RECEIVE = 240,
+};
+
+/* levels */
+enum {
+    NT_LEVEL_ALWAYS = 0,
+    NT_LEVEL_CRITICAL = 1,
+    NT_LEVEL_ERROR = 2,
+    NT_LEVEL_WARNING = 3,
+    NT_LEVEL_INFO = 4,
+    NT_LEVEL_VERBOSE = 5,
+};
+
+#endif

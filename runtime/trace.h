@@ -1,0 +1,129 @@
+/* trace.h: the event model and the nettrace writer's API (runtime/).
+ *
+ * A trace session owns one output (file, rotating files or a circular set of segment files). Threads
+ * write events into their own buffers (no lock, no syscall, no allocation, async-signal-safe); a
+ * background flusher merges the buffers in timestamp order into nettrace V5 blocks. After every flush
+ * the file on disk is complete (ends with the end-of-stream tag), so a SIGKILLed process leaves a
+ * readable file. See ../shared/nettrace-v5.md for every byte. */
+#ifndef AT_TRACE_H
+#define AT_TRACE_H
+
+#include "at_common.h"
+#include "nt_format.h"
+
+/* One payload field of an event type. type is an NT_TYPE_* code (int32/uint32/int64/uint64/double/
+ * Guid/String at least; String payloads are UTF-16LE NUL-terminated as nettrace requires). */
+typedef struct at_field {
+    const char *name;
+    uint32_t type;
+} at_field;
+
+typedef struct at_event_desc {
+    const char *provider; /* provider name; readers derive the GUID from it (EventSource name hash) */
+    uint32_t event_id;    /* 0: the next free id of that provider, starting at 1 */
+    const char *name;     /* e.g. "RequestStart" */
+    uint8_t version;
+    uint8_t level;        /* NT_LEVEL_* */
+    uint8_t opcode;       /* NT_OPCODE_*; written as the V5 OpCode tag when non-zero */
+    uint64_t keywords;
+    uint32_t nfields;
+    const at_field *fields;
+} at_event_desc;
+
+/* Opaque. Its first member is this head, so the enabled test is one load and a branch. */
+typedef struct at_event_type at_event_type;
+struct at_event_type_head {
+    volatile uint8_t enabled; /* level/keyword filter of the session applied; 0 = filtered out */
+};
+
+static inline bool at_event_enabled(const at_event_type *t)
+{
+    return ((const struct at_event_type_head *)t)->enabled != 0;
+}
+
+/* Register an event type. Thread-safe; allocates (not for the hot path). The pointer stays valid for
+ * the life of the process; registering the same (provider, name, version) twice returns the same type.
+ * Metadata goes into the file lazily, before the first event of the type, with an id never reused.
+ * May be called before at_trace_start. Returns NULL (and sets errno) on invalid input. */
+at_event_type *at_event_type_register(const at_event_desc *d);
+
+/* Write one event into the calling thread's buffer. Hot path: no lock, no syscall, no allocation,
+ * async-signal-safe. activity/related may be NULL (all-zero id). payload is the raw nettrace payload
+ * (little-endian fields in declaration order). ips: stack, leaf first, interned by the flusher;
+ * nips may be 0. Returns 0, or -1 when the event was dropped (buffer full / cap reached / no session):
+ * drops are counted and the per-thread sequence number still advances, so readers see the gap. */
+int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
+                   const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips);
+/* The same with a timestamp taken by the caller (at_now_ns()); ts must not go backwards per thread. */
+int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
+                      const at_guid *related, const void *payload, uint32_t payload_len,
+                      const uintptr_t *ips, uint32_t nips);
+
+/* --- payload building (a bounded cursor over a caller's buffer) --- */
+typedef struct at_payload {
+    uint8_t *p;
+    uint8_t *end;
+    bool overflow; /* set when a field did not fit; the payload is then truncated at a field boundary */
+} at_payload;
+
+static inline void at_payload_init(at_payload *pl, void *buf, size_t cap)
+{
+    pl->p = (uint8_t *)buf;
+    pl->end = (uint8_t *)buf + cap;
+    pl->overflow = false;
+}
+void at_payload_u32(at_payload *pl, uint32_t v);
+void at_payload_u64(at_payload *pl, uint64_t v);
+void at_payload_i32(at_payload *pl, int32_t v);
+void at_payload_i64(at_payload *pl, int64_t v);
+void at_payload_double(at_payload *pl, double v);
+void at_payload_guid(at_payload *pl, const at_guid *g);
+/* UTF-8 in, UTF-16LE + NUL out, at most max_chars code units copied (invalid UTF-8 -> U+FFFD);
+ * s == NULL writes an empty string. */
+void at_payload_str(at_payload *pl, const char *s, size_t max_chars);
+
+/* --- the session --- */
+enum at_output_mode {
+    AT_OUTPUT_FILE = 0,     /* one file */
+    AT_OUTPUT_ROTATE = 1,   /* a new complete file each time one reaches mode_size bytes */
+    AT_OUTPUT_CIRCULAR = 2, /* a ring of complete segment files holding the last mode_size bytes */
+};
+
+typedef struct at_trace_options {
+    const char *path;          /* pattern: %p = pid, %t = start time (YYYYMMDD-HHMMSS), %% = % */
+    enum at_output_mode mode;
+    uint64_t mode_size;        /* bytes, for ROTATE and CIRCULAR */
+    size_t buffer_cap;         /* total bytes of all thread buffers; 0 = default */
+    unsigned flush_interval_ms;/* 0 = default (100) */
+    uint8_t level;             /* events above this level are filtered out; 0 = everything */
+    uint64_t keywords;         /* 0 = everything; else an event passes if it has no keywords or shares one */
+    const char *command_line;  /* for the ProcessInfo event; NULL = read /proc/self/cmdline */
+} at_trace_options;
+
+/* Start the session: open the output, write header and ProcessInfo, start the flusher thread.
+ * Returns 0, or -1 with a message in errbuf. Only one session per process. */
+int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen);
+/* Make everything written so far (by every thread) durable in the file; returns when done.
+ * Not for signal handlers. */
+void at_trace_flush(void);
+/* Final flush and close (idempotent). Normal exit paths call this. */
+void at_trace_stop(void);
+/* Best-effort flush from a fatal-signal handler or _exit: async-signal-safe, never blocks forever. */
+void at_trace_emergency_flush(void);
+bool at_trace_active(void);
+/* The path of the file currently being written (NULL if none). */
+const char *at_trace_path(void);
+
+/* fork handling (the runtime registers these itself with pthread_atfork in at_trace_start): the child
+ * gets its own file named from the pattern with its own pid (a pattern without %p gets "-<pid>" added
+ * before the extension), its own flusher, and none of the parent's buffered events. */
+
+typedef struct at_trace_stats {
+    uint64_t events_written; /* reached the file */
+    uint64_t events_dropped; /* buffer full / cap */
+    uint64_t bytes_written;
+    uint64_t files;          /* files opened (rotation / circular segments) */
+} at_trace_stats;
+void at_trace_get_stats(at_trace_stats *s);
+
+#endif

@@ -1,0 +1,86 @@
+/* ntreader.h: a streaming reader of nettrace V4/V5 files (tools/). Memory is bounded by open state
+ * (metadata, the current stack interval, one block), never by file size. Refuses V3 "netperf" and
+ * V6 with a clear message. Used by the acttrace subcommands and by the tests. */
+#ifndef NT_READER_H
+#define NT_READER_H
+
+#include "at_common.h"
+#include "nt_format.h"
+
+typedef struct nt_trace_info {
+    uint16_t sync_time_utc[8]; /* SYSTEMTIME: year, month, dow, day, hour, minute, second, ms */
+    int64_t sync_time_qpc;
+    int64_t qpc_freq;
+    int32_t pointer_size;
+    int32_t pid;
+    int32_t num_processors;
+    int32_t sampling_rate;
+} nt_trace_info;
+
+typedef struct nt_field {
+    char *name;               /* UTF-8 */
+    uint32_t type;            /* NT_TYPE_* */
+    uint32_t elem_type;       /* for NT_TYPE_ARRAY */
+    uint32_t nfields;         /* for NT_TYPE_OBJECT (and arrays of objects) */
+    struct nt_field *fields;
+} nt_field;
+
+typedef struct nt_metadata {
+    uint32_t id;
+    char *provider;           /* UTF-8 */
+    at_guid provider_guid;    /* derived from the name as TraceEvent does */
+    uint32_t event_id;
+    char *name;               /* UTF-8, as written (e.g. "RequestStart") */
+    uint64_t keywords;
+    uint32_t version;
+    uint32_t level;
+    uint8_t opcode;           /* tag, or implied from a Start/Stop name suffix as TraceEvent does */
+    bool has_opcode_tag;
+    uint32_t nfields;
+    nt_field *fields;
+} nt_metadata;
+
+typedef struct nt_event {
+    const nt_metadata *meta;  /* never NULL for a returned event */
+    uint32_t seq;
+    uint64_t capture_thread;
+    uint32_t proc;
+    uint64_t thread;
+    uint32_t stack_id;
+    uint64_t timestamp;
+    at_guid activity;
+    at_guid related;
+    bool sorted;
+    const uint8_t *payload;   /* valid until the next nt_next call */
+    uint32_t payload_len;
+    const uint64_t *frames;   /* the event's stack, leaf first; valid until the next nt_next call */
+    uint32_t nframes;
+    uint64_t file_offset;     /* of the blob */
+} nt_event;
+
+typedef struct nt_counts {
+    uint64_t events, metadata;
+    uint64_t event_blocks, metadata_blocks, sp_blocks, stack_blocks;
+    uint64_t first_ts, last_ts;
+    uint64_t events_lost;     /* from sequence-number gaps and sequence points */
+} nt_counts;
+
+typedef struct nt_reader nt_reader;
+
+/* Open a file (path "-" = stdin). NULL on failure with a message in err ("file: reason"). */
+nt_reader *nt_open(const char *path, char *err, size_t errlen);
+/* Next event: 1 = ev filled, 0 = clean end of stream, -1 = error (nt_error says what, with offset). */
+int nt_next(nt_reader *r, nt_event *ev);
+const char *nt_error(const nt_reader *r);
+const nt_trace_info *nt_info(const nt_reader *r);
+const nt_counts *nt_get_counts(const nt_reader *r);
+/* Metadata by id (NULL if unknown). */
+const nt_metadata *nt_metadata_get(const nt_reader *r, uint32_t id);
+void nt_close(nt_reader *r);
+
+/* Payload decoding helper: read field f at *off of ev's payload into a printable UTF-8 form.
+ * Returns false if the payload is too short. */
+bool nt_field_format(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off,
+                     char *out, size_t outlen);
+
+#endif
