@@ -1,0 +1,174 @@
+/* event_type.c: the registry of event types. Each type gets an index that is also its metadata id
+ * in every file (so ids are never reused, also across rotated files), and its V5 metadata payload is
+ * encoded once here so the flusher only copies bytes. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "trace_int.h"
+
+at_event_type *at_types[AT_MAX_TYPES];
+_Atomic uint32_t at_ntypes;
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t filt_level;
+static uint64_t filt_keywords;
+
+static bool passes(const at_event_type *t, uint8_t level, uint64_t keywords)
+{
+    if (level != 0 && t->level > level)
+        return false;
+    if (keywords != 0 && t->keywords != 0 && (t->keywords & keywords) == 0)
+        return false;
+    return true;
+}
+
+void at_event_type_apply_filter(uint8_t level, uint64_t keywords)
+{
+    pthread_mutex_lock(&reg_lock);
+    filt_level = level;
+    filt_keywords = keywords;
+    uint32_t n = atomic_load(&at_ntypes);
+    for (uint32_t i = 1; i <= n; i++)
+        at_types[i]->head.enabled = passes(at_types[i], level, keywords);
+    pthread_mutex_unlock(&reg_lock);
+}
+
+/* Growable byte buffer used only while encoding metadata (registration is not on the hot path). */
+typedef struct mbuf {
+    uint8_t *p;
+    size_t len, cap;
+    bool oom;
+} mbuf;
+
+static void mb_put(mbuf *b, const void *v, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 256;
+        while (nc < b->len + n)
+            nc *= 2;
+        uint8_t *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->len, v, n);
+    b->len += n;
+}
+static void mb_u32(mbuf *b, uint32_t v) { mb_put(b, &v, 4); }
+
+/* UTF-16LE + NUL, through the payload encoder so both agree on invalid UTF-8. */
+static void mb_str(mbuf *b, const char *s)
+{
+    size_t n = strlen(s);
+    size_t cap = n * 2 + 2; /* each byte gives at most one UTF-16 unit */
+    uint8_t *tmp = malloc(cap);
+    if (!tmp) {
+        b->oom = true;
+        return;
+    }
+    at_payload pl;
+    at_payload_init(&pl, tmp, cap);
+    at_payload_str(&pl, s, (size_t)-1);
+    mb_put(b, tmp, (size_t)(pl.p - tmp));
+    free(tmp);
+}
+
+static bool valid_type(uint32_t t)
+{
+    switch (t) {
+    case NT_TYPE_BOOLEAN: case NT_TYPE_CHAR: case NT_TYPE_SBYTE: case NT_TYPE_BYTE:
+    case NT_TYPE_INT16: case NT_TYPE_UINT16: case NT_TYPE_INT32: case NT_TYPE_UINT32:
+    case NT_TYPE_INT64: case NT_TYPE_UINT64: case NT_TYPE_SINGLE: case NT_TYPE_DOUBLE:
+    case NT_TYPE_DATETIME: case NT_TYPE_GUID: case NT_TYPE_STRING:
+        return true;
+    default:
+        return false; /* Object/Array need nested lists or V2Params; Decimal is unusable in TraceEvent */
+    }
+}
+
+at_event_type *at_event_type_register(const at_event_desc *d)
+{
+    if (!d || !d->provider || !d->provider[0] || !d->name || (d->nfields && !d->fields)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < d->nfields; i++)
+        if (!d->fields[i].name || !valid_type(d->fields[i].type)) {
+            errno = EINVAL;
+            return NULL;
+        }
+    pthread_mutex_lock(&reg_lock);
+    uint32_t n = atomic_load(&at_ntypes);
+    uint32_t max_id = 0;
+    for (uint32_t i = 1; i <= n; i++) {
+        at_event_type *t = at_types[i];
+        if (strcmp(t->provider, d->provider) != 0)
+            continue;
+        if (strcmp(t->name, d->name) == 0 && t->version == d->version) {
+            pthread_mutex_unlock(&reg_lock);
+            return t;
+        }
+        if (t->event_id > max_id)
+            max_id = t->event_id;
+    }
+    if (n + 1 >= AT_MAX_TYPES) {
+        pthread_mutex_unlock(&reg_lock);
+        errno = ENOSPC;
+        return NULL;
+    }
+    at_event_type *t = calloc(1, sizeof *t);
+    if (!t)
+        goto oom;
+    t->index = n + 1;
+    t->event_id = d->event_id ? d->event_id : max_id + 1;
+    t->level = d->level;
+    t->keywords = d->keywords;
+    t->version = d->version;
+    t->provider = strdup(d->provider);
+    t->name = strdup(d->name);
+    if (!t->provider || !t->name)
+        goto oom;
+
+    /* V5 metadata payload (nettrace-v5.md §4.4) */
+    mbuf b = {0};
+    mb_u32(&b, t->index);
+    mb_str(&b, d->provider);
+    mb_u32(&b, t->event_id);
+    mb_str(&b, d->name);
+    mb_put(&b, &d->keywords, 8);
+    mb_u32(&b, d->version);
+    mb_u32(&b, d->level);
+    mb_u32(&b, d->nfields);
+    for (uint32_t i = 0; i < d->nfields; i++) {
+        mb_u32(&b, d->fields[i].type);
+        mb_str(&b, d->fields[i].name);
+    }
+    if (d->opcode != 0) {
+        uint8_t tag[6] = {1, 0, 0, 0, NT_META_TAG_OPCODE, d->opcode};
+        mb_put(&b, tag, sizeof tag);
+    }
+    if (b.oom) {
+        free(b.p);
+        goto oom;
+    }
+    t->meta = b.p;
+    t->meta_len = (uint32_t)b.len;
+    t->head.enabled = passes(t, filt_level, filt_keywords);
+    at_types[t->index] = t;
+    atomic_store_explicit(&at_ntypes, t->index, memory_order_release);
+    pthread_mutex_unlock(&reg_lock);
+    return t;
+oom:
+    if (t) {
+        free(t->provider);
+        free(t->name);
+        free(t);
+    }
+    pthread_mutex_unlock(&reg_lock);
+    errno = ENOMEM;
+    return NULL;
+}

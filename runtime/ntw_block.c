@@ -1,0 +1,557 @@
+/* ntw_block.c: nettrace V5 serialisation (see ../shared/nettrace-v5.md §2-§6): FastSerialization
+ * object framing, the Trace object, Metadata/Stack/Event blocks with header compression, stack
+ * interning, sequence points and the end tag. Owned by whoever holds at_flush_lock; everything here
+ * is async-signal-safe after at_ntw_init (fixed buffers, pwrite only) so the emergency flush can use it.
+ *
+ * Crash safety: each flush appends after the previous end tag. The first byte of the new content
+ * (which overwrites that end tag) is written last, after the new end tag: a process killed in the
+ * middle of a flush leaves the previous complete file (plus unread bytes after its end tag). */
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "trace_int.h"
+
+#define BLOCK_MAX NT_MAX_BLOCK_SIZE
+#define BLOB_WORST 96 /* flags + every optional header field at its widest, without payload */
+#define OBUF_SIZE (1u << 20)
+#define STK_SLOTS 16384u      /* power of two; an SP resets the table at half load */
+#define STK_ARENA (512u << 10) /* frames (uint64) remembered for comparison */
+#define SP_BYTES (8u << 20)   /* at most this many bytes between sequence points */
+#define SP_NS 1000000000ull   /* and at most a second (checked at flush end) */
+
+at_output at_out;
+at_event_type *at_processinfo_type;
+uint64_t at_ntw_pending_events;
+uint64_t at_last_ts_written;
+
+typedef struct blob_hdr {
+    uint32_t meta, seq, proc, stack, plen;
+    uint64_t cap_tid, tid, ts;
+    at_guid act, rel;
+} blob_hdr;
+
+typedef struct evblock {
+    uint8_t *buf; /* 20-byte header space + blobs */
+    size_t len;
+    uint64_t min_ts, max_ts;
+    uint32_t n;
+    blob_hdr last;
+} evblock;
+
+typedef struct stk_slot {
+    uint64_t hash;
+    uint32_t id, nips, off;
+} stk_slot;
+
+static struct {
+    bool init;
+    uint8_t *ob;
+    size_t ob_len;
+    uint64_t ob_off;        /* file offset of ob[0] */
+    bool hold, held_taken;
+    uint64_t held_off;
+    uint8_t held_byte;
+    evblock eb, mb;
+    uint8_t *sb;            /* stack block payload */
+    size_t sb_len;
+    uint32_t sb_first, sb_count;
+    stk_slot *stk;
+    uint64_t *arena;
+    uint32_t arena_len, stk_used, next_stack_id;
+    uint32_t file_gen;
+    uint64_t max_ts;        /* of every event written to this file so far */
+    uint64_t bytes_at_sp, sp_time;
+    bool rotate_due;
+    uint8_t *pi_payload;    /* ProcessInfo */
+    uint32_t pi_len;
+    int32_t nprocs;
+} W;
+
+static void *map(size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void at_ntw_init(void)
+{
+    if (!W.init) {
+        W.ob = map(OBUF_SIZE);
+        W.eb.buf = map(BLOCK_MAX);
+        W.mb.buf = map(BLOCK_MAX);
+        W.sb = map(BLOCK_MAX);
+        W.stk = map(STK_SLOTS * sizeof(stk_slot));
+        W.arena = map(STK_ARENA * sizeof(uint64_t));
+        W.init = W.ob && W.eb.buf && W.mb.buf && W.sb && W.stk && W.arena;
+    }
+    long np = sysconf(_SC_NPROCESSORS_ONLN);
+    W.nprocs = np > 0 ? (int32_t)np : 1;
+    /* ProcessInfo payload: CommandLine, OSInformation, ArchInformation (UTF-16, NUL-terminated) */
+    const char *cl = at_command_line ? at_command_line : "";
+    size_t cap = strlen(cl) * 2 + 64;
+    static uint8_t *prev;
+    uint8_t *p = map(cap);
+    if (p) {
+        at_payload pl;
+        at_payload_init(&pl, p, cap);
+        at_payload_str(&pl, cl, 30000); /* keep the event well inside a block */
+        at_payload_str(&pl, "Linux", 16);
+        at_payload_str(&pl, "x64", 16);
+        W.pi_payload = p;
+        W.pi_len = (uint32_t)(pl.p - p);
+    }
+    (void)prev;
+}
+
+bool at_ntw_ready(void) { return W.init && W.pi_payload; }
+
+/* ---- output buffer ---- */
+static int ob_drain(void)
+{
+    if (W.ob_len == 0)
+        return 0;
+    const uint8_t *p = W.ob;
+    size_t len = W.ob_len;
+    uint64_t off = W.ob_off;
+    if (W.hold && !W.held_taken && off == W.held_off) {
+        W.held_byte = p[0];
+        W.held_taken = true;
+        p++;
+        len--;
+        off++;
+    }
+    int rc = len ? at_output_pwrite(&at_out, p, len, off) : 0;
+    W.ob_off += W.ob_len;
+    W.ob_len = 0;
+    return rc;
+}
+
+static int ob_put(const void *v, size_t n)
+{
+    const uint8_t *p = v;
+    int rc = 0;
+    while (n) {
+        size_t room = OBUF_SIZE - W.ob_len;
+        size_t k = n < room ? n : room;
+        memcpy(W.ob + W.ob_len, p, k);
+        W.ob_len += k;
+        p += k;
+        n -= k;
+        if (W.ob_len == OBUF_SIZE && ob_drain() < 0)
+            rc = -1;
+    }
+    return rc;
+}
+static uint64_t ob_pos(void) { return W.ob_off + W.ob_len; }
+static void ob_u8(uint8_t v) { ob_put(&v, 1); }
+static void ob_u32(uint32_t v) { ob_put(&v, 4); }
+
+static void obj_begin(const char *name, uint32_t ver, uint32_t minver)
+{
+    uint8_t t[3] = {NT_TAG_BEGIN_PRIVATE_OBJECT, NT_TAG_BEGIN_PRIVATE_OBJECT, NT_TAG_NULL_REFERENCE};
+    ob_put(t, 3);
+    ob_u32(ver);
+    ob_u32(minver);
+    uint32_t n = (uint32_t)strlen(name);
+    ob_u32(n);
+    ob_put(name, n);
+    ob_u8(NT_TAG_END_OBJECT);
+}
+
+/* A block object: size, padding to a 4-byte absolute offset, payload, EndObject. */
+static void write_block(const char *name, const uint8_t *payload, size_t len)
+{
+    obj_begin(name, NT_BLOCK_VERSION, NT_BLOCK_MIN_VERSION);
+    ob_u32((uint32_t)len);
+    static const uint8_t zero[4];
+    ob_put(zero, (4 - (ob_pos() & 3)) & 3);
+    ob_put(payload, len);
+    ob_u8(NT_TAG_END_OBJECT);
+}
+
+/* ---- event/metadata blocks ---- */
+static void eb_reset(evblock *b)
+{
+    b->len = NT_BLOCK_HEADER_SIZE;
+    b->n = 0;
+    b->min_ts = UINT64_MAX;
+    b->max_ts = 0;
+    memset(&b->last, 0, sizeof b->last);
+}
+
+static inline uint8_t *var_u64(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* Append one compressed blob (§4.1); the caller made sure BLOB_WORST + payload fits. */
+static void blob_put(evblock *b, const blob_hdr *h, const void *payload, bool sorted)
+{
+    blob_hdr *l = &b->last;
+    uint8_t *p0 = b->buf + b->len, *p = p0 + 1;
+    uint8_t flags = 0;
+    if (h->meta != l->meta) {
+        flags |= NT_EV_METADATA_ID;
+        p = var_u64(p, h->meta);
+    }
+    if (l->seq + (h->meta != 0 ? 1u : 0u) != h->seq || l->cap_tid != h->cap_tid || l->proc != h->proc) {
+        flags |= NT_EV_CAPTURE_THREAD_AND_SEQ;
+        p = var_u64(p, (uint32_t)(h->seq - l->seq - 1));
+        p = var_u64(p, h->cap_tid);
+        p = var_u64(p, h->proc);
+    }
+    if (h->tid != l->tid) {
+        flags |= NT_EV_THREAD_ID;
+        p = var_u64(p, h->tid);
+    }
+    if (h->stack != l->stack) {
+        flags |= NT_EV_STACK_ID;
+        p = var_u64(p, h->stack);
+    }
+    p = var_u64(p, h->ts - l->ts); /* caller keeps ts non-decreasing inside a block */
+    if (!at_guid_eq(&h->act, &l->act)) {
+        flags |= NT_EV_ACTIVITY_ID;
+        memcpy(p, &h->act, 16);
+        p += 16;
+    }
+    if (!at_guid_eq(&h->rel, &l->rel)) {
+        flags |= NT_EV_RELATED_ACTIVITY_ID;
+        memcpy(p, &h->rel, 16);
+        p += 16;
+    }
+    if (sorted)
+        flags |= NT_EV_SORTED;
+    if (h->plen != l->plen) {
+        flags |= NT_EV_DATA_LENGTH;
+        p = var_u64(p, h->plen);
+    }
+    memcpy(p, payload, h->plen);
+    p += h->plen;
+    *p0 = flags;
+    b->len = (size_t)(p - b->buf);
+    *l = *h;
+    if (h->ts < b->min_ts)
+        b->min_ts = h->ts;
+    if (h->ts > b->max_ts)
+        b->max_ts = h->ts;
+    b->n++;
+}
+
+static void eb_emit(evblock *b, const char *name)
+{
+    if (b->n == 0)
+        return;
+    uint8_t *p = b->buf;
+    uint16_t hs = NT_BLOCK_HEADER_SIZE, fl = NT_BLOCK_FLAG_COMPRESSED;
+    memcpy(p, &hs, 2);
+    memcpy(p + 2, &fl, 2);
+    memcpy(p + 4, &b->min_ts, 8);
+    memcpy(p + 12, &b->max_ts, 8);
+    write_block(name, b->buf, b->len);
+    eb_reset(b);
+}
+
+static void sb_emit(void)
+{
+    if (W.sb_count == 0)
+        return;
+    memcpy(W.sb, &W.sb_first, 4);
+    memcpy(W.sb + 4, &W.sb_count, 4);
+    write_block(NT_NAME_STACK_BLOCK, W.sb, W.sb_len);
+    W.sb_len = 8;
+    W.sb_count = 0;
+}
+
+/* Metadata, then stacks, then events: whatever an event refers to precedes it in the file. */
+static void emit_pending(void)
+{
+    eb_emit(&W.mb, NT_NAME_METADATA_BLOCK);
+    sb_emit();
+    eb_emit(&W.eb, NT_NAME_EVENT_BLOCK);
+    if (at_out.seg_size && ob_pos() >= at_out.seg_size)
+        W.rotate_due = true;
+}
+
+static void stacks_reset(void)
+{
+    memset(W.stk, 0, STK_SLOTS * sizeof(stk_slot));
+    W.stk_used = 0;
+    W.arena_len = 0;
+    W.next_stack_id = 1;
+    W.sb_len = 8;
+    W.sb_count = 0;
+    W.sb_first = 1;
+}
+
+/* Sequence point (§5): every thread's last sequence number, then stack ids start again at 1. */
+void at_ntw_write_sp(void)
+{
+    emit_pending();
+    uint8_t buf[12 + 12 * 512];
+    uint64_t ts = W.max_ts + 1; /* strictly after every earlier event (old readers drop the rest) */
+    uint32_t n = 0;
+    size_t len = 12;
+    for (uint32_t i = 0; i < at_pool_g.nrings && n < 512; i++) {
+        at_ring *r = &at_pool_g.rings[i];
+        if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
+            continue;
+        /* Trailing drops are only known once everything the thread published has been written:
+         * seq_pub is stored after head, so if head has not moved past what we consumed, every
+         * sequence number up to seq_pub that we did not write was dropped. */
+        uint32_t s = atomic_load_explicit(&r->seq_pub, memory_order_acquire);
+        uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+        uint32_t seq = (h == r->cursor) ? s : r->last_seq;
+        if (seq == 0)
+            continue;
+        memcpy(buf + len, &r->tid, 8);
+        memcpy(buf + len + 8, &seq, 4);
+        len += 12;
+        n++;
+    }
+    memcpy(buf, &ts, 8);
+    memcpy(buf + 8, &n, 4);
+    write_block(NT_NAME_SP_BLOCK, buf, len);
+    if (ts > W.max_ts)
+        W.max_ts = ts;
+    stacks_reset();
+    W.bytes_at_sp = ob_pos();
+    W.sp_time = at_now_ns();
+}
+
+static uint64_t hash_ips(const uintptr_t *ips, uint32_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (uint32_t i = 0; i < n; i++) {
+        h ^= ips[i];
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    return h | 1; /* 0 marks an empty slot */
+}
+
+/* Stack id of ips in the current SP interval, adding it to the pending StackBlock if new. */
+static uint32_t stack_intern(const uintptr_t *ips, uint32_t n)
+{
+    if (n == 0)
+        return 0;
+    uint64_t h = hash_ips(ips, n);
+    for (;;) {
+        uint32_t i = (uint32_t)h & (STK_SLOTS - 1);
+        for (;; i = (i + 1) & (STK_SLOTS - 1)) {
+            stk_slot *s = &W.stk[i];
+            if (s->hash == 0)
+                break;
+            if (s->hash == h && s->nips == n && memcmp(W.arena + s->off, ips, (size_t)n * 8) == 0)
+                return s->id;
+        }
+        if (W.stk_used < STK_SLOTS / 2 && W.arena_len + n <= STK_ARENA) {
+            if (W.sb_len + 4 + (size_t)n * 8 > BLOCK_MAX)
+                emit_pending();
+            stk_slot *s = &W.stk[i];
+            s->hash = h;
+            s->nips = n;
+            s->off = W.arena_len;
+            s->id = W.next_stack_id++;
+            memcpy(W.arena + W.arena_len, ips, (size_t)n * 8);
+            W.arena_len += n;
+            W.stk_used++;
+            if (W.sb_count == 0)
+                W.sb_first = s->id;
+            uint32_t bytes = n * 8;
+            memcpy(W.sb + W.sb_len, &bytes, 4);
+            memcpy(W.sb + W.sb_len + 4, ips, bytes);
+            W.sb_len += 4 + bytes;
+            W.sb_count++;
+            return s->id;
+        }
+        at_ntw_write_sp(); /* table full: a sequence point lets ids start again */
+    }
+}
+
+static void put_metadata(at_event_type *t, uint64_t ts, uint64_t tid)
+{
+    if (W.mb.len + BLOB_WORST + t->meta_len > BLOCK_MAX || ts < W.mb.last.ts)
+        emit_pending();
+    blob_hdr h = {0};
+    h.tid = tid;
+    h.ts = ts;
+    h.plen = t->meta_len;
+    blob_put(&W.mb, &h, t->meta, true);
+    t->file_gen = W.file_gen;
+}
+
+/* ---- file level ---- */
+static void write_trace_object(uint64_t sync_qpc)
+{
+    struct timespec rt, mo;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    clock_gettime(CLOCK_MONOTONIC, &mo);
+    uint64_t mono = (uint64_t)mo.tv_sec * 1000000000u + (uint64_t)mo.tv_nsec;
+    int64_t real_ns = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - (int64_t)(mono - sync_qpc);
+    int y, mon, d, hh, mi, s, dow;
+    int64_t secs = real_ns / 1000000000;
+    at_civil_from_unix(secs, &y, &mon, &d, &hh, &mi, &s, &dow);
+    uint8_t p[NT_TRACE_PAYLOAD_SIZE];
+    uint16_t st[8] = {(uint16_t)y, (uint16_t)mon, (uint16_t)dow, (uint16_t)d, (uint16_t)hh,
+                      (uint16_t)mi, (uint16_t)s, (uint16_t)(real_ns % 1000000000 / 1000000)};
+    memcpy(p, st, 16);
+    int64_t q = (int64_t)sync_qpc, f = 1000000000;
+    int32_t ps = 8, pid = (int32_t)getpid(), rate = 0;
+    memcpy(p + 16, &q, 8);
+    memcpy(p + 24, &f, 8);
+    memcpy(p + 32, &ps, 4);
+    memcpy(p + 36, &pid, 4);
+    memcpy(p + 40, &W.nprocs, 4);
+    memcpy(p + 44, &rate, 4);
+    obj_begin(NT_NAME_TRACE, NT_TRACE_OBJECT_VERSION, NT_TRACE_OBJECT_MIN_VERSION);
+    ob_put(p, sizeof p);
+    ob_u8(NT_TAG_END_OBJECT);
+}
+
+/* A new file: header, Trace object, ProcessInfo (with its metadata) and the end tag. */
+int at_ntw_file_begin(uint64_t sync_qpc)
+{
+    W.ob_off = 0;
+    W.ob_len = 0;
+    W.hold = false;
+    W.file_gen++;
+    if (W.file_gen == 0)
+        W.file_gen = 1;
+    W.max_ts = sync_qpc;
+    W.rotate_due = false;
+    eb_reset(&W.eb);
+    eb_reset(&W.mb);
+    stacks_reset();
+    ob_put(NT_MAGIC, 8);
+    uint32_t n = (uint32_t)strlen(NT_SERIALIZER_SIG);
+    ob_u32(n);
+    ob_put(NT_SERIALIZER_SIG, n);
+    write_trace_object(sync_qpc);
+    if (at_processinfo_type && W.pi_payload) {
+        put_metadata(at_processinfo_type, sync_qpc, at_flusher_tid);
+        /* its own capture thread (the flusher, which writes no other event) with sequence 1 */
+        blob_hdr h = {0};
+        h.meta = at_processinfo_type->index;
+        h.seq = 1;
+        h.cap_tid = h.tid = at_flusher_tid;
+        h.proc = 0xFFFFFFFFu;
+        h.ts = sync_qpc;
+        h.plen = W.pi_len;
+        blob_put(&W.eb, &h, W.pi_payload, true);
+    }
+    emit_pending();
+    W.rotate_due = false;
+    W.bytes_at_sp = ob_pos();
+    W.sp_time = at_now_ns();
+    at_out.pos = ob_pos();
+    ob_u8(NT_TAG_NULL_REFERENCE);
+    int rc = ob_drain();
+    return at_out.failed ? -1 : rc;
+}
+
+void at_ntw_flush_begin(void)
+{
+    W.ob_off = at_out.pos;
+    W.ob_len = 0;
+    W.hold = true;
+    W.held_taken = false;
+    W.held_off = at_out.pos;
+    eb_reset(&W.eb);
+    eb_reset(&W.mb);
+}
+
+static int finish_file_part(void)
+{
+    emit_pending();
+    uint64_t end = ob_pos();
+    if (end == W.held_off)
+        return at_out.failed ? -1 : 0; /* nothing new: the file already ends with its tag */
+    ob_u8(NT_TAG_NULL_REFERENCE);
+    ob_drain();
+    if (W.held_taken && !at_out.failed)
+        at_output_pwrite(&at_out, &W.held_byte, 1, W.held_off);
+    at_out.pos = end;
+    if (at_out.failed)
+        return -1;
+    atomic_fetch_add(&at_stat_written, at_ntw_pending_events);
+    at_ntw_pending_events = 0;
+    return 0;
+}
+
+static void rotate(void)
+{
+    finish_file_part();
+    uint64_t sync = W.max_ts; /* the next events are (almost always) not older than this */
+    if (at_output_open_next(&at_out) < 0)
+        return;
+    at_ntw_file_begin(sync);
+    at_ntw_flush_begin();
+}
+
+int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
+{
+    if (W.rotate_due)
+        rotate();
+    at_event_type *t = at_types[r->type_index];
+    if (t->file_gen != W.file_gen)
+        put_metadata(t, r->ts, tid);
+    blob_hdr h;
+    h.meta = t->index;
+    h.seq = r->seq;
+    h.cap_tid = h.tid = tid;
+    h.proc = 0xFFFFFFFFu; /* unknown: TraceEvent then shows no CPU rather than a wrong one */
+    h.ts = r->ts;
+    const uint8_t *p = body;
+    if (r->flags & AT_REC_ACT) {
+        memcpy(&h.act, p, 16);
+        p += 16;
+    } else {
+        memset(&h.act, 0, 16);
+    }
+    if (r->flags & AT_REC_REL) {
+        memcpy(&h.rel, p, 16);
+        p += 16;
+    } else {
+        memset(&h.rel, 0, 16);
+    }
+    h.stack = stack_intern((const uintptr_t *)p, r->nips);
+    p += (size_t)r->nips * 8;
+    h.plen = r->payload_len;
+    /* a late event (older than the block's last blob) starts a new block: deltas must be >= 0 */
+    if (W.eb.len + BLOB_WORST + h.plen > BLOCK_MAX || (W.eb.n && h.ts < W.eb.last.ts)) {
+        emit_pending();
+        if (ob_pos() - W.bytes_at_sp >= SP_BYTES) {
+            at_ntw_write_sp();
+            h.stack = stack_intern((const uintptr_t *)(p - (size_t)r->nips * 8), r->nips);
+        }
+    }
+    /* IsSorted only when no earlier-written event is newer (§6) */
+    bool sorted = h.ts >= W.max_ts;
+    if (sorted)
+        W.max_ts = h.ts;
+    blob_put(&W.eb, &h, p, sorted);
+    at_ntw_pending_events++;
+    if (h.ts > at_last_ts_written)
+        at_last_ts_written = h.ts;
+    return 0;
+}
+
+int at_ntw_flush_end(bool force_sp)
+{
+    if (force_sp || (ob_pos() - W.bytes_at_sp >= SP_BYTES)
+        || (ob_pos() > W.bytes_at_sp && at_now_ns() - W.sp_time >= SP_NS))
+        at_ntw_write_sp();
+    int rc = finish_file_part();
+    W.hold = false;
+    if (W.rotate_due && !at_out.failed) {
+        rotate();
+        rc = finish_file_part();
+        W.hold = false;
+    }
+    return rc;
+}

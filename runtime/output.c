@@ -1,0 +1,284 @@
+/* output.c: the files a session writes: path pattern expansion, file / rotate / circular modes, and
+ * error reporting. Everything past session start is async-signal-safe (no stdio, no malloc) because
+ * the emergency flush may rotate.
+ *
+ * Naming. The pattern is expanded once per process (%p = pid, %t = session start as UTC
+ * YYYYMMDD-HHMMSS, %% = %) into the base path B, e.g. "trace.nettrace". The first file is B itself.
+ * rotate:SIZE  file k (k = 1, 2, ...) is B with ".k" inserted before the extension:
+ *              trace.nettrace, trace.1.nettrace, trace.2.nettrace, ... (never deleted).
+ * circular:SIZE the same names; a new segment starts when one reaches SIZE/4 and at most 4 segments
+ *              exist: opening segment k deletes segment k-4, so about the last SIZE bytes are kept.
+ * A fork child of a pattern without %p writes to B with "-<childpid>" before the extension. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include "trace_int.h"
+
+size_t at_fmt_u64(char *out, uint64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = 0;
+    return n;
+}
+
+/* Days-from-civil inverse (proleptic Gregorian), so no gmtime (it may take a lock). */
+void at_civil_from_unix(int64_t secs, int *y, int *mo, int *d, int *h, int *mi, int *s, int *dow)
+{
+    int64_t days = secs / 86400, rem = secs % 86400;
+    if (rem < 0) {
+        rem += 86400;
+        days--;
+    }
+    *h = (int)(rem / 3600);
+    *mi = (int)(rem % 3600 / 60);
+    *s = (int)(rem % 60);
+    *dow = (int)((days % 7 + 11) % 7); /* 1970-01-01 was a Thursday (4) */
+    int64_t z = days + 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *mo = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = (int)(yoe + era * 400 + (*mo <= 2));
+}
+
+static void put2(char *p, int v)
+{
+    p[0] = (char)('0' + v / 10 % 10);
+    p[1] = (char)('0' + v % 10);
+}
+
+/* One line on stderr, async-signal-safe. */
+void at_errmsg(const char *a, const char *b, int err)
+{
+    char line[1024];
+    size_t n = 0;
+#define ADD(s)                                                                                     \
+    for (const char *q_ = (s); q_ && *q_ && n < sizeof line - 2; q_++)                             \
+        line[n++] = *q_;
+    ADD("acttrace: ");
+    ADD(a);
+    ADD(b);
+    if (err) {
+        ADD(": ");
+        /* strerror is not async-signal-safe; name the common ones, number the rest */
+        const char *m = err == ENOSPC ? "No space left on device"
+                      : err == EDQUOT ? "Disk quota exceeded"
+                      : err == EIO    ? "Input/output error"
+                      : err == EACCES ? "Permission denied"
+                      : err == ENOENT ? "No such file or directory"
+                      : err == EFBIG  ? "File too large"
+                      : err == EROFS  ? "Read-only file system" : NULL;
+        if (m) {
+            ADD(m);
+        } else {
+            char num[24];
+            at_fmt_u64(num, (uint64_t)err);
+            ADD("errno ");
+            ADD(num);
+        }
+    }
+#undef ADD
+    line[n++] = '\n';
+    ssize_t w = write(2, line, n);
+    (void)w;
+}
+
+void at_output_report(at_output *o, const char *what, int err)
+{
+    if (o->failed)
+        return; /* one line per output, then drops are counted silently */
+    o->failed = true;
+    at_errmsg(what, o->path, err);
+    at_errmsg("events are dropped and counted from now on", "", 0);
+}
+
+/* Expand the pattern into o->base. */
+static int expand(at_output *o, char *err, size_t errlen)
+{
+    const char *s = o->pattern;
+    size_t n = 0, cap = sizeof o->base;
+    bool has_pid = false;
+    int y, mo, d, h, mi, se, dow;
+    at_civil_from_unix((int64_t)o->start_time_s, &y, &mo, &d, &h, &mi, &se, &dow);
+    for (; *s; s++) {
+        char tmp[32];
+        size_t tl = 0;
+        if (*s != '%') {
+            tmp[0] = *s;
+            tl = 1;
+        } else if (s[1] == 'p') {
+            tl = at_fmt_u64(tmp, (uint64_t)getpid());
+            has_pid = true;
+            s++;
+        } else if (s[1] == 't') {
+            at_fmt_u64(tmp, (uint64_t)y);
+            put2(tmp + 4, mo);
+            put2(tmp + 6, d);
+            tmp[8] = '-';
+            put2(tmp + 9, h);
+            put2(tmp + 11, mi);
+            put2(tmp + 13, se);
+            tl = 15;
+            s++;
+        } else if (s[1] == '%') {
+            tmp[0] = '%';
+            tl = 1;
+            s++;
+        } else {
+            if (err)
+                snprintf(err, errlen, "output path '%s': unknown %% sequence (use %%p, %%t or %%%%)",
+                         o->pattern);
+            return -1;
+        }
+        if (n + tl >= cap) {
+            if (err)
+                snprintf(err, errlen, "output path '%s' is too long", o->pattern);
+            return -1;
+        }
+        memcpy(o->base + n, tmp, tl);
+        n += tl;
+    }
+    o->base[n] = 0;
+    if (n == 0) {
+        if (err)
+            snprintf(err, errlen, "output path is empty");
+        return -1;
+    }
+    if (o->child_suffix && !has_pid) {
+        char sfx[24] = "-";
+        at_fmt_u64(sfx + 1, (uint64_t)getpid());
+        char *slash = strrchr(o->base, '/');
+        char *dot = strrchr(o->base, '.');
+        if (!dot || (slash && dot < slash) || dot == (slash ? slash + 1 : o->base))
+            dot = o->base + n;
+        size_t sl = strlen(sfx), tail = strlen(dot);
+        if (n + sl >= cap)
+            return -1;
+        memmove(dot + sl, dot, tail + 1);
+        memcpy(dot, sfx, sl);
+    }
+    return 0;
+}
+
+/* Name of file number k (see the top comment). */
+static void file_name(const at_output *o, unsigned k, char *out, size_t cap)
+{
+    size_t n = strlen(o->base);
+    if (k == 0 || n + 12 >= cap) {
+        memcpy(out, o->base, n + 1);
+        return;
+    }
+    const char *slash = strrchr(o->base, '/');
+    const char *dot = strrchr(o->base, '.');
+    if (!dot || (slash && dot < slash) || dot == (slash ? slash + 1 : o->base))
+        dot = o->base + n;
+    size_t pre = (size_t)(dot - o->base);
+    memcpy(out, o->base, pre);
+    out[pre] = '.';
+    size_t nl = at_fmt_u64(out + pre + 1, k);
+    memcpy(out + pre + 1 + nl, dot, strlen(dot) + 1);
+}
+
+static int open_index(at_output *o, unsigned k)
+{
+    file_name(o, k, o->path, sizeof o->path);
+    int fd = open(o->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    o->fd = fd;
+    o->index = k;
+    o->pos = 0;
+    atomic_fetch_add(&at_stat_files, 1);
+    return 0;
+}
+
+int at_output_open_first(at_output *o, char *err, size_t errlen)
+{
+    o->fd = -1;
+    o->failed = false;
+    if (expand(o, err, errlen) < 0)
+        return -1;
+    o->max_files = 0;
+    o->seg_size = 0;
+    if (o->mode == AT_OUTPUT_ROTATE) {
+        o->seg_size = o->mode_size;
+    } else if (o->mode == AT_OUTPUT_CIRCULAR) {
+        o->seg_size = o->mode_size / 4;
+        o->max_files = 4;
+    }
+    if ((o->mode == AT_OUTPUT_ROTATE || o->mode == AT_OUTPUT_CIRCULAR) && o->seg_size < 4096) {
+        if (err)
+            snprintf(err, errlen, "%s size %llu is too small (at least %u bytes per file)",
+                     o->mode == AT_OUTPUT_ROTATE ? "rotate" : "circular",
+                     (unsigned long long)o->mode_size, o->mode == AT_OUTPUT_ROTATE ? 4096u : 16384u);
+        return -1;
+    }
+    int rc = open_index(o, 0);
+    if (rc < 0) {
+        if (err)
+            snprintf(err, errlen, "cannot create %s: %s", o->path, strerror(-rc));
+        return -1;
+    }
+    return 0;
+}
+
+int at_output_open_next(at_output *o)
+{
+    at_output_close(o);
+    unsigned k = o->index + 1;
+    if (o->max_files && k >= o->max_files) {
+        char old[sizeof o->path];
+        file_name(o, k - o->max_files, old, sizeof old);
+        unlink(old);
+    }
+    int rc = open_index(o, k);
+    if (rc < 0) {
+        at_output_report(o, "cannot create ", -rc);
+        return -1;
+    }
+    return 0;
+}
+
+void at_output_close(at_output *o)
+{
+    if (o->fd >= 0)
+        close(o->fd);
+    o->fd = -1;
+}
+
+int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        if (o->fd < 0)
+            return -1;
+        ssize_t w = pwrite(o->fd, p, len, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            at_output_report(o, "write failed: ", errno);
+            return -1;
+        }
+        if (w == 0) {
+            at_output_report(o, "write failed: ", ENOSPC);
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+        off += (uint64_t)w;
+        atomic_fetch_add_explicit(&at_stat_bytes, (uint64_t)w, memory_order_relaxed);
+    }
+    return 0;
+}

@@ -1,0 +1,95 @@
+/* payload.c: building event payloads into a caller's buffer (little-endian fields, UTF-16LE strings),
+ * bounded: a field that does not fit sets overflow and is left out whole. */
+#include <string.h>
+#include "trace.h"
+
+static void put(at_payload *pl, const void *v, size_t n)
+{
+    if (pl->overflow || (size_t)(pl->end - pl->p) < n) {
+        pl->overflow = true;
+        return;
+    }
+    memcpy(pl->p, v, n); /* x86-64 is little-endian: the native layout is the wire layout */
+    pl->p += n;
+}
+
+void at_payload_u32(at_payload *pl, uint32_t v) { put(pl, &v, 4); }
+void at_payload_u64(at_payload *pl, uint64_t v) { put(pl, &v, 8); }
+void at_payload_i32(at_payload *pl, int32_t v) { put(pl, &v, 4); }
+void at_payload_i64(at_payload *pl, int64_t v) { put(pl, &v, 8); }
+void at_payload_double(at_payload *pl, double v) { put(pl, &v, 8); }
+void at_payload_guid(at_payload *pl, const at_guid *g)
+{
+    static const at_guid zero;
+    put(pl, g ? g : &zero, 16);
+}
+
+/* Decode one UTF-8 sequence at s; returns its length (>= 1) and the code point in *cp (U+FFFD for
+ * anything invalid: overlongs, surrogates, truncated sequences, > U+10FFFF). */
+static size_t utf8_next(const unsigned char *s, uint32_t *cp)
+{
+    unsigned c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    size_t n;
+    uint32_t v, min;
+    if ((c & 0xE0) == 0xC0) { n = 2; v = c & 0x1F; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { n = 3; v = c & 0x0F; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { n = 4; v = c & 0x07; min = 0x10000; }
+    else { *cp = 0xFFFD; return 1; }
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) { /* also stops at the NUL */
+            *cp = 0xFFFD;
+            return i;
+        }
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        v = 0xFFFD;
+    *cp = v;
+    return n;
+}
+
+void at_payload_str(at_payload *pl, const char *s, size_t max_chars)
+{
+    if (pl->overflow)
+        return;
+    uint8_t *start = pl->p;
+    size_t units = 0;
+    const unsigned char *u = (const unsigned char *)(s ? s : "");
+    while (*u) {
+        uint32_t cp;
+        size_t n = utf8_next(u, &cp);
+        uint16_t w[2];
+        size_t nw;
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            w[0] = (uint16_t)(0xD800 + (cp >> 10));
+            w[1] = (uint16_t)(0xDC00 + (cp & 0x3FF));
+            nw = 2;
+        } else {
+            w[0] = (uint16_t)cp;
+            nw = 1;
+        }
+        if (units + nw > max_chars)
+            break; /* never split a surrogate pair */
+        if ((size_t)(pl->end - pl->p) < nw * 2 + 2) {
+            pl->p = start; /* the string does not fit with its NUL: leave it out whole */
+            pl->overflow = true;
+            return;
+        }
+        memcpy(pl->p, w, nw * 2);
+        pl->p += nw * 2;
+        units += nw;
+        u += n;
+    }
+    if ((size_t)(pl->end - pl->p) < 2) {
+        pl->p = start;
+        pl->overflow = true;
+        return;
+    }
+    pl->p[0] = pl->p[1] = 0;
+    pl->p += 2;
+}

@@ -1,0 +1,249 @@
+/* trace.c: the session: start (output, ProcessInfo, flusher), flush, stop, the emergency flush for
+ * fatal signals and _exit, fork handling and statistics. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "trace_int.h"
+
+char *at_command_line;
+static _Atomic int sess_state; /* 0 none, 1 running, 2 stopping */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static bool fork_locked;
+
+static const at_field pi_fields[] = {
+    {"CommandLine", NT_TYPE_STRING},
+    {"OSInformation", NT_TYPE_STRING},
+    {"ArchInformation", NT_TYPE_STRING},
+};
+static const at_event_desc pi_desc = {
+    .provider = "Microsoft-DotNETCore-EventPipe",
+    .event_id = 1,
+    .name = "ProcessInfo",
+    .version = 1,
+    .level = NT_LEVEL_ALWAYS,
+    .nfields = 3,
+    .fields = pi_fields,
+};
+
+/* /proc/self/cmdline with the NULs between arguments turned into spaces. */
+char *at_cmdline_utf8(void)
+{
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return strdup("");
+    size_t cap = 4096, len = 0;
+    char *b = malloc(cap + 1);
+    for (;;) {
+        if (!b)
+            break;
+        ssize_t n = read(fd, b + len, cap - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        if (len == cap) {
+            char *nb = realloc(b, cap * 2 + 1);
+            if (!nb)
+                break;
+            b = nb;
+            cap *= 2;
+        }
+    }
+    close(fd);
+    if (!b)
+        return NULL;
+    while (len && b[len - 1] == 0)
+        len--;
+    for (size_t i = 0; i < len; i++)
+        if (b[i] == 0)
+            b[i] = ' ';
+    b[len] = 0;
+    return b;
+}
+
+static void fork_prepare(void)
+{
+    if (atomic_load(&sess_state) == 1) {
+        pthread_mutex_lock(&at_flush_lock); /* the child must not inherit a half-written flush */
+        fork_locked = true;
+    }
+}
+
+static void fork_parent(void)
+{
+    if (fork_locked) {
+        fork_locked = false;
+        pthread_mutex_unlock(&at_flush_lock);
+    }
+}
+
+static void fork_child(void)
+{
+    if (!fork_locked)
+        return;
+    fork_locked = false;
+    pthread_mutex_init(&at_flush_lock, NULL);
+    /* none of the parent's buffered events: they are the parent's to write */
+    at_pool_reset_child();
+    atomic_fetch_add(&at_sess_gen, 1);
+    atomic_store(&at_stat_written, 0);
+    atomic_store(&at_stat_dropped_io, 0);
+    atomic_store(&at_stat_bytes, 0);
+    atomic_store(&at_stat_files, 0);
+    at_flusher_forget();
+    at_output_close(&at_out);
+    at_out.child_suffix = true;
+    char err[256];
+    if (at_output_open_first(&at_out, err, sizeof err) < 0 || at_flusher_start() < 0) {
+        at_errmsg("fork child: no trace: ", err, 0);
+        atomic_store(&at_sess_active, 0);
+        atomic_store(&sess_state, 0);
+        at_output_close(&at_out);
+        return;
+    }
+    pthread_mutex_lock(&at_flush_lock);
+    at_ntw_file_begin(at_now_ns());
+    pthread_mutex_unlock(&at_flush_lock);
+}
+
+static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
+{
+    char dummy[8];
+    if (!errbuf || errlen == 0) {
+        errbuf = dummy;
+        errlen = sizeof dummy;
+    }
+    errbuf[0] = 0;
+    if (!o || !o->path || !o->path[0]) {
+        snprintf(errbuf, errlen, "no output path");
+        return -1;
+    }
+    if (o->mode != AT_OUTPUT_FILE && o->mode != AT_OUTPUT_ROTATE && o->mode != AT_OUTPUT_CIRCULAR) {
+        snprintf(errbuf, errlen, "unknown output mode %d", (int)o->mode);
+        return -1;
+    }
+    if (strlen(o->path) >= sizeof at_out.pattern) {
+        snprintf(errbuf, errlen, "output path is too long");
+        return -1;
+    }
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&sess_state, &expect, 1)) {
+        snprintf(errbuf, errlen, "a trace session is already active");
+        return -1;
+    }
+    at_tbuf_init_key();
+    pthread_once(&atfork_once, register_atfork);
+    if (at_pool_init(o->buffer_cap, errbuf, errlen) < 0)
+        goto fail;
+    free(at_command_line);
+    at_command_line = o->command_line ? strdup(o->command_line) : at_cmdline_utf8();
+    if (!at_processinfo_type)
+        at_processinfo_type = at_event_type_register(&pi_desc);
+    at_ntw_init();
+    if (!at_processinfo_type || !at_ntw_ready()) {
+        snprintf(errbuf, errlen, "out of memory");
+        goto fail;
+    }
+    memset(&at_out, 0, sizeof at_out);
+    strcpy(at_out.pattern, o->path);
+    at_out.mode = o->mode;
+    at_out.mode_size = o->mode_size;
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    at_out.start_time_s = (uint64_t)rt.tv_sec;
+    if (at_output_open_first(&at_out, errbuf, errlen) < 0)
+        goto fail;
+    at_flush_interval_ms = o->flush_interval_ms ? o->flush_interval_ms : 100;
+    at_event_type_apply_filter(o->level, o->keywords);
+    atomic_store(&at_stat_written, 0);
+    atomic_store(&at_stat_dropped_io, 0);
+    atomic_store(&at_stat_bytes, 0);
+    atomic_store(&at_stat_files, 1);
+    atomic_store(&at_drops_noring, 0);
+    atomic_store(&at_drops_retired, 0);
+    at_last_ts_written = 0;
+
+    pthread_mutex_lock(&at_flush_lock);
+    if (at_flusher_start() < 0) {
+        pthread_mutex_unlock(&at_flush_lock);
+        snprintf(errbuf, errlen, "cannot start the flusher thread: %s", strerror(errno));
+        at_output_close(&at_out);
+        goto fail;
+    }
+    if (at_ntw_file_begin(at_now_ns()) < 0) {
+        pthread_mutex_unlock(&at_flush_lock);
+        at_flusher_stop();
+        snprintf(errbuf, errlen, "cannot write %s", at_out.path);
+        at_output_close(&at_out);
+        goto fail;
+    }
+    atomic_fetch_add(&at_sess_gen, 1);
+    atomic_store(&at_sess_active, 1);
+    pthread_mutex_unlock(&at_flush_lock);
+    return 0;
+fail:
+    atomic_store(&sess_state, 0);
+    return -1;
+}
+
+void at_trace_flush(void)
+{
+    if (atomic_load(&sess_state) != 1)
+        return;
+    pthread_mutex_lock(&at_flush_lock);
+    at_flush_locked(false, false);
+    pthread_mutex_unlock(&at_flush_lock);
+}
+
+void at_trace_stop(void)
+{
+    int expect = 1;
+    if (!atomic_compare_exchange_strong(&sess_state, &expect, 2))
+        return;
+    /* events from now on are dropped and counted; then everything published is written */
+    atomic_store(&at_sess_active, 0);
+    at_flusher_stop();
+    pthread_mutex_lock(&at_flush_lock);
+    at_flush_locked(false, true);
+    at_output_close(&at_out);
+    atomic_fetch_add(&at_sess_gen, 1);
+    pthread_mutex_unlock(&at_flush_lock);
+    atomic_store(&sess_state, 0);
+}
+
+void at_trace_emergency_flush(void)
+{
+    if (atomic_load(&sess_state) != 1)
+        return;
+    int saved = errno;
+    /* bounded: about 200 ms if another thread holds the lock, at once if this thread does */
+    for (int i = 0; i < 200; i++) {
+        int rc = pthread_mutex_trylock(&at_flush_lock);
+        if (rc == 0) {
+            at_flush_locked(false, true);
+            pthread_mutex_unlock(&at_flush_lock);
+            break;
+        }
+        if (rc == EDEADLK)
+            break;
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+    }
+    errno = saved;
+}
+
+bool at_trace_active(void) { return atomic_load(&sess_state) == 1; }
+
+const char *at_trace_path(void) { return atomic_load(&sess_state) == 1 ? at_out.path : NULL; }
+
+void at_trace_get_stats(at_trace_stats *s)
+{
+    s->events_written = atomic_load(&at_stat_written);
+    s->events_dropped = at_tbuf_total_drops() + atomic_load(&at_stat_dropped_io);
+    s->bytes_written = atomic_load(&at_stat_bytes);
+    s->files = atomic_load(&at_stat_files);
+}

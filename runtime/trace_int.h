@@ -1,0 +1,141 @@
+/* trace_int.h: state shared by the writer's files (runtime/): the per-thread ring buffers, the event
+ * type registry, the block serialiser and the output. Not a contract: only trace.h is. */
+#ifndef AT_TRACE_INT_H
+#define AT_TRACE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include "trace.h"
+
+/* ---- event types (event_type.c) ---- */
+#define AT_MAX_TYPES 65536
+
+struct at_event_type {
+    struct at_event_type_head head; /* first member: at_event_enabled() reads it */
+    uint32_t index;                 /* 1-based; also the metadata id in every file, never reused */
+    uint32_t event_id;
+    uint8_t level;
+    uint64_t keywords;
+    char *provider, *name;
+    uint8_t version;
+    uint8_t *meta;                  /* encoded V5 metadata payload (id + provider + ... + tags) */
+    uint32_t meta_len;
+    uint32_t file_gen;              /* flusher only: file generation its metadata was written to */
+};
+
+extern at_event_type *at_types[AT_MAX_TYPES];
+extern _Atomic uint32_t at_ntypes;
+/* Recompute every type's enabled flag for a level/keyword filter. */
+void at_event_type_apply_filter(uint8_t level, uint64_t keywords);
+
+/* ---- per-thread ring buffers (tbuf.c) ---- */
+/* A record in a ring: this header, then [activity 16][related 16][ips nips*8][payload], padded to 8.
+ * size 0 at a ring position means "wrapped: continue at offset 0". */
+typedef struct at_rec {
+    uint32_t size;
+    uint32_t type_index;
+    uint64_t ts;
+    uint32_t seq;
+    uint32_t payload_len;
+    uint16_t nips;
+    uint16_t flags; /* AT_REC_ACT, AT_REC_REL */
+    uint32_t pad;
+} at_rec;
+#define AT_REC_ACT 1u
+#define AT_REC_REL 2u
+
+enum { AT_RING_FREE = 0, AT_RING_USED = 1, AT_RING_RETIRED = 2 };
+
+typedef struct at_ring {
+    /* written by the owning thread */
+    _Atomic uint64_t head;
+    uint64_t tail_cache;
+    _Atomic uint32_t seq_pub;  /* last sequence number the thread used (written or dropped) */
+    _Atomic uint64_t drops;
+    uint64_t tid;
+    char pad1[64];
+    /* written by the flusher */
+    _Atomic uint64_t tail;
+    _Atomic uint32_t state;
+    uint32_t last_seq;         /* flusher: seq of the last record written to the file */
+    uint64_t cursor;           /* flusher: next record to merge */
+    uint64_t limit;            /* flusher: head snapshot of this flush */
+    uint8_t *data;
+    uint64_t size;             /* power of two */
+    char pad2[64];
+} at_ring;
+
+typedef struct at_pool {
+    at_ring *rings;
+    uint32_t nrings;
+    uint64_t ring_size;
+    void *map;
+    size_t map_len;
+} at_pool;
+
+extern at_pool at_pool_g;
+extern _Atomic uint32_t at_sess_gen;   /* bumped at start/stop/fork: thread ring pointers go stale */
+extern _Atomic int at_sess_active;
+extern _Atomic uint64_t at_drops_noring; /* events dropped with no ring (pool exhausted, no session) */
+extern _Atomic uint64_t at_drops_retired;
+
+int at_pool_init(size_t cap, char *err, size_t errlen);
+/* After fork in the child: forget every buffered event and every ring owner. */
+void at_pool_reset_child(void);
+void at_tbuf_init_key(void);
+uint64_t at_tbuf_total_drops(void);
+
+/* ---- output (output.c) ---- */
+typedef struct at_output {
+    char pattern[4096];
+    char base[4096];      /* pattern expanded (pid, time) */
+    char path[4096];      /* current file */
+    enum at_output_mode mode;
+    uint64_t mode_size;
+    uint64_t seg_size;    /* size at which a new file is started (0: never) */
+    unsigned index;       /* of the current file (0 = base path) */
+    unsigned max_files;   /* circular: files kept */
+    int fd;
+    bool failed;
+    bool child_suffix;    /* fork child of a pattern without %p: add -<pid> */
+    uint64_t pos;         /* logical end of the written content (where the end tag is) */
+    uint64_t start_time_s;
+} at_output;
+
+int at_output_open_first(at_output *o, char *err, size_t errlen);
+int at_output_open_next(at_output *o);   /* rotation/circular; -1 on error (reported) */
+void at_output_close(at_output *o);
+int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off);
+void at_output_report(at_output *o, const char *what, int err);
+/* async-signal-safe small formatting helpers */
+size_t at_fmt_u64(char *out, uint64_t v);
+void at_civil_from_unix(int64_t secs, int *y, int *mo, int *d, int *h, int *mi, int *s, int *dow);
+void at_errmsg(const char *a, const char *b, int err);
+
+/* ---- serialiser (ntw_block.c) ---- */
+void at_ntw_init(void);                  /* allocates the buffers (not async-signal-safe) */
+int at_ntw_file_begin(uint64_t sync_qpc);   /* header + ProcessInfo into a fresh file */
+void at_ntw_flush_begin(void);
+int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid);
+int at_ntw_flush_end(bool force_sp);     /* pending blocks, SP, end tag; -1 on write error */
+void at_ntw_write_sp(void);
+extern at_output at_out;
+extern at_event_type *at_processinfo_type;
+extern uint64_t at_ntw_pending_events;
+
+/* ---- session (trace.c / flusher.c) ---- */
+extern pthread_mutex_t at_flush_lock;
+extern _Atomic uint64_t at_stat_written, at_stat_dropped_io, at_stat_bytes, at_stat_files;
+extern uint64_t at_flusher_tid;
+void at_flush_locked(bool holdback, bool force_sp);
+bool at_ntw_ready(void);
+int at_flusher_start(void);
+void at_flusher_stop(void);
+void at_flusher_forget(void);
+extern unsigned at_flush_interval_ms;
+extern uint64_t at_last_ts_written;
+char *at_cmdline_utf8(void);
+extern char *at_command_line;
+
+
+#endif
