@@ -23,22 +23,49 @@ static bool flusher_running;
 static _Atomic int flusher_stop;
 static sem_t flusher_ready;
 
-static at_ring *active[4096], *snap[4096];
+static at_ring *active[AT_MAX_THREADS];
 
-/* The record at r->cursor, skipping a wrap marker. */
-static inline const at_rec *peek(at_ring *r)
+/* The next published record of r, or NULL. Chunks the reader has left behind go back to the pool. */
+static const at_rec *peek(at_ring *r)
 {
-    uint64_t pos = r->cursor & (r->size - 1);
-    const at_rec *rec = (const at_rec *)(r->data + pos);
-    if (rec->size == 0) {
-        r->cursor += r->size - pos;
-        rec = (const at_rec *)r->data;
+    if (r->rchunk < 0) {
+        int32_t f = atomic_load_explicit(&r->first, memory_order_acquire);
+        if (f < 0)
+            return NULL;
+        r->rchunk = f;
+        r->rpos = AT_CHUNK_HDR;
     }
-    return rec;
+    for (;;) {
+        at_chunk *c = at_chunk_at(&at_pool_g, r->rchunk);
+        if (r->rpos < atomic_load_explicit(&c->used, memory_order_acquire))
+            return (const at_rec *)((const uint8_t *)c + r->rpos);
+        int32_t n = atomic_load_explicit(&c->next, memory_order_acquire);
+        if (n < 0)
+            return NULL;
+        /* next is linked only after the chunk's last record was published: used is final now */
+        if (r->rpos < atomic_load_explicit(&c->used, memory_order_acquire))
+            continue;
+        at_chunk_free(r->rchunk);
+        r->rchunk = n;
+        r->rpos = AT_CHUNK_HDR;
+    }
+}
+
+/* The sequence number a sequence point may list for r: everything up to it is in the file or was
+ * dropped. seq_pub is stored after the record is published, so if nothing is left to read after
+ * loading it, every number up to it that we did not write was dropped. */
+uint32_t at_ring_sp_seq(at_ring *r)
+{
+    uint32_t s = atomic_load_explicit(&r->seq_pub, memory_order_acquire);
+    return peek(r) == NULL ? s : r->last_seq;
 }
 
 static void recycle(at_ring *r)
 {
+    if (r->rchunk >= 0)
+        at_chunk_free(r->rchunk);
+    r->rchunk = -1;
+    atomic_store(&r->first, -1);
     atomic_fetch_add(&at_drops_retired, atomic_load(&r->drops));
     atomic_store(&r->drops, 0);
     r->last_seq = 0;
@@ -51,24 +78,20 @@ void at_flush_locked(bool holdback, bool force_sp)
     if (at_out.fd < 0 && !at_out.failed)
         return;
     bool ok = !at_out.failed;
-    uint64_t limit_ts = holdback ? at_now_ns() - HOLDBACK_NS : UINT64_MAX;
-    uint32_t na = 0, ns = 0;
+    /* everything written before now (minus the hold-back) goes in; later events wait */
+    uint64_t limit_ts = at_now_ns() - (holdback ? HOLDBACK_NS : 0);
+    uint32_t na = 0;
     for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
         at_ring *r = &at_pool_g.rings[i];
-        uint32_t st = atomic_load_explicit(&r->state, memory_order_acquire);
-        if (st == AT_RING_FREE)
+        if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
-        r->limit = atomic_load_explicit(&r->head, memory_order_acquire);
-        r->cursor = atomic_load_explicit(&r->tail, memory_order_relaxed);
-        snap[ns++] = r;
-        if (r->cursor != r->limit)
+        if (peek(r))
             active[na++] = r;
     }
     if (ok)
         at_ntw_flush_begin();
-    uint32_t since_tail = 0;
     while (na) {
-        /* the ring with the oldest next record, and the next-oldest timestamp among the others */
+        /* the buffer with the oldest next record, and the next-oldest timestamp among the others */
         uint32_t best = 0;
         uint64_t best_ts = peek(active[0])->ts, second = UINT64_MAX;
         for (uint32_t i = 1; i < na; i++) {
@@ -86,57 +109,49 @@ void at_flush_locked(bool holdback, bool force_sp)
         if (second > limit_ts)
             second = limit_ts;
         at_ring *r = active[best];
-        /* a run: this ring's records up to the next-oldest of the others */
-        for (;;) {
-            const at_rec *rec = peek(r);
-            if (rec->ts > second && rec->ts != best_ts)
-                break;
-            best_ts = UINT64_MAX; /* only the first record may equal the other rings' minimum */
+        /* a run: this thread's records up to the next-oldest of the others */
+        const at_rec *rec = peek(r);
+        do {
             if (ok)
                 at_ntw_event(rec, (const uint8_t *)(rec + 1), r->tid);
             else
                 atomic_fetch_add(&at_stat_dropped_io, 1);
             r->last_seq = rec->seq;
-            r->cursor += rec->size;
-            if (++since_tail >= 256) {
-                since_tail = 0;
-                for (uint32_t i = 0; i < na; i++)
-                    atomic_store_explicit(&active[i]->tail, active[i]->cursor, memory_order_release);
-            }
-            if (r->cursor == r->limit) {
-                atomic_store_explicit(&r->tail, r->cursor, memory_order_release);
-                active[best] = active[--na];
-                break;
-            }
+            r->rpos += rec->size;
+            rec = peek(r);
+        } while (rec && rec->ts <= second);
+        if (!rec)
+            active[best] = active[--na];
+    }
+    /* Exited threads: once everything they published is written, their buffer can be reused. A
+     * thread whose last events were dropped must first appear in a sequence point, or a reader
+     * would never learn about those drops. */
+    uint32_t nr = 0;
+    for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
+        at_ring *r = &at_pool_g.rings[i];
+        if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_RETIRED && !peek(r)) {
+            active[nr++] = r;
+            if (atomic_load(&r->seq_pub) != r->last_seq)
+                force_sp = true;
         }
     }
-    for (uint32_t i = 0; i < ns; i++)
-        atomic_store_explicit(&snap[i]->tail, snap[i]->cursor, memory_order_release);
     if (ok && at_ntw_flush_end(force_sp) < 0) {
         atomic_fetch_add(&at_stat_dropped_io, at_ntw_pending_events);
         at_ntw_pending_events = 0;
     }
-    /* exited threads: once everything they published is written, their ring can be reused */
-    for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
-        at_ring *r = &at_pool_g.rings[i];
-        if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_RETIRED
-            && atomic_load_explicit(&r->head, memory_order_acquire) == r->cursor)
-            recycle(r);
-    }
+    for (uint32_t i = 0; i < nr; i++)
+        recycle(active[i]);
 }
 
 static bool rings_filling(void)
 {
-    for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
-        at_ring *r = &at_pool_g.rings[i];
-        if (atomic_load_explicit(&r->state, memory_order_relaxed) == AT_RING_FREE)
-            continue;
-        uint64_t used = atomic_load_explicit(&r->head, memory_order_relaxed)
-                      - atomic_load_explicit(&r->tail, memory_order_relaxed);
-        if (used >= r->size / 4)
-            return true;
-    }
-    return false;
+    int32_t used = (int32_t)at_pool_g.nchunks - atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed);
+    int32_t thr = (int32_t)at_pool_g.nchunks / 4;
+    if (thr > 64)
+        thr = 64;
+    if (thr < 2)
+        thr = 2;
+    return used >= thr;
 }
 
 static void *flusher_main(void *arg)

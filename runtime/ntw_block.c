@@ -300,12 +300,7 @@ void at_ntw_write_sp(void)
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
-        /* Trailing drops are only known once everything the thread published has been written:
-         * seq_pub is stored after head, so if head has not moved past what we consumed, every
-         * sequence number up to seq_pub that we did not write was dropped. */
-        uint32_t s = atomic_load_explicit(&r->seq_pub, memory_order_acquire);
-        uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
-        uint32_t seq = (h == r->cursor) ? s : r->last_seq;
+        uint32_t seq = at_ring_sp_seq(r);
         if (seq == 0)
             continue;
         memcpy(buf + len, &r->tid, 8);

@@ -1,8 +1,10 @@
-/* tbuf.c: per-thread ring buffers and the hot path (at_event_write). Memory is one mapping of
- * buffer_cap bytes cut into equal rings; a thread claims a free ring at its first event with a CAS
- * (async-signal-safe, no allocation), then writes records with plain stores and publishes them with
- * a release store of its head. The flusher is the only reader (single producer, single consumer).
- * At thread exit a pthread key destructor marks the ring retired; the flusher drains and frees it. */
+/* tbuf.c: per-thread buffers and the hot path (at_event_write). Buffer memory is one mapping of
+ * buffer_cap bytes cut into 64 KiB chunks on a lock-free free list (a tagged-index Treiber stack: a
+ * CAS, async-signal-safe, no allocation). A thread claims a descriptor at its first event and chains
+ * chunks as it fills them; records are written with plain stores and published with a release store,
+ * so the flusher (the single consumer) never takes a lock either. When no chunk is free the event is
+ * dropped and counted: the traced thread never waits. At thread exit a pthread key destructor marks
+ * the descriptor retired; the flusher drains it and returns its chunks. */
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,11 +13,9 @@
 #include <stdio.h>
 #include "trace_int.h"
 
-#define AT_DEFAULT_CAP (128u << 20)
-#define AT_MAX_RING (4u << 20)
-#define AT_MIN_RING (4u << 10)
-#define AT_MAX_PAYLOAD (60u * 1024) /* a blob must fit a 100 KiB block */
-#define AT_MAX_IPS 1024u
+#define AT_DEFAULT_CAP (256u << 20) /* virtual; chunks are reused LIFO so RSS follows the backlog */
+#define AT_MAX_PAYLOAD (48u * 1024)
+#define AT_MAX_IPS 1024u           /* with the largest payload a record still fits one chunk */
 
 at_pool at_pool_g;
 _Atomic uint32_t at_sess_gen;
@@ -39,72 +39,99 @@ static void thr_exit(void *p)
     at_ring *r = p;
     if (r && thr.ring == r && thr.gen == atomic_load(&at_sess_gen))
         atomic_store_explicit(&r->state, AT_RING_RETIRED, memory_order_release);
-    thr.ring = NULL; /* an event written after this (a later destructor) claims a new ring */
+    thr.ring = NULL; /* an event written after this (a later destructor) claims a new descriptor */
 }
 
 static void make_key(void) { pthread_key_create(&thr_key, thr_exit); }
 void at_tbuf_init_key(void) { pthread_once(&key_once, make_key); }
 
+static int32_t chunk_pop(void)
+{
+    at_pool *p = &at_pool_g;
+    uint64_t h = atomic_load_explicit(&p->free_head, memory_order_acquire);
+    for (;;) {
+        uint32_t idx = (uint32_t)h;
+        if (idx == 0)
+            return -1;
+        /* may read a stale link if another thread pops concurrently; the tag makes that CAS fail */
+        uint32_t next = p->free_next[idx - 1];
+        uint64_t nh = ((h >> 32) + 1) << 32 | next;
+        if (atomic_compare_exchange_weak_explicit(&p->free_head, &h, nh, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            atomic_fetch_sub_explicit(&p->nfree, 1, memory_order_relaxed);
+            return (int32_t)idx - 1;
+        }
+    }
+}
+
+void at_chunk_free(int32_t i)
+{
+    at_pool *p = &at_pool_g;
+    uint64_t h = atomic_load_explicit(&p->free_head, memory_order_relaxed);
+    do {
+        p->free_next[i] = (uint32_t)h;
+    } while (!atomic_compare_exchange_weak_explicit(&p->free_head, &h,
+                                                    ((h >> 32) + 1) << 32 | (uint32_t)(i + 1),
+                                                    memory_order_release, memory_order_relaxed));
+    atomic_fetch_add_explicit(&p->nfree, 1, memory_order_relaxed);
+}
+
+static void pool_reset(void)
+{
+    at_pool *p = &at_pool_g;
+    atomic_store(&p->free_head, 0);
+    atomic_store(&p->nfree, 0);
+    for (int32_t i = (int32_t)p->nchunks - 1; i >= 0; i--)
+        at_chunk_free(i); /* chunk 0 on top: the lowest addresses are reused first */
+    for (uint32_t i = 0; i < p->nrings; i++) {
+        at_ring *r = &p->rings[i];
+        atomic_store(&r->state, AT_RING_FREE);
+        r->wchunk = r->rchunk = -1;
+        atomic_store(&r->first, -1);
+        r->last_seq = 0;
+        atomic_store(&r->seq_pub, 0);
+        atomic_store(&r->drops, 0);
+    }
+}
+
 int at_pool_init(size_t cap, char *err, size_t errlen)
 {
     if (cap == 0)
         cap = AT_DEFAULT_CAP;
-    if (cap < AT_MIN_RING) {
-        snprintf(err, errlen, "buffer cap %zu is below the minimum of %u bytes", cap, AT_MIN_RING);
+    if (cap < 2 * AT_CHUNK_SIZE) {
+        snprintf(err, errlen, "buffer cap %zu is below the minimum of %u bytes", cap,
+                 2 * AT_CHUNK_SIZE);
         return -1;
     }
-    uint64_t rs = AT_MAX_RING;
-    while (rs > AT_MIN_RING && rs > cap / 4)
-        rs >>= 1;
-    uint32_t n = (uint32_t)(cap / rs);
-    if (n > 4096)
-        n = 4096;
-    if (at_pool_g.map && at_pool_g.ring_size == rs && at_pool_g.nrings == n) {
-        /* same geometry (a new session in the same process): reuse the mapping */
-        for (uint32_t i = 0; i < n; i++) {
-            at_ring *r = &at_pool_g.rings[i];
-            atomic_store(&r->state, AT_RING_FREE);
-            atomic_store(&r->head, 0);
-            atomic_store(&r->tail, 0);
-            r->tail_cache = r->cursor = r->limit = 0;
-            r->last_seq = 0;
-            atomic_store(&r->drops, 0);
-        }
+    uint32_t n = (uint32_t)(cap / AT_CHUNK_SIZE);
+    if (at_pool_g.map && at_pool_g.nchunks == n) {
+        pool_reset(); /* a new session with the same cap reuses the mapping */
         return 0;
     }
-    size_t ring_bytes = (sizeof(at_ring) * n + 4095) & ~(size_t)4095;
-    size_t len = ring_bytes + (size_t)rs * n;
+    size_t ring_bytes = (sizeof(at_ring) * AT_MAX_THREADS + sizeof(uint32_t) * n + 4095)
+                        & ~(size_t)4095;
+    size_t len = ring_bytes + (size_t)n * AT_CHUNK_SIZE;
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (m == MAP_FAILED) {
         snprintf(err, errlen, "cannot map %zu bytes of buffers: %s", len, strerror(errno));
         return -1;
     }
-    /* an older mapping of another geometry stays mapped: a thread may still be writing into it */
-    at_ring *rings = m;
-    for (uint32_t i = 0; i < n; i++) {
-        rings[i].data = (uint8_t *)m + ring_bytes + (size_t)rs * i;
-        rings[i].size = rs;
-    }
-    at_pool_g.rings = rings;
-    at_pool_g.nrings = n;
-    at_pool_g.ring_size = rs;
+    /* an older mapping of another size stays mapped: a thread may still be writing into it */
+    at_pool_g.rings = m;
+    at_pool_g.nrings = AT_MAX_THREADS;
+    at_pool_g.free_next = (uint32_t *)((uint8_t *)m + sizeof(at_ring) * AT_MAX_THREADS);
+    at_pool_g.chunks = (uint8_t *)m + ring_bytes;
+    at_pool_g.nchunks = n;
     at_pool_g.map = m;
     at_pool_g.map_len = len;
+    pool_reset();
     return 0;
 }
 
 void at_pool_reset_child(void)
 {
-    for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
-        at_ring *r = &at_pool_g.rings[i];
-        atomic_store(&r->state, AT_RING_FREE);
-        atomic_store(&r->head, 0);
-        atomic_store(&r->tail, 0);
-        r->tail_cache = r->cursor = r->limit = 0;
-        r->last_seq = 0;
-        atomic_store(&r->drops, 0);
-    }
+    pool_reset();
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
     thr.ring = NULL;
@@ -133,13 +160,32 @@ static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
         if (!atomic_compare_exchange_strong(&r->state, &expect, AT_RING_USED))
             continue;
         r->tid = thr.tid;
-        r->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
+        r->wchunk = -1;
+        r->wpos = AT_CHUNK_SIZE;
         thr.ring = r;
         thr.gen = gen;
         pthread_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor: no allocation */
         return r;
     }
     return NULL;
+}
+
+/* The current chunk is full (or there is none): chain a new one. false when the cap is reached. */
+static AT_NOINLINE bool next_chunk(at_ring *r)
+{
+    int32_t n = chunk_pop();
+    if (n < 0)
+        return false;
+    at_chunk *c = at_chunk_at(&at_pool_g, n);
+    atomic_store_explicit(&c->used, AT_CHUNK_HDR, memory_order_relaxed);
+    atomic_store_explicit(&c->next, -1, memory_order_relaxed);
+    if (r->wchunk >= 0)
+        atomic_store_explicit(&at_chunk_at(&at_pool_g, r->wchunk)->next, n, memory_order_release);
+    else
+        atomic_store_explicit(&r->first, n, memory_order_release);
+    r->wchunk = n;
+    r->wpos = AT_CHUNK_HDR;
+    return true;
 }
 
 static inline void count_drop(at_ring *r, uint32_t seq)
@@ -170,27 +216,16 @@ int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activi
         count_drop(r, seq);
         return -1;
     }
-    uint64_t size = (sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0) + (uint64_t)nips * 8
-                     + payload_len + 7) & ~(uint64_t)7;
-    uint64_t rsz = r->size;
-    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-    uint64_t pos = h & (rsz - 1);
-    uint64_t skip = (pos + size > rsz) ? rsz - pos : 0; /* records never straddle the end */
-    if (AT_UNLIKELY(h + skip + size - r->tail_cache > rsz)) {
-        r->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
-        if (h + skip + size - r->tail_cache > rsz) {
-            count_drop(r, seq);
-            return -1;
-        }
+    uint32_t size = (uint32_t)(sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0)
+                               + (size_t)nips * 8 + payload_len + 7) & ~7u;
+    if (AT_UNLIKELY(r->wpos + size > AT_CHUNK_SIZE) && !next_chunk(r)) {
+        count_drop(r, seq);
+        return -1;
     }
-    if (AT_UNLIKELY(skip)) {
-        *(uint32_t *)(r->data + pos) = 0; /* wrap marker; pos is 8-aligned so 4 bytes fit */
-        h += skip;
-        pos = 0;
-    }
-    uint8_t *p = r->data + pos;
+    at_chunk *c = at_chunk_at(&at_pool_g, r->wchunk);
+    uint8_t *p = (uint8_t *)c + r->wpos;
     at_rec *rec = (at_rec *)p;
-    rec->size = (uint32_t)size;
+    rec->size = size;
     rec->type_index = t->index;
     rec->ts = ts;
     rec->seq = seq;
@@ -212,7 +247,8 @@ int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activi
     }
     if (payload_len)
         memcpy(p, payload, payload_len);
-    atomic_store_explicit(&r->head, h + size, memory_order_release);
+    r->wpos += size;
+    atomic_store_explicit(&c->used, r->wpos, memory_order_release);
     atomic_store_explicit(&r->seq_pub, seq, memory_order_release);
     return 0;
 

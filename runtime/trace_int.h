@@ -28,9 +28,9 @@ extern _Atomic uint32_t at_ntypes;
 /* Recompute every type's enabled flag for a level/keyword filter. */
 void at_event_type_apply_filter(uint8_t level, uint64_t keywords);
 
-/* ---- per-thread ring buffers (tbuf.c) ---- */
-/* A record in a ring: this header, then [activity 16][related 16][ips nips*8][payload], padded to 8.
- * size 0 at a ring position means "wrapped: continue at offset 0". */
+/* ---- per-thread buffers (tbuf.c) ---- */
+/* A record in a thread's buffer: this header, then [activity 16][related 16][ips nips*8][payload],
+ * padded to 8 bytes. Records never straddle chunks. */
 typedef struct at_rec {
     uint32_t size;
     uint32_t type_index;
@@ -44,44 +44,64 @@ typedef struct at_rec {
 #define AT_REC_ACT 1u
 #define AT_REC_REL 2u
 
+/* Buffer memory is a pool of fixed-size chunks; a thread's buffer is a chain of chunks. The owner
+ * appends records and publishes them with a release store of `used`; it links the next chunk with a
+ * release store of `next` only after its last record in this chunk is published. */
+#define AT_CHUNK_SIZE (64u << 10)
+#define AT_CHUNK_HDR 64u
+typedef struct at_chunk {
+    _Atomic uint32_t used; /* bytes from the chunk start that hold published records */
+    _Atomic int32_t next;  /* index of the next chunk of the same thread, -1 while this is current */
+} at_chunk;
+
 enum { AT_RING_FREE = 0, AT_RING_USED = 1, AT_RING_RETIRED = 2 };
 
 typedef struct at_ring {
     /* written by the owning thread */
-    _Atomic uint64_t head;
-    uint64_t tail_cache;
+    int32_t wchunk;            /* current chunk (-1: none yet) */
+    uint32_t wpos;
     _Atomic uint32_t seq_pub;  /* last sequence number the thread used (written or dropped) */
     _Atomic uint64_t drops;
     uint64_t tid;
     char pad1[64];
     /* written by the flusher */
-    _Atomic uint64_t tail;
     _Atomic uint32_t state;
-    uint32_t last_seq;         /* flusher: seq of the last record written to the file */
-    uint64_t cursor;           /* flusher: next record to merge */
-    uint64_t limit;            /* flusher: head snapshot of this flush */
-    uint8_t *data;
-    uint64_t size;             /* power of two */
+    int32_t rchunk;            /* chunk being read (-1: the owner has none yet) */
+    uint32_t rpos;
+    uint32_t last_seq;         /* seq of the last record written to the file */
+    _Atomic int32_t first;     /* owner -> flusher: the first chunk, set once */
     char pad2[64];
 } at_ring;
 
+#define AT_MAX_THREADS 4096u
+
 typedef struct at_pool {
-    at_ring *rings;
+    uint8_t *chunks;
+    uint32_t nchunks;
+    uint32_t *free_next;
+    _Atomic uint64_t free_head; /* tag << 32 | (index + 1); 0 index part = empty */
+    _Atomic int32_t nfree;
+    at_ring *rings;             /* AT_MAX_THREADS */
     uint32_t nrings;
-    uint64_t ring_size;
-    void *map;
     size_t map_len;
+    void *map;
 } at_pool;
 
+static inline at_chunk *at_chunk_at(const at_pool *p, int32_t i)
+{
+    return (at_chunk *)(p->chunks + (size_t)i * AT_CHUNK_SIZE);
+}
+
 extern at_pool at_pool_g;
-extern _Atomic uint32_t at_sess_gen;   /* bumped at start/stop/fork: thread ring pointers go stale */
+extern _Atomic uint32_t at_sess_gen;   /* bumped at start/stop/fork: thread buffers go stale */
 extern _Atomic int at_sess_active;
-extern _Atomic uint64_t at_drops_noring; /* events dropped with no ring (pool exhausted, no session) */
+extern _Atomic uint64_t at_drops_noring; /* events dropped with no buffer (cap reached, no session) */
 extern _Atomic uint64_t at_drops_retired;
 
 int at_pool_init(size_t cap, char *err, size_t errlen);
-/* After fork in the child: forget every buffered event and every ring owner. */
+/* After fork in the child: forget every buffered event and every buffer owner. */
 void at_pool_reset_child(void);
+void at_chunk_free(int32_t i);
 void at_tbuf_init_key(void);
 uint64_t at_tbuf_total_drops(void);
 
@@ -132,6 +152,7 @@ bool at_ntw_ready(void);
 int at_flusher_start(void);
 void at_flusher_stop(void);
 void at_flusher_forget(void);
+uint32_t at_ring_sp_seq(at_ring *r);
 extern unsigned at_flush_interval_ms;
 extern uint64_t at_last_ts_written;
 char *at_cmdline_utf8(void);
