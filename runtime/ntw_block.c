@@ -62,6 +62,7 @@ static struct {
     uint64_t max_ts;        /* of every event written to this file so far */
     uint64_t bytes_at_sp, sp_time;
     bool rotate_due;
+    uint64_t file_events;   /* events (not ProcessInfo) in the current file */
     uint8_t *pi_payload;    /* ProcessInfo */
     uint32_t pi_len;
     int32_t nprocs;
@@ -419,6 +420,7 @@ int at_ntw_file_begin(uint64_t sync_qpc)
         W.file_gen = 1;
     W.max_ts = sync_qpc;
     W.rotate_due = false;
+    W.file_events = 0;
     eb_reset(&W.eb);
     eb_reset(&W.mb);
     stacks_reset();
@@ -471,6 +473,9 @@ static int finish_file_part(void)
     if (W.held_taken && !at_out.failed)
         at_output_pwrite(&at_out, &W.held_byte, 1, W.held_off);
     at_out.pos = end;
+    /* anything more in this flush starts a new part over the tag just written */
+    W.ob_off = W.held_off = end;
+    W.held_taken = false;
     if (at_out.failed)
         return -1;
     atomic_fetch_add(&at_stat_written, at_ntw_pending_events);
@@ -490,9 +495,15 @@ static void rotate(void)
 
 int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
 {
+    at_event_type *t = at_types[r->type_index];
+    /* rotate before a file would pass its size (block framing, metadata and stack included) */
+    if (at_out.seg_size && W.file_events
+        && ob_pos() + W.mb.len + W.sb_len + W.eb.len + 256 + BLOB_WORST + r->payload_len
+                   + (size_t)r->nips * 12 + (t->file_gen != W.file_gen ? t->meta_len : 0)
+               > at_out.seg_size)
+        W.rotate_due = true;
     if (W.rotate_due)
         rotate();
-    at_event_type *t = at_types[r->type_index];
     if (t->file_gen != W.file_gen)
         put_metadata(t, r->ts, tid);
     blob_hdr h;
@@ -531,6 +542,7 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
         W.max_ts = h.ts;
     blob_put(&W.eb, &h, p, sorted);
     at_ntw_pending_events++;
+    W.file_events++;
     if (h.ts > at_last_ts_written)
         at_last_ts_written = h.ts;
     return 0;

@@ -262,3 +262,6 @@ int at_event_write(const at_event_type *t, const at_guid *activity, const at_gui
 {
     return at_event_write_ts(at_now_ns(), t, activity, related, payload, payload_len, ips, nips);
 }
+
+/* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap). */
+void at_tbuf_test_set_seq(uint32_t seq) { thr.seq = seq; }

@@ -104,6 +104,7 @@ void at_pool_reset_child(void);
 void at_chunk_free(int32_t i);
 void at_tbuf_init_key(void);
 uint64_t at_tbuf_total_drops(void);
+void at_tbuf_test_set_seq(uint32_t seq);
 
 /* ---- output (output.c) ---- */
 typedef struct at_output {
