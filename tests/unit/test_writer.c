@@ -1014,7 +1014,7 @@ static Suite *suite(void)
 int main(void)
 {
     SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
+    srunner_run_all(sr, CK_ENV);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? 1 : 0;
