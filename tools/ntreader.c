@@ -880,11 +880,7 @@ static void note_seq(nt_reader *r, thread_ent *t, uint32_t expected_last, uint64
         int32_t d = (int32_t)(expected_last - t->st.last_seq);
         if (d > 0) {
             t->st.dropped += (uint32_t)d;
-            r->counts.events_lost += (uint32_t)d;
-            if (r->opt.strict)
-                problem(r, off, "%u event(s) dropped on capture thread %llu (sequence %u -> %u%s)", (uint32_t)d,
-                        (unsigned long long)t->st.capture_thread, t->st.last_seq, expected_last + (from_sp ? 0 : 1),
-                        from_sp ? " at a sequence point" : "");
+            r->counts.events_lost += (uint32_t)d; /* drops are data, not a structural problem */
         } else if (d < 0) {
             problem(r, off, "sequence number of capture thread %llu goes backwards (%u after %u)",
                     (unsigned long long)t->st.capture_thread, expected_last + (from_sp ? 0 : 1), t->st.last_seq);
