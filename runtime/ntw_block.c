@@ -528,16 +528,19 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
     h.stack = stack_intern((const uintptr_t *)p, r->nips);
     p += (size_t)r->nips * 8;
     h.plen = r->payload_len;
-    /* a late event (older than the block's last blob) starts a new block: deltas must be >= 0 */
-    if (W.eb.len + BLOB_WORST + h.plen > BLOCK_MAX || (W.eb.n && h.ts < W.eb.last.ts)) {
+    /* IsSorted only when no earlier-written event is newer (§6). A late event (a thread published
+     * it after newer events of other threads were written) is not sorted, and readers queue an
+     * unsorted blob on the capture thread of the block's first blob or of the last sorted one: so it
+     * starts a new block unless it follows its own thread. A new block also keeps deltas >= 0. */
+    bool sorted = h.ts >= W.max_ts;
+    if (W.eb.len + BLOB_WORST + h.plen > BLOCK_MAX
+        || (W.eb.n && (h.ts < W.eb.last.ts || (!sorted && W.eb.last.cap_tid != h.cap_tid)))) {
         emit_pending();
         if (ob_pos() - W.bytes_at_sp >= SP_BYTES) {
             at_ntw_write_sp();
             h.stack = stack_intern((const uintptr_t *)(p - (size_t)r->nips * 8), r->nips);
         }
     }
-    /* IsSorted only when no earlier-written event is newer (§6) */
-    bool sorted = h.ts >= W.max_ts;
     if (sorted)
         W.max_ts = h.ts;
     blob_put(&W.eb, &h, p, sorted);
