@@ -16,6 +16,35 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "trace_int.h"
+#include <stdint.h>
+
+/* Check reports the location of every *passing* assertion to the parent process (one write each);
+ * these tests assert millions of times in loops, so only failures are reported here, with the
+ * asserting line in the message. */
+#define REQ_CMP(X, OP, Y)                                                                          \
+    do {                                                                                           \
+        intmax_t x_ = (intmax_t)(X), y_ = (intmax_t)(Y);                                           \
+        if (!(x_ OP y_))                                                                           \
+            ck_abort_msg("line %d: %s %s %s (%jd vs %jd)", __LINE__, #X, #OP, #Y, x_, y_);         \
+    } while (0)
+#undef ck_assert_int_eq
+#undef ck_assert_int_ne
+#undef ck_assert_int_ge
+#undef ck_assert_int_gt
+#undef ck_assert_int_le
+#undef ck_assert_int_lt
+#undef ck_assert
+#define ck_assert_int_eq(X, Y) REQ_CMP(X, ==, Y)
+#define ck_assert_int_ne(X, Y) REQ_CMP(X, !=, Y)
+#define ck_assert_int_ge(X, Y) REQ_CMP(X, >=, Y)
+#define ck_assert_int_gt(X, Y) REQ_CMP(X, >, Y)
+#define ck_assert_int_le(X, Y) REQ_CMP(X, <=, Y)
+#define ck_assert_int_lt(X, Y) REQ_CMP(X, <, Y)
+#define ck_assert(C)                                                                               \
+    do {                                                                                           \
+        if (!(C))                                                                                  \
+            ck_abort_msg("line %d: %s", __LINE__, #C);                                             \
+    } while (0)
 
 /* ------------------------------------------------------------------ file walker */
 typedef struct wev {
@@ -25,7 +54,7 @@ typedef struct wev {
     at_guid act, rel;
     const uint8_t *payload;
     uint32_t nframes;
-    uint64_t frames[64];
+    uint64_t frames[8];
 } wev;
 
 typedef struct walk {
