@@ -172,3 +172,8 @@ oom:
     errno = ENOMEM;
     return NULL;
 }
+
+/* fork: the child must not inherit the registry lock held by another thread */
+void at_event_type_fork_prepare(void) { pthread_mutex_lock(&reg_lock); }
+void at_event_type_fork_parent(void) { pthread_mutex_unlock(&reg_lock); }
+void at_event_type_fork_child(void) { pthread_mutex_init(&reg_lock, NULL); }

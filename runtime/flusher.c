@@ -57,7 +57,10 @@ static const at_rec *peek(at_ring *r)
 uint32_t at_ring_sp_seq(at_ring *r)
 {
     uint32_t s = atomic_load_explicit(&r->seq_pub, memory_order_acquire);
-    return peek(r) == NULL ? s : r->last_seq;
+    if (peek(r) != NULL)
+        return r->last_seq;
+    /* seq_pub may lag the last record consumed (stored just after publishing it) */
+    return (int32_t)(s - r->last_seq) > 0 ? s : r->last_seq;
 }
 
 static void recycle(at_ring *r)

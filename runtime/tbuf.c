@@ -28,8 +28,20 @@ typedef struct at_thr {
     uint32_t gen;
     uint32_t seq; /* per-thread sequence number: +1 per event tried, written or dropped */
     uint64_t tid;
+    uint64_t last_ts;
+    uint8_t busy; /* inside at_event_write: a signal handler writing now must not interleave */
 } at_thr;
 static AT_TLS at_thr thr;
+
+/* ++thr.seq as one instruction: a signal handler that writes an event between the load and the
+ * store of a plain increment would lose its number (a drop without a gap). Not locked: only this
+ * thread (and its signal handlers) touch it. */
+static inline uint32_t seq_next(void)
+{
+    uint32_t v = 1;
+    __asm__ volatile("xaddl %0, %1" : "+r"(v), "+m"(thr.seq));
+    return v + 1;
+}
 
 static pthread_key_t thr_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -137,6 +149,7 @@ void at_pool_reset_child(void)
     thr.ring = NULL;
     thr.tid = 0; /* the child's only thread has a new tid */
     thr.seq = 0;
+    thr.busy = 0;
 }
 
 uint64_t at_tbuf_total_drops(void)
@@ -195,11 +208,38 @@ static inline void count_drop(at_ring *r, uint32_t seq)
     atomic_store_explicit(&r->seq_pub, seq, memory_order_release);
 }
 
+static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid *activity,
+                              const at_guid *related, const void *payload, uint32_t payload_len,
+                              const uintptr_t *ips, uint32_t nips);
+
 int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips)
 {
-    uint32_t seq = ++thr.seq;
+    if (AT_UNLIKELY(thr.busy)) {
+        /* A signal handler interrupted this thread's own write: writing now would interleave the
+         * two records, so this one is dropped (counted; its sequence number makes a visible gap). */
+        seq_next();
+        atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
+        return -1;
+    }
+    thr.busy = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    int rc = write_event(ts, t, activity, related, payload, payload_len, ips, nips);
+    /* after the record is published (the SP logic relies on that order); thr.seq also covers
+     * handler events dropped while this write was in progress */
+    if (AT_LIKELY(thr.ring != NULL))
+        atomic_store_explicit(&thr.ring->seq_pub, thr.seq, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+    thr.busy = 0;
+    return rc;
+}
+
+static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid *activity,
+                              const at_guid *related, const void *payload, uint32_t payload_len,
+                              const uintptr_t *ips, uint32_t nips)
+{
+    uint32_t seq = seq_next();
     at_ring *r = thr.ring;
     uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
     if (AT_UNLIKELY(!atomic_load_explicit(&at_sess_active, memory_order_relaxed) || !t))
@@ -227,6 +267,11 @@ int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activi
     at_rec *rec = (at_rec *)p;
     rec->size = size;
     rec->type_index = t->index;
+    /* per-thread timestamps never go backwards in the file (a caller's ts or a clock read that a
+     * signal handler's event overtook) */
+    if (AT_UNLIKELY(ts < thr.last_ts))
+        ts = thr.last_ts;
+    thr.last_ts = ts;
     rec->ts = ts;
     rec->seq = seq;
     rec->payload_len = payload_len;
@@ -249,7 +294,6 @@ int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activi
         memcpy(p, payload, payload_len);
     r->wpos += size;
     atomic_store_explicit(&c->used, r->wpos, memory_order_release);
-    atomic_store_explicit(&r->seq_pub, seq, memory_order_release);
     return 0;
 
 drop_noring:

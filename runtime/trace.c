@@ -65,6 +65,7 @@ char *at_cmdline_utf8(void)
 
 static void fork_prepare(void)
 {
+    at_event_type_fork_prepare();
     if (atomic_load(&sess_state) == 1) {
         pthread_mutex_lock(&at_flush_lock); /* the child must not inherit a half-written flush */
         fork_locked = true;
@@ -73,6 +74,7 @@ static void fork_prepare(void)
 
 static void fork_parent(void)
 {
+    at_event_type_fork_parent();
     if (fork_locked) {
         fork_locked = false;
         pthread_mutex_unlock(&at_flush_lock);
@@ -81,6 +83,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    at_event_type_fork_child();
     if (!fork_locked)
         return;
     fork_locked = false;

@@ -27,6 +27,9 @@ extern at_event_type *at_types[AT_MAX_TYPES];
 extern _Atomic uint32_t at_ntypes;
 /* Recompute every type's enabled flag for a level/keyword filter. */
 void at_event_type_apply_filter(uint8_t level, uint64_t keywords);
+void at_event_type_fork_prepare(void);
+void at_event_type_fork_parent(void);
+void at_event_type_fork_child(void);
 
 /* ---- per-thread buffers (tbuf.c) ---- */
 /* A record in a thread's buffer: this header, then [activity 16][related 16][ips nips*8][payload],

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "ntreader.h"
@@ -702,6 +703,75 @@ START_TEST(thread_exit_keeps_buffered_events)
 }
 END_TEST
 
+
+/* Events written from a signal handler that interrupts the same thread's writes: the file stays
+ * valid (per-thread order, no torn record) and every attempt is written or counted. */
+static at_event_type *sig_type;
+static volatile sig_atomic_t sig_attempts;
+static void on_prof(int sig)
+{
+    (void)sig;
+    uint32_t v = 0xABCD;
+    sig_attempts++;
+    at_event_write(sig_type, NULL, NULL, &v, 4, NULL, 0);
+}
+
+START_TEST(signal_handler_writes)
+{
+    mkdir_tmp();
+    at_trace_options o = {.flush_interval_ms = 10};
+    start("sig.nettrace", &o);
+    at_event_type *a = type_plain("Main");
+    sig_type = type_plain("FromHandler");
+    uint8_t first[40] = {1};
+    at_event_write(a, NULL, NULL, first, sizeof first, NULL, 0); /* no drop before the first event */
+    uint64_t n = 1;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_prof;
+    sigaction(SIGPROF, &sa, NULL);
+    struct itimerval it = {{0, 200}, {0, 200}};
+    setitimer(ITIMER_PROF, &it, NULL);
+    while (sig_attempts < 300 && n < 3000000) {
+        uint8_t pay[40] = {1};
+        at_event_write(a, NULL, NULL, pay, sizeof pay, NULL, 0);
+        n++;
+    }
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_PROF, &off, NULL);
+    at_trace_stop();
+    at_trace_stats s;
+    at_trace_get_stats(&s);
+    ck_assert_int_eq(s.events_written + s.events_dropped, n + (uint64_t)sig_attempts);
+    problems = 0;
+    nt_options opt = {.strict = true, .problem = on_problem};
+    char err[512];
+    nt_reader *r = nt_open_ex(pathf("sig.nettrace"), &opt, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    nt_event e;
+    int rc;
+    uint64_t from_handler = 0, total = 0;
+    while ((rc = nt_next(r, &e)) == 1) {
+        if (e.meta->id == sig_type->index) {
+            uint32_t v;
+            memcpy(&v, e.payload, 4);
+            ck_assert_int_eq(v, 0xABCD);
+            from_handler++;
+        } else if (e.meta->id == a->index) {
+            ck_assert_int_eq(e.payload_len, 40);
+            ck_assert_int_eq(e.payload[0], 1);
+        }
+        total++;
+    }
+    ck_assert_msg(rc == 0, "%s", nt_error(r));
+    ck_assert_msg(problems == 0, "%u problems, first: %s", problems, first_problem);
+    ck_assert_int_eq(total - 1, s.events_written);
+    ck_assert_int_gt(from_handler, 0);
+    ck_assert_int_eq(nt_get_counts(r)->events_lost, s.events_dropped); /* one thread: drops are gaps */
+    nt_close(r);
+    unlink(pathf("sig.nettrace"));
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("writer_roundtrip");
@@ -719,6 +789,7 @@ static Suite *suite(void)
     tcase_add_test(tc, emergency_flush_from_signal_handler);
     tcase_add_test(tc, exit_from_other_thread_flushes_everything);
     tcase_add_test(tc, thread_exit_keeps_buffered_events);
+    tcase_add_test(tc, signal_handler_writes);
     suite_add_tcase(s, tc);
     return s;
 }
