@@ -33,11 +33,16 @@ static const at_rec *peek(at_ring *r)
         if (f < 0)
             return NULL;
         r->rchunk = f;
-        r->rpos = AT_CHUNK_HDR;
+        r->rpos = r->rused = AT_CHUNK_HDR;
     }
     for (;;) {
         at_chunk *c = at_chunk_at(&at_pool_g, r->rchunk);
-        if (r->rpos < atomic_load_explicit(&c->used, memory_order_acquire))
+        /* `used` is on the line the writer stores to at every event: read it only when what was
+         * seen last time is consumed, not per record */
+        if (r->rpos < r->rused)
+            return (const at_rec *)((const uint8_t *)c + r->rpos);
+        r->rused = atomic_load_explicit(&c->used, memory_order_acquire);
+        if (r->rpos < r->rused)
             return (const at_rec *)((const uint8_t *)c + r->rpos);
         int32_t n = atomic_load_explicit(&c->next, memory_order_acquire);
         if (n < 0)
@@ -47,7 +52,7 @@ static const at_rec *peek(at_ring *r)
             continue;
         at_chunk_free(r->rchunk);
         r->rchunk = n;
-        r->rpos = AT_CHUNK_HDR;
+        r->rpos = r->rused = AT_CHUNK_HDR;
     }
 }
 

@@ -71,6 +71,7 @@ typedef struct at_ring {
     _Atomic uint32_t state;
     int32_t rchunk;            /* chunk being read (-1: the owner has none yet) */
     uint32_t rpos;
+    uint32_t rused;            /* `used` of rchunk as last read */
     uint32_t last_seq;         /* seq of the last record written to the file */
     _Atomic int32_t first;     /* owner -> flusher: the first chunk, set once */
     char pad2[64];
