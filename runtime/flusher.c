@@ -170,10 +170,17 @@ static void *flusher_main(void *arg)
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the program's threads, never here */
     at_flusher_tid = (uint64_t)syscall(SYS_gettid);
     sem_post(&flusher_ready);
+    pthread_setname_np(pthread_self(), "acttrace-flush");
     uint64_t last = at_now_ns();
+    int32_t prev_free = atomic_load(&at_pool_g.nfree);
+    long poll = POLL_NS;
     while (!atomic_load(&flusher_stop)) {
-        struct timespec d = {0, POLL_NS};
+        struct timespec d = {0, poll};
         nanosleep(&d, NULL);
+        /* poll every millisecond while the backlog grows, every 10 ms when idle */
+        int32_t nfree = atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed);
+        poll = nfree < prev_free ? POLL_NS : 10 * POLL_NS;
+        prev_free = nfree;
         uint64_t now = at_now_ns();
         if (now - last >= (uint64_t)at_flush_interval_ms * 1000000u || rings_filling()) {
             pthread_mutex_lock(&at_flush_lock);
