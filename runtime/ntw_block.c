@@ -65,6 +65,7 @@ static struct {
     uint64_t file_events;   /* events (not ProcessInfo) in the current file */
     uint8_t *pi_payload;    /* ProcessInfo */
     uint32_t pi_len;
+    size_t pi_cap;
     int32_t nprocs;
 } W;
 
@@ -87,21 +88,22 @@ void at_ntw_init(void)
     }
     long np = sysconf(_SC_NPROCESSORS_ONLN);
     W.nprocs = np > 0 ? (int32_t)np : 1;
-    /* ProcessInfo payload: CommandLine, OSInformation, ArchInformation (UTF-16, NUL-terminated) */
+    /* ProcessInfo payload: CommandLine, OSInformation, ArchInformation (UTF-16, NUL-terminated),
+     * built once per session so that writing it (also from the emergency flush) only copies */
     const char *cl = at_command_line ? at_command_line : "";
     size_t cap = strlen(cl) * 2 + 64;
-    static uint8_t *prev;
-    uint8_t *p = map(cap);
-    if (p) {
+    if (W.pi_payload)
+        munmap(W.pi_payload, W.pi_cap);
+    W.pi_payload = map(cap);
+    W.pi_cap = cap;
+    if (W.pi_payload) {
         at_payload pl;
-        at_payload_init(&pl, p, cap);
+        at_payload_init(&pl, W.pi_payload, cap);
         at_payload_str(&pl, cl, 30000); /* keep the event well inside a block */
         at_payload_str(&pl, "Linux", 16);
         at_payload_str(&pl, "x64", 16);
-        W.pi_payload = p;
-        W.pi_len = (uint32_t)(pl.p - p);
+        W.pi_len = (uint32_t)(pl.p - W.pi_payload);
     }
-    (void)prev;
 }
 
 bool at_ntw_ready(void) { return W.init && W.pi_payload; }

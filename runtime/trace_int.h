@@ -1,4 +1,4 @@
-/* trace_int.h: state shared by the writer's files (runtime/): the per-thread ring buffers, the event
+/* trace_int.h: state shared by the writer's files (runtime/): the per-thread chunk buffers, the event
  * type registry, the block serialiser and the output. Not a contract: only trace.h is. */
 #ifndef AT_TRACE_INT_H
 #define AT_TRACE_INT_H
