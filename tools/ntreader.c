@@ -104,6 +104,7 @@ struct nt_reader {
     size_t thread_list_cap;
 
     uint64_t max_event_ts;  /* since the start, for the SP rule */
+    bool reported_before_sync;
     bool any_event;
 };
 
@@ -754,6 +755,7 @@ static int next_blob(nt_reader *r, uint32_t *payload_pos, bool *sorted, uint64_t
         if (fl & NT_EV_STACK_ID) VAR(h->stack_id, 5, "stack id");
         uint64_t dts;
         VAR(dts, 10, "timestamp delta");
+        /* wraps on purpose: real runtime files encode a step back as a 64-bit wrap-around delta */
         h->timestamp += dts;
         if (fl & NT_EV_ACTIVITY_ID) {
             if (end - p < 16) goto trunc;
@@ -823,6 +825,9 @@ static int parse_metadata_block(nt_reader *r)
             check_blob_common(r, boff);
             if (r->last.meta_id != 0)
                 problem(r, boff, "metadata blob has metadata id %u in its header (must be 0)", r->last.meta_id);
+            if (r->last.seq != 0 || r->last.capture_thread != 0)
+                problem(r, boff, "metadata blob has sequence %u / capture thread %llu (must be 0 / 0)", r->last.seq,
+                        (unsigned long long)r->last.capture_thread);
         }
         if (parse_metadata(r, r->blk + pp, r->last.payload_len, r->blk_off + pp)) return -1;
     }
@@ -1234,6 +1239,16 @@ int nt_next(nt_reader *r, nt_event *ev)
                 if (!r->blk_first && h->capture_thread != r->blk_prev_capture && !sorted)
                     problem(r, boff, "capture thread changes (%llu -> %llu) on a blob without the IsSorted flag",
                             (unsigned long long)r->blk_prev_capture, (unsigned long long)h->capture_thread);
+            }
+            if (AT_UNLIKELY(r->opt.strict)) {
+                /* Not checked: an IsSorted blob earlier than events already written since the last SP.
+                 * nettrace-v5.md §6 recommends avoiding it, but the runtime itself writes such files
+                 * (objver4, mixed, only_managed samples) and TraceEvent only dispatches them out of order. */
+                if (h->timestamp < (uint64_t)r->info.sync_time_qpc && !r->reported_before_sync) {
+                    r->reported_before_sync = true;
+                    problem(r, boff, "event timestamp %llu is before the trace's SyncTimeQPC %lld (reported once)",
+                            (unsigned long long)h->timestamp, (long long)r->info.sync_time_qpc);
+                }
             }
             r->blk_first = false;
             r->blk_prev_capture = h->capture_thread;

@@ -53,6 +53,8 @@ static void wstr(nb *b, const char *s)
 typedef struct opts {
     int trace_version, trace_minver, block_version;
     uint8_t pad_byte;
+    uint64_t sync_qpc;
+    uint32_t meta_seq;
 } opts;
 static opts O;
 
@@ -73,7 +75,7 @@ static void trace_header(nb *b, int32_t pid)
     obj_header(b, "Trace", O.trace_version, O.trace_minver);
     uint16_t st[8] = {2026, 11, 0, 22, 14, 0, 0, 0};
     put(b, st, 16);
-    u64(b, 1000);       /* sync qpc */
+    u64(b, O.sync_qpc); /* sync qpc */
     u64(b, 1000000000); /* freq */
     u32(b, 8);
     u32(b, (uint32_t)pid);
@@ -177,6 +179,7 @@ static void metadata_block(nb *b, const nb *payloads, int n, uint64_t ts)
     hdr last = {0}, h = {0};
     for (int i = 0; i < n; i++) {
         h.ts = ts;
+        h.seq = O.meta_seq;
         h.len = (uint32_t)payloads[i].len;
         blob(b, &last, &h, true, payloads[i].p);
     }
@@ -593,6 +596,22 @@ START_TEST(reported_rules)
     ck_assert(has_problem(r, "Trace object minimum reader version is 3", NULL));
     ck_assert_int_eq(r->nprob, 1);
     free(b.p);
+    /* events before SyncTimeQPC: reported once */
+    O.sync_qpc = 3150;
+    build(&b, &k);
+    r = run(&b);
+    O.sync_qpc = 1000;
+    ck_assert(has_problem(r, "event timestamp 3000 is before the trace's SyncTimeQPC 3150", NULL));
+    ck_assert_int_eq(r->nprob, 1);
+    free(b.p);
+    /* metadata blobs carry sequence 0 */
+    O.meta_seq = 5;
+    build(&b, &k);
+    r = run(&b);
+    O.meta_seq = 0;
+    ck_assert(has_problem(r, "metadata blob has sequence 5 / capture thread 0", NULL));
+    ck_assert_int_eq(r->nprob, 3);
+    free(b.p);
 }
 END_TEST
 
@@ -687,7 +706,7 @@ END_TEST
 
 int main(void)
 {
-    O = (opts){4, 4, 2, 0};
+    O = (opts){4, 4, 2, 0, 1000, 0};
     Suite *s = suite_create("reader_verify");
     TCase *tc = tcase_create("rules");
     tcase_add_test(tc, clean_file_reads_exactly);
