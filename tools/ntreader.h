@@ -124,7 +124,8 @@ const char *nt_opcode_name(uint8_t opcode);
 const char *nt_type_name(uint32_t type);
 
 /* Payload decoding helper: read field f at *off of ev's payload into a printable UTF-8 form.
- * Returns false if the payload is too short. */
+ * Returns false if the payload is too short, or if the field needs more than 2^20 values visited
+ * (nested arrays of empty objects), so a hostile payload cannot make formatting spin. */
 bool nt_field_format(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off,
                      char *out, size_t outlen);
 

@@ -704,6 +704,28 @@ START_TEST(v2params_objects_and_arrays)
 }
 END_TEST
 
+START_TEST(field_formatting_is_bounded)
+{
+    /* array<object{ M: array<object{}> }>: 65535 x 65535 empty objects would be 4e9 steps */
+    nt_field m = {.name = "M", .type = NT_TYPE_ARRAY, .elem_type = NT_TYPE_OBJECT, .nfields = 0, .fields = NULL};
+    nt_field outer = {.name = "L", .type = NT_TYPE_ARRAY, .elem_type = NT_TYPE_OBJECT, .nfields = 1, .fields = &m};
+    size_t len = 2 + 2 * 65535;
+    uint8_t *pl = malloc(len);
+    ck_assert(pl != NULL);
+    for (size_t i = 0; i < len; i += 2) { pl[i] = 0xFF; pl[i + 1] = 0xFF; }
+    char buf[128];
+    uint32_t off = 0;
+    ck_assert(!nt_field_format(&outer, pl, (uint32_t)len, &off, buf, sizeof buf));
+    /* a modest one still formats */
+    pl[0] = 2; pl[1] = 0; pl[2] = 1; pl[3] = 0; pl[4] = 0; pl[5] = 0;
+    off = 0;
+    ck_assert(nt_field_format(&outer, pl, 6, &off, buf, sizeof buf));
+    ck_assert_str_eq(buf, "[{M=[{}]}, {M=[]}]");
+    ck_assert_uint_eq(off, 6);
+    free(pl);
+}
+END_TEST
+
 int main(void)
 {
     O = (opts){4, 4, 2, 0, 1000, 0};
@@ -715,6 +737,7 @@ int main(void)
     tcase_add_test(tc, reported_rules);
     tcase_add_test(tc, uncompressed_blobs_read);
     tcase_add_test(tc, v2params_objects_and_arrays);
+    tcase_add_test(tc, field_formatting_is_bounded);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* O is global state set by main */
