@@ -18,6 +18,7 @@
 
 #define NT_STREAM_BUF (256 * 1024)
 #define NT_GROW_STEP (4u << 20)       /* a block buffer grows at most this far ahead of the data read */
+#define NT_MAX_READ_BLOCK (256u << 20) /* writers use 100 KiB blocks; far larger is a corrupt size */
 #define NT_MAX_NAME 64                /* type names are short; a longer one is corruption */
 #define NT_MAX_FIELD_DEPTH 16
 #define NT_ERR_LEN 512
@@ -1054,6 +1055,9 @@ static int read_object(nt_reader *r)
     uint64_t size_off = r->off;
     if (rd_i32(r, &size, "block size")) return -1;
     if (size < 0) return fail(r, size_off, "negative block size %d", size);
+    if ((uint32_t)size > NT_MAX_READ_BLOCK)
+        return fail(r, size_off, "%s size %d is over the reader's limit of %u bytes (writers use 100 KiB)", name, size,
+                    NT_MAX_READ_BLOCK);
     uint32_t pad = (uint32_t)((4 - (r->off & 3)) & 3);
     if (pad) {
         uint8_t zb[3];

@@ -198,10 +198,14 @@ START_TEST(huge_declared_sizes_do_not_allocate)
     uint8_t *data = slurp(SMALL, &len);
     /* the MetadataBlock size field sits at 0x83 in this file (nettrace-v5.md §2 layout) */
     ck_assert_uint_eq(data[0x83], 0x97);
-    data[0x83] = 0xF0; data[0x84] = 0xFF; data[0x85] = 0xFF; data[0x86] = 0x7F;
+    data[0x83] = 0x00; data[0x84] = 0x00; data[0x85] = 0x10; data[0x86] = 0x00; /* 1 MiB */
     outcome o = read_all(data, len, false, true);
     ck_assert_int_eq(o.rc, -1);
-    ck_assert_msg(strstr(o.err, "runs past the end of the file"), "%s", o.err);
+    ck_assert_msg(strstr(o.err, "runs past the end of the file") && strstr(o.err, "offset 136"), "%s", o.err);
+    data[0x83] = 0xF0; data[0x84] = 0xFF; data[0x85] = 0xFF; data[0x86] = 0x7F; /* ~2 GiB */
+    o = read_all(data, len, false, true);
+    ck_assert_int_eq(o.rc, -1);
+    ck_assert_msg(strstr(o.err, "over the reader's limit") && strstr(o.err, "offset 131"), "%s", o.err);
     data[0x86] = 0xFF; /* negative */
     o = read_all(data, len, false, true);
     ck_assert_int_eq(o.rc, -1);
