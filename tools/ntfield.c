@@ -12,6 +12,7 @@ typedef struct out {
     char *p;
     size_t n, len;
     bool cut;
+    uint32_t budget; /* values left to visit: nested arrays of empty objects must not spin for ages */
 } out;
 
 static void put(out *o, const char *s, size_t k)
@@ -129,7 +130,8 @@ static bool fmt_object(const nt_field *f, const uint8_t *pl, uint32_t len, uint3
 static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint32_t len, uint32_t *off, out *o,
                       int depth)
 {
-    if (depth > 32) return false;
+    if (depth > 32 || o->budget == 0) return false;
+    o->budget--;
     uint32_t p = *off;
     size_t fs = fixed_size(type);
     if (fs) {
@@ -227,7 +229,7 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
 bool nt_field_format(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off, char *outbuf,
                      size_t outlen)
 {
-    out o = {outbuf, outlen, 0, false};
+    out o = {outbuf, outlen, 0, false, 1u << 20};
     if (outlen) outbuf[0] = 0;
     if (outlen < 8) o.cut = true;
     return fmt_value(f, f->type, payload, len, off, &o, 0);

@@ -18,6 +18,7 @@
 
 #define NT_STREAM_BUF (256 * 1024)
 #define NT_GROW_STEP (4u << 20)       /* a block buffer grows at most this far ahead of the data read */
+#define NT_MAX_READ_BLOCK (256u << 20) /* writers use 100 KiB blocks; far larger is a corrupt size */
 #define NT_MAX_NAME 64                /* type names are short; a longer one is corruption */
 #define NT_MAX_FIELD_DEPTH 16
 #define NT_ERR_LEN 512
@@ -104,6 +105,7 @@ struct nt_reader {
     size_t thread_list_cap;
 
     uint64_t max_event_ts;  /* since the start, for the SP rule */
+    bool reported_before_sync;
     bool any_event;
 };
 
@@ -754,6 +756,7 @@ static int next_blob(nt_reader *r, uint32_t *payload_pos, bool *sorted, uint64_t
         if (fl & NT_EV_STACK_ID) VAR(h->stack_id, 5, "stack id");
         uint64_t dts;
         VAR(dts, 10, "timestamp delta");
+        /* wraps on purpose: real runtime files encode a step back as a 64-bit wrap-around delta */
         h->timestamp += dts;
         if (fl & NT_EV_ACTIVITY_ID) {
             if (end - p < 16) goto trunc;
@@ -823,6 +826,9 @@ static int parse_metadata_block(nt_reader *r)
             check_blob_common(r, boff);
             if (r->last.meta_id != 0)
                 problem(r, boff, "metadata blob has metadata id %u in its header (must be 0)", r->last.meta_id);
+            if (r->last.seq != 0 || r->last.capture_thread != 0)
+                problem(r, boff, "metadata blob has sequence %u / capture thread %llu (must be 0 / 0)", r->last.seq,
+                        (unsigned long long)r->last.capture_thread);
         }
         if (parse_metadata(r, r->blk + pp, r->last.payload_len, r->blk_off + pp)) return -1;
     }
@@ -1049,6 +1055,9 @@ static int read_object(nt_reader *r)
     uint64_t size_off = r->off;
     if (rd_i32(r, &size, "block size")) return -1;
     if (size < 0) return fail(r, size_off, "negative block size %d", size);
+    if ((uint32_t)size > NT_MAX_READ_BLOCK)
+        return fail(r, size_off, "%s size %d is over the reader's limit of %u bytes (writers use 100 KiB)", name, size,
+                    NT_MAX_READ_BLOCK);
     uint32_t pad = (uint32_t)((4 - (r->off & 3)) & 3);
     if (pad) {
         uint8_t zb[3];
@@ -1234,6 +1243,16 @@ int nt_next(nt_reader *r, nt_event *ev)
                 if (!r->blk_first && h->capture_thread != r->blk_prev_capture && !sorted)
                     problem(r, boff, "capture thread changes (%llu -> %llu) on a blob without the IsSorted flag",
                             (unsigned long long)r->blk_prev_capture, (unsigned long long)h->capture_thread);
+            }
+            if (AT_UNLIKELY(r->opt.strict)) {
+                /* Not checked: an IsSorted blob earlier than events already written since the last SP.
+                 * nettrace-v5.md §6 recommends avoiding it, but the runtime itself writes such files
+                 * (objver4, mixed, only_managed samples) and TraceEvent only dispatches them out of order. */
+                if (h->timestamp < (uint64_t)r->info.sync_time_qpc && !r->reported_before_sync) {
+                    r->reported_before_sync = true;
+                    problem(r, boff, "event timestamp %llu is before the trace's SyncTimeQPC %lld (reported once)",
+                            (unsigned long long)h->timestamp, (long long)r->info.sync_time_qpc);
+                }
             }
             r->blk_first = false;
             r->blk_prev_capture = h->capture_thread;

@@ -61,7 +61,7 @@ typedef struct nt_event {
 typedef struct nt_counts {
     uint64_t events, metadata;
     uint64_t event_blocks, metadata_blocks, sp_blocks, stack_blocks;
-    uint64_t first_ts, last_ts;
+    uint64_t first_ts, last_ts;   /* earliest / latest event timestamp (dispatch order, as expected.tsv) */
     uint64_t events_lost;     /* from sequence-number gaps and sequence points */
 } nt_counts;
 
@@ -69,7 +69,9 @@ typedef struct nt_reader nt_reader;
 
 /* Open a file (path "-" = stdin). NULL on failure with a message in err ("file: reason"). */
 nt_reader *nt_open(const char *path, char *err, size_t errlen);
-/* Next event: 1 = ev filled, 0 = clean end of stream, -1 = error (nt_error says what, with offset). */
+/* Next event: 1 = ev filled, 0 = clean end of stream, -1 = error (nt_error says what, with offset).
+ * Events come in file order (per capture thread that is time order; TraceEvent additionally merges
+ * threads by timestamp). */
 int nt_next(nt_reader *r, nt_event *ev);
 const char *nt_error(const nt_reader *r);
 const nt_trace_info *nt_info(const nt_reader *r);
@@ -124,7 +126,8 @@ const char *nt_opcode_name(uint8_t opcode);
 const char *nt_type_name(uint32_t type);
 
 /* Payload decoding helper: read field f at *off of ev's payload into a printable UTF-8 form.
- * Returns false if the payload is too short. */
+ * Returns false if the payload is too short, or if the field needs more than 2^20 values visited
+ * (nested arrays of empty objects), so a hostile payload cannot make formatting spin. */
 bool nt_field_format(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off,
                      char *out, size_t outlen);
 

@@ -176,6 +176,33 @@ START_TEST(samples_match_expected_from_a_pipe)
 }
 END_TEST
 
+START_TEST(corrupt_size_on_a_pipe)
+{
+    /* a block claiming 200 MB on a pipe holding 582 bytes: the buffer grows only with data that
+     * arrives, and the error names where the data ended */
+    size_t len;
+    uint8_t *data = slurp(SAMPLES "/eventpipe-dotnetcore6.0-win-x64-executioncheckpoints.nettrace", &len);
+    uint32_t big = 200u << 20;
+    memcpy(data + 0x83, &big, 4);
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    ck_assert_int_eq(write(fds[1], data, len), (ssize_t)len);
+    close(fds[1]);
+    char err[512];
+    nt_reader *r = nt_open_fd(fds[0], "pipe", NULL, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    nt_event ev;
+    ck_assert_int_eq(nt_next(r, &ev), -1);
+    char want[64];
+    snprintf(want, sizeof want, "offset %zu", len);
+    ck_assert_msg(strstr(nt_error(r), "file ends inside a MetadataBlock") && strstr(nt_error(r), want), "%s",
+                  nt_error(r));
+    nt_close(r);
+    close(fds[0]);
+    free(data);
+}
+END_TEST
+
 START_TEST(v3_netperf_refused_by_name)
 {
     char err[512];
@@ -470,6 +497,7 @@ int main(void)
     tcase_add_test(tc, samples_match_expected_from_path_strict);
     tcase_add_test(tc, samples_match_expected_from_memory);
     tcase_add_test(tc, samples_match_expected_from_a_pipe);
+    tcase_add_test(tc, corrupt_size_on_a_pipe);
     tcase_add_test(tc, v3_netperf_refused_by_name);
     tcase_add_test(tc, v6_refused_by_name);
     tcase_add_test(tc, arraytypes_metadata_and_payloads);
