@@ -126,9 +126,9 @@ $(BUILD)/bench/%: tests/bench/%.c $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBR
 	$(CC) $(CPPFLAGS) -Itests/lib $(TEST_DEFS) $(CFLAGS) $(LDFLAGS) -o $@ $< \
 	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(FFI_LIBS) $(LDLIBS_COMMON)
 
-$(BUILD)/demo/%: tests/demo/%.c
+$(BUILD)/demo/%: tests/demo/%.c $(LIBRUNTIME)
 	@mkdir -p $(dir $@)
-	$(CC) $(FIX_CFLAGS) -o $@ $< -lrt
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBRUNTIME) $(LDLIBS_COMMON)
 
 tests: all $(UNIT_BIN) $(INTEG_BIN) $(FIXTURE_BIN)
 
