@@ -1,0 +1,114 @@
+/* preload.c: the library's entry and exit. The constructor reads the settings once (some servers
+ * clear environ before main), refuses to do anything in secure-execution mode, starts the trace
+ * session and the fd and signal machinery, and only then switches the interposed functions on.
+ * Any failure prints one "acttrace:" line and leaves the program untraced. The destructor, run
+ * after the program's own destructors on exit() or return from main (from any thread), closes the
+ * file complete; _exit and fatal signals are handled in process.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include "real.h"
+#include "shim.h"
+
+int at_shim_on;
+at_config at_cfg;
+pid_t at_pid;
+
+static const char *env_lookup(const char *name)
+{
+    return getenv(name);
+}
+
+/* An exec'd image of a traced process has the pid of the image before it, whose file must not be
+ * overwritten: process.c passes ACTTRACE_EXEC_GEN=<pid>.<n> and the new image writes
+ * <pattern>-exec<n> (before the extension). */
+static void exec_generation_pattern(at_config *c)
+{
+    const char *g = getenv("ACTTRACE_EXEC_GEN");
+    if (!g)
+        return;
+    long pid = 0, gen = 0;
+    if (sscanf(g, "%ld.%ld", &pid, &gen) == 2 && pid == (long)getpid() && gen > 0) {
+        char *dot = strrchr(c->output, '.');
+        char *slash = strrchr(c->output, '/');
+        size_t cut = (dot && (!slash || dot > slash)) ? (size_t)(dot - c->output) : strlen(c->output);
+        char out[sizeof c->output];
+        int n = snprintf(out, sizeof out, "%.*s-exec%ld%s", (int)cut, c->output, gen, c->output + cut);
+        if (n > 0 && (size_t)n < sizeof out)
+            memcpy(c->output, out, (size_t)n + 1);
+    }
+}
+
+extern int at_exec_generation; /* process.c */
+
+static void at_preload_fail(const char *what, const char *why)
+{
+    fprintf(stderr, "acttrace: %s: %s; the program runs untraced\n", what, why);
+}
+
+__attribute__((constructor)) static void at_preload_init(void)
+{
+    int saved_errno = errno;
+    at_real_init();
+    if (getauxval(AT_SECURE)) /* setuid/setgid/capabilities: never write files for such a program */
+        goto out;
+    at_pid = getpid();
+    at_config_defaults(&at_cfg);
+    char err[512];
+    if (at_config_from_env(&at_cfg, env_lookup, err, sizeof err) != 0) {
+        at_preload_fail("bad setting", err);
+        goto out;
+    }
+    if (at_cfg.config_file[0])
+        fprintf(stderr,
+                "acttrace: ACTTRACE_CONFIG=%s ignored: config files arrive with issue 5; "
+                "tracing with the defaults\n",
+                at_cfg.config_file);
+    const char *g = getenv("ACTTRACE_EXEC_GEN");
+    long gpid = 0, ggen = 0;
+    if (g && sscanf(g, "%ld.%ld", &gpid, &ggen) == 2 && gpid == (long)at_pid)
+        at_exec_generation = (int)ggen;
+    exec_generation_pattern(&at_cfg);
+    unsetenv("ACTTRACE_EXEC_GEN"); /* the program sees the environment it was given */
+    at_exec_env_init();
+
+    if (at_shim_events_register(err, sizeof err) != 0) {
+        at_preload_fail("setup", err);
+        goto out;
+    }
+    at_trace_options o = {
+        .path = at_cfg.output,
+        .mode = AT_OUTPUT_FILE,
+        .buffer_cap = at_cfg.buffer_bytes,
+        .flush_interval_ms = at_cfg.flush_ms,
+    };
+    if (at_trace_start(&o, err, sizeof err) != 0) {
+        at_preload_fail("cannot start the trace", err);
+        goto out;
+    }
+    if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
+        fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
+        at_cfg.fdflow = false;
+    }
+    if (at_cfg.fatal_signals)
+        at_signals_install();
+    __atomic_store_n(&at_shim_on, 1, __ATOMIC_RELEASE);
+out:
+    errno = saved_errno;
+}
+
+__attribute__((destructor)) static void at_preload_fini(void)
+{
+    if (!at_on())
+        return;
+    int e = errno;
+    /* A vfork child that returned from main instead of calling _exit shares our memory: hands off. */
+    if (getpid() != at_pid)
+        return;
+    at_trace_stop();
+    errno = e;
+}
