@@ -10,6 +10,7 @@
 
 at_shim_events at_ev;
 AT_TLS pid_t at_tid_cache;
+AT_TLS int at_internal;
 
 pid_t at_tid_slow(void)
 {

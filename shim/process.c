@@ -285,8 +285,10 @@ AT_EXPORT pid_t fork(void)
     if (!at_on())
         return AT_REAL(fork)();
     pid_t parent = at_pid;
+    at_internal++;
     pid_t p = AT_REAL(fork)(); /* the writer's atfork handlers run in here */
     int e = errno;
+    at_internal--;
     if (p == 0) {
         at_tid_cache = 0;
         at_pid = (pid_t)syscall(SYS_getpid);

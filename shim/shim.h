@@ -43,6 +43,10 @@ extern at_shim_events at_ev;
 /* Registers the shim's event types; 0 or -1 with a message. */
 int at_shim_events_register(char *err, size_t n);
 
+/* Set while the shim itself calls into libc on the program's behalf (fork's atfork handlers, where
+ * the writer starts the child's flusher): thread creation there is ours, not the program's. */
+extern AT_TLS int at_internal;
+
 /* The calling thread's kernel id, cached (reset in a fork child). */
 extern AT_TLS pid_t at_tid_cache;
 pid_t at_tid_slow(void);

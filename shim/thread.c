@@ -100,7 +100,7 @@ static void start_abandon(at_thread_start *s)
 AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
     at_thread_start *s;
-    if (!at_on() || !(s = start_new()))
+    if (!at_on() || at_internal || !(s = start_new()))
         return AT_REAL(pthread_create)(t, attr, fn, arg);
     s->fn.posix = fn;
     s->arg = arg;
@@ -113,7 +113,7 @@ AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*f
 AT_EXPORT int thrd_create(thrd_t *t, thrd_start_t fn, void *arg)
 {
     at_thread_start *s;
-    if (!at_on() || !(s = start_new()))
+    if (!at_on() || at_internal || !(s = start_new()))
         return AT_REAL(thrd_create)(t, fn, arg);
     s->fn.c11 = fn;
     s->arg = arg;

@@ -535,6 +535,23 @@ char *at_trace_file_for_pid(const char *dir, int pid)
     return found;
 }
 
+char *at_trace_file_last_image(const char *dir, int pid)
+{
+    char *best = NULL;
+    for (int n = 1; n < 1000; n++) {
+        char *p;
+        if (asprintf(&p, "%s/acttrace-%d-exec%d.nettrace", dir, pid, n) < 0)
+            break;
+        if (!at_file_exists(p)) {
+            free(p);
+            break;
+        }
+        free(best);
+        best = p;
+    }
+    return best ? best : at_trace_file_for_pid(dir, pid);
+}
+
 /* ---------------- searching ---------------- */
 
 long at_find(const at_trace *t, const char *provider, const char *name, size_t from)
@@ -675,4 +692,71 @@ int at_free_port(void)
         port = ntohs(a.sin_port);
     close(s);
     return port;
+}
+
+/* ---------------- one traced run ---------------- */
+
+int at_session_run(at_session *s, const char *tag, const char *const *argv, const char *const *env)
+{
+    memset(s, 0, sizeof *s);
+    s->dir = at_tmpdir(tag);
+    if (!s->dir)
+        return -1;
+    size_t argc = 0;
+    while (argv[argc])
+        argc++;
+    const char *av[argc + 1];
+    char *fx = NULL;
+    for (size_t i = 0; i <= argc; i++)
+        av[i] = argv[i];
+    if (!strchr(argv[0], '/') && (fx = at_fixture_path(argv[0])) && at_file_exists(fx))
+        av[0] = fx;
+    at_run_opts o = {.argv = av, .env = env, .cwd = s->dir};
+    int rc = at_run(&o, &s->r);
+    free(fx);
+    if (rc != 0)
+        return -1;
+    char *path = at_trace_file_for_pid(s->dir, s->r.pid);
+    if (path) {
+        s->has_trace = true;
+        s->load_rc = at_trace_load(path, &s->t);
+        free(path);
+    }
+    return 0;
+}
+
+bool at_session_load_pid(const at_session *s, int pid, at_trace *t)
+{
+    memset(t, 0, sizeof *t);
+    char *path = at_trace_file_for_pid(s->dir, pid);
+    if (!path)
+        return false;
+    at_trace_load(path, t);
+    free(path);
+    return true;
+}
+
+void at_session_free(at_session *s)
+{
+    if (s->has_trace)
+        at_trace_free(&s->t);
+    at_run_result_free(&s->r);
+    if (s->dir && !getenv("AT_KEEP_TMP"))
+        at_rmtree(s->dir);
+    free(s->dir);
+    memset(s, 0, sizeof *s);
+}
+
+const char *at_session_describe(const at_session *s, char *buf, size_t n)
+{
+    char st[64];
+    const char *err = s->r.err ? s->r.err : "";
+    const char *nl = strchr(err, '\n');
+    int el = nl ? (int)(nl - err) : (int)strlen(err);
+    snprintf(buf, n, "%s; stderr: %.*s; trace: %s%s%s (%zu events) in %s",
+             at_run_describe(&s->r, st, sizeof st), el > 200 ? 200 : el, err,
+             s->has_trace ? "found" : "none", s->has_trace && !s->t.complete ? ", incomplete: " : "",
+             s->has_trace && !s->t.complete ? s->t.err : "", s->has_trace ? s->t.n : 0,
+             s->dir ? s->dir : "?");
+    return buf;
 }

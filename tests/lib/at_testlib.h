@@ -117,6 +117,10 @@ size_t at_strv_len(char *const *v);
  * pid). malloc'd, NULL when none. */
 char *at_trace_file_for_pid(const char *dir, int pid);
 
+/* The file of the last program image process pid ran: an exec keeps the pid, and each new image
+ * writes <pattern>-exec<n> beside the first (acttrace-<pid>-exec<n>.nettrace). malloc'd or NULL. */
+char *at_trace_file_last_image(const char *dir, int pid);
+
 /* ---------------- searching events ---------------- */
 
 /* Next event at index >= from whose name equals name (provider NULL = any); returns its index or -1. */
@@ -138,6 +142,24 @@ void at_path_parent(const char *path, char *out, size_t n);
 
 /* Print a readable table of the events (for a failing test's log). */
 void at_trace_dump(const at_trace *t, FILE *f);
+
+/* ---------------- one traced run ---------------- */
+
+/* Run argv (argv[0] without a '/' is a fixture name) in a fresh folder with env added, then load
+ * the trace of that process (acttrace-<pid>.nettrace there). */
+typedef struct at_session {
+    char *dir;              /* the program's working folder (kept when AT_KEEP_TMP is set) */
+    at_run_result r;
+    at_trace t;             /* loaded when has_trace */
+    bool has_trace;
+    int load_rc;            /* at_trace_load's result */
+} at_session;
+int at_session_run(at_session *s, const char *tag, const char *const *argv, const char *const *env);
+/* Load the trace of another process of the run (fork/exec children); returns has-file. */
+bool at_session_load_pid(const at_session *s, int pid, at_trace *t);
+void at_session_free(at_session *s);
+/* A one-line summary for assertion messages: status, stderr's first line, trace state. */
+const char *at_session_describe(const at_session *s, char *buf, size_t n);
 
 /* ---------------- misc ---------------- */
 
