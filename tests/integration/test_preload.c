@@ -132,7 +132,7 @@ START_TEST(test_dispositions_as_set)
     at_session s;
     const char *argv[] = {"exit_paths", "query", "0", NULL};
     ck_assert_int_eq(at_session_run(&s, "query", argv, NULL), 0);
-    ck_assert_str_eq(s.r.out, "before query\nsegv default\nterm default\nterm-after ignored\n");
+    ck_assert_str_eq(s.r.out, "before query\nquit default\nterm default\nterm-after ignored\n");
     ck_assert(s.r.exited && s.r.status == 0);
     at_session_free(&s);
 }

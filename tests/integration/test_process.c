@@ -144,7 +144,7 @@ START_TEST(test_exec_chain)
     /* each image's root HopStart is related to the previous image's Hop; find by Hop value */
     at_guid prev_hop = {{0}};
     for (int hop = 3; hop >= 0; hop--) {
-        char v[8];
+        char v[16];
         snprintf(v, sizeof v, "%d", hop);
         bool found = false;
         for (size_t f = 0; files[f] && !found; f++) {

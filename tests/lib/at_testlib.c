@@ -160,8 +160,10 @@ static char **build_env(const at_run_opts *o)
         char *p;
         if (asprintf(&p, "LD_PRELOAD=%s%s%s", san, san[0] ? " " : "", at_shim_path()) >= 0)
             e[k++] = p;
-        if (san[0] && !getenv("ASAN_OPTIONS")) /* leak reports of programs we do not own */
-            e[k++] = strdup("ASAN_OPTIONS=detect_leaks=0");
+        /* The program itself is not instrumented: no leak reports about it, and its faults are left
+         * to the program and the shim, as they are without a sanitizer. */
+        if (san[0] && !getenv("ASAN_OPTIONS"))
+            e[k++] = strdup("ASAN_OPTIONS=detect_leaks=0:handle_segv=0:handle_sigbus=0:handle_sigfpe=0");
     }
     e[k] = NULL;
     return e;
