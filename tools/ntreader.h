@@ -78,6 +78,51 @@ const nt_counts *nt_get_counts(const nt_reader *r);
 const nt_metadata *nt_metadata_get(const nt_reader *r, uint32_t id);
 void nt_close(nt_reader *r);
 
+/* ---- extensions (reader helper): options, in-memory input, per-thread state, iteration ---- */
+
+/* A structural problem that does not stop the parse (strict mode) or that the reader tolerates like
+ * TraceEvent does (an undefined stack id). offset = absolute file offset of the offending bytes. */
+typedef void (*nt_problem_fn)(void *ctx, uint64_t offset, const char *msg);
+/* Called once per metadata record as it is defined (in file order). */
+typedef void (*nt_metadata_fn)(void *ctx, const nt_metadata *m);
+
+typedef struct nt_options {
+    bool strict;              /* check every rule of the writer checklist (acttrace verify) */
+    bool skip_events;         /* do not decode event blobs (metadata/stack/SP blocks still parsed) */
+    nt_problem_fn problem;    /* may be NULL */
+    nt_metadata_fn on_metadata; /* may be NULL */
+    void *ctx;
+} nt_options;
+
+nt_reader *nt_open_ex(const char *path, const nt_options *opt, char *err, size_t errlen);
+/* Read from an already open descriptor (pipe, socket, file); name is used in messages. The reader
+ * does not close fd. */
+nt_reader *nt_open_fd(int fd, const char *name, const nt_options *opt, char *err, size_t errlen);
+/* Read from memory (tests, fuzzing). data must stay valid until nt_close. */
+nt_reader *nt_open_mem(const void *data, size_t len, const nt_options *opt, char *err, size_t errlen);
+
+/* Capture threads seen so far (events and sequence points), for drop reports. */
+typedef struct nt_thread_stat {
+    uint64_t capture_thread;
+    uint32_t last_seq;
+    uint64_t events;
+    uint64_t dropped;         /* sequence gaps attributed to this thread */
+} nt_thread_stat;
+size_t nt_thread_count(const nt_reader *r);
+const nt_thread_stat *nt_thread_at(const nt_reader *r, size_t i);
+
+/* Metadata in definition order. */
+size_t nt_metadata_count(const nt_reader *r);
+const nt_metadata *nt_metadata_at(const nt_reader *r, size_t i);
+/* Byte offset of the next unread byte of the input. */
+uint64_t nt_offset(const nt_reader *r);
+/* Problems reported through opt->problem so far. */
+uint64_t nt_problem_count(const nt_reader *r);
+/* "Info", "Start", "Stop", ... or NULL for an unnamed opcode. */
+const char *nt_opcode_name(uint8_t opcode);
+/* Name of a field type code ("int32", "string", ...). */
+const char *nt_type_name(uint32_t type);
+
 /* Payload decoding helper: read field f at *off of ev's payload into a printable UTF-8 form.
  * Returns false if the payload is too short. */
 bool nt_field_format(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off,

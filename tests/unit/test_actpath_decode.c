@@ -1,0 +1,208 @@
+/* test_actpath_decode.c: the activity-path decoder against every row of
+ * tests/data/activity-path-vectors.tsv (copy of shared/) (PerfView form and our //1/... form) and the worked examples of
+ * nettrace-v5.md §7 (checksum, quirks of the encoder, overflow ids). */
+#include "actpath.h"
+#include "guid.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VECTORS AT_SOURCE_DIR "/tests/data/activity-path-vectors.tsv"
+
+static const char *vectors_path(void)
+{
+    const char *p = getenv("AT_ACTPATH_VECTORS");
+    return p ? p : VECTORS;
+}
+
+static void hex_to_guid(const char *hex, at_guid *g)
+{
+    ck_assert_uint_eq(strlen(hex), 32);
+    for (int i = 0; i < 16; i++) {
+        unsigned v;
+        ck_assert_int_eq(sscanf(hex + 2 * i, "%2x", &v), 1);
+        g->b[i] = (uint8_t)v;
+    }
+}
+
+/* Writes the checksum for pid into bytes 12..15 the way the encoder does. */
+static void seal(at_guid *g, uint32_t pid)
+{
+    uint32_t u[3];
+    memcpy(u, g->b, 12);
+    uint32_t c = (u[0] + u[1] + u[2] + 0x599D99ADu) ^ pid;
+    memcpy(g->b + 12, &c, 4);
+}
+
+START_TEST(every_vector_row)
+{
+    FILE *f = fopen(vectors_path(), "r");
+    ck_assert_msg(f != NULL, "cannot open %s", vectors_path());
+    char line[1024];
+    int rows = 0, fitting = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        line[strcspn(line, "\n")] = 0;
+        char *col[6] = {0};
+        int n = 0;
+        for (char *s = line, *tab; n < 6; s = tab + 1) {
+            col[n++] = s;
+            tab = strchr(s, '\t');
+            if (!tab) break;
+            *tab = 0;
+        }
+        ck_assert_int_eq(n, 6);
+        rows++;
+        if (strcmp(col[3], "DOES_NOT_FIT") == 0) continue;
+        fitting++;
+        uint32_t pid = (uint32_t)strtoul(col[0], NULL, 10);
+        at_guid g, parsed;
+        hex_to_guid(col[3], &g);
+        /* the string column is the same GUID */
+        ck_assert(at_guid_parse(col[4], &parsed));
+        ck_assert(at_guid_eq(&g, &parsed));
+        ck_assert(at_actpath_is_path(&g, pid));
+        ck_assert(at_actpath_is_path(&g, 0));
+        ck_assert(!at_actpath_is_path(&g, pid + 1));
+        ck_assert_uint_eq(at_actpath_pid(&g), pid);
+        char buf[256];
+        int k = at_actpath_format_perfview(&g, buf, sizeof buf);
+        ck_assert_int_eq(k, (int)strlen(col[5]));
+        ck_assert_str_eq(buf, col[5]);
+        /* our form: the full path the encoder wrote, "//" + path without the leading '/' */
+        char want[256];
+        snprintf(want, sizeof want, "/%s", col[1]);
+        k = at_actpath_format(&g, pid, buf, sizeof buf);
+        ck_assert_msg(k == (int)strlen(want) && strcmp(buf, want) == 0, "row %s: got %s want %s", col[1], buf, want);
+        /* not a path for another pid */
+        ck_assert_int_eq(at_actpath_format(&g, pid + 1, buf, sizeof buf), -1);
+        /* too small a buffer is reported, never overrun */
+        ck_assert_int_eq(at_actpath_format(&g, pid, buf, 3), -1);
+        ck_assert_int_eq(at_actpath_format_perfview(&g, buf, 4), -1);
+    }
+    fclose(f);
+    ck_assert_int_ge(rows, 30);
+    ck_assert_int_ge(fitting, 29);
+}
+END_TEST
+
+START_TEST(worked_examples_of_the_spec)
+{
+    char buf[128];
+    /* the real runtime GUID: /#65636/1/1/ */
+    at_guid g;
+    ck_assert(at_guid_parse("00000011-0000-0000-0000-0000da999c59", &g));
+    ck_assert_int_gt(at_actpath_format_perfview(&g, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "/#65636/1/1/");
+    ck_assert_int_gt(at_actpath_format(&g, 65636, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "//1/1");
+
+    /* /1/1/300 is 11 c1 2c 00: PerfView /#pid/1/1/300/ */
+    memset(&g, 0, sizeof g);
+    g.b[0] = 0x11; g.b[1] = 0xc1; g.b[2] = 0x2c;
+    seal(&g, 4242);
+    at_actpath_format_perfview(&g, buf, sizeof buf);
+    ck_assert_str_eq(buf, "/#4242/1/1/300/");
+    at_actpath_format(&g, 4242, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1/1/300");
+    /* its child /1/1/300/5 is 11 c1 2c 00 50: PerfView stops at the 0x00, we do not */
+    g.b[4] = 0x50;
+    seal(&g, 4242);
+    at_actpath_format_perfview(&g, buf, sizeof buf);
+    ck_assert_str_eq(buf, "/#4242/1/1/300/");
+    at_actpath_format(&g, 4242, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1/1/300/5");
+
+    /* roots: 11 00 = //1/1, 12 00 = //1/2, child 3 of root 1: 11 30 = //1/1/3 */
+    memset(&g, 0, sizeof g); g.b[0] = 0x12; seal(&g, 7);
+    at_actpath_format(&g, 7, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1/2");
+    memset(&g, 0, sizeof g); g.b[0] = 0x11; g.b[1] = 0x30; seal(&g, 7);
+    at_actpath_format(&g, 7, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1/1/3");
+    /* /1/1/3/300 with the length nibble in a low half: 11 3d 2c 01 */
+    memset(&g, 0, sizeof g); g.b[0] = 0x11; g.b[1] = 0x3d; g.b[2] = 0x2c; g.b[3] = 0x01; seal(&g, 7);
+    at_actpath_format(&g, 7, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1/1/3/300");
+    at_actpath_format_perfview(&g, buf, sizeof buf);
+    ck_assert_str_eq(buf, "/#7/1/1/3/300/");
+}
+END_TEST
+
+START_TEST(checksum_styles_and_non_paths)
+{
+    char buf[128];
+    at_guid g;
+    memset(&g, 0, sizeof g);
+    g.b[0] = 0x15; g.b[1] = 0x10; /* /1/5/1 */
+    /* old style: checksum without the pid */
+    seal(&g, 0);
+    ck_assert(at_actpath_is_path(&g, 1234));
+    ck_assert(at_actpath_is_path(&g, 0));
+    ck_assert_uint_eq(at_actpath_pid(&g), 0);
+    at_actpath_format_perfview(&g, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1/5/1/");
+    at_actpath_format(&g, 1234, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1/5/1");
+    /* a random GUID is not a path: PerfView shows it as a GUID, we refuse */
+    ck_assert(at_guid_parse("6d9ec0e1-62e8-5486-db71-3463a902643d", &g));
+    ck_assert(!at_actpath_is_path(&g, 26240));
+    ck_assert(!at_actpath_is_path(&g, 0));
+    ck_assert_int_eq(at_actpath_format(&g, 26240, buf, sizeof buf), -1);
+    at_actpath_format_perfview(&g, buf, sizeof buf);
+    ck_assert_str_eq(buf, "6d9ec0e1-62e8-5486-db71-3463a902643d");
+    /* the zero GUID is not a path */
+    memset(&g, 0, sizeof g);
+    ck_assert(!at_actpath_is_path(&g, 5));
+}
+END_TEST
+
+START_TEST(overflow_ids)
+{
+    char buf[128];
+    at_guid g;
+    /* //1/2 then an overflow id 7 with the 0xB prefix in a low half: 12 ... -> 1b c0 07? Build
+     * /1/3/$7 as the encoder does: nibbles 1,3 | B (high of byte 1), C (low of byte 1), then 07. */
+    memset(&g, 0, sizeof g);
+    g.b[0] = 0x13; g.b[1] = 0xbc; g.b[2] = 0x07;
+    seal(&g, 99);
+    at_actpath_format(&g, 99, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1/3$7");
+    /* PerfView keeps the size nibble as the top bits of the value here (a decoder quirk we mirror) */
+    at_actpath_format_perfview(&g, buf, sizeof buf);
+    ck_assert_str_eq(buf, "/#99/1/3$3079/");
+    /* prefix in a low half: 1b | c0 07 -> //1$7 (0xC code in a high half, 1-byte value) */
+    memset(&g, 0, sizeof g);
+    g.b[0] = 0x1b; g.b[1] = 0xc0; g.b[2] = 0x07;
+    seal(&g, 99);
+    at_actpath_format(&g, 99, buf, sizeof buf);
+    ck_assert_str_eq(buf, "//1$7");
+    at_actpath_format_perfview(&g, buf, sizeof buf);
+    ck_assert_str_eq(buf, "/#99/1$7/");
+    /* 0xB followed by something that is not a size code: not a path for us, a GUID for PerfView */
+    memset(&g, 0, sizeof g);
+    g.b[0] = 0x1b; g.b[1] = 0x30;
+    seal(&g, 99);
+    ck_assert_int_eq(at_actpath_format(&g, 99, buf, sizeof buf), -1);
+    at_actpath_format_perfview(&g, buf, sizeof buf);
+    ck_assert_int_eq((int)strlen(buf), 36);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("actpath_decode");
+    TCase *tc = tcase_create("decode");
+    tcase_add_test(tc, every_vector_row);
+    tcase_add_test(tc, worked_examples_of_the_spec);
+    tcase_add_test(tc, checksum_styles_and_non_paths);
+    tcase_add_test(tc, overflow_ids);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,214 @@
+/* cmd_dump.c: `acttrace dump FILE`: the trace header, the metadata, one line per event (time from the
+ * trace start, thread, provider/event, opcode, activity ids with their decoded paths, stack, payload
+ * fields) and a summary. A regular file is read twice so all metadata can be listed before the
+ * events; from a pipe ("-") metadata lines appear where they are defined. */
+#include "actpath.h"
+#include "cmds.h"
+#include "guid.h"
+#include "ntreader.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void dump_usage(FILE *f)
+{
+    fprintf(f, "usage: acttrace dump [--no-events] [--no-stacks] FILE\n"
+               "  FILE is a .nettrace file (V4/V5) or - for standard input.\n"
+               "  --no-events  print the header, metadata and summary only\n"
+               "  --no-stacks  leave stack frames out of event lines\n");
+}
+
+static void print_fields(FILE *f, const nt_field *fl, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        fprintf(f, "%s%s:%s", i ? ", " : "", fl[i].name ? fl[i].name : "?", nt_type_name(fl[i].type));
+        if (fl[i].type == NT_TYPE_ARRAY) fprintf(f, "<%s>", nt_type_name(fl[i].elem_type));
+        if (fl[i].nfields) {
+            fputc('{', f);
+            print_fields(f, fl[i].fields, fl[i].nfields);
+            fputc('}', f);
+        }
+    }
+}
+
+static void print_meta(void *ctx, const nt_metadata *m)
+{
+    FILE *f = ctx;
+    char g[37];
+    at_guid_format(&m->provider_guid, g);
+    const char *op = nt_opcode_name(m->opcode);
+    fprintf(f, "meta %u: %s {%s} event %u \"%s\" opcode ", m->id, m->provider, g, m->event_id, m->name);
+    if (op) fputs(op, f);
+    else fprintf(f, "%u", m->opcode);
+    fprintf(f, "%s level %u keywords 0x%llx version %u fields (", !m->has_opcode_tag && m->opcode ? " (implied from the name)" : "", m->level,
+            (unsigned long long)m->keywords, m->version);
+    print_fields(f, m->fields, m->nfields);
+    fprintf(f, ")\n");
+}
+
+static void print_problem(void *ctx, uint64_t off, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "acttrace dump: warning at offset %llu (0x%llx): %s\n", (unsigned long long)off,
+            (unsigned long long)off, msg);
+}
+
+static void print_activity(FILE *f, const char *label, const at_guid *g, uint32_t pid)
+{
+    if (at_guid_is_zero(g)) {
+        fprintf(f, " %s=-", label);
+        return;
+    }
+    char s[37], path[256];
+    at_guid_format(g, s);
+    fprintf(f, " %s=%s", label, s);
+    if (at_actpath_format(g, pid, path, sizeof path) > 0) fprintf(f, " %s", path);
+}
+
+static void print_header(FILE *f, const char *path, const nt_trace_info *in)
+{
+    const uint16_t *t = in->sync_time_utc;
+    fprintf(f, "trace %s\n", path);
+    fprintf(f, "  sync time      %04u-%02u-%02u %02u:%02u:%02u.%03u UTC\n", t[0], t[1], t[3], t[4], t[5], t[6], t[7]);
+    fprintf(f, "  sync qpc       %lld\n", (long long)in->sync_time_qpc);
+    fprintf(f, "  qpc frequency  %lld\n", (long long)in->qpc_freq);
+    fprintf(f, "  pid            %d\n", in->pid);
+    fprintf(f, "  pointer size   %d\n", in->pointer_size);
+    fprintf(f, "  cpus           %d\n", in->num_processors);
+    fprintf(f, "  sampling rate  %d\n", in->sampling_rate);
+}
+
+static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bool stacks, char *buf, size_t buflen)
+{
+    double freq = in->qpc_freq > 0 ? (double)in->qpc_freq : 1.0;
+    double ms = ((double)((int64_t)ev->timestamp - in->sync_time_qpc)) * 1000.0 / freq;
+    const nt_metadata *m = ev->meta;
+    const char *op = nt_opcode_name(m->opcode);
+    fprintf(f, "%12.6f ms  tid %llu  %s/%s", ms, (unsigned long long)ev->thread, m->provider,
+            m->name[0] ? m->name : "(unnamed)");
+    if (op) fprintf(f, "  %s", op);
+    else fprintf(f, "  Opcode(%u)", m->opcode);
+    print_activity(f, "act", &ev->activity, (uint32_t)in->pid);
+    print_activity(f, "rel", &ev->related, (uint32_t)in->pid);
+    if (stacks && ev->nframes) {
+        fprintf(f, " stack=[");
+        for (uint32_t i = 0; i < ev->nframes; i++) fprintf(f, "%s0x%llx", i ? "," : "", (unsigned long long)ev->frames[i]);
+        fputc(']', f);
+    }
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < m->nfields; i++) {
+        if (!nt_field_format(&m->fields[i], ev->payload, ev->payload_len, &off, buf, buflen)) {
+            fprintf(f, " %s=<payload too short>", m->fields[i].name);
+            off = ev->payload_len;
+            break;
+        }
+        fprintf(f, " %s=%s", m->fields[i].name, buf);
+    }
+    if (m->nfields == 0 && ev->payload_len) fprintf(f, " payload=%u bytes", ev->payload_len);
+    else if (off < ev->payload_len) fprintf(f, " (+%u bytes)", ev->payload_len - off);
+    fputc('\n', f);
+}
+
+int at_cmd_dump(int argc, char **argv)
+{
+    const char *path = NULL;
+    bool events = true, stacks = true;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            dump_usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--no-events") == 0) {
+            events = false;
+        } else if (strcmp(argv[i], "--no-stacks") == 0) {
+            stacks = false;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "acttrace dump: unknown option '%s'\n", argv[i]);
+            dump_usage(stderr);
+            return 2;
+        } else if (path) {
+            fprintf(stderr, "acttrace dump: one FILE only\n");
+            dump_usage(stderr);
+            return 2;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        dump_usage(stderr);
+        return 2;
+    }
+    FILE *out = stdout;
+    char err[512];
+    struct stat st;
+    bool two_pass = strcmp(path, "-") != 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    nt_options opt = {.problem = print_problem, .skip_events = !events, .ctx = out};
+
+    if (two_pass) {
+        /* pass 1: header and metadata only */
+        nt_options o1 = {.skip_events = true, .on_metadata = NULL, .ctx = out};
+        nt_reader *r = nt_open_ex(path, &o1, err, sizeof err);
+        if (!r) {
+            fprintf(stderr, "acttrace dump: %s\n", err);
+            return 1;
+        }
+        print_header(out, path, nt_info(r));
+        nt_event ev;
+        int rc;
+        while ((rc = nt_next(r, &ev)) == 1) {}
+        fprintf(out, "metadata\n");
+        for (size_t i = 0; i < nt_metadata_count(r); i++) {
+            fputs("  ", out);
+            print_meta(out, nt_metadata_at(r, i));
+        }
+        nt_close(r); /* an error here shows again, with its offset, in pass 2 */
+    } else {
+        opt.on_metadata = print_meta;
+    }
+
+    nt_reader *r = nt_open_ex(path, &opt, err, sizeof err);
+    if (!r) {
+        fprintf(stderr, "acttrace dump: %s\n", err);
+        return 1;
+    }
+    const nt_trace_info *in = nt_info(r);
+    if (!two_pass) {
+        print_header(out, path, in);
+        fprintf(out, "metadata (listed where defined)\n");
+    }
+    if (events) fprintf(out, "events (ms from sync time)\n");
+    size_t buflen = 64 * 1024;
+    char *buf = malloc(buflen);
+    if (!buf) {
+        nt_close(r);
+        fprintf(stderr, "acttrace dump: out of memory\n");
+        return 1;
+    }
+    nt_event ev;
+    int rc;
+    while ((rc = nt_next(r, &ev)) == 1)
+        if (events) print_event(out, in, &ev, stacks, buf, buflen);
+    free(buf);
+    const nt_counts *c = nt_get_counts(r);
+    fprintf(out, "summary\n");
+    fprintf(out, "  events %llu, metadata %llu\n", (unsigned long long)c->events, (unsigned long long)c->metadata);
+    fprintf(out, "  blocks: EventBlock %llu, MetadataBlock %llu, StackBlock %llu, SPBlock %llu\n",
+            (unsigned long long)c->event_blocks, (unsigned long long)c->metadata_blocks,
+            (unsigned long long)c->stack_blocks, (unsigned long long)c->sp_blocks);
+    if (c->events) {
+        double freq = in->qpc_freq > 0 ? (double)in->qpc_freq : 1.0;
+        fprintf(out, "  first %.6f ms, last %.6f ms\n",
+                (double)((int64_t)c->first_ts - in->sync_time_qpc) * 1000.0 / freq,
+                (double)((int64_t)c->last_ts - in->sync_time_qpc) * 1000.0 / freq);
+    }
+    fprintf(out, "  events lost %llu\n", (unsigned long long)c->events_lost);
+    int status = 0;
+    if (rc < 0) {
+        fflush(out);
+        fprintf(stderr, "acttrace dump: %s\n", nt_error(r));
+        status = 1;
+    }
+    nt_close(r);
+    return status;
+}

@@ -1,0 +1,10 @@
+/* cmds.h: the acttrace subcommands (one file each, tools/cmd_*.c) as main.c dispatches them.
+ * Each takes the arguments after its name (argv[0] = subcommand name) and returns the exit code:
+ * 0 success, 1 the input is bad or the check failed, 2 usage error. */
+#ifndef AT_CMDS_H
+#define AT_CMDS_H
+
+int at_cmd_dump(int argc, char **argv);
+int at_cmd_verify(int argc, char **argv);
+
+#endif
