@@ -32,6 +32,7 @@ typedef struct at_fd_slot {
 
 static at_fd_slot *at_fd_tab;
 static int at_fd_max; /* 0 until the table exists: every fd is then "untagged" */
+static int at_fd_high = -1; /* highest fd ever tagged: bounds the scans of close_range */
 
 /* This thread's adoption (or the Connection it accepted), undone at its next wait point. */
 static AT_TLS bool at_adopting;
@@ -253,6 +254,10 @@ static void fd_tag(int fd, const char *source, bool accepted)
     bool old_owns;
     at_activity *old = tag_take(s, &old_owns); /* a stale tag: the fd number was closed unseen */
     if (tag) {
+        int high = __atomic_load_n(&at_fd_high, __ATOMIC_RELAXED);
+        while (fd > high && !__atomic_compare_exchange_n(&at_fd_high, &high, fd, true,
+                                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            ;
         s->owns = owns;
         __atomic_store_n(&s->act, tag, __ATOMIC_RELEASE);
         tag_event(fd, source);
@@ -272,6 +277,13 @@ static void fd_untag(int fd)
     at_activity *old = tag_take(s, &owns);
     tag_drop(old, owns);
     errno = e;
+}
+
+void at_fdflow_untag_range(unsigned first, unsigned last)
+{
+    int high = __atomic_load_n(&at_fd_high, __ATOMIC_RELAXED);
+    for (long fd = first; fd <= (long)last && fd <= high; fd++)
+        fd_untag((int)fd);
 }
 
 /* ---------------- the interposed functions ---------------- */
@@ -303,6 +315,8 @@ AT_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 AT_EXPORT int close(int fd)
 {
+    if (at_fd_is_trace(fd) && !at_internal)
+        return 0; /* the trace's own file: the program never had it (fdguard.c) */
     fd_untag(fd); /* before the number can be reused by another thread's accept */
     return AT_REAL(close)(fd);
 }

@@ -90,6 +90,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_preload_fail("cannot start the trace", err);
         goto out;
     }
+    at_fdguard_refresh();
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
         fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
         at_cfg.fdflow = false;
@@ -109,6 +110,8 @@ __attribute__((destructor)) static void at_preload_fini(void)
     /* A vfork child that returned from main instead of calling _exit shares our memory: hands off. */
     if (getpid() != at_pid)
         return;
+    at_internal++; /* the writer closes its own file */
     at_trace_stop();
+    at_internal--;
     errno = e;
 }

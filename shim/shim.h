@@ -59,7 +59,15 @@ static inline pid_t at_tid(void)
 /* process.c */
 void at_signals_install(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
+/* fdguard.c: the descriptor of the trace file (-1 if unknown), hidden from the program's closes */
+extern int at_trace_fd;
+void at_fdguard_refresh(void);
+static inline bool at_fd_is_trace(int fd)
+{
+    return AT_UNLIKELY(fd == at_trace_fd) && fd >= 0;
+}
 /* fdflow.c */
+void at_fdflow_untag_range(unsigned first, unsigned last);
 int at_fdflow_init(char *err, size_t n);
 void at_fdflow_thread_exit(void); /* drop an adoption the exiting thread still holds */
 

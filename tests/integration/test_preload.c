@@ -152,6 +152,24 @@ START_TEST(test_no_events_when_untraced_program)
 }
 END_TEST
 
+START_TEST(test_trace_survives_closing_all_fds)
+{
+    at_session s;
+    const char *argv[] = {"closes_all", NULL};
+    ck_assert_int_eq(at_session_run(&s, "closeall", argv, NULL), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    char p[4096];
+    snprintf(p, sizeof p, "%s/data.txt", s.dir);
+    char *data = at_read_file(p, NULL);
+    ck_assert_msg(data && !strcmp(data, "payload\n"), "the program's file holds '%s'", data ? data : "(none)");
+    free(data);
+    ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_uint_eq(at_count(&s.t, NULL, "Done"), 100);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("preload");
@@ -166,6 +184,7 @@ int main(void)
     tcase_add_test(tc, test_errno_preserved);
     tcase_add_test(tc, test_dispositions_as_set);
     tcase_add_test(tc, test_no_events_when_untraced_program);
+    tcase_add_test(tc, test_trace_survives_closing_all_fds);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
