@@ -47,6 +47,11 @@ int at_shim_events_register(char *err, size_t n);
  * the writer starts the child's flusher): thread creation there is ours, not the program's. */
 extern AT_TLS int at_internal;
 
+/* Set (incremented) by the callback layer around a pool API call that may create the pool's worker
+ * threads lazily (g_thread_pool_push): threads created meanwhile belong to the pool, not to the
+ * submitter, so they begin in no activity and each work item brings its own. */
+extern AT_TLS int at_thread_noflow;
+
 /* The calling thread's kernel id, cached (reset in a fork child). */
 extern AT_TLS pid_t at_tid_cache;
 pid_t at_tid_slow(void);

@@ -23,6 +23,7 @@ typedef struct at_thread_start {
 static AT_TLS at_activity *at_thread_cap;
 static AT_TLS at_activity *at_thread_prev;
 static AT_TLS bool at_thread_ours;
+AT_TLS int at_thread_noflow;
 
 static void thread_begin(at_thread_start *s)
 {
@@ -84,7 +85,7 @@ static at_thread_start *start_new(void)
     errno = e;
     if (!s)
         return NULL; /* run the thread untraced rather than fail the program's call */
-    s->cap = at_flow_capture();
+    s->cap = at_thread_noflow ? NULL : at_flow_capture();
     s->parent = (uint64_t)at_tid();
     return s;
 }
