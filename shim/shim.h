@@ -27,7 +27,7 @@ extern pid_t at_pid;      /* this process (updated in a fork child; a vfork chil
 
 typedef struct at_shim_events {
     at_event_type *thread_begin;  /* ThreadBegin: ParentThread, StartRoutine (in the inherited activity) */
-    at_event_type *thread_end;    /* ThreadEnd: ExitKind (0 return, 1 pthread_exit/thrd_exit) */
+    at_event_type *thread_end;    /* ThreadEnd: ExitKind (0 return, 1 pthread_exit/thrd_exit, 2 cancelled) */
     at_event_type *fork_parent;   /* ProcessFork: ChildPid (parent side) */
     at_event_type *fork_child;    /* ProcessForked: ParentPid (first event of the child's file) */
     at_event_type *exec;          /* ProcessExec: Path (just before exec) */

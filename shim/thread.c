@@ -58,12 +58,23 @@ static void thread_end(uint32_t kind)
     at_thread_cap = at_thread_prev = NULL;
 }
 
+/* A cancelled thread unwinds through its cleanup handlers only: end it there (pthread_exit has
+ * already ended it in its own wrapper, and a return pops the handler without running it). */
+static void cancelled(void *unused)
+{
+    (void)unused;
+    thread_end(2);
+}
+
 static void *posix_trampoline(void *p)
 {
     at_thread_start s = *(at_thread_start *)p;
     free(p);
     thread_begin(&s);
-    void *r = s.fn.posix(s.arg);
+    void *r;
+    pthread_cleanup_push(cancelled, NULL);
+    r = s.fn.posix(s.arg);
+    pthread_cleanup_pop(0);
     thread_end(0);
     return r;
 }
@@ -73,7 +84,10 @@ static int c11_trampoline(void *p)
     at_thread_start s = *(at_thread_start *)p;
     free(p);
     thread_begin(&s);
-    int r = s.fn.c11(s.arg);
+    int r;
+    pthread_cleanup_push(cancelled, NULL);
+    r = s.fn.c11(s.arg);
+    pthread_cleanup_pop(0);
     thread_end(0);
     return r;
 }

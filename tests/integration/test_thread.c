@@ -97,12 +97,52 @@ START_TEST(test_nested_threads)
 }
 END_TEST
 
+/* ThreadEnd of each way out: 0 return, 1 pthread_exit / thrd_exit, 2 cancelled, on the thread that
+ * ended, in the activity it began in (Main). */
+START_TEST(test_thread_exits)
+{
+    at_session s;
+    const char *argv[] = {"thread_exits", NULL};
+    ck_assert_int_eq(at_session_run(&s, "texits", argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "cancelled 5\n");
+    const at_trace *t = &s.t;
+    long m = at_find(t, NULL, "MainStart", 0);
+    ck_assert(m >= 0);
+    static const uint64_t want[] = {0, 1, 2, 1}; /* by the fixture's Kind */
+    int seen = 0;
+    for (long k = at_find(t, NULL, "Kind", 0); k >= 0; k = at_find(t, NULL, "Kind", (size_t)k + 1)) {
+        uint64_t kind;
+        ck_assert(at_field_u64(&t->ev[k], "Value", &kind));
+        ck_assert(kind < 4);
+        uint64_t tid = t->ev[k].thread;
+        long e = at_find(t, "acttrace-shim", "ThreadEnd", 0);
+        for (; e >= 0; e = at_find(t, "acttrace-shim", "ThreadEnd", (size_t)e + 1))
+            if (t->ev[e].thread == tid)
+                break;
+        ck_assert_msg(e >= 0, "no ThreadEnd for the thread of kind %llu", (unsigned long long)kind);
+        uint64_t ek;
+        ck_assert(at_field_u64(&t->ev[e], "ExitKind", &ek));
+        ck_assert_msg(ek == want[kind], "kind %llu: ExitKind %llu", (unsigned long long)kind,
+                      (unsigned long long)ek);
+        ck_assert_str_eq(t->ev[e].act_path, t->ev[m].act_path);
+        seen++;
+    }
+    ck_assert_int_eq(seen, 4);
+    ck_assert_uint_eq(at_count(t, "acttrace-shim", "ThreadEnd"), 4);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("thread");
     TCase *tc = tcase_create("flow");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_nested_threads);
+    tcase_add_test(tc, test_thread_exits);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
