@@ -138,7 +138,7 @@ START_TEST(test_dispositions_as_set)
 }
 END_TEST
 
-START_TEST(test_no_events_when_untraced_program)
+START_TEST(test_thread_trace_without_activities)
 {
     /* a program with no activity at all still gets a readable trace of its threads */
     at_session s;
@@ -183,7 +183,7 @@ int main(void)
     tcase_add_test(tc, test_unwritable_output_runs_untraced);
     tcase_add_test(tc, test_errno_preserved);
     tcase_add_test(tc, test_dispositions_as_set);
-    tcase_add_test(tc, test_no_events_when_untraced_program);
+    tcase_add_test(tc, test_thread_trace_without_activities);
     tcase_add_test(tc, test_trace_survives_closing_all_fds);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
