@@ -14,16 +14,21 @@
 #define NREQ 12
 #define NWORKERS 3
 
-static void run_server(at_session *s, const char *const *env)
+static void run_server_w(at_session *s, const char *const *env, int workers)
 {
     char w[8], r[8];
-    snprintf(w, sizeof w, "%d", NWORKERS);
+    snprintf(w, sizeof w, "%d", workers);
     snprintf(r, sizeof r, "%d", NREQ);
     const char *argv[] = {"queue_server", w, r, NULL};
     ck_assert_int_eq(at_session_run(s, "queue", argv, env), 0);
     char d[1024];
     ck_assert_msg(s->r.exited && s->r.status == 0 && s->has_trace && s->t.complete, "%s",
                   at_session_describe(s, d, sizeof d));
+}
+
+static void run_server(at_session *s, const char *const *env)
+{
+    run_server_w(s, env, NWORKERS);
 }
 
 static bool has_transfer(const at_trace *t, const char *name, uint64_t thread, const at_guid *act)
@@ -116,6 +121,40 @@ START_TEST(test_queue_server_connection_activity)
 }
 END_TEST
 
+/* Thread per connection: the handler thread is created while the Connection is current on the
+ * accepting thread, so it begins in it and its work lands there with no hand-off needed. */
+START_TEST(test_thread_per_connection)
+{
+    at_session s;
+    const char *env[] = {"ACTTRACE_ACCEPT_ACTIVITY=1", NULL};
+    run_server_w(&s, env, 0);
+    const at_trace *t = &s.t;
+    ck_assert_uint_eq(at_count(t, NULL, "Handled"), NREQ);
+    char seen[NREQ][96];
+    int nseen = 0;
+    for (long i = at_find(t, NULL, "Handled", 0); i >= 0; i = at_find(t, NULL, "Handled", (size_t)i + 1)) {
+        const at_tev *e = &t->ev[i];
+        long c = -1;
+        for (long j = at_find(t, NULL, "ConnectionStart", 0); j >= 0;
+             j = at_find(t, NULL, "ConnectionStart", (size_t)j + 1))
+            if (at_guid_eq(&t->ev[j].activity, &e->activity))
+                c = j;
+        ck_assert_msg(c >= 0, "Handled in '%s', not a connection", e->act_path);
+        long b = -1; /* the latest begin of that tid before the mark: tids are reused */
+        for (long j = at_find(t, "acttrace-shim", "ThreadBegin", 0); j >= 0 && j < i;
+             j = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)j + 1))
+            if (t->ev[j].thread == e->thread)
+                b = j;
+        ck_assert(b >= 0);
+        ck_assert_str_eq(t->ev[b].act_path, e->act_path);
+        for (int k = 0; k < nseen; k++)
+            ck_assert_msg(strcmp(seen[k], e->act_path), "two requests in %s", e->act_path);
+        snprintf(seen[nseen++], 96, "%s", e->act_path);
+    }
+    at_session_free(&s);
+}
+END_TEST
+
 START_TEST(test_fdflow_off)
 {
     at_session s;
@@ -168,6 +207,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_queue_server_shared_activity);
     tcase_add_test(tc, test_queue_server_connection_activity);
+    tcase_add_test(tc, test_thread_per_connection);
     tcase_add_test(tc, test_fdflow_off);
     tcase_add_test(tc, test_ambiguous_reported);
     suite_add_tcase(su, tc);
