@@ -23,14 +23,15 @@ static long find_depth(const at_trace *t, long v, const char *under, bool below)
     return -1;
 }
 
-/* ThreadBegin written by thread tid. */
-static long find_begin(const at_trace *t, uint64_t tid)
+/* The latest ThreadBegin written by thread tid before event index before (tids are reused). */
+static long find_begin(const at_trace *t, uint64_t tid, long before)
 {
-    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
+    long found = -1;
+    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0 && i < before;
          i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1))
         if (t->ev[i].thread == tid)
-            return i;
-    return -1;
+            found = i;
+    return found;
 }
 
 START_TEST(test_nested_threads)
@@ -65,7 +66,7 @@ START_TEST(test_nested_threads)
                       e->act_path, parent_path);
         ck_assert_msg(e->thread != parent_tid, "level %ld ran on its creator's thread", lv);
         /* the thread began in a copy of the creator's current activity */
-        long b = find_begin(t, e->thread);
+        long b = find_begin(t, e->thread, i);
         ck_assert_msg(b >= 0, "no ThreadBegin on thread %llu", (unsigned long long)e->thread);
         ck_assert_msg(strcmp(t->ev[b].act_path, parent_path) == 0,
                       "level %ld thread began in '%s', creator was in '%s'", lv, t->ev[b].act_path,
@@ -79,7 +80,7 @@ START_TEST(test_nested_threads)
     /* the thread created before any activity: began in none, its Level is a root */
     long pre = find_depth(t, DEPTH, jp, false);
     ck_assert_msg(pre >= 0, "no Depth mark outside Job");
-    long b = find_begin(t, t->ev[pre].thread);
+    long b = find_begin(t, t->ev[pre].thread, pre);
     ck_assert(b >= 0);
     ck_assert_msg(t->ev[b].act_path[0] == 0, "pre-activity thread began in '%s'", t->ev[b].act_path);
     char up[96];
