@@ -119,7 +119,7 @@ START_TEST(test_thread_exits)
         ck_assert(at_field_u64(&t->ev[k], "Value", &kind));
         ck_assert(kind < 4);
         uint64_t tid = t->ev[k].thread;
-        long e = at_find(t, "acttrace-shim", "ThreadEnd", 0);
+        long e = at_find(t, "acttrace-shim", "ThreadEnd", (size_t)k); /* its next end: tids are reused */
         for (; e >= 0; e = at_find(t, "acttrace-shim", "ThreadEnd", (size_t)e + 1))
             if (t->ev[e].thread == tid)
                 break;
