@@ -135,15 +135,15 @@ END_TEST
 START_TEST(test_exec_chain)
 {
     at_session s;
-    const char *argv[] = {"proc_chain", "exec", "3", NULL};
+    const char *argv[] = {"proc_chain", "exec", "8", NULL}; /* every exec* function once */
     ck_assert_int_eq(at_session_run(&s, "exec", argv, NULL), 0);
     char d[1024];
     ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
     char **files = at_trace_files(s.dir);
-    ck_assert_msg(at_strv_len(files) == 4, "%zu files for 4 images in %s", at_strv_len(files), s.dir);
+    ck_assert_msg(at_strv_len(files) == 9, "%zu files for 9 images in %s", at_strv_len(files), s.dir);
     /* each image's root HopStart is related to the previous image's Hop; find by Hop value */
     at_guid prev_hop = {{0}};
-    for (int hop = 3; hop >= 0; hop--) {
+    for (int hop = 8; hop >= 0; hop--) {
         char v[16];
         snprintf(v, sizeof v, "%d", hop);
         bool found = false;
@@ -157,7 +157,7 @@ START_TEST(test_exec_chain)
                 ck_assert_int_eq(t.pid, s.r.pid); /* exec keeps the pid; each image its own file */
                 long st = at_find(&t, NULL, "HopStart", 0);
                 ck_assert(st >= 0);
-                if (hop == 3)
+                if (hop == 8)
                     ck_assert_msg(at_guid_is_zero(&t.ev[st].related), "first HopStart related %s",
                                   t.ev[st].rel_path);
                 else
@@ -180,7 +180,7 @@ END_TEST
 /* forkexec / spawn / vfork: the leaf program's LeafStart is related to the parent's Parent. */
 START_TEST(test_child_program_linked)
 {
-    static const char *modes[] = {"forkexec", "spawn", "vfork"};
+    static const char *modes[] = {"forkexec", "spawn", "spawnp", "vfork"};
     const char *mode = modes[_i];
     at_session s;
     const char *argv[] = {"proc_chain", mode, NULL};
@@ -235,7 +235,7 @@ int main(void)
     tcase_set_timeout(tp, 0);
     tcase_add_test(tp, test_fork_child_file);
     tcase_add_test(tp, test_exec_chain);
-    tcase_add_loop_test(tp, test_child_program_linked, 0, 3);
+    tcase_add_loop_test(tp, test_child_program_linked, 0, 4);
     suite_add_tcase(su, tp);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
