@@ -2,7 +2,8 @@
  * activity (AsyncLocal semantics: what the thread starts is a child of it, and nothing the thread
  * does changes the creator's). The creator captures; a trampoline enters the capture in the new
  * thread, writes ThreadBegin, runs the program's routine, writes ThreadEnd, leaves and releases.
- * Threads a pool creates on its own behalf are reset by the callback layer (callbacks*.c). */
+ * Threads a pool creates on its own behalf begin in no activity: the callback layer (callbacks*.c)
+ * raises at_thread_noflow around the pool calls that create them. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -19,7 +20,7 @@ typedef struct at_thread_start {
     uint64_t parent;   /* creator's tid */
 } at_thread_start;
 
-/* What the running thread must undo if it leaves through pthread_exit/thrd_exit. */
+/* What the running thread must undo however it ends (return, pthread_exit/thrd_exit, cancel). */
 static AT_TLS at_activity *at_thread_cap;
 static AT_TLS at_activity *at_thread_prev;
 static AT_TLS bool at_thread_ours;
