@@ -23,27 +23,35 @@ static const char *env_lookup(const char *name)
     return getenv(name);
 }
 
+extern int at_exec_generation; /* process.c */
+
 /* An exec'd image of a traced process has the pid of the image before it, whose file must not be
  * overwritten: process.c passes ACTTRACE_EXEC_GEN=<pid>.<n> and the new image writes
- * <pattern>-exec<n> (before the extension). */
-static void exec_generation_pattern(at_config *c)
+ * <pattern>-exec<n> (before the extension). Consumed here so the program never sees it. */
+static void exec_generation_read(void)
 {
     const char *g = getenv("ACTTRACE_EXEC_GEN");
     if (!g)
         return;
     long pid = 0, gen = 0;
-    if (sscanf(g, "%ld.%ld", &pid, &gen) == 2 && pid == (long)getpid() && gen > 0) {
-        char *dot = strrchr(c->output, '.');
-        char *slash = strrchr(c->output, '/');
-        size_t cut = (dot && (!slash || dot > slash)) ? (size_t)(dot - c->output) : strlen(c->output);
-        char out[sizeof c->output];
-        int n = snprintf(out, sizeof out, "%.*s-exec%ld%s", (int)cut, c->output, gen, c->output + cut);
-        if (n > 0 && (size_t)n < sizeof out)
-            memcpy(c->output, out, (size_t)n + 1);
-    }
+    if (sscanf(g, "%ld.%ld", &pid, &gen) == 2 && pid == (long)at_pid && gen > 0 && gen < 1000000)
+        at_exec_generation = (int)gen;
+    unsetenv("ACTTRACE_EXEC_GEN");
 }
 
-extern int at_exec_generation; /* process.c */
+static void exec_generation_pattern(at_config *c)
+{
+    if (at_exec_generation <= 0)
+        return;
+    char *dot = strrchr(c->output, '.');
+    char *slash = strrchr(c->output, '/');
+    size_t cut = (dot && (!slash || dot > slash)) ? (size_t)(dot - c->output) : strlen(c->output);
+    char out[sizeof c->output];
+    int n = snprintf(out, sizeof out, "%.*s-exec%d%s", (int)cut, c->output, at_exec_generation,
+                     c->output + cut);
+    if (n > 0 && (size_t)n < sizeof out)
+        memcpy(c->output, out, (size_t)n + 1);
+}
 
 static void at_preload_fail(const char *what, const char *why)
 {
@@ -57,6 +65,9 @@ __attribute__((constructor)) static void at_preload_init(void)
     if (getauxval(AT_SECURE)) /* setuid/setgid/capabilities: never write files for such a program */
         goto out;
     at_pid = getpid();
+    /* our own variables leave the environment first, whatever happens next */
+    exec_generation_read();
+    at_exec_env_init();
     at_config_defaults(&at_cfg);
     char err[512];
     if (at_config_from_env(&at_cfg, env_lookup, err, sizeof err) != 0) {
@@ -68,13 +79,7 @@ __attribute__((constructor)) static void at_preload_init(void)
                 "acttrace: ACTTRACE_CONFIG=%s ignored: config files arrive with issue 5; "
                 "tracing with the defaults\n",
                 at_cfg.config_file);
-    const char *g = getenv("ACTTRACE_EXEC_GEN");
-    long gpid = 0, ggen = 0;
-    if (g && sscanf(g, "%ld.%ld", &gpid, &ggen) == 2 && gpid == (long)at_pid)
-        at_exec_generation = (int)ggen;
     exec_generation_pattern(&at_cfg);
-    unsetenv("ACTTRACE_EXEC_GEN"); /* the program sees the environment it was given */
-    at_exec_env_init();
 
     if (at_shim_events_register(err, sizeof err) != 0) {
         at_preload_fail("setup", err);

@@ -209,6 +209,9 @@ START_TEST(test_child_program_linked)
         at_trace_free(&t);
     }
     ck_assert_msg(found, "%s: no file with LeafStart in %s", mode, s.dir);
+    /* the link travelled in the environment, but the program never sees the shim's variables */
+    ck_assert_msg(strstr(s.r.out, "env clean\n") && !strstr(s.r.out, "env leaked"), "%s: %s", mode,
+                  s.r.out);
     /* nothing of the program ran twice: exactly one Parent mark over all files */
     size_t parents = 0;
     for (size_t f = 0; files[f]; f++) {
