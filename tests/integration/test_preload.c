@@ -170,6 +170,27 @@ START_TEST(test_trace_survives_closing_all_fds)
 }
 END_TEST
 
+/* Calls that arrive before the shim's constructor (the executable's .preinit_array) reach the real
+ * functions, and tracing then starts as usual. */
+START_TEST(test_calls_before_constructor)
+{
+    at_session s;
+    const char *argv[] = {"early_calls", NULL};
+    ck_assert_int_eq(at_session_run(&s, "early", argv, NULL), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "early ok\nmain ok\n");
+    ck_assert_str_eq(s.r.err, "");
+    ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
+    long m = at_find(&s.t, NULL, "MainStart", 0), in = at_find(&s.t, NULL, "InThread", 0);
+    ck_assert(m >= 0 && in >= 0);
+    ck_assert_str_eq(s.t.ev[in].act_path, s.t.ev[m].act_path);
+    /* only main's thread was traced: the early one ran before the shim was on */
+    ck_assert_uint_eq(at_count(&s.t, "acttrace-shim", "ThreadBegin"), 1);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("preload");
@@ -185,6 +206,7 @@ int main(void)
     tcase_add_test(tc, test_dispositions_as_set);
     tcase_add_test(tc, test_thread_trace_without_activities);
     tcase_add_test(tc, test_trace_survives_closing_all_fds);
+    tcase_add_test(tc, test_calls_before_constructor);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
