@@ -174,6 +174,11 @@ END_TEST
  * functions, and tracing then starts as usual. */
 START_TEST(test_calls_before_constructor)
 {
+    /* Under check-asan the preloaded ASan runtime is itself not initialised yet in .preinit_array
+     * and aborts in its own pthread_create (with or without the shim): nothing to learn there. */
+    const char *asan = getenv("ACTTRACE_ASAN");
+    if (asan && *asan == '1')
+        return;
     at_session s;
     const char *argv[] = {"early_calls", NULL};
     ck_assert_int_eq(at_session_run(&s, "early", argv, NULL), 0);
