@@ -1,0 +1,93 @@
+/* config.c: defaults and ACTTRACE_* environment overrides of the shim's settings (config.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void at_config_defaults(at_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->output, sizeof c->output, "%s", "acttrace-%p.nettrace");
+    c->fdflow = true;
+    c->accept_activity = false;
+    c->thread_events = true;
+    c->fatal_signals = true;
+}
+
+static int parse_bool(const char *name, const char *v, bool *out, char *err, size_t errlen)
+{
+    if (!strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "on")) {
+        *out = true;
+        return 0;
+    }
+    if (!strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "off")) {
+        *out = false;
+        return 0;
+    }
+    snprintf(err, errlen, "%s=%s: expected 0 or 1", name, v);
+    return -1;
+}
+
+static int parse_uint(const char *name, const char *v, uint64_t max, uint64_t *out, char *err,
+                      size_t errlen)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || x > max) {
+        snprintf(err, errlen, "%s=%s: expected a number from 0 to %llu", name, v,
+                 (unsigned long long)max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name), char *err,
+                       size_t errlen)
+{
+    int rc = 0;
+    const char *v;
+    err[0] = 0;
+    if ((v = getenv_fn("ACTTRACE_OUTPUT")) && *v) {
+        if (strlen(v) >= sizeof c->output) {
+            snprintf(err, errlen, "ACTTRACE_OUTPUT: path longer than %zu bytes", sizeof c->output - 1);
+            return -1;
+        }
+        snprintf(c->output, sizeof c->output, "%s", v);
+    }
+    if ((v = getenv_fn("ACTTRACE_CONFIG")) && *v) {
+        if (strlen(v) >= sizeof c->config_file) {
+            snprintf(err, errlen, "ACTTRACE_CONFIG: path longer than %zu bytes",
+                     sizeof c->config_file - 1);
+            return -1;
+        }
+        snprintf(c->config_file, sizeof c->config_file, "%s", v);
+    }
+    static const struct {
+        const char *name;
+        size_t off;
+    } bools[] = {
+        {"ACTTRACE_FDFLOW", offsetof(at_config, fdflow)},
+        {"ACTTRACE_ACCEPT_ACTIVITY", offsetof(at_config, accept_activity)},
+        {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
+        {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},
+    };
+    for (size_t i = 0; i < sizeof bools / sizeof bools[0] && rc == 0; i++)
+        if ((v = getenv_fn(bools[i].name)) && *v)
+            rc = parse_bool(bools[i].name, v, (bool *)((char *)c + bools[i].off), err, errlen);
+    uint64_t x;
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_BUFFER_KB")) && *v) {
+        rc = parse_uint("ACTTRACE_BUFFER_KB", v, 1u << 24, &x, err, errlen);
+        if (rc == 0)
+            c->buffer_bytes = x * 1024;
+    }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_FLUSH_MS")) && *v) {
+        rc = parse_uint("ACTTRACE_FLUSH_MS", v, 3600000, &x, err, errlen);
+        if (rc == 0)
+            c->flush_ms = (unsigned)x;
+    }
+    return rc;
+}

@@ -1,0 +1,32 @@
+/* config.h: the shim's settings as a plain struct: built-in defaults, then ACTTRACE_* environment
+ * overrides. No side effects (the shim prints what at_config_load reports). The config *file*
+ * (ACTTRACE_CONFIG) is issue 5: until it lands, a set ACTTRACE_CONFIG is reported and ignored. */
+#ifndef AT_CONFIG_H
+#define AT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define AT_CONFIG_PATH_MAX 4096
+
+typedef struct at_config {
+    char output[AT_CONFIG_PATH_MAX]; /* ACTTRACE_OUTPUT; pattern with %p/%t (default acttrace-%p.nettrace) */
+    char config_file[AT_CONFIG_PATH_MAX]; /* ACTTRACE_CONFIG (not parsed yet: issue 5) */
+    bool fdflow;            /* ACTTRACE_FDFLOW=0|1: fd-keyed hand-off (default 1) */
+    bool accept_activity;   /* ACTTRACE_ACCEPT_ACTIVITY=0|1: accept/accept4 start a Connection
+                               activity per accepted socket, stopped at close (default 0) */
+    bool thread_events;     /* ACTTRACE_THREAD_EVENTS=0|1: ThreadStart/ThreadStop events (default 1) */
+    bool fatal_signals;     /* ACTTRACE_SIGNALS=0|1: flush the trace on fatal default-action signals (1) */
+    uint64_t buffer_bytes;  /* ACTTRACE_BUFFER_KB: total thread buffers (0 = writer default) */
+    unsigned flush_ms;      /* ACTTRACE_FLUSH_MS: flush interval (0 = writer default) */
+} at_config;
+
+void at_config_defaults(at_config *c);
+/* Apply ACTTRACE_* overrides read through getenv_fn (getenv, or a test's own lookup).
+ * Returns 0, or -1 with one precise message in err (the setting named; c keeps its defaults
+ * for that setting). Never reads a file. */
+int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name), char *err,
+                       size_t errlen);
+
+#endif

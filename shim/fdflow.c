@@ -1,0 +1,422 @@
+/* fdflow.c: the fd-keyed hand-off. Real servers pass work between threads through queues of
+ * their own (the main thread accepts and wakes a worker through an eventfd or a pipe), so the shim
+ * follows the one thing every such hand-off shares: the socket. A socket returned by
+ * accept/accept4/connect is tagged with the activity current then (a Send transfer); a thread doing
+ * I/O on a tagged fd adopts that activity (a Receive transfer) until its next wait point
+ * (epoll_wait, poll, select and variants) or I/O on another tagged fd; close untags. I/O on a tagged
+ * fd by a thread already inside an unrelated activity of its own is reported (FdAmbiguous) and
+ * nothing is adopted: we never guess.
+ *
+ * The table is indexed by fd; each slot is an atomic pointer, so the I/O path takes no lock and an
+ * untagged fd costs a bounds check and one relaxed load. A thread taking its own reference on a tag
+ * announces itself in the slot's reader count so a concurrent close cannot free the activity under
+ * it (close waits for that count, which only covers a few instructions, to drop). */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "real.h"
+#include "shim.h"
+
+#define AT_FD_LIMIT (1 << 20)
+
+typedef struct at_fd_slot {
+    at_activity *act;   /* the tag: a reference (at_flow_capture), or NULL */
+    uint32_t readers;   /* threads between loading act and holding their own reference */
+    uint8_t reported;   /* an ambiguity of this tag was reported already */
+    uint8_t owns;       /* the tag is a Connection activity the shim started: stop it at close */
+} at_fd_slot;
+
+static at_fd_slot *at_fd_tab;
+static int at_fd_max; /* 0 until the table exists: every fd is then "untagged" */
+static int at_fd_high = -1; /* highest fd ever tagged: bounds the scans of close_range */
+
+/* This thread's adoption (or the Connection it accepted), undone at its next wait point. */
+static AT_TLS bool at_adopting;
+static AT_TLS int at_adopt_fd;
+static AT_TLS at_activity *at_adopt_act;  /* our reference on the adopted activity */
+static AT_TLS at_activity *at_adopt_prev; /* what at_flow_enter returned: restored on leave */
+static AT_TLS at_activity *at_adopt_base; /* a capture to release on leave (accept path), or NULL */
+
+int at_fdflow_init(char *err, size_t n)
+{
+    struct rlimit rl;
+    rlim_t max = AT_FD_LIMIT;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && rl.rlim_max < max)
+        max = rl.rlim_max;
+    /* Untouched pages cost nothing: only slots of fds actually tagged are ever written. */
+    void *p = mmap(NULL, (size_t)max * sizeof(at_fd_slot), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, n, "cannot map the fd table (%llu fds): %s", (unsigned long long)max,
+                 strerror(errno));
+        return -1;
+    }
+    at_fd_tab = p;
+    __atomic_store_n(&at_fd_max, (int)max, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static inline at_fd_slot *slot_of(int fd)
+{
+    int max = __atomic_load_n(&at_fd_max, __ATOMIC_ACQUIRE);
+    return AT_LIKELY((unsigned)fd >= (unsigned)max) ? NULL : &at_fd_tab[fd];
+}
+
+/* ---------------- adoption ---------------- */
+
+static void adoption_leave(void)
+{
+    at_activity *a = at_adopt_act, *base = at_adopt_base;
+    at_adopting = false;
+    at_adopt_fd = -1;
+    at_adopt_act = at_adopt_base = NULL;
+    at_flow_leave(at_adopt_prev);
+    at_adopt_prev = NULL;
+    if (a)
+        at_activity_unref(a);
+    if (base)
+        at_flow_release(base);
+}
+
+void at_fdflow_thread_exit(void)
+{
+    if (at_adopting) {
+        int e = errno;
+        adoption_leave();
+        errno = e;
+    }
+}
+
+/* A wait point: the thread is about to wait for new work, whatever it was doing is over. */
+static inline void fd_wait(void)
+{
+    if (AT_UNLIKELY(at_adopting))
+        at_fdflow_thread_exit();
+}
+
+/* Our own reference on fd's tag, or NULL. */
+static at_activity *tag_acquire(at_fd_slot *s)
+{
+    __atomic_add_fetch(&s->readers, 1, __ATOMIC_SEQ_CST);
+    at_activity *a = __atomic_load_n(&s->act, __ATOMIC_SEQ_CST);
+    if (a)
+        at_activity_ref(a);
+    __atomic_sub_fetch(&s->readers, 1, __ATOMIC_RELEASE);
+    return a;
+}
+
+/* Remove a tag; returns the reference the slot held (NULL if none) once no reader can still be
+ * about to take its own. */
+static at_activity *tag_take(at_fd_slot *s, bool *owns)
+{
+    at_activity *old = __atomic_exchange_n(&s->act, NULL, __ATOMIC_SEQ_CST);
+    *owns = s->owns;
+    s->owns = 0;
+    __atomic_store_n(&s->reported, 0, __ATOMIC_RELAXED);
+    while (__atomic_load_n(&s->readers, __ATOMIC_ACQUIRE) != 0)
+        sched_yield();
+    return old;
+}
+
+static void tag_drop(at_activity *old, bool owns)
+{
+    if (!old)
+        return;
+    if (owns && !at_activity_is_stopped(old))
+        at_activity_stop_ref(old, NULL, 0, NULL, 0);
+    at_flow_release(old);
+}
+
+/* Is the activity path of inner equal to or below that of outer? */
+static bool act_within(const at_activity *inner, const at_activity *outer)
+{
+    char pi[256], po[256];
+    int li = at_activity_path(inner, pi, sizeof pi);
+    int lo = at_activity_path(outer, po, sizeof po);
+    if (li < 0 || lo < 0 || li < lo || memcmp(pi, po, (size_t)lo) != 0)
+        return false;
+    return li == lo || pi[lo] == '/';
+}
+
+static void report_ambiguous(at_fd_slot *s, int fd, const at_activity *tag, const at_activity *cur)
+{
+    if (__atomic_exchange_n(&s->reported, 1, __ATOMIC_RELAXED))
+        return;
+    uint8_t buf[40];
+    at_payload pl;
+    at_payload_init(&pl, buf, sizeof buf);
+    at_payload_i32(&pl, fd);
+    at_payload_guid(&pl, at_activity_id(tag));
+    at_payload_guid(&pl, at_activity_id(cur));
+    at_shim_event(at_ev.fd_ambiguous, buf, (uint32_t)(pl.p - buf));
+}
+
+AT_NOINLINE static void fd_io_slow(at_fd_slot *s, int fd)
+{
+    if (!at_on())
+        return;
+    int e = errno;
+    at_activity *a = tag_acquire(s);
+    if (!a)
+        goto out;
+    if (at_adopting) {
+        if (at_adopt_act == a) { /* the same activity through another fd: nothing changes */
+            at_adopt_fd = fd;
+            at_activity_unref(a);
+            goto out;
+        }
+        adoption_leave(); /* I/O on another tagged fd ends the previous adoption */
+    }
+    at_activity *cur = at_activity_current();
+    if (cur == a || (cur && act_within(cur, a))) { /* already inside it (inherited, or accepted here) */
+        at_activity_unref(a);
+        goto out;
+    }
+    if (cur && !act_within(a, cur)) { /* busy with something unrelated: do not guess */
+        report_ambiguous(s, fd, a, cur);
+        at_activity_unref(a);
+        goto out;
+    }
+    at_guid prev_id = {{0}};
+    if (cur)
+        prev_id = *at_activity_id(cur);
+    at_adopt_prev = at_flow_enter(a);
+    at_adopt_act = a;
+    at_adopt_base = NULL;
+    at_adopt_fd = fd;
+    at_adopting = true;
+    at_flow_transfer_receive(a, &prev_id);
+out:
+    errno = e;
+}
+
+/* Called before every I/O call on fd. */
+static inline void fd_io(int fd)
+{
+    at_fd_slot *s = slot_of(fd);
+    if (AT_LIKELY(s == NULL) || AT_LIKELY(__atomic_load_n(&s->act, __ATOMIC_RELAXED) == NULL))
+        return;
+    fd_io_slow(s, fd);
+}
+
+/* ---------------- tagging ---------------- */
+
+static void tag_event(int fd, const char *source)
+{
+    uint8_t buf[64];
+    at_payload pl;
+    at_payload_init(&pl, buf, sizeof buf);
+    at_payload_i32(&pl, fd);
+    at_payload_str(&pl, source, 16);
+    at_shim_event(at_ev.fd_tag, buf, (uint32_t)(pl.p - buf));
+}
+
+static void fd_tag(int fd, const char *source, bool accepted)
+{
+    at_fd_slot *s;
+    if (fd < 0 || !at_on() || !at_cfg.fdflow || !(s = slot_of(fd)))
+        return;
+    int e = errno;
+    at_activity *tag = NULL;
+    bool owns = false;
+    if (accepted && at_cfg.accept_activity) {
+        /* A Connection activity per accepted socket, child of what is current here, current on this
+         * thread until its next wait point (so threads created for it inherit it) and stopped at
+         * close. Entered like an adoption so the wait point restores exactly what was current. */
+        fd_wait();
+        at_activity *base = at_flow_capture();
+        at_activity *prev = at_flow_enter(base);
+        uint8_t pb[4];
+        at_payload pl;
+        at_payload_init(&pl, pb, sizeof pb);
+        at_payload_i32(&pl, fd);
+        at_activity *c = at_activity_start(at_ev.connection, pb, (uint32_t)(pl.p - pb), NULL, 0);
+        if (c) {
+            tag = at_flow_capture();
+            owns = true;
+            at_activity_ref(c);
+            at_adopt_act = c;
+            at_adopt_prev = prev;
+            at_adopt_base = base;
+            at_adopt_fd = fd;
+            at_adopting = true;
+        } else {
+            at_flow_leave(prev);
+            at_flow_release(base);
+        }
+    } else {
+        tag = at_flow_capture();
+    }
+    bool old_owns;
+    at_activity *old = tag_take(s, &old_owns); /* a stale tag: the fd number was closed unseen */
+    if (tag) {
+        int high = __atomic_load_n(&at_fd_high, __ATOMIC_RELAXED);
+        while (fd > high && !__atomic_compare_exchange_n(&at_fd_high, &high, fd, true,
+                                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            ;
+        s->owns = owns;
+        __atomic_store_n(&s->act, tag, __ATOMIC_RELEASE);
+        tag_event(fd, source);
+        at_flow_transfer_send(tag);
+    }
+    tag_drop(old, old_owns);
+    errno = e;
+}
+
+static void fd_untag(int fd)
+{
+    at_fd_slot *s = slot_of(fd);
+    if (!s || !__atomic_load_n(&s->act, __ATOMIC_RELAXED))
+        return;
+    int e = errno;
+    bool owns;
+    at_activity *old = tag_take(s, &owns);
+    tag_drop(old, owns);
+    errno = e;
+}
+
+void at_fdflow_untag_range(unsigned first, unsigned last)
+{
+    int high = __atomic_load_n(&at_fd_high, __ATOMIC_RELAXED);
+    for (long fd = first; fd <= (long)last && fd <= high; fd++)
+        fd_untag((int)fd);
+}
+
+/* ---------------- the interposed functions ---------------- */
+
+AT_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    fd_wait(); /* accept blocks for the next connection: a wait point of its own */
+    int r = AT_REAL(accept)(fd, addr, len);
+    fd_tag(r, "accept", true);
+    return r;
+}
+
+AT_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    fd_wait();
+    int r = AT_REAL(accept4)(fd, addr, len, flags);
+    fd_tag(r, "accept", true);
+    return r;
+}
+
+AT_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    int r = AT_REAL(connect)(fd, addr, len);
+    /* a non-blocking connect in progress is as much a connection of this activity */
+    if (r == 0 || errno == EINPROGRESS)
+        fd_tag(fd, "connect", false);
+    return r;
+}
+
+AT_EXPORT int close(int fd)
+{
+    if (at_fd_is_trace(fd) && !at_internal)
+        return 0; /* the trace's own file: the program never had it (fdguard.c) */
+    fd_untag(fd); /* before the number can be reused by another thread's accept */
+    return AT_REAL(close)(fd);
+}
+
+AT_EXPORT int dup2(int from, int to)
+{
+    if (from != to)
+        fd_untag(to);
+    return AT_REAL(dup2)(from, to);
+}
+
+AT_EXPORT int dup3(int from, int to, int flags)
+{
+    fd_untag(to);
+    return AT_REAL(dup3)(from, to, flags);
+}
+
+#define AT_IO1(ret, name, params, args, fd)                                                        \
+    AT_EXPORT ret name params                                                                      \
+    {                                                                                              \
+        fd_io(fd);                                                                                 \
+        return AT_REAL(name) args;                                                                 \
+    }
+
+AT_IO1(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n), fd)
+AT_IO1(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd)
+AT_IO1(ssize_t, readv, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
+AT_IO1(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
+AT_IO1(ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o), fd)
+AT_IO1(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd)
+AT_IO1(ssize_t, pread64, (int fd, void *b, size_t n, off64_t o), (fd, b, n, o), fd)
+AT_IO1(ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o), (fd, b, n, o), fd)
+AT_IO1(ssize_t, preadv, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd)
+AT_IO1(ssize_t, pwritev, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd)
+AT_IO1(ssize_t, preadv2, (int fd, const struct iovec *v, int n, off_t o, int f), (fd, v, n, o, f), fd)
+AT_IO1(ssize_t, pwritev2, (int fd, const struct iovec *v, int n, off_t o, int f), (fd, v, n, o, f), fd)
+AT_IO1(ssize_t, recv, (int fd, void *b, size_t n, int f), (fd, b, n, f), fd)
+AT_IO1(ssize_t, recvfrom, (int fd, void *b, size_t n, int f, struct sockaddr *a, socklen_t *l),
+       (fd, b, n, f, a, l), fd)
+AT_IO1(ssize_t, recvmsg, (int fd, struct msghdr *m, int f), (fd, m, f), fd)
+AT_IO1(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struct timespec *t),
+       (fd, m, n, f, t), fd)
+AT_IO1(ssize_t, send, (int fd, const void *b, size_t n, int f), (fd, b, n, f), fd)
+AT_IO1(ssize_t, sendto, (int fd, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l),
+       (fd, b, n, f, a, l), fd)
+AT_IO1(ssize_t, sendmsg, (int fd, const struct msghdr *m, int f), (fd, m, f), fd)
+AT_IO1(int, sendmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f), (fd, m, n, f), fd)
+AT_IO1(ssize_t, __read_chk, (int fd, void *b, size_t n, size_t bl), (fd, b, n, bl), fd)
+AT_IO1(ssize_t, __pread_chk, (int fd, void *b, size_t n, off_t o, size_t bl), (fd, b, n, o, bl), fd)
+AT_IO1(ssize_t, __pread64_chk, (int fd, void *b, size_t n, off64_t o, size_t bl), (fd, b, n, o, bl), fd)
+AT_IO1(ssize_t, __recv_chk, (int fd, void *b, size_t n, size_t bl, int f), (fd, b, n, bl, f), fd)
+AT_IO1(ssize_t, __recvfrom_chk,
+       (int fd, void *b, size_t n, size_t bl, int f, struct sockaddr *a, socklen_t *l),
+       (fd, b, n, bl, f, a, l), fd)
+
+/* Two fds: the socket is usually the output of sendfile and either end of splice. */
+AT_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
+{
+    fd_io(out);
+    fd_io(in);
+    return AT_REAL(sendfile)(out, in, off, n);
+}
+
+AT_EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
+{
+    fd_io(out);
+    fd_io(in);
+    return AT_REAL(sendfile64)(out, in, off, n);
+}
+
+AT_EXPORT ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f)
+{
+    fd_io(in);
+    fd_io(out);
+    return AT_REAL(splice)(in, oin, out, oout, n, f);
+}
+
+/* ---------------- wait points ---------------- */
+
+#define AT_WAIT(ret, name, params, args)                                                           \
+    AT_EXPORT ret name params                                                                      \
+    {                                                                                              \
+        fd_wait();                                                                                 \
+        return AT_REAL(name) args;                                                                 \
+    }
+
+AT_WAIT(int, epoll_wait, (int ep, struct epoll_event *e, int n, int t), (ep, e, n, t))
+AT_WAIT(int, epoll_pwait, (int ep, struct epoll_event *e, int n, int t, const sigset_t *m),
+        (ep, e, n, t, m))
+AT_WAIT(int, epoll_pwait2,
+        (int ep, struct epoll_event *e, int n, const struct timespec *t, const sigset_t *m),
+        (ep, e, n, t, m))
+AT_WAIT(int, poll, (struct pollfd *f, nfds_t n, int t), (f, n, t))
+AT_WAIT(int, ppoll, (struct pollfd *f, nfds_t n, const struct timespec *t, const sigset_t *m),
+        (f, n, t, m))
+AT_WAIT(int, __poll_chk, (struct pollfd *f, nfds_t n, int t, size_t fl), (f, n, t, fl))
+AT_WAIT(int, __ppoll_chk,
+        (struct pollfd *f, nfds_t n, const struct timespec *t, const sigset_t *m, size_t fl),
+        (f, n, t, m, fl))
+AT_WAIT(int, select, (int n, fd_set *r, fd_set *w, fd_set *x, struct timeval *t), (n, r, w, x, t))
+AT_WAIT(int, pselect,
+        (int n, fd_set *r, fd_set *w, fd_set *x, const struct timespec *t, const sigset_t *m),
+        (n, r, w, x, t, m))

@@ -1,0 +1,122 @@
+/* preload.c: the library's entry and exit. The constructor reads the settings once (some servers
+ * clear environ before main), refuses to do anything in secure-execution mode, starts the trace
+ * session and the fd and signal machinery, and only then switches the interposed functions on.
+ * Any failure prints one "acttrace:" line and leaves the program untraced. The destructor, run
+ * after the program's own destructors on exit() or return from main (from any thread), closes the
+ * file complete; _exit and fatal signals are handled in process.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include "real.h"
+#include "shim.h"
+
+int at_shim_on;
+at_config at_cfg;
+pid_t at_pid;
+
+static const char *env_lookup(const char *name)
+{
+    return getenv(name);
+}
+
+extern int at_exec_generation; /* process.c */
+
+/* An exec'd image of a traced process has the pid of the image before it, whose file must not be
+ * overwritten: process.c passes ACTTRACE_EXEC_GEN=<pid>.<n> and the new image writes
+ * <pattern>-exec<n> (before the extension). Consumed here so the program never sees it. */
+static void exec_generation_read(void)
+{
+    const char *g = getenv("ACTTRACE_EXEC_GEN");
+    if (!g)
+        return;
+    long pid = 0, gen = 0;
+    if (sscanf(g, "%ld.%ld", &pid, &gen) == 2 && pid == (long)at_pid && gen > 0 && gen < 1000000)
+        at_exec_generation = (int)gen;
+    unsetenv("ACTTRACE_EXEC_GEN");
+}
+
+static void exec_generation_pattern(at_config *c)
+{
+    if (at_exec_generation <= 0)
+        return;
+    char *dot = strrchr(c->output, '.');
+    char *slash = strrchr(c->output, '/');
+    size_t cut = (dot && (!slash || dot > slash)) ? (size_t)(dot - c->output) : strlen(c->output);
+    char out[sizeof c->output];
+    int n = snprintf(out, sizeof out, "%.*s-exec%d%s", (int)cut, c->output, at_exec_generation,
+                     c->output + cut);
+    if (n > 0 && (size_t)n < sizeof out)
+        memcpy(c->output, out, (size_t)n + 1);
+}
+
+static void at_preload_fail(const char *what, const char *why)
+{
+    fprintf(stderr, "acttrace: %s: %s; the program runs untraced\n", what, why);
+}
+
+__attribute__((constructor)) static void at_preload_init(void)
+{
+    int saved_errno = errno;
+    at_real_init();
+    if (getauxval(AT_SECURE)) /* setuid/setgid/capabilities: never write files for such a program */
+        goto out;
+    at_pid = getpid();
+    /* our own variables leave the environment first, whatever happens next */
+    exec_generation_read();
+    at_exec_env_init();
+    at_config_defaults(&at_cfg);
+    char err[512];
+    if (at_config_from_env(&at_cfg, env_lookup, err, sizeof err) != 0) {
+        at_preload_fail("bad setting", err);
+        goto out;
+    }
+    if (at_cfg.config_file[0])
+        fprintf(stderr,
+                "acttrace: ACTTRACE_CONFIG=%s ignored: config files arrive with issue 5; "
+                "tracing with the defaults\n",
+                at_cfg.config_file);
+    exec_generation_pattern(&at_cfg);
+
+    if (at_shim_events_register(err, sizeof err) != 0) {
+        at_preload_fail("setup", err);
+        goto out;
+    }
+    at_trace_options o = {
+        .path = at_cfg.output,
+        .mode = AT_OUTPUT_FILE,
+        .buffer_cap = at_cfg.buffer_bytes,
+        .flush_interval_ms = at_cfg.flush_ms,
+    };
+    if (at_trace_start(&o, err, sizeof err) != 0) {
+        at_preload_fail("cannot start the trace", err);
+        goto out;
+    }
+    at_fdguard_refresh();
+    if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
+        fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
+        at_cfg.fdflow = false;
+    }
+    if (at_cfg.fatal_signals)
+        at_signals_install();
+    __atomic_store_n(&at_shim_on, 1, __ATOMIC_RELEASE);
+out:
+    errno = saved_errno;
+}
+
+__attribute__((destructor)) static void at_preload_fini(void)
+{
+    if (!at_on())
+        return;
+    int e = errno;
+    /* A vfork child that returned from main instead of calling _exit shares our memory: hands off. */
+    if (getpid() != at_pid)
+        return;
+    at_internal++; /* the writer closes its own file */
+    at_trace_stop();
+    at_internal--;
+    errno = e;
+}

@@ -1,0 +1,459 @@
+/* process.c: the process boundaries: fork (the child keeps its current activity and, through the
+ * writer's own pthread_atfork handlers, gets its own file and flusher), exec* and posix_spawn (the
+ * new program's root activities link to the activity current here, passed in its environment),
+ * _exit/_Exit, and fatal signals whose action is the default (flush, then die exactly as without
+ * the shim). vfork children share our memory: every path checks the real pid and touches nothing
+ * there, and the exec path builds the new environment on the stack only. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "real.h"
+#include "shim.h"
+
+extern char **environ;
+
+#define AT_ENV_PARENT "ACTTRACE_PARENT_ACTIVITY"
+#define AT_ENV_GEN "ACTTRACE_EXEC_GEN"
+/* Environments larger than this are passed through unchanged (the link is then lost, not the exec). */
+#define AT_ENV_MAX 8192
+
+int at_exec_generation;            /* how many execs of this pid precede this image (preload.c) */
+static at_guid at_process_parent;  /* the activity of the process that exec'd us, or zero */
+
+/* ---------------- the activity link carried through exec ---------------- */
+
+static const char hexd[] = "0123456789abcdef";
+
+/* ACTTRACE_PARENT_ACTIVITY=<32 hex digits: the 16 GUID bytes in file order>. */
+static bool parse_hex_guid(const char *s, at_guid *g)
+{
+    for (int i = 0; i < 16; i++) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = s[2 * i + k];
+            const char *p = c ? strchr(hexd, c) : NULL;
+            if (!p)
+                return false;
+            v = v * 16 + (int)(p - hexd);
+        }
+        g->b[i] = (uint8_t)v;
+    }
+    return s[32] == 0;
+}
+
+void at_exec_env_init(void)
+{
+    const char *v = getenv(AT_ENV_PARENT);
+    if (!v)
+        return;
+    at_guid g;
+    if (parse_hex_guid(v, &g) && !at_guid_is_zero(&g)) {
+        at_process_parent = g;
+        at_activity_set_process_parent(&g);
+    } else {
+        fprintf(stderr, "acttrace: %s=%s is not 32 hex digits; root activities stay unlinked\n",
+                AT_ENV_PARENT, v);
+    }
+    unsetenv(AT_ENV_PARENT); /* the program sees the environment it was given */
+}
+
+static bool in_vfork_child(void)
+{
+    return (pid_t)syscall(SYS_getpid) != at_pid;
+}
+
+/* Fill out (n+3 slots) with envp minus our variables plus the current link. Only the stack:
+ * this runs in vfork children. Returns out, or envp unchanged when there is nothing to add. */
+static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
+                             char *gbuf, bool same_pid)
+{
+    const at_activity *cur = at_activity_current();
+    const at_guid *id = cur ? at_activity_id(cur) : &at_process_parent;
+    if (at_guid_is_zero(id) && !same_pid)
+        return envp;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = envp[i];
+        if (!strncmp(e, AT_ENV_PARENT "=", sizeof AT_ENV_PARENT) ||
+            !strncmp(e, AT_ENV_GEN "=", sizeof AT_ENV_GEN))
+            continue;
+        out[k++] = e;
+    }
+    if (!at_guid_is_zero(id)) {
+        char *p = pbuf;
+        memcpy(p, AT_ENV_PARENT "=", sizeof AT_ENV_PARENT);
+        p += sizeof AT_ENV_PARENT;
+        for (int i = 0; i < 16; i++) {
+            *p++ = hexd[id->b[i] >> 4];
+            *p++ = hexd[id->b[i] & 15];
+        }
+        *p = 0;
+        out[k++] = pbuf;
+    }
+    if (same_pid) {
+        /* "<pid>.<n>" by hand: no stdio in a vfork child */
+        char tmp[32];
+        int t = 0;
+        unsigned long v = (unsigned long)at_exec_generation + 1;
+        do
+            tmp[t++] = (char)('0' + v % 10);
+        while ((v /= 10));
+        tmp[t++] = '.';
+        v = (unsigned long)at_pid;
+        do
+            tmp[t++] = (char)('0' + v % 10);
+        while ((v /= 10));
+        char *p = gbuf;
+        memcpy(p, AT_ENV_GEN "=", sizeof AT_ENV_GEN);
+        p += sizeof AT_ENV_GEN;
+        while (t)
+            *p++ = tmp[--t];
+        *p = 0;
+        out[k++] = gbuf;
+    }
+    out[k] = NULL;
+    return (char *const *)out;
+}
+
+static size_t env_count(char *const envp[])
+{
+    size_t n = 0;
+    while (envp && envp[n])
+        n++;
+    return n;
+}
+
+/* Before the image is replaced: record the exec and make the file durable (not in a vfork child,
+ * whose memory and flusher are the parent's). */
+static void exec_before(const char *path)
+{
+    int e = errno;
+    uint8_t buf[512];
+    at_payload pl;
+    at_payload_init(&pl, buf, sizeof buf);
+    at_payload_str(&pl, path, 200);
+    at_shim_event(at_ev.exec, buf, (uint32_t)(pl.p - buf));
+    at_trace_flush();
+    errno = e;
+}
+
+/* Declares the stack buffers and computes `env` for an exec wrapper. */
+#define AT_EXEC_ENV(envp_in, path)                                                                 \
+    char *const *env_ = (envp_in);                                                                 \
+    size_t n_ = env_count(env_);                                                                   \
+    bool ok_ = at_on() && n_ <= AT_ENV_MAX;                                                        \
+    bool vf_ = ok_ && in_vfork_child();                                                            \
+    const char *slots_[ok_ ? n_ + 3 : 1];                                                          \
+    char pbuf_[sizeof AT_ENV_PARENT + 34], gbuf_[sizeof AT_ENV_GEN + 32];                          \
+    char *const *env = ok_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_) : env_;               \
+    if (ok_ && !vf_)                                                                               \
+        exec_before(path);
+
+AT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    AT_EXEC_ENV(envp, path);
+    return AT_REAL(execve)(path, argv, env);
+}
+
+AT_EXPORT int execv(const char *path, char *const argv[])
+{
+    AT_EXEC_ENV(environ, path);
+    return AT_REAL(execve)(path, argv, env);
+}
+
+AT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    AT_EXEC_ENV(envp, file);
+    return AT_REAL(execvpe)(file, argv, env);
+}
+
+AT_EXPORT int execvp(const char *file, char *const argv[])
+{
+    AT_EXEC_ENV(environ, file);
+    return AT_REAL(execvpe)(file, argv, env);
+}
+
+AT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
+{
+    AT_EXEC_ENV(envp, path);
+    return AT_REAL(execveat)(dirfd, path, argv, env, flags);
+}
+
+AT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    AT_EXEC_ENV(envp, "(fd)");
+    return AT_REAL(fexecve)(fd, argv, env);
+}
+
+/* execl* are variadic and glibc implements them with an internal execve we cannot see: gather the
+ * arguments on the stack and go through the wrappers above. */
+#define AT_GATHER_ARGS(arg0, ap, argv, envp_out)                                                   \
+    size_t argc_ = 1;                                                                              \
+    va_list cnt_;                                                                                  \
+    va_copy(cnt_, ap);                                                                             \
+    while (va_arg(cnt_, const char *))                                                             \
+        argc_++;                                                                                   \
+    va_end(cnt_);                                                                                  \
+    const char *argv[argc_ + 1];                                                                   \
+    argv[0] = arg0;                                                                                \
+    for (size_t i_ = 1; i_ <= argc_; i_++)                                                         \
+        argv[i_] = va_arg(ap, const char *);                                                       \
+    envp_out
+
+AT_EXPORT int execl(const char *path, const char *arg, ...)
+{
+    va_list ap;
+    va_start(ap, arg);
+    AT_GATHER_ARGS(arg, ap, argv, ;);
+    va_end(ap);
+    return execv(path, (char *const *)argv);
+}
+
+AT_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    va_list ap;
+    va_start(ap, arg);
+    AT_GATHER_ARGS(arg, ap, argv, ;);
+    va_end(ap);
+    return execvp(file, (char *const *)argv);
+}
+
+AT_EXPORT int execle(const char *path, const char *arg, ...)
+{
+    va_list ap;
+    va_start(ap, arg);
+    AT_GATHER_ARGS(arg, ap, argv, char *const *envp = va_arg(ap, char *const *));
+    va_end(ap);
+    return execve(path, (char *const *)argv, envp);
+}
+
+/* posix_spawn: the parent adds the link to the child's environment; the child itself (a CLONE_VM
+ * child inside glibc) is never touched. */
+static int spawn_common(bool search, pid_t *pid, const char *path,
+                        const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
+                        char *const argv[], char *const envp[])
+{
+    __typeof__(posix_spawn) *real = search ? AT_REAL(posix_spawnp) : AT_REAL(posix_spawn);
+    if (!at_on() || in_vfork_child())
+        return real(pid, path, fa, attr, argv, envp);
+    char *const *in = envp ? envp : environ;
+    size_t n = env_count(in);
+    if (n > AT_ENV_MAX)
+        return real(pid, path, fa, attr, argv, envp);
+    const char *slots[n + 3];
+    char pbuf[sizeof AT_ENV_PARENT + 34], gbuf[sizeof AT_ENV_GEN + 32];
+    char *const *env = exec_env(in, slots, n, pbuf, gbuf, false);
+    pid_t child = 0;
+    int r = real(&child, path, fa, attr, argv, env);
+    if (pid)
+        *pid = child;
+    if (r == 0) {
+        int e = errno;
+        uint8_t buf[512];
+        at_payload pl;
+        at_payload_init(&pl, buf, sizeof buf);
+        at_payload_i32(&pl, child);
+        at_payload_str(&pl, path, 200);
+        at_shim_event(at_ev.spawn, buf, (uint32_t)(pl.p - buf));
+        errno = e;
+    }
+    return r;
+}
+
+AT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                          const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    return spawn_common(false, pid, path, fa, attr, argv, envp);
+}
+
+AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                           const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    return spawn_common(true, pid, file, fa, attr, argv, envp);
+}
+
+/* ---------------- fork ---------------- */
+
+AT_EXPORT pid_t fork(void)
+{
+    if (!at_on())
+        return AT_REAL(fork)();
+    pid_t parent = at_pid;
+    at_internal++;
+    pid_t p = AT_REAL(fork)(); /* the writer's atfork handlers run in here */
+    int e = errno;
+    at_internal--;
+    if (p == 0) {
+        at_tid_cache = 0;
+        at_pid = (pid_t)syscall(SYS_getpid);
+        at_exec_generation = 0;
+        at_activity_after_fork_child();
+        at_fdguard_refresh(); /* the writer opened the child's own file */
+        uint8_t buf[4];
+        at_payload pl;
+        at_payload_init(&pl, buf, sizeof buf);
+        at_payload_i32(&pl, parent);
+        at_shim_event(at_ev.fork_child, buf, (uint32_t)(pl.p - buf));
+    } else if (p > 0) {
+        uint8_t buf[4];
+        at_payload pl;
+        at_payload_init(&pl, buf, sizeof buf);
+        at_payload_i32(&pl, p);
+        at_shim_event(at_ev.fork_parent, buf, (uint32_t)(pl.p - buf));
+    }
+    errno = e;
+    return p;
+}
+
+/* ---------------- _exit ---------------- */
+
+static void exit_now(int status)
+{
+    if (at_on() && !in_vfork_child()) {
+        uint8_t buf[4];
+        at_payload pl;
+        at_payload_init(&pl, buf, sizeof buf);
+        at_payload_i32(&pl, status);
+        at_shim_event(at_ev.exit, buf, (uint32_t)(pl.p - buf));
+        at_trace_emergency_flush();
+    }
+}
+
+AT_EXPORT void _exit(int status)
+{
+    exit_now(status);
+    AT_REAL(_exit)(status);
+    __builtin_unreachable();
+}
+
+AT_EXPORT void _Exit(int status)
+{
+    exit_now(status);
+    AT_REAL(_Exit)(status);
+    __builtin_unreachable();
+}
+
+/* ---------------- fatal signals ----------------
+ * Our handler is installed only while the program's disposition of a signal is the default. When
+ * the program installs its own handler (or SIG_IGN), it goes to the kernel as asked and we are out
+ * of the way; when it restores SIG_DFL, ours comes back. Queries report what the program set. */
+
+static const int at_fatal_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGSYS,
+                                    SIGTERM, SIGQUIT, SIGINT, SIGHUP, SIGPIPE, SIGALRM, SIGUSR1,
+                                    SIGUSR2, SIGXCPU, SIGXFSZ};
+
+static bool watched(int sig)
+{
+    for (size_t i = 0; i < AT_ARRAY_LEN(at_fatal_sigs); i++)
+        if (at_fatal_sigs[i] == sig)
+            return true;
+    return false;
+}
+
+static void at_fatal_handler(int sig, siginfo_t *si, void *uc);
+
+static void our_action(struct sigaction *sa)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sa_sigaction = at_fatal_handler;
+    sa->sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    sigemptyset(&sa->sa_mask);
+}
+
+static bool is_ours(const struct sigaction *sa)
+{
+    return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == at_fatal_handler;
+}
+
+static void as_default(struct sigaction *sa)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sa_handler = SIG_DFL;
+    sigemptyset(&sa->sa_mask);
+}
+
+static void at_fatal_handler(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    int e = errno;
+    uint8_t buf[16];
+    at_payload pl;
+    at_payload_init(&pl, buf, sizeof buf);
+    at_payload_i32(&pl, sig);
+    at_payload_i32(&pl, si ? si->si_code : 0);
+    at_payload_u64(&pl, si ? (uint64_t)(uintptr_t)si->si_addr : 0);
+    if (!in_vfork_child()) {
+        at_shim_event(at_ev.fatal, buf, (uint32_t)(pl.p - buf));
+        at_trace_emergency_flush();
+    }
+    struct sigaction dfl;
+    as_default(&dfl);
+    AT_REAL(sigaction)(sig, &dfl, NULL);
+    /* A fault raised by an instruction (si_code > 0 for SEGV/BUS/FPE/ILL/TRAP) happens again when we
+     * return, now with the default action. Anything sent (kill, raise, abort, a pipe) is sent again:
+     * it stays pending while this handler blocks it and acts on return. */
+    bool fault = si && si->si_code > 0 &&
+                 (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGTRAP);
+    if (!fault)
+        syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+    errno = e;
+}
+
+void at_signals_install(void)
+{
+    for (size_t i = 0; i < AT_ARRAY_LEN(at_fatal_sigs); i++) {
+        int s = at_fatal_sigs[i];
+        struct sigaction cur;
+        if (AT_REAL(sigaction)(s, NULL, &cur) != 0)
+            continue;
+        /* only where the default action is in force: an inherited SIG_IGN (nohup) or a handler
+         * installed by an earlier constructor stays as it is */
+        if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) {
+            struct sigaction ours;
+            our_action(&ours);
+            AT_REAL(sigaction)(s, &ours, NULL);
+        }
+    }
+}
+
+AT_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (!at_on() || !at_cfg.fatal_signals || !watched(sig))
+        return AT_REAL(sigaction)(sig, act, old);
+    struct sigaction ours, prev;
+    const struct sigaction *use = act;
+    if (act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL) {
+        our_action(&ours);
+        use = &ours;
+    }
+    int r = AT_REAL(sigaction)(sig, use, &prev);
+    if (r == 0 && old) {
+        if (is_ours(&prev))
+            as_default(&prev);
+        *old = prev;
+    }
+    return r;
+}
+
+AT_EXPORT sighandler_t signal(int sig, sighandler_t h)
+{
+    if (!at_on() || !at_cfg.fatal_signals || !watched(sig))
+        return AT_REAL(signal)(sig, h);
+    /* glibc's signal(): BSD semantics, the signal blocked in its own handler */
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sig > 0 && sig < NSIG)
+        sigaddset(&sa.sa_mask, sig);
+    if (sigaction(sig, &sa, &old) != 0)
+        return SIG_ERR;
+    return old.sa_handler;
+}

@@ -1,0 +1,70 @@
+/* real.h: the real (next) definitions of every function the shim interposes, resolved with
+ * dlsym(RTLD_NEXT). All are resolved in the constructor; a call that arrives earlier (another
+ * library's constructor, a preloaded malloc) resolves its own pointer on first use. AT_REAL(fn) is
+ * then one load and a predicted branch. */
+#ifndef AT_SHIM_REAL_H
+#define AT_SHIM_REAL_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <threads.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+
+#include "at_common.h"
+
+/* _FORTIFY_SOURCE variants that programs built with it (Debian's python3, for one) call instead of
+ * read/recv/poll. Declared here because glibc only declares them under fortification. */
+ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen);
+ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen);
+ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen);
+ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags);
+ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+                       struct sockaddr *addr, socklen_t *alen);
+int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen);
+int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m,
+                size_t fdslen);
+int epoll_pwait2(int epfd, struct epoll_event *ev, int maxev, const struct timespec *t,
+                 const sigset_t *m);
+
+/* X(name): every interposed function. */
+#define AT_REAL_LIST(X)                                                                            \
+    X(pthread_create) X(pthread_exit) X(thrd_create) X(thrd_exit)                                  \
+    X(fork) X(execve) X(execv) X(execvp) X(execvpe) X(execveat) X(fexecve)                          \
+    X(posix_spawn) X(posix_spawnp) X(_exit) X(_Exit) X(sigaction) X(signal)                         \
+    X(read) X(write) X(readv) X(writev) X(pread) X(pwrite) X(pread64) X(pwrite64)                  \
+    X(preadv) X(pwritev) X(preadv2) X(pwritev2) X(recv) X(recvfrom) X(recvmsg) X(recvmmsg)          \
+    X(send) X(sendto) X(sendmsg) X(sendmmsg) X(sendfile) X(sendfile64) X(splice)                   \
+    X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__recv_chk) X(__recvfrom_chk)                 \
+    X(accept) X(accept4) X(connect) X(close) X(dup2) X(dup3) X(close_range) X(closefrom)                                                     \
+    X(epoll_wait) X(epoll_pwait) X(epoll_pwait2) X(poll) X(ppoll) X(__poll_chk) X(__ppoll_chk)     \
+    X(select) X(pselect)
+
+typedef struct at_real_fns {
+#define AT_REAL_MEMBER(fn) __typeof__(fn) *fn;
+    AT_REAL_LIST(AT_REAL_MEMBER)
+#undef AT_REAL_MEMBER
+} at_real_fns;
+
+extern at_real_fns at_real;
+
+/* Resolve every pointer (constructor). */
+void at_real_init(void);
+/* Resolve one pointer on first use; never returns NULL for a function libc has (falls back to a raw
+ * system call for the few fd functions a recursive resolution could need). */
+void *at_real_resolve(const char *name, void **slot);
+
+#define AT_REAL(fn)                                                                                \
+    (AT_LIKELY(at_real.fn != NULL) ? at_real.fn                                                    \
+                                   : (__typeof__(fn) *)at_real_resolve(#fn, (void **)&at_real.fn))
+
+#endif

@@ -1,0 +1,82 @@
+/* shim.h: state shared by the files of the preload library: on/off, the settings read once in the
+ * constructor, the shim's own event types, and the per-thread id cache. Internal (hidden). */
+#ifndef AT_SHIM_H
+#define AT_SHIM_H
+
+#include <sys/types.h>
+
+#include "activity.h"
+#include "config.h"
+#include "trace.h"
+
+/* 0 until the constructor succeeded (and forever in secure-execution mode or after a failure):
+ * every interposed function then only calls the real one. */
+extern int at_shim_on;
+static inline bool at_on(void)
+{
+    return AT_LIKELY(__atomic_load_n(&at_shim_on, __ATOMIC_RELAXED) != 0);
+}
+
+extern at_config at_cfg;
+extern pid_t at_pid;      /* this process (updated in a fork child; a vfork child differs from it) */
+
+#define AT_SHIM_PROVIDER "acttrace-shim"
+#define AT_KEYWORD_THREAD 0x1ull
+#define AT_KEYWORD_PROCESS 0x2ull
+#define AT_KEYWORD_FD 0x4ull
+
+typedef struct at_shim_events {
+    at_event_type *thread_begin;  /* ThreadBegin: ParentThread, StartRoutine (in the inherited activity) */
+    at_event_type *thread_end;    /* ThreadEnd: ExitKind (0 return, 1 pthread_exit/thrd_exit, 2 cancelled) */
+    at_event_type *fork_parent;   /* ProcessFork: ChildPid (parent side) */
+    at_event_type *fork_child;    /* ProcessForked: ParentPid (first event of the child's file) */
+    at_event_type *exec;          /* ProcessExec: Path (just before exec) */
+    at_event_type *spawn;         /* ProcessSpawn: ChildPid, Path (posix_spawn, parent side) */
+    at_event_type *fatal;         /* FatalSignal: Signal, Code, Address */
+    at_event_type *exit;          /* ProcessExit: Status (_exit/_Exit) */
+    at_event_type *fd_tag;        /* FdTagged: Fd, Source (in the activity the fd is tagged with) */
+    at_event_type *fd_ambiguous;  /* FdAmbiguous: Fd, TaggedActivity, CurrentActivity (warning) */
+    at_activity_kind *connection; /* Connection activity (ACTTRACE_ACCEPT_ACTIVITY=1): ConnectionId, Fd */
+} at_shim_events;
+extern at_shim_events at_ev;
+
+/* Registers the shim's event types; 0 or -1 with a message. */
+int at_shim_events_register(char *err, size_t n);
+
+/* Set while the shim itself calls into libc on the program's behalf (fork's atfork handlers, where
+ * the writer starts the child's flusher): thread creation there is ours, not the program's. */
+extern AT_TLS int at_internal;
+
+/* Set (incremented) by the callback layer around a pool API call that may create the pool's worker
+ * threads lazily (g_thread_pool_push): threads created meanwhile belong to the pool, not to the
+ * submitter, so they begin in no activity and each work item brings its own. */
+extern AT_TLS int at_thread_noflow;
+
+/* The calling thread's kernel id, cached (reset in a fork child). */
+extern AT_TLS pid_t at_tid_cache;
+pid_t at_tid_slow(void);
+static inline pid_t at_tid(void)
+{
+    pid_t t = at_tid_cache;
+    return AT_LIKELY(t != 0) ? t : at_tid_slow();
+}
+
+/* process.c */
+void at_signals_install(void);
+void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
+/* fdguard.c: the descriptor of the trace file (-1 if unknown), hidden from the program's closes */
+extern int at_trace_fd;
+void at_fdguard_refresh(void);
+static inline bool at_fd_is_trace(int fd)
+{
+    return AT_UNLIKELY(fd == at_trace_fd) && fd >= 0;
+}
+/* fdflow.c */
+void at_fdflow_untag_range(unsigned first, unsigned last);
+int at_fdflow_init(char *err, size_t n);
+void at_fdflow_thread_exit(void); /* drop an adoption the exiting thread still holds */
+
+/* Write one of the shim's events in the current activity (errno preserved). */
+void at_shim_event(const at_event_type *t, const void *payload, uint32_t len);
+
+#endif

@@ -1,0 +1,91 @@
+/* bench_shim: what the preload core adds to a program: pthread_create+join of an empty thread, and
+ * read(2) on an untagged fd, and the request rate of a worker-queue and a thread-per-connection
+ * server fixture under a loopback load. tests/fixtures/bench_ops runs under the shim and times each operation
+ * through the shim's symbol and through libc's own, interleaved in one process (same run, same
+ * machine state); the row is the difference. Also the untraced program's own figure for scale.
+ * Prints rows "metric<TAB>measured<TAB>target"; never fails on a time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_testlib.h"
+
+static bool run_op(const char *op, const char *n, bool traced, const char *dir, double *wrap,
+                   double *real)
+{
+    char *fx = at_fixture_path("bench_ops");
+    const char *argv[] = {fx, op, n, NULL};
+    const char *env[] = {"ACTTRACE_OUTPUT=bench-%p.nettrace", NULL};
+    at_run_opts o = {.argv = argv, .env = env, .no_preload = !traced, .cwd = dir};
+    at_run_result r;
+    bool ok = false;
+    if (at_run(&o, &r) == 0 && r.exited && r.status == 0)
+        ok = sscanf(r.out, "%*s %lf %lf", wrap, real) == 2;
+    at_run_result_free(&r);
+    free(fx);
+    return ok;
+}
+
+static void measure(const char *op, const char *n, const char *metric, const char *target,
+                    double unit, const char *unit_name, const char *dir)
+{
+    double w, r, uw, ur;
+    if (!run_op(op, n, true, dir, &w, &r) || !run_op(op, n, false, dir, &uw, &ur)) {
+        printf("%s\tfailed to run\t%s\n", metric, target);
+        return;
+    }
+    printf("%s\t%.2f %s (%.1f vs %.1f ns in one run; untraced program %.1f ns)\t%s\n", metric,
+           (w - r) / unit, unit_name, w, r, uw, target);
+}
+
+/* Requests per second of tests/fixtures/queue_server under a loopback load, traced and not,
+ * alternating runs and keeping each side's best (separate processes: a server cannot be timed
+ * against itself in one). */
+static double server_rps(const char *workers, bool traced, const char *dir)
+{
+    char *fx = at_fixture_path("queue_server");
+    const char *argv[] = {fx, workers, "4000", "4", NULL};
+    const char *env[] = {"ACTTRACE_OUTPUT=bench-%p.nettrace", NULL};
+    at_run_opts o = {.argv = argv, .env = env, .no_preload = !traced, .cwd = dir};
+    at_run_result r;
+    double secs = 0;
+    int n = 0;
+    if (at_run(&o, &r) != 0 || !r.exited || r.status != 0 || sscanf(r.out, "served %d %lf", &n, &secs) != 2)
+        secs = 0;
+    at_run_result_free(&r);
+    free(fx);
+    return secs > 0 ? n / secs : 0;
+}
+
+static void measure_server(const char *workers, const char *metric, const char *dir)
+{
+    double base = 0, traced = 0;
+    for (int i = 0; i < 5; i++) {
+        double b = server_rps(workers, false, dir), t = server_rps(workers, true, dir);
+        if (b > base)
+            base = b;
+        if (t > traced)
+            traced = t;
+    }
+    if (base <= 0 || traced <= 0) {
+        printf("%s\tfailed to run\t<= 5%%\n", metric);
+        return;
+    }
+    printf("%s\t%.1f%% (%.0f vs %.0f req/s)\t<= 5%%\n", metric, 100.0 * (base - traced) / base, traced,
+           base);
+}
+
+int main(void)
+{
+    char *dir = at_tmpdir("bench");
+    if (!dir)
+        return 1;
+    measure("thread", "20000", "shim: pthread_create+join added per thread", "<= 3 us", 1000.0, "us",
+            dir);
+    measure("read", "2000000", "shim: read() on an untagged fd added", "<= 5 ns", 1.0, "ns", dir);
+    measure_server("3", "shim: worker-queue server, fewer requests/s", dir);
+    measure_server("0", "shim: thread-per-connection server, fewer requests/s", dir);
+    at_rmtree(dir);
+    free(dir);
+    return 0;
+}

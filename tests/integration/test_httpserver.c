@@ -1,0 +1,191 @@
+/* test_httpserver: a real multi-threaded program no one on the project wrote: python3's
+ * http.server (ThreadingHTTPServer: the main thread accepts, each connection gets a new thread).
+ * Loopback only, a free port, a few bounded requests with a receive timeout on the client side.
+ *
+ * With no configuration nothing is current at accept, so what the trace must show is the thread
+ * flow: every handler thread began (ThreadBegin) with the main thread as its creator, in no
+ * activity, and nothing was tagged. With ACTTRACE_ACCEPT_ACTIVITY=1 each accepted socket starts a
+ * Connection activity: the handler thread for it begins inside exactly that Connection, and the
+ * Connection is stopped when the handler closes the socket, on the handler's thread. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "at_testlib.h"
+
+#define NREQ 4
+
+static int connect_port(int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(s);
+        return -1;
+    }
+    struct timeval tv = {10, 0}; /* a server that never answers fails the test, not hangs it */
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return s;
+}
+
+/* One GET; returns the HTTP status code or -1. */
+static int get(int port)
+{
+    int s = connect_port(port);
+    if (s < 0)
+        return -1;
+    const char req[] = "GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(s, req, sizeof req - 1) != (ssize_t)sizeof req - 1) {
+        close(s);
+        return -1;
+    }
+    char buf[4096];
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(s, buf + n, sizeof buf - 1 - n)) > 0 && n < sizeof buf - 1)
+        n += (size_t)r;
+    while (r > 0)
+        r = read(s, buf, sizeof buf); /* drain the listing */
+    close(s);
+    buf[n] = 0;
+    int code = -1;
+    if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
+        return -1;
+    return code;
+}
+
+static void run_server(at_session *s, const char *const *extra_env)
+{
+    memset(s, 0, sizeof *s);
+    s->dir = at_tmpdir("http");
+    ck_assert(s->dir);
+    int port = at_free_port();
+    ck_assert(port > 0);
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    /* Debian's python3 (.ci/deps) when present: a PATH "python3" may be a wrapper script that execs
+     * the interpreter through several images (followed below all the same) */
+    const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const char *argv[] = {py, "-m", "http.server", "--bind", "127.0.0.1", ps, NULL};
+    const char *env[8] = {"PYTHONUNBUFFERED=1", NULL};
+    for (int i = 0; extra_env && extra_env[i]; i++)
+        env[1 + i] = extra_env[i];
+    at_run_opts o = {.argv = argv, .env = env, .cwd = s->dir};
+    at_proc p;
+    ck_assert_int_eq(at_spawn(&o, &p), 0);
+    /* wait until it listens: retry the connection (bounded, it is not a timing assertion) */
+    int up = -1;
+    for (int i = 0; i < 400 && up < 0; i++) {
+        up = connect_port(port);
+        if (up < 0) {
+            struct timespec ts = {0, 25 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (up >= 0)
+        close(up); /* that probe is a connection too: NREQ + 1 in all */
+    int codes[NREQ];
+    for (int i = 0; i < NREQ; i++)
+        codes[i] = up >= 0 ? get(port) : -1;
+    kill(p.pid, SIGINT); /* http.server's own KeyboardInterrupt handling ends it with exit 0 */
+    ck_assert_int_eq(at_wait(&p, &s->r), 0);
+    ck_assert_msg(up >= 0, "python3 http.server never listened on %d: %s", port, s->r.err);
+    for (int i = 0; i < NREQ; i++)
+        ck_assert_msg(codes[i] == 200, "request %d: status %d", i, codes[i]);
+    char *path = at_trace_file_last_image(s->dir, s->r.pid);
+    if (path) {
+        s->has_trace = true;
+        s->load_rc = at_trace_load(path, &s->t);
+        free(path);
+    }
+    char d[1024];
+    ck_assert_msg(s->r.exited && s->r.status == 0, "%s", at_session_describe(s, d, sizeof d));
+    ck_assert_msg(s->has_trace && s->t.complete, "%s", at_session_describe(s, d, sizeof d));
+}
+
+START_TEST(test_thread_flow_without_config)
+{
+    at_session s;
+    run_server(&s, NULL);
+    const at_trace *t = &s.t;
+    size_t begins = 0;
+    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
+         i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1)) {
+        uint64_t parent = 0;
+        ck_assert(at_field_u64(&t->ev[i], "ParentThread", &parent));
+        ck_assert_msg(parent == (uint64_t)s.r.pid, "a handler thread created by %llu, not main",
+                      (unsigned long long)parent);
+        ck_assert_uint_ne(t->ev[i].thread, (uint64_t)s.r.pid);
+        ck_assert_str_eq(t->ev[i].act_path, "");
+        begins++;
+    }
+    ck_assert_msg(begins >= NREQ, "%zu handler threads for %d requests", begins, NREQ);
+    ck_assert_uint_eq(at_count(t, "acttrace-shim", "FdTagged"), 0);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_connection_activity_per_handler)
+{
+    at_session s;
+    const char *env[] = {"ACTTRACE_ACCEPT_ACTIVITY=1", NULL};
+    run_server(&s, env);
+    const at_trace *t = &s.t;
+    size_t nconn = at_count(t, NULL, "ConnectionStart");
+    ck_assert_msg(nconn >= NREQ, "%zu connections for %d requests", nconn, NREQ);
+    ck_assert_uint_eq(at_count(t, "acttrace-shim", "FdTagged"), nconn);
+    for (long c = at_find(t, NULL, "ConnectionStart", 0); c >= 0;
+         c = at_find(t, NULL, "ConnectionStart", (size_t)c + 1)) {
+        const at_tev *cs = &t->ev[c];
+        ck_assert_uint_eq(cs->thread, (uint64_t)s.r.pid); /* accepted on the main thread */
+        /* the handler thread began inside this connection's activity */
+        long b = at_find(t, "acttrace-shim", "ThreadBegin", 0);
+        for (; b >= 0; b = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)b + 1))
+            if (at_guid_eq(&t->ev[b].activity, &cs->activity))
+                break;
+        if (b < 0)
+            at_trace_dump(t, stderr);
+        ck_assert_msg(b >= 0, "no handler thread began in Connection %s", cs->act_path);
+        uint64_t handler = t->ev[b].thread;
+        ck_assert_uint_ne(handler, (uint64_t)s.r.pid);
+        /* and closed it: the Connection stops on the handler thread */
+        long stop = at_find(t, NULL, "ConnectionStop", 0);
+        for (; stop >= 0; stop = at_find(t, NULL, "ConnectionStop", (size_t)stop + 1))
+            if (at_guid_eq(&t->ev[stop].activity, &cs->activity))
+                break;
+        ck_assert_msg(stop >= 0, "Connection %s never stopped", cs->act_path);
+        ck_assert_msg(t->ev[stop].thread == handler, "Connection %s stopped on %llu, handler %llu",
+                      cs->act_path, (unsigned long long)t->ev[stop].thread,
+                      (unsigned long long)handler);
+        /* one connection per handler: no other thread began in it */
+        for (long o = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)b + 1); o >= 0;
+             o = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)o + 1))
+            ck_assert(!at_guid_eq(&t->ev[o].activity, &cs->activity));
+    }
+    at_session_free(&s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("httpserver");
+    TCase *tc = tcase_create("python3");
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, test_thread_flow_without_config);
+    tcase_add_test(tc, test_connection_activity_per_handler);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,221 @@
+/* test_preload: the preload core as a program sees it: same output and exit status as untraced,
+ * a trace in the working folder by default, settings from the environment, one "acttrace:" line
+ * and an untraced run on every failure, errno untouched by interposed calls, signal dispositions
+ * reported as the program set them. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_testlib.h"
+
+static int count_lines_with(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+START_TEST(test_same_output_and_status)
+{
+    at_session a, b;
+    const char *argv[] = {"exit_paths", "return", "5", NULL};
+    ck_assert_int_eq(at_session_run(&a, "same", argv, NULL), 0);
+    /* untraced reference run of the same program */
+    char *fx = at_fixture_path("exit_paths");
+    const char *av[] = {fx, "return", "5", NULL};
+    at_run_opts o = {.argv = av, .no_preload = true};
+    memset(&b, 0, sizeof b);
+    ck_assert_int_eq(at_run(&o, &b.r), 0);
+    char d[512];
+    ck_assert_msg(a.r.exited && a.r.status == 3, "%s", at_session_describe(&a, d, sizeof d));
+    ck_assert(b.r.exited && b.r.status == 3);
+    ck_assert_str_eq(a.r.out, b.r.out);
+    ck_assert_str_eq(a.r.err, "");
+    free(fx);
+    at_run_result_free(&b.r);
+    at_session_free(&a);
+}
+END_TEST
+
+START_TEST(test_default_file_in_cwd)
+{
+    at_session s;
+    const char *argv[] = {"exit_paths", "return", "3", NULL};
+    ck_assert_int_eq(at_session_run(&s, "deffile", argv, (const char *const[]){"ACTTRACE_OUTPUT", NULL}), 0);
+    char path[4096], d[512];
+    snprintf(path, sizeof path, "%s/acttrace-%d.nettrace", s.dir, s.r.pid);
+    ck_assert_msg(at_file_exists(path), "no %s: %s", path, at_session_describe(&s, d, sizeof d));
+    ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_int_eq(s.t.pid, s.r.pid);
+    ck_assert_uint_eq(at_count(&s.t, NULL, "Before"), 3);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_output_setting)
+{
+    at_session s;
+    const char *argv[] = {"exit_paths", "return", "2", NULL};
+    const char *env[] = {"ACTTRACE_OUTPUT=custom-%p.out.nettrace", NULL};
+    ck_assert_int_eq(at_session_run(&s, "output", argv, env), 0);
+    char path[4096], d[512];
+    snprintf(path, sizeof path, "%s/custom-%d.out.nettrace", s.dir, s.r.pid);
+    ck_assert_msg(at_file_exists(path), "no %s: %s", path, at_session_describe(&s, d, sizeof d));
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_config_file_not_yet)
+{
+    at_session s;
+    const char *argv[] = {"exit_paths", "return", "2", NULL};
+    const char *env[] = {"ACTTRACE_CONFIG=/some/where.conf", NULL};
+    ck_assert_int_eq(at_session_run(&s, "config", argv, env), 0);
+    char d[512];
+    ck_assert_msg(strstr(s.r.err, "acttrace: ACTTRACE_CONFIG=/some/where.conf ignored") &&
+                      strstr(s.r.err, "issue 5"),
+                  "stderr: %s", s.r.err);
+    ck_assert_int_eq(count_lines_with(s.r.err, "acttrace:"), 1);
+    /* and it still traces with the defaults */
+    ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert(s.r.exited && s.r.status == 3);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_bad_setting_runs_untraced)
+{
+    at_session s;
+    const char *argv[] = {"exit_paths", "return", "2", NULL};
+    const char *env[] = {"ACTTRACE_FDFLOW=maybe", NULL};
+    ck_assert_int_eq(at_session_run(&s, "badset", argv, env), 0);
+    ck_assert_int_eq(count_lines_with(s.r.err, "acttrace:"), 1);
+    ck_assert_msg(strstr(s.r.err, "ACTTRACE_FDFLOW=maybe"), "stderr: %s", s.r.err);
+    ck_assert(s.r.exited && s.r.status == 3);
+    ck_assert_str_eq(s.r.out, "before return\n");
+    char **files = at_trace_files(s.dir);
+    ck_assert_uint_eq(at_strv_len(files), 0);
+    at_strv_free(files);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_unwritable_output_runs_untraced)
+{
+    at_session s;
+    const char *argv[] = {"exit_paths", "return", "2", NULL};
+    const char *env[] = {"ACTTRACE_OUTPUT=/nonexistent-dir/x/t.nettrace", NULL};
+    ck_assert_int_eq(at_session_run(&s, "unwritable", argv, env), 0);
+    ck_assert_int_eq(count_lines_with(s.r.err, "acttrace:"), 1);
+    ck_assert_msg(strstr(s.r.err, "untraced"), "stderr: %s", s.r.err);
+    ck_assert(s.r.exited && s.r.status == 3);
+    ck_assert_str_eq(s.r.out, "before return\n");
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_errno_preserved)
+{
+    at_session s;
+    const char *argv[] = {"errno_check", NULL};
+    ck_assert_int_eq(at_session_run(&s, "errno", argv, NULL), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s / %s", s.r.out, at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "ok\n");
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_dispositions_as_set)
+{
+    at_session s;
+    const char *argv[] = {"exit_paths", "query", "0", NULL};
+    ck_assert_int_eq(at_session_run(&s, "query", argv, NULL), 0);
+    ck_assert_str_eq(s.r.out, "before query\nquit default\nterm default\nterm-after ignored\n");
+    ck_assert(s.r.exited && s.r.status == 0);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_thread_trace_without_activities)
+{
+    /* a program with no activity at all still gets a readable trace of its threads */
+    at_session s;
+    const char *argv[] = {"bench_ops", "thread", "3", NULL};
+    ck_assert_int_eq(at_session_run(&s, "plain", argv, NULL), 0);
+    char d[512];
+    ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_uint_eq(at_count(&s.t, "acttrace-shim", "ThreadBegin"), 3);
+    ck_assert_uint_eq(at_count(&s.t, "acttrace-shim", "ThreadEnd"), 3);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_trace_survives_closing_all_fds)
+{
+    at_session s;
+    const char *argv[] = {"closes_all", NULL};
+    ck_assert_int_eq(at_session_run(&s, "closeall", argv, NULL), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    char p[4096];
+    snprintf(p, sizeof p, "%s/data.txt", s.dir);
+    char *data = at_read_file(p, NULL);
+    ck_assert_msg(data && !strcmp(data, "payload\n"), "the program's file holds '%s'", data ? data : "(none)");
+    free(data);
+    ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_uint_eq(at_count(&s.t, NULL, "Done"), 100);
+    at_session_free(&s);
+}
+END_TEST
+
+/* Calls that arrive before the shim's constructor (the executable's .preinit_array) reach the real
+ * functions, and tracing then starts as usual. */
+START_TEST(test_calls_before_constructor)
+{
+    /* Under check-asan the preloaded ASan runtime is itself not initialised yet in .preinit_array
+     * and aborts in its own pthread_create (with or without the shim): nothing to learn there. */
+    const char *asan = getenv("ACTTRACE_ASAN");
+    if (asan && *asan == '1')
+        return;
+    at_session s;
+    const char *argv[] = {"early_calls", NULL};
+    ck_assert_int_eq(at_session_run(&s, "early", argv, NULL), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "early ok\nmain ok\n");
+    ck_assert_str_eq(s.r.err, "");
+    ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
+    long m = at_find(&s.t, NULL, "MainStart", 0), in = at_find(&s.t, NULL, "InThread", 0);
+    ck_assert(m >= 0 && in >= 0);
+    ck_assert_str_eq(s.t.ev[in].act_path, s.t.ev[m].act_path);
+    /* only main's thread was traced: the early one ran before the shim was on */
+    ck_assert_uint_eq(at_count(&s.t, "acttrace-shim", "ThreadBegin"), 1);
+    at_session_free(&s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("preload");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, test_same_output_and_status);
+    tcase_add_test(tc, test_default_file_in_cwd);
+    tcase_add_test(tc, test_output_setting);
+    tcase_add_test(tc, test_config_file_not_yet);
+    tcase_add_test(tc, test_bad_setting_runs_untraced);
+    tcase_add_test(tc, test_unwritable_output_runs_untraced);
+    tcase_add_test(tc, test_errno_preserved);
+    tcase_add_test(tc, test_dispositions_as_set);
+    tcase_add_test(tc, test_thread_trace_without_activities);
+    tcase_add_test(tc, test_trace_survives_closing_all_fds);
+    tcase_add_test(tc, test_calls_before_constructor);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

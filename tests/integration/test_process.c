@@ -1,0 +1,248 @@
+/* test_process: process boundaries and exit paths, read back from the files: a fork child writes
+ * its own file (its pid) and keeps its activity; exec chains link each new image's root activity
+ * to the activity current at exec (RelatedActivityId), also through fork+exec, posix_spawn and
+ * vfork; every exit path (return from main, exit from another thread, _exit, _Exit, SIGSEGV,
+ * SIGABRT, SIGTERM, SIGBUS, SIGFPE by default action) leaves the same status as without the shim and
+ * a file that reads to its end with every event before the end; a program's own handlers run. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_testlib.h"
+
+#define NBEFORE 200
+
+static void check_complete(at_session *s, const char *mode)
+{
+    char d[1024];
+    ck_assert_msg(s->has_trace, "%s: no trace: %s", mode, at_session_describe(s, d, sizeof d));
+    ck_assert_msg(s->load_rc == 0 && s->t.complete, "%s: trace does not read to its end: %s", mode,
+                  at_session_describe(s, d, sizeof d));
+    ck_assert_msg(at_count(&s->t, NULL, "Before") == NBEFORE, "%s: %zu of %d Before events", mode,
+                  at_count(&s->t, NULL, "Before"), NBEFORE);
+    ck_assert_msg(s->t.events_lost == 0, "%s: %llu events lost", mode,
+                  (unsigned long long)s->t.events_lost);
+    /* the marks are in the Work activity */
+    long w = at_find(&s->t, NULL, "WorkStart", 0);
+    ck_assert(w >= 0);
+    long b = at_find(&s->t, NULL, "Before", 0);
+    ck_assert_str_eq(s->t.ev[b].act_path, s->t.ev[w].act_path);
+}
+
+static void run_exit(at_session *s, const char *mode)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", NBEFORE);
+    const char *argv[] = {"exit_paths", mode, n, NULL};
+    ck_assert_int_eq(at_session_run(s, "exit", argv, NULL), 0);
+}
+
+static const struct {
+    const char *mode;
+    int code;   /* exit code, or -1 */
+    int sig;    /* terminating signal, or 0 */
+} exits[] = {
+    {"return", 3, 0},  {"exit-thread", 4, 0}, {"_exit", 5, 0},        {"_Exit", 6, 0},
+    {"segv", -1, SIGSEGV}, {"abort", -1, SIGABRT}, {"term", -1, SIGTERM}, {"bus", -1, SIGBUS},
+    {"fpe", -1, SIGFPE},
+};
+
+START_TEST(test_exit_path)
+{
+    at_session s;
+    run_exit(&s, exits[_i].mode);
+    char d[1024];
+    if (exits[_i].sig)
+        ck_assert_msg(s.r.signaled && s.r.sig == exits[_i].sig, "%s: %s", exits[_i].mode,
+                      at_session_describe(&s, d, sizeof d));
+    else
+        ck_assert_msg(s.r.exited && s.r.status == exits[_i].code, "%s: %s", exits[_i].mode,
+                      at_session_describe(&s, d, sizeof d));
+    ck_assert_msg(strstr(s.r.out, "before "), "%s: stdout '%s'", exits[_i].mode, s.r.out);
+    check_complete(&s, exits[_i].mode);
+    if (exits[_i].sig) {
+        long f = at_find(&s.t, "acttrace-shim", "FatalSignal", 0);
+        ck_assert_msg(f >= 0, "%s: no FatalSignal event", exits[_i].mode);
+        uint64_t sig = 0;
+        ck_assert(at_field_u64(&s.t.ev[f], "Signal", &sig));
+        ck_assert_uint_eq(sig, (uint64_t)exits[_i].sig);
+    }
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_own_handlers_run)
+{
+    at_session s;
+    run_exit(&s, "handler-term");
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 7, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_msg(strstr(s.r.out, "handled 15\n"), "stdout '%s'", s.r.out);
+    check_complete(&s, "handler-term");
+    ck_assert_int_eq(at_find(&s.t, "acttrace-shim", "FatalSignal", 0), -1);
+    at_session_free(&s);
+    run_exit(&s, "handler-segv");
+    ck_assert_msg(s.r.exited && s.r.status == 9, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_msg(strstr(s.r.out, "handled 11\n"), "stdout '%s'", s.r.out);
+    check_complete(&s, "handler-segv");
+    at_session_free(&s);
+}
+END_TEST
+
+/* pids printed by proc_chain ("pid <n> <mode>"), in order */
+static int pids_of(const char *out, int *pids, int max)
+{
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "pid ")) && n < max; p += 4)
+        pids[n++] = atoi(p + 4);
+    return n;
+}
+
+START_TEST(test_fork_child_file)
+{
+    at_session s;
+    const char *argv[] = {"proc_chain", "fork", NULL};
+    ck_assert_int_eq(at_session_run(&s, "fork", argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    int pids[4];
+    ck_assert_int_eq(pids_of(s.r.out, pids, 4), 2);
+    long ps = at_find(&s.t, NULL, "ParentStart", 0);
+    ck_assert(ps >= 0);
+    const char *pp = s.t.ev[ps].act_path;
+    ck_assert_int_eq(at_find(&s.t, NULL, "ChildStart", 0), -1); /* not in the parent's file */
+    at_trace c;
+    ck_assert_msg(at_session_load_pid(&s, pids[1], &c), "no file for the child pid %d in %s", pids[1], s.dir);
+    ck_assert_msg(c.complete, "child file: %s", c.err);
+    ck_assert_int_eq(c.pid, pids[1]);
+    long cs = at_find(&c, NULL, "ChildStart", 0);
+    ck_assert(cs >= 0);
+    /* the child kept its current activity: Child is a child of Parent */
+    ck_assert_msg(strcmp(c.ev[cs].rel_path, pp) == 0, "child's ChildStart related %s, parent's activity %s",
+                  c.ev[cs].rel_path, pp);
+    /* the parent's buffered events are not written twice */
+    ck_assert_int_eq(at_find(&c, NULL, "ParentStart", 0), -1);
+    ck_assert_int_eq(at_find(&c, NULL, "Parent", 0), -1);
+    ck_assert(at_find(&c, "acttrace-shim", "ProcessForked", 0) >= 0);
+    at_trace_free(&c);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(test_exec_chain)
+{
+    at_session s;
+    const char *argv[] = {"proc_chain", "exec", "8", NULL}; /* every exec* function once */
+    ck_assert_int_eq(at_session_run(&s, "exec", argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    char **files = at_trace_files(s.dir);
+    ck_assert_msg(at_strv_len(files) == 9, "%zu files for 9 images in %s", at_strv_len(files), s.dir);
+    /* each image's root HopStart is related to the previous image's Hop; find by Hop value */
+    at_guid prev_hop = {{0}};
+    for (int hop = 8; hop >= 0; hop--) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", hop);
+        bool found = false;
+        for (size_t f = 0; files[f] && !found; f++) {
+            at_trace t;
+            at_trace_load(files[f], &t);
+            long m = at_find_field(&t, "Hop", "Value", v, 0);
+            if (m >= 0) {
+                found = true;
+                ck_assert_msg(t.complete, "%s: %s", files[f], t.err);
+                ck_assert_int_eq(t.pid, s.r.pid); /* exec keeps the pid; each image its own file */
+                long st = at_find(&t, NULL, "HopStart", 0);
+                ck_assert(st >= 0);
+                if (hop == 8)
+                    ck_assert_msg(at_guid_is_zero(&t.ev[st].related), "first HopStart related %s",
+                                  t.ev[st].rel_path);
+                else
+                    ck_assert_msg(at_guid_eq(&t.ev[st].related, &prev_hop),
+                                  "hop %d: HopStart related %s is not the previous image's Hop", hop,
+                                  t.ev[st].rel_path);
+                prev_hop = t.ev[st].activity;
+                if (hop > 0)
+                    ck_assert(at_find(&t, "acttrace-shim", "ProcessExec", 0) >= 0);
+            }
+            at_trace_free(&t);
+        }
+        ck_assert_msg(found, "no file holds Hop %d", hop);
+    }
+    at_strv_free(files);
+    at_session_free(&s);
+}
+END_TEST
+
+/* forkexec / spawn / vfork: the leaf program's LeafStart is related to the parent's Parent. */
+START_TEST(test_child_program_linked)
+{
+    static const char *modes[] = {"forkexec", "spawn", "spawnp", "vfork"};
+    const char *mode = modes[_i];
+    at_session s;
+    const char *argv[] = {"proc_chain", mode, NULL};
+    ck_assert_int_eq(at_session_run(&s, mode, argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace, "%s: %s", mode,
+                  at_session_describe(&s, d, sizeof d));
+    long ps = at_find(&s.t, NULL, "ParentStart", 0);
+    ck_assert(ps >= 0);
+    int pids[4];
+    ck_assert_int_eq(pids_of(s.r.out, pids, 4), 2);
+    char **files = at_trace_files(s.dir);
+    bool found = false;
+    for (size_t f = 0; files[f]; f++) {
+        at_trace t;
+        at_trace_load(files[f], &t);
+        long ls = at_find(&t, NULL, "LeafStart", 0);
+        if (ls >= 0) {
+            found = true;
+            ck_assert_int_eq(t.pid, pids[1]);
+            ck_assert_msg(at_guid_eq(&t.ev[ls].related, &s.t.ev[ps].activity),
+                          "%s: LeafStart related '%s', parent activity '%s'", mode, t.ev[ls].rel_path,
+                          s.t.ev[ps].act_path);
+            ck_assert(t.complete);
+        }
+        at_trace_free(&t);
+    }
+    ck_assert_msg(found, "%s: no file with LeafStart in %s", mode, s.dir);
+    /* the link travelled in the environment, but the program never sees the shim's variables */
+    ck_assert_msg(strstr(s.r.out, "env clean\n") && !strstr(s.r.out, "env leaked"), "%s: %s", mode,
+                  s.r.out);
+    /* nothing of the program ran twice: exactly one Parent mark over all files */
+    size_t parents = 0;
+    for (size_t f = 0; files[f]; f++) {
+        at_trace t;
+        at_trace_load(files[f], &t);
+        parents += at_count(&t, NULL, "Parent");
+        at_trace_free(&t);
+    }
+    ck_assert_uint_eq(parents, 1);
+    at_strv_free(files);
+    at_session_free(&s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("process");
+    TCase *tc = tcase_create("exit");
+    tcase_set_timeout(tc, 0);
+    tcase_add_loop_test(tc, test_exit_path, 0, (int)(sizeof exits / sizeof exits[0]));
+    tcase_add_test(tc, test_own_handlers_run);
+    suite_add_tcase(su, tc);
+    TCase *tp = tcase_create("children");
+    tcase_set_timeout(tp, 0);
+    tcase_add_test(tp, test_fork_child_file);
+    tcase_add_test(tp, test_exec_chain);
+    tcase_add_loop_test(tp, test_child_program_linked, 0, 4);
+    suite_add_tcase(su, tp);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
