@@ -46,17 +46,6 @@ BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 DEMO_SRC := $(wildcard tests/demo/*.c)
 
-# The shim, its fixtures and integration tests need the activity engine (runtime/activity.c, issue 3).
-# Until it exists they are kept in the tree but not built, so the rest builds and tests green.
-ifeq ($(wildcard runtime/activity.c),)
-  SHIM_SRC :=
-  SHIM_ASM :=
-  INTEG_SRC :=
-  FIXTURE_C :=
-  FIXTURE_CXX :=
-  BENCH_SRC := $(filter-out tests/bench/bench_shim.c tests/bench/bench_callbacks.c,$(BENCH_SRC))
-endif
-
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 RUNTIME_OBJ := $(call obj,$(RUNTIME_SRC))
 CONFIG_OBJ := $(call obj,$(CONFIG_SRC))

@@ -86,8 +86,10 @@ void at_flush_locked(bool holdback, bool force_sp)
     if (at_out.fd < 0 && !at_out.failed)
         return;
     bool ok = !at_out.failed;
-    /* everything written before now (minus the hold-back) goes in; later events wait */
-    uint64_t limit_ts = at_now_ns() - (holdback ? HOLDBACK_NS : 0);
+    /* The periodic flush takes what was written before now minus the hold-back; an explicit flush
+     * (at_trace_flush, stop, emergency) takes everything published, whatever timestamp a caller of
+     * at_event_write_ts gave it. */
+    uint64_t limit_ts = holdback ? at_now_ns() - HOLDBACK_NS : UINT64_MAX;
     uint32_t na = 0;
     for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
         at_ring *r = &at_pool_g.rings[i];

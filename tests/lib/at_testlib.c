@@ -628,8 +628,11 @@ void at_path_parent(const char *path, char *out, size_t n)
 {
     snprintf(out, n, "%s", path);
     char *s = strrchr(out, '/');
-    /* "//1" -> "" (a root has no parent path) */
-    if (!s || s <= out + 1)
+    /* "//1/5" -> "": a root's first number is the AppDomain, not an activity */
+    int slashes = 0;
+    for (const char *p = out; *p; p++)
+        slashes += *p == '/';
+    if (!s || slashes <= 3)
         out[0] = 0;
     else
         *s = 0;

@@ -1,0 +1,591 @@
+/* activity.c: the activity engine. EventSource's ActivityTracker semantics (reference 000, sections
+ * 4, 5 and 8) over a per-thread current activity that flows like AsyncLocal.
+ *
+ * Ownership: an activity is reference counted. References are held by
+ *   - the thread whose current activity it is (one, in at_cur),
+ *   - each child (its creator pointer), so a chain from any activity to its root stays valid,
+ *   - captures (at_flow_capture) and explicit at_activity_ref.
+ * An activity is freed when the last reference goes, stopped or not: an unstopped activity nobody can
+ * reach any more can never be stopped (EventSource's garbage collector does the same).
+ *
+ * The thread's current pointer may name an activity that another thread stopped (at_activity_stop_ref,
+ * or a Stop by name on a thread that shares the chain). Like EventSource's ActivityChanging, the
+ * thread then behaves as if its nearest live ancestor were current: events carry that id, and new
+ * activities become its children (EventSource would extend the dead one's path; we never extend a
+ * finished activity's path, so the tree in the trace matches what each event saw).
+ *
+ * Hot paths (a nested Start+Stop, capture+enter+leave) take no lock, allocate from a per-thread cache
+ * and use atomics only where another thread can hold a reference. */
+#include "activity.h"
+
+#include "actpath.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { ACT_LIVE = 0, ACT_STOPPED = 1, ACT_KILLED = 2 };
+
+struct at_activity_kind {
+    at_activity_kind *next;     /* registry list */
+    char *provider, *name;
+    unsigned flags;
+    at_event_type *start_ev, *stop_ev;
+};
+
+struct at_activity {
+    uint32_t refs;              /* atomic */
+    uint8_t stopped;            /* atomic: ACT_* */
+    int8_t path_end;            /* AddIdToGuid offset after this id; > 12 once the path overflowed */
+    uint16_t level;             /* 0 for a root */
+    uint32_t last_child;        /* atomic: the last child number handed out */
+    at_activity *creator;       /* holds a reference */
+    at_activity_kind *kind;
+    uint64_t unique;            /* the <Name>Id payload value */
+    at_guid id;
+};
+
+/* --- process-wide state --- */
+static uint32_t g_pid;            /* the pid in checksums; set lazily and after fork */
+static uint32_t g_root_next;      /* atomic: EventSource's static m_nextId (wraps, by design) */
+static uint64_t g_unique_next = 1;/* atomic: per-thread blocks of <Name>Id values are taken from it */
+static at_guid g_process_parent;  /* RelatedActivityId of root Starts (exec chains) */
+static bool g_have_process_parent;
+static pthread_mutex_t g_kinds_lock = PTHREAD_MUTEX_INITIALIZER;
+static at_activity_kind *g_kinds;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_thread_key;
+static at_event_type *g_send_ev, *g_recv_ev;
+
+/* --- per-thread state --- */
+#define UNIQUE_BLOCK 1024u
+#define CACHE_MAX 256u
+static AT_TLS at_activity *at_cur;          /* holds a reference */
+static AT_TLS at_activity *at_free_list;    /* freed activities, linked through creator */
+static AT_TLS uint32_t at_free_count;
+static AT_TLS uint64_t at_unique_next, at_unique_end;
+static AT_TLS bool at_thread_registered;
+
+static void thread_exit(void *unused);
+
+static void after_fork_child(void)
+{
+    at_activity_after_fork_child();
+}
+
+static void init_once(void)
+{
+    pthread_key_create(&g_thread_key, thread_exit);
+    pthread_atfork(NULL, NULL, after_fork_child);
+    __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE); /* last: the fast check reads it */
+}
+
+static inline void ensure_init(void)
+{
+    if (AT_UNLIKELY(__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) == 0))
+        pthread_once(&g_once, init_once);
+}
+
+/* The thread's activities and its allocation cache are released when it ends; registering the key
+ * value costs once per thread that ever holds an activity. */
+static AT_NOINLINE void register_thread(void)
+{
+    at_thread_registered = true;
+    pthread_setspecific(g_thread_key, (void *)1);
+}
+
+static inline at_activity *act_alloc(void)
+{
+    at_activity *a = at_free_list;
+    if (AT_LIKELY(a)) {
+        at_free_list = a->creator;
+        at_free_count--;
+        return a;
+    }
+    if (AT_UNLIKELY(!at_thread_registered))
+        register_thread();
+    return malloc(sizeof(at_activity));
+}
+
+static inline void act_free(at_activity *a)
+{
+    if (AT_LIKELY(at_free_count < CACHE_MAX && at_thread_registered)) {
+        a->creator = at_free_list;
+        at_free_list = a;
+        at_free_count++;
+        return;
+    }
+    free(a);
+}
+
+static inline bool is_live(const at_activity *a)
+{
+    return __atomic_load_n(&a->stopped, __ATOMIC_RELAXED) == ACT_LIVE;
+}
+
+/* Nearest live activity from a up its creator chain (a itself if live); NULL if none. */
+static inline at_activity *live_from(at_activity *a)
+{
+    while (a && !is_live(a))
+        a = a->creator;
+    return a;
+}
+
+void at_activity_ref(at_activity *a)
+{
+    if (a)
+        __atomic_fetch_add(&a->refs, 1, __ATOMIC_RELAXED);
+}
+
+void at_activity_unref(at_activity *a)
+{
+    while (a && __atomic_sub_fetch(&a->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        at_activity *c = a->creator;
+        act_free(a);
+        a = c;
+    }
+}
+
+/* True when the caller's reference is the only one: nobody else can take one meanwhile (references
+ * are only made from references). */
+static inline bool sole_ref(const at_activity *a)
+{
+    return __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) == 1;
+}
+
+static void thread_exit(void *unused)
+{
+    (void)unused;
+    at_activity *c = at_cur;
+    at_cur = NULL;
+    at_activity_unref(c);
+    at_thread_registered = false; /* from here on act_free frees */
+    while (at_free_list) {
+        at_activity *a = at_free_list;
+        at_free_list = a->creator;
+        free(a);
+    }
+    at_free_count = 0;
+}
+
+static inline uint64_t next_unique(void)
+{
+    if (AT_UNLIKELY(at_unique_next == at_unique_end)) {
+        at_unique_next = __atomic_fetch_add(&g_unique_next, UNIQUE_BLOCK, __ATOMIC_RELAXED);
+        at_unique_end = at_unique_next + UNIQUE_BLOCK;
+    }
+    return at_unique_next++;
+}
+
+/* --- kinds --- */
+
+static at_event_type *reg_event(const at_activity_kind_desc *d, const char *provider,
+                                const char *suffix, uint8_t opcode, uint32_t nextra,
+                                const at_field *extra)
+{
+    size_t nl = strlen(d->name);
+    char *ename = malloc(nl + 6), *idname = malloc(nl + 3);
+    at_field *f = malloc(sizeof(at_field) * (1 + (size_t)nextra));
+    at_event_type *t = NULL;
+    if (ename && idname && f) {
+        memcpy(ename, d->name, nl);
+        strcpy(ename + nl, suffix);
+        memcpy(idname, d->name, nl);
+        strcpy(idname + nl, "Id");
+        f[0].name = idname;
+        f[0].type = NT_TYPE_UINT64;
+        for (uint32_t i = 0; i < nextra; i++)
+            f[1 + i] = extra[i];
+        at_event_desc ed = {
+            .provider = provider,
+            .name = ename,
+            .level = d->level ? d->level : NT_LEVEL_INFO,
+            .opcode = opcode,
+            .keywords = d->keywords,
+            .nfields = 1 + nextra,
+            .fields = f,
+        };
+        t = at_event_type_register(&ed);
+    }
+    free(ename);
+    free(idname);
+    free(f);
+    return t;
+}
+
+at_activity_kind *at_activity_kind_register(const at_activity_kind_desc *d)
+{
+    if (!d || !d->name || !d->name[0] || (d->nstart_fields && !d->start_fields) ||
+        (d->nstop_fields && !d->stop_fields)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    ensure_init();
+    const char *provider = d->provider ? d->provider : AT_ACTIVITY_PROVIDER;
+    pthread_mutex_lock(&g_kinds_lock);
+    at_activity_kind *k;
+    for (k = g_kinds; k; k = k->next)
+        if (strcmp(k->name, d->name) == 0 && strcmp(k->provider, provider) == 0)
+            goto out;
+    k = calloc(1, sizeof *k);
+    if (!k)
+        goto out;
+    k->provider = strdup(provider);
+    k->name = strdup(d->name);
+    k->flags = d->flags;
+    k->start_ev = reg_event(d, provider, "Start", NT_OPCODE_START, d->nstart_fields, d->start_fields);
+    k->stop_ev = reg_event(d, provider, "Stop", NT_OPCODE_STOP, d->nstop_fields, d->stop_fields);
+    if (!k->provider || !k->name || !k->start_ev || !k->stop_ev) {
+        free(k->provider);
+        free(k->name);
+        free(k);
+        k = NULL;
+        errno = EINVAL;
+        goto out;
+    }
+    k->next = g_kinds;
+    __atomic_store_n(&g_kinds, k, __ATOMIC_RELEASE);
+out:
+    pthread_mutex_unlock(&g_kinds_lock);
+    return k;
+}
+
+/* --- events --- */
+
+#define EXTRA_MAX 8192u
+
+static void write_activity_event(const at_event_type *t, const at_guid *id, const at_guid *related,
+                                 uint64_t unique, const void *extra, uint32_t extra_len,
+                                 const uintptr_t *ips, uint32_t nips)
+{
+    if (!at_event_enabled(t))
+        return;
+    uint8_t buf[8 + EXTRA_MAX];
+    if (extra_len > EXTRA_MAX) /* the writer's payload cap is larger; this keeps the stack bounded */
+        extra_len = 0;
+    memcpy(buf, &unique, 8);
+    if (extra_len)
+        memcpy(buf + 8, extra, extra_len);
+    at_event_write(t, id, related, buf, 8 + extra_len, ips, nips);
+}
+
+/* --- ids --- */
+
+static void make_id(at_activity *a, at_activity *parent)
+{
+    uint32_t pid = g_pid;
+    if (!parent) {
+        uint32_t n = __atomic_add_fetch(&g_root_next, 1, __ATOMIC_RELAXED);
+        memset(&a->id, 0, sizeof a->id);
+        int off = at_actpath_add_id(&a->id, 0, 1, false, pid); /* the AppDomain: always 1 */
+        a->path_end = (int8_t)at_actpath_add_id(&a->id, off, n, false, pid);
+        return;
+    }
+    uint32_t n = __atomic_add_fetch(&parent->last_child, 1, __ATOMIC_RELAXED);
+    a->id = parent->id;
+    int end = at_actpath_add_id(&a->id, parent->path_end, n, false, pid);
+    a->path_end = (int8_t)end;
+    if (AT_LIKELY(end <= AT_ACTPATH_END))
+        return;
+    /* CreateOverflowGuid: the nearest ancestor with at least two bytes of room gives out a number of
+     * its own and the id is written in the '$' overflow form after its path. A root always has room. */
+    for (at_activity *anc = parent; anc; anc = anc->creator) {
+        if (anc->path_end > 10)
+            continue;
+        uint32_t m = __atomic_add_fetch(&anc->last_child, 1, __ATOMIC_RELAXED);
+        at_guid g = anc->id;
+        if (at_actpath_add_id(&g, anc->path_end, m, true, pid) <= AT_ACTPATH_END) {
+            a->id = g;
+            return;
+        }
+    }
+}
+
+/* --- start / stop --- */
+
+/* Kill (no Stop event) the live activities from 'from' up to, not including, 'to'. */
+static void kill_between(at_activity *from, at_activity *to)
+{
+    for (at_activity *o = from; o && o != to; o = o->creator) {
+        uint8_t live = ACT_LIVE;
+        __atomic_compare_exchange_n(&o->stopped, &live, ACT_KILLED, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    }
+}
+
+/* Make 'next' the thread's current activity (taking a reference) and drop the old one. */
+static inline void set_current(at_activity *next)
+{
+    at_activity *old = at_cur;
+    if (next == old)
+        return;
+    at_activity_ref(next);
+    at_cur = next;
+    at_activity_unref(old);
+}
+
+static inline const at_guid *id_or_null(const at_activity *a)
+{
+    return a ? &a->id : NULL;
+}
+
+at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                               const uintptr_t *ips, uint32_t nips)
+{
+    if (AT_UNLIKELY(!k))
+        return NULL;
+    ensure_init();
+    at_activity *cur = at_cur;
+    at_activity *parent = live_from(cur);
+    const at_guid *related = id_or_null(parent);
+    if (!related && g_have_process_parent)
+        related = &g_process_parent;
+
+    if (parent) {
+        if (AT_UNLIKELY(parent->level >= AT_ACTIVITY_MAX_DEPTH)) {
+            /* EventSource stops tracking: the Start is logged without an id and nothing changes. */
+            write_activity_event(k->start_ev, NULL, related, 0, extra, extra_len, ips, nips);
+            return NULL;
+        }
+        if (!(k->flags & AT_ACT_RECURSIVE)) {
+            /* No recursion by default (section 5): a live activity of this kind on the chain is
+             * stopped, with everything it started on this chain, before the new one starts. */
+            at_activity *same = parent;
+            while (same && !(same->kind == k && is_live(same)))
+                same = same->creator;
+            if (same) {
+                kill_between(parent, same);
+                kill_between(same, same->creator);
+                parent = live_from(same->creator);
+            }
+        }
+    }
+
+    at_activity *a = act_alloc();
+    if (AT_UNLIKELY(!a))
+        return NULL;
+    a->refs = 1; /* the thread's */
+    a->stopped = ACT_LIVE;
+    a->last_child = 0;
+    a->kind = k;
+    a->level = parent ? (uint16_t)(parent->level + 1) : 0;
+    a->unique = next_unique();
+    make_id(a, parent);
+    a->creator = parent;
+    write_activity_event(k->start_ev, &a->id, related, a->unique, extra, extra_len, ips, nips);
+    /* The child's creator reference on parent replaces the thread's reference on cur when they are
+     * the same activity (the common case): no atomic operation. */
+    at_cur = a;
+    if (parent != cur) {
+        at_activity_ref(parent);
+        at_activity_unref(cur);
+    }
+    return a;
+}
+
+/* The thread's current activity has just been stopped (or killed): make its nearest live ancestor
+ * current. */
+static inline void pop_to_creator(at_activity *a)
+{
+    at_activity *next = live_from(a->creator);
+    if (AT_LIKELY(next == a->creator && sole_ref(a))) {
+        /* Only the thread held a: hand a's reference on its creator to the thread and free a. */
+        at_cur = next;
+        act_free(a);
+        return;
+    }
+    at_activity_ref(next);
+    at_cur = next;
+    at_activity_unref(a);
+}
+
+bool at_activity_stop(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                      const uintptr_t *ips, uint32_t nips)
+{
+    if (AT_UNLIKELY(!k))
+        return false;
+    for (;;) {
+        at_activity *cur = at_cur;
+        at_activity *t = cur;
+        while (t && !(t->kind == k && is_live(t)))
+            t = t->creator;
+        if (!t) {
+            /* Stop without a live Start: logged with the current id, nothing changes. */
+            at_activity *live = live_from(cur);
+            write_activity_event(k->stop_ev, id_or_null(live), NULL, 0, extra, extra_len, ips, nips);
+            return false;
+        }
+        uint8_t live = ACT_LIVE;
+        if (t == cur && sole_ref(t)) {
+            __atomic_store_n(&t->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
+        } else {
+            if (!__atomic_compare_exchange_n(&t->stopped, &live, ACT_STOPPED, false, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_RELAXED))
+                continue; /* another thread stopped it first: search again */
+            kill_between(cur, t);
+        }
+        write_activity_event(k->stop_ev, &t->id, NULL, t->unique, extra, extra_len, ips, nips);
+        /* The thread continues in the stopped activity's nearest live ancestor. */
+        if (t == cur) {
+            pop_to_creator(t);
+        } else {
+            set_current(live_from(t->creator));
+        }
+        return true;
+    }
+}
+
+bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,
+                          const uintptr_t *ips, uint32_t nips)
+{
+    if (!a)
+        return false;
+    uint8_t live = ACT_LIVE;
+    if (!__atomic_compare_exchange_n(&a->stopped, &live, ACT_STOPPED, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return false;
+    write_activity_event(a->kind->stop_ev, &a->id, NULL, a->unique, extra, extra_len, ips, nips);
+    if (at_cur == a)
+        set_current(live_from(a->creator));
+    return true;
+}
+
+at_activity *at_activity_current(void)
+{
+    return live_from(at_cur);
+}
+
+const at_guid *at_activity_id(const at_activity *a)
+{
+    static const at_guid zero;
+    return a ? &a->id : &zero;
+}
+
+uint64_t at_activity_unique_id(const at_activity *a)
+{
+    return a ? a->unique : 0;
+}
+
+bool at_activity_is_stopped(const at_activity *a)
+{
+    return !a || !is_live(a);
+}
+
+int at_activity_path(const at_activity *a, char *buf, size_t n)
+{
+    if (!a) {
+        if (n)
+            buf[0] = 0;
+        return -1;
+    }
+    return at_actpath_format(&a->id, at_actpath_pid(&a->id), buf, n);
+}
+
+int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
+                      const uintptr_t *ips, uint32_t nips)
+{
+    if (!t || !at_event_enabled(t))
+        return 0;
+    at_activity *cur = live_from(at_cur);
+    return at_event_write(t, id_or_null(cur), NULL, payload, len, ips, nips);
+}
+
+/* --- flow --- */
+
+at_activity *at_flow_capture(void)
+{
+    at_activity *c = at_cur;
+    if (AT_LIKELY(!c))
+        return NULL;
+    c = live_from(c);
+    at_activity_ref(c);
+    return c;
+}
+
+at_activity *at_flow_enter(at_activity *captured)
+{
+    at_activity *prev = at_cur; /* the thread's reference moves to the caller until leave */
+    if (!captured && !prev)
+        return NULL;
+    at_activity *n = live_from(captured);
+    if (n) {
+        at_activity_ref(n);
+        if (AT_UNLIKELY(!at_thread_registered))
+            register_thread();
+    }
+    at_cur = n;
+    return prev;
+}
+
+void at_flow_leave(at_activity *prev)
+{
+    at_activity *old = at_cur;
+    at_cur = prev;
+    if (old)
+        at_activity_unref(old);
+}
+
+void at_flow_release(at_activity *captured)
+{
+    at_activity_unref(captured);
+}
+
+/* --- transfers --- */
+
+static void init_transfer_events(void)
+{
+    static const at_field f[] = {{"ActivityUniqueId", NT_TYPE_UINT64}, {"ThreadId", NT_TYPE_UINT64}};
+    at_event_desc s = {.provider = AT_FLOW_PROVIDER, .name = "TransferSend", .level = NT_LEVEL_INFO,
+                       .opcode = NT_OPCODE_SEND, .keywords = AT_KEYWORD_FLOW, .nfields = 2,
+                       .fields = f};
+    at_event_desc r = s;
+    r.name = "TransferReceive";
+    r.opcode = NT_OPCODE_RECEIVE;
+    g_send_ev = at_event_type_register(&s);
+    g_recv_ev = at_event_type_register(&r);
+}
+
+static pthread_once_t g_transfer_once = PTHREAD_ONCE_INIT;
+
+static void write_transfer(at_event_type *t, at_activity *a, const at_guid *related)
+{
+    if (!t || !at_event_enabled(t))
+        return;
+    uint64_t pl[2] = {a->unique, (uint64_t)gettid()};
+    at_event_write(t, &a->id, related, pl, sizeof pl, NULL, 0);
+}
+
+void at_flow_transfer_send(at_activity *a)
+{
+    if (!a)
+        return;
+    pthread_once(&g_transfer_once, init_transfer_events);
+    write_transfer(g_send_ev, a, NULL);
+}
+
+void at_flow_transfer_receive(at_activity *a, const at_guid *previous)
+{
+    if (!a)
+        return;
+    pthread_once(&g_transfer_once, init_transfer_events);
+    write_transfer(g_recv_ev, a, previous && !at_guid_is_zero(previous) ? previous : NULL);
+}
+
+/* --- process --- */
+
+void at_activity_set_process_parent(const at_guid *parent_id)
+{
+    if (parent_id && !at_guid_is_zero(parent_id)) {
+        g_process_parent = *parent_id;
+        g_have_process_parent = true;
+    } else {
+        g_have_process_parent = false;
+    }
+}
+
+void at_activity_after_fork_child(void)
+{
+    __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
+}
