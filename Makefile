@@ -20,7 +20,8 @@ CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -fPIC -pthread -fvisibility=hidden -fno-strict-aliasing
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -Wall -Wextra -fPIC -pthread
-LDLIBS_COMMON := -ldl -lpthread -lrt -lm
+# libelf (symbol look-up) and Zydis (entry patching) serve the hooks of issue 5
+LDLIBS_COMMON := -lelf -lZydis -ldl -lpthread -lrt -lm
 ifeq ($(SAN),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   CFLAGS += $(SANFLAGS) -O1
@@ -75,6 +76,8 @@ deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
+# the typed hook wrapper runs cleanups when a C++ exception unwinds through it
+$(BUILD)/obj/shim/hook/ffiwrap.o: CFLAGS += -fexceptions
 $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@

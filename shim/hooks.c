@@ -1,0 +1,601 @@
+/* hooks.c: what a configured function does when it is called (issue 5). The config's entries
+ * become rules (an activity kind or an event type with payload fields from the captures); each
+ * rule's functions become hooks (shim/hook/: resolved, wrapped, installed by GOT or entry patching).
+ * The wrappers call at_hook_enter/at_hook_exit here:
+ *   activity on one function   Start on entry (if 'when' holds), Stop on return with a Status
+ *                              (0 returned, 1 unwound by an exception, 2 abandoned by a longjmp)
+ *   start/stop pair            Start when the start function returns (key from it), Stop when the
+ *                              stop function is entered with the same key, on any thread
+ *   event                      on entry, or on return when it captures or tests the return value
+ *   keyed flow                 enqueue captures the current activity for the item; the thread that
+ *                              dequeues the item adopts it (until its next dequeue)
+ * Installation runs in the constructor (one thread) and again after dlopen for new modules. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "hook/hook.h"
+#include "hookconf.h"
+#include "shim.h"
+
+/* ---------------- keyed tables ---------------- */
+
+/* Small non-negative keys (fds) index an array of atomic pointers: no lock. Other keys (pointers,
+ * large numbers) share a small locked list: rare in practice and never on a Start/Stop of one
+ * function. */
+#define KT_DIRECT (1u << 20)
+
+typedef struct kt_node {
+    uint64_t key;
+    at_activity *a;
+    struct kt_node *next;
+} kt_node;
+
+typedef struct keytab {
+    at_activity **direct;
+    pthread_mutex_t lock;
+    kt_node *list;
+} keytab;
+
+static int kt_init(keytab *t)
+{
+    void *p = mmap(NULL, KT_DIRECT * sizeof(void *), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    t->direct = p;
+    pthread_mutex_init(&t->lock, NULL);
+    return 0;
+}
+
+/* Put a (the table's reference); returns what the key held before (a reference) or NULL. */
+static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
+{
+    if (key < KT_DIRECT)
+        return __atomic_exchange_n(&t->direct[key], a, __ATOMIC_ACQ_REL);
+    pthread_mutex_lock(&t->lock);
+    at_activity *old = NULL;
+    kt_node *n;
+    for (n = t->list; n && n->key != key; n = n->next)
+        ;
+    if (n) {
+        old = n->a;
+        n->a = a;
+    } else if (a && (n = malloc(sizeof *n))) {
+        n->key = key;
+        n->a = a;
+        n->next = t->list;
+        t->list = n;
+    } else
+        old = a; /* no memory: the caller drops it */
+    pthread_mutex_unlock(&t->lock);
+    return old;
+}
+
+static at_activity *kt_take(keytab *t, uint64_t key)
+{
+    if (key < KT_DIRECT)
+        return __atomic_exchange_n(&t->direct[key], NULL, __ATOMIC_ACQ_REL);
+    if (!__atomic_load_n(&t->list, __ATOMIC_RELAXED))
+        return NULL;
+    pthread_mutex_lock(&t->lock);
+    at_activity *a = NULL;
+    for (kt_node **pp = &t->list; *pp; pp = &(*pp)->next)
+        if ((*pp)->key == key) {
+            kt_node *n = *pp;
+            a = n->a;
+            *pp = n->next;
+            free(n);
+            break;
+        }
+    pthread_mutex_unlock(&t->lock);
+    return a;
+}
+
+/* ---------------- rules ---------------- */
+
+typedef struct rule {
+    const at_hc_entry *e;
+    at_activity_kind *kind; /* activities */
+    at_event_type *event;   /* events */
+    keytab keys;            /* pairs and keyed flows */
+    bool key_is_fd;         /* a pair keyed by an int: the fd hand-off carries it */
+    bool event_on_return;
+    at_field *fields;       /* owned: start (or event) fields then stop fields */
+} rule;
+
+typedef struct probe {
+    rule *r;
+    int role; /* index into e->probe */
+    const at_hc_probe *p;
+    at_hook hook;
+    bool pending; /* not resolved yet: retried after each dlopen */
+} probe;
+
+static const at_hookconf *hk_conf;
+static rule *hk_rules;
+static probe *hk_probes;
+static int hk_nprobes;
+static pthread_mutex_t hk_install_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Threads' live calls that started an activity, by frame: a longjmp over them leaves entries
+ * deeper than the frame the program is in, stopped (Status 2) at the next hooked call or return. */
+#define LIVE_MAX 128
+typedef struct live {
+    uintptr_t sp;
+    at_activity *a;
+    probe *pr;
+} live;
+static AT_TLS live hk_live[LIVE_MAX];
+static AT_TLS int hk_nlive;
+static AT_TLS at_activity *hk_adopt_prev; /* keyed flow: what was current before the adoption */
+static AT_TLS bool hk_adopting;
+
+static const char *field_name(const at_hc_probe *p, int idx, char *buf, size_t n)
+{
+    if (idx == AT_HC_RETURN)
+        return "Return";
+    if (p->sig.p[idx].name[0])
+        return p->sig.p[idx].name;
+    snprintf(buf, n, "arg%d", idx);
+    return buf;
+}
+
+static at_ctype cap_type(const at_hc_probe *p, int idx)
+{
+    return idx == AT_HC_RETURN ? p->sig.ret : p->sig.p[idx].type;
+}
+
+/* Fields of the captures of p: which = 0 arguments only, 1 return only, 2 all. */
+static uint32_t add_fields(at_field *f, uint32_t n, const at_hc_probe *p, int which)
+{
+    for (int i = 0; i < p->ncapture; i++) {
+        int idx = p->capture[i];
+        if ((which == 0 && idx == AT_HC_RETURN) || (which == 1 && idx != AT_HC_RETURN))
+            continue;
+        char buf[16];
+        f[n].name = strdup(field_name(p, idx, buf, sizeof buf));
+        f[n].type = at_ctype_nt(cap_type(p, idx));
+        n++;
+    }
+    return n;
+}
+
+static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_string)
+{
+    switch (at_ctype_nt(t)) {
+    case NT_TYPE_INT32: at_payload_i32(pl, (int32_t)v); break;
+    case NT_TYPE_UINT32: at_payload_u32(pl, (uint32_t)v); break;
+    case NT_TYPE_INT64: at_payload_i64(pl, (int64_t)v); break;
+    case NT_TYPE_UINT64: at_payload_u64(pl, v); break;
+    case NT_TYPE_DOUBLE: {
+        double d;
+        memcpy(&d, &v, 8);
+        at_payload_double(pl, d);
+        break;
+    }
+    case NT_TYPE_STRING: at_payload_str(pl, (const char *)(uintptr_t)v, max_string); break;
+    }
+}
+
+static void put_captures(at_payload *pl, const at_hc_probe *p, const uint64_t *args, uint64_t ret,
+                         bool have_ret, int which)
+{
+    for (int i = 0; i < p->ncapture; i++) {
+        int idx = p->capture[i];
+        if ((which == 0 && idx == AT_HC_RETURN) || (which == 1 && idx != AT_HC_RETURN))
+            continue;
+        uint64_t v = idx == AT_HC_RETURN ? (have_ret ? ret : 0) : (args ? args[idx] : 0);
+        at_ctype t = cap_type(p, idx);
+        if (t == AT_CT_STR && idx == AT_HC_RETURN && !have_ret)
+            v = 0;
+        put_value(pl, t, v, p->max_string);
+    }
+}
+
+static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
+{
+    if (!p->has_when)
+        return true;
+    if (!args && p->when_what != AT_HC_RETURN)
+        return true;
+    at_ctype t = cap_type(p, p->when_what);
+    uint64_t raw = p->when_what == AT_HC_RETURN ? ret : args[p->when_what];
+    bool is_signed = t == AT_CT_I8 || t == AT_CT_I16 || t == AT_CT_I32 || t == AT_CT_I64;
+    int cmp;
+    if (is_signed) {
+        int64_t a = (int64_t)raw, b = p->when_value;
+        cmp = a < b ? -1 : a > b;
+    } else {
+        uint64_t a = raw, b = (uint64_t)p->when_value;
+        cmp = a < b ? -1 : a > b;
+    }
+    switch (p->when_op) {
+    case AT_HC_EQ: return cmp == 0;
+    case AT_HC_NE: return cmp != 0;
+    case AT_HC_LT: return cmp < 0;
+    case AT_HC_LE: return cmp <= 0;
+    case AT_HC_GT: return cmp > 0;
+    case AT_HC_GE: return cmp >= 0;
+    }
+    return true;
+}
+
+static void stop_single(at_activity *a, const at_hc_probe *p, const uint64_t *args, uint64_t ret,
+                        int status)
+{
+    uint8_t buf[1024];
+    at_payload pl;
+    at_payload_init(&pl, buf, sizeof buf);
+    put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
+    at_payload_u32(&pl, (uint32_t)status);
+    at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), NULL, 0);
+    at_activity_unref(a);
+}
+
+/* Calls deeper than sp that are still listed were jumped over. */
+static void abandon_below(uintptr_t sp)
+{
+    while (hk_nlive > 0 && hk_live[hk_nlive - 1].sp < sp) {
+        live *l = &hk_live[--hk_nlive];
+        stop_single(l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
+    }
+}
+
+static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
+{
+    return p->key == AT_HC_RETURN ? ret : args[p->key];
+}
+
+void at_hook_enter(at_hook *h, at_hook_call *c, const uint64_t *args)
+{
+    if (!at_on())
+        return;
+    probe *pr = h->user;
+    rule *r = pr->r;
+    const at_hc_entry *e = r->e;
+    const at_hc_probe *p = pr->p;
+    int err = errno;
+    if (AT_UNLIKELY(hk_nlive > 0))
+        abandon_below(c->sp);
+    uint8_t buf[1024];
+    at_payload pl;
+    switch (e->kind) {
+    case AT_HC_ACTIVITY:
+        if (!e->paired) {
+            if (!when_holds(p, args, 0))
+                break;
+            at_payload_init(&pl, buf, sizeof buf);
+            put_captures(&pl, p, args, 0, false, 0);
+            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), NULL, 0);
+            if (a) {
+                at_activity_ref(a);
+                c->act = a;
+                c->started = 1;
+                if (hk_nlive < LIVE_MAX)
+                    hk_live[hk_nlive++] = (live){c->sp, a, pr};
+            }
+        } else if (pr->role == 1 && args && when_holds(p, args, 0)) {
+            at_activity *a = kt_take(&r->keys, key_of(p, args, 0));
+            if (a) {
+                at_payload_init(&pl, buf, sizeof buf);
+                put_captures(&pl, p, args, 0, false, 0);
+                at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), NULL, 0);
+                at_activity_unref(a);
+            }
+        }
+        break;
+    case AT_HC_EVENT:
+        if (!r->event_on_return && when_holds(p, args, 0) && at_event_enabled(r->event)) {
+            at_payload_init(&pl, buf, sizeof buf);
+            put_captures(&pl, p, args, 0, false, 2);
+            at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), NULL, 0);
+        }
+        break;
+    case AT_HC_FLOW_KEYED:
+        if (pr->role == 0 && args && p->key != AT_HC_RETURN) {
+            at_activity *cap = at_flow_capture();
+            at_activity *old = kt_put(&r->keys, key_of(p, args, 0), cap);
+            if (old)
+                at_flow_release(old);
+        }
+        break;
+    case AT_HC_FLOW_CALLBACK:
+        break;
+    }
+    errno = err;
+}
+
+void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+{
+    probe *pr = h->user;
+    rule *r = pr->r;
+    const at_hc_entry *e = r->e;
+    const at_hc_probe *p = pr->p;
+    if (!at_on() && !c->started)
+        return;
+    int err = errno;
+    if (AT_UNLIKELY(hk_nlive > 0))
+        abandon_below(c->sp);
+    uint8_t buf[1024];
+    at_payload pl;
+    switch (e->kind) {
+    case AT_HC_ACTIVITY:
+        if (!e->paired) {
+            if (!c->started)
+                break;
+            if (hk_nlive > 0 && hk_live[hk_nlive - 1].a == c->act && hk_live[hk_nlive - 1].sp == c->sp)
+                hk_nlive--;
+            c->started = 0;
+            stop_single(c->act, p, args, ret, status);
+        } else if (pr->role == 0 && status == AT_HOOK_RETURNED && args && when_holds(p, args, ret)) {
+            /* The Start of a pair: a child of what is current, not left current (each pair is its
+             * own thread of work) unless the fd hand-off takes it over. */
+            at_activity *base = at_flow_capture();
+            at_activity *prev = at_flow_enter(base);
+            at_payload_init(&pl, buf, sizeof buf);
+            put_captures(&pl, p, args, ret, true, 2);
+            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), NULL, 0);
+            uint64_t key = key_of(p, args, ret);
+            if (a) {
+                at_activity_ref(a);
+                at_activity *old = kt_put(&r->keys, key, a);
+                if (old) { /* the key was reused without a Stop we saw: that one is over */
+                    at_activity_stop_ref(old, NULL, 0, NULL, 0);
+                    at_activity_unref(old);
+                }
+            }
+            if (!(a && r->key_is_fd && at_fdflow_hold((int)key, a, prev, base))) {
+                at_flow_leave(prev);
+                at_flow_release(base);
+            }
+        }
+        break;
+    case AT_HC_EVENT:
+        if (r->event_on_return && status == AT_HOOK_RETURNED && when_holds(p, args, ret) &&
+            at_event_enabled(r->event)) {
+            at_payload_init(&pl, buf, sizeof buf);
+            put_captures(&pl, p, args, ret, true, 2);
+            at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), NULL, 0);
+        }
+        break;
+    case AT_HC_FLOW_KEYED:
+        if (status != AT_HOOK_RETURNED || !args)
+            break;
+        if (pr->role == 0 && p->key == AT_HC_RETURN) {
+            at_activity *old = kt_put(&r->keys, ret, at_flow_capture());
+            if (old)
+                at_flow_release(old);
+        } else if (pr->role == 1) {
+            at_activity *a = kt_take(&r->keys, key_of(p, args, ret));
+            if (!a)
+                break;
+            /* the item is this thread's work now: leave the previous item's activity */
+            if (hk_adopting)
+                at_flow_leave(hk_adopt_prev);
+            hk_adopt_prev = at_flow_enter(a);
+            hk_adopting = true;
+            at_flow_release(a);
+        }
+        break;
+    case AT_HC_FLOW_CALLBACK:
+        break;
+    }
+    errno = err;
+}
+
+/* ---------------- installation ---------------- */
+
+static void *real_dlopen_fn;
+static void *hk_dlopen(const char *file, int mode);
+
+/* The function calls through the GOT tier reach: what the program's own calls reached before, so
+ * interposers (this shim's accept4, a preloaded malloc) stay in the chain. */
+static void *call_target(const at_resolved *res, const char *spec)
+{
+    if (strchr(spec, '!'))
+        return (void *)res->addr;
+    void *p = res->version[0] ? dlvsym(RTLD_DEFAULT, res->sym, res->version)
+                              : dlsym(RTLD_DEFAULT, res->sym);
+    return p ? p : (void *)res->addr;
+}
+
+static void install(probe *pr)
+{
+    at_hook *h = &pr->hook;
+    char why[256] = "";
+    if (at_resolve(h->spec, &h->res, why, sizeof why) < 0) {
+        pr->pending = true;
+        snprintf(h->why, sizeof h->why, "%s", why);
+        return;
+    }
+    pr->pending = false;
+    if (!h->wrapper) {
+        if (h->sig ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
+            snprintf(h->why, sizeof h->why, "%s", h->sig ? why : "no stub left (512 hooks at most)");
+            return;
+        }
+    }
+    if (h->res.exported && !h->res.is_exe && h->res.sym[0]) {
+        h->orig = call_target(&h->res, h->spec);
+        int n = at_got_patch(h->res.sym, h->wrapper, h->orig, why, sizeof why);
+        if (n > 0) {
+            h->tier = 1;
+            h->nslots = n;
+            return;
+        }
+    }
+    if (at_entry_patch(h, why, sizeof why) == 0) {
+        h->tier = 2;
+        return;
+    }
+    snprintf(h->why, sizeof h->why, "%s", why);
+}
+
+static void summary(void)
+{
+    int got = 0, entry = 0, skipped = 0;
+    char skip[1024] = "";
+    size_t off = 0;
+    for (int i = 0; i < hk_nprobes; i++) {
+        at_hook *h = &hk_probes[i].hook;
+        if (h->tier == 1)
+            got++;
+        else if (h->tier == 2)
+            entry++;
+        else {
+            skipped++;
+            int k = snprintf(skip + off, sizeof skip - off, "%s%s (%s)", skipped > 1 ? "; " : "",
+                             h->spec, h->why);
+            if (k > 0 && off + (size_t)k < sizeof skip)
+                off += (size_t)k;
+        }
+    }
+    fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s\n", got + entry,
+            hk_nprobes, got, entry, skipped ? "; skipped: " : "", skip);
+}
+
+static int rule_make(rule *r, const at_hc_entry *e, const char *provider, char *err, size_t n)
+{
+    r->e = e;
+    r->fields = calloc(4 * AT_HC_MAX_CAPTURE + 2, sizeof *r->fields);
+    if (!r->fields) {
+        snprintf(err, n, "out of memory");
+        return -1;
+    }
+    at_field *sf = r->fields, *tf = r->fields + 2 * AT_HC_MAX_CAPTURE + 1;
+    uint32_t ns = 0, nt = 0;
+    if (e->kind == AT_HC_ACTIVITY) {
+        if (e->paired) {
+            ns = add_fields(sf, 0, &e->probe[0], 2);
+            nt = add_fields(tf, 0, &e->probe[1], 0);
+            at_ctype kt = e->probe[0].key == AT_HC_RETURN ? e->probe[0].sig.ret
+                                                           : e->probe[0].sig.p[e->probe[0].key].type;
+            r->key_is_fd = kt == AT_CT_I32;
+            if (kt_init(&r->keys) < 0) {
+                snprintf(err, n, "cannot map the key table of %s", e->name);
+                return -1;
+            }
+        } else {
+            ns = add_fields(sf, 0, &e->probe[0], 0);
+            nt = add_fields(tf, 0, &e->probe[0], 1);
+            tf[nt].name = "Status";
+            tf[nt++].type = NT_TYPE_UINT32;
+        }
+        at_activity_kind_desc d = {
+            .provider = provider,
+            .name = e->name,
+            .flags = e->recursive ? AT_ACT_RECURSIVE : 0,
+            .level = e->level,
+            .keywords = e->keywords,
+            .nstart_fields = ns,
+            .start_fields = sf,
+            .nstop_fields = nt,
+            .stop_fields = tf,
+        };
+        r->kind = at_activity_kind_register(&d);
+        if (!r->kind) {
+            snprintf(err, n, "cannot register the activity %s", e->name);
+            return -1;
+        }
+    } else if (e->kind == AT_HC_EVENT) {
+        ns = add_fields(sf, 0, &e->probe[0], 2);
+        for (int i = 0; i < e->probe[0].ncapture; i++)
+            if (e->probe[0].capture[i] == AT_HC_RETURN)
+                r->event_on_return = true;
+        if (e->probe[0].has_when && e->probe[0].when_what == AT_HC_RETURN)
+            r->event_on_return = true;
+        at_event_desc d = {
+            .provider = provider,
+            .name = e->name,
+            .level = e->level ? e->level : NT_LEVEL_INFO,
+            .opcode = NT_OPCODE_INFO,
+            .keywords = e->keywords,
+            .nfields = ns,
+            .fields = sf,
+        };
+        r->event = at_event_type_register(&d);
+        if (!r->event) {
+            snprintf(err, n, "cannot register the event %s", e->name);
+            return -1;
+        }
+    } else if (e->kind == AT_HC_FLOW_KEYED) {
+        if (kt_init(&r->keys) < 0) {
+            snprintf(err, n, "cannot map the key table of %s", e->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* dlopen: run the real one, then hook what the new modules bring (their GOT slots, and functions
+ * that could not be resolved before). Reached through the GOT slots of modules that import dlopen
+ * (installed only when the config hooks something). */
+static void *hk_dlopen(const char *file, int mode)
+{
+    void *(*real)(const char *, int) = (void *(*)(const char *, int))real_dlopen_fn;
+    void *r = real(file, mode);
+    if (!r || !at_on())
+        return r;
+    int e = errno;
+    pthread_mutex_lock(&hk_install_lock);
+    at_got_patch("dlopen", (void *)hk_dlopen, NULL, NULL, 0);
+    for (int i = 0; i < hk_nprobes; i++) {
+        at_hook *h = &hk_probes[i].hook;
+        if (h->tier == 1)
+            h->nslots += at_got_patch(h->res.sym, h->wrapper, h->orig, NULL, 0);
+        else if (h->tier == 0 && hk_probes[i].pending)
+            install(&hk_probes[i]);
+    }
+    pthread_mutex_unlock(&hk_install_lock);
+    errno = e;
+    return r;
+}
+
+int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
+{
+    hk_conf = hc;
+    if (!hc->nentries)
+        return 0;
+    const char *provider = hc->provider[0] ? hc->provider : AT_ACTIVITY_PROVIDER;
+    hk_rules = calloc((size_t)hc->nentries, sizeof *hk_rules);
+    hk_probes = calloc((size_t)hc->nentries * 2, sizeof *hk_probes);
+    if (!hk_rules || !hk_probes) {
+        snprintf(err, n, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < hc->nentries; i++) {
+        const at_hc_entry *e = &hc->entries[i];
+        if (e->kind == AT_HC_FLOW_CALLBACK) {
+            fprintf(stderr, "acttrace: %s:%d: [flow %s]: callback flows are not implemented yet; "
+                            "skipped\n", hc->path, e->pos.line, e->name);
+            continue;
+        }
+        if (rule_make(&hk_rules[i], e, provider, err, n) < 0)
+            return -1;
+        int np = (e->paired || e->kind == AT_HC_FLOW_KEYED) ? 2 : 1;
+        for (int k = 0; k < np; k++) {
+            probe *pr = &hk_probes[hk_nprobes++];
+            pr->r = &hk_rules[i];
+            pr->role = k;
+            pr->p = &e->probe[k];
+            snprintf(pr->hook.spec, sizeof pr->hook.spec, "%s", e->probe[k].symbol);
+            pr->hook.sig = e->probe[k].has_sig ? &e->probe[k].sig : NULL;
+            pr->hook.user = pr;
+        }
+    }
+    pthread_mutex_lock(&hk_install_lock);
+    for (int i = 0; i < hk_nprobes; i++)
+        install(&hk_probes[i]);
+    real_dlopen_fn = dlsym(RTLD_DEFAULT, "dlopen");
+    if (real_dlopen_fn && hk_nprobes)
+        at_got_patch("dlopen", (void *)hk_dlopen, NULL, NULL, 0);
+    pthread_mutex_unlock(&hk_install_lock);
+    summary();
+    return 0;
+}
