@@ -41,7 +41,9 @@ TOOLLIB_SRC := $(filter-out tools/main.c,$(wildcard tools/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 INTEG_SRC := $(wildcard tests/integration/test_*.c)
 TESTLIB_SRC := $(wildcard tests/lib/*.c)
-FIXTURE_C := $(wildcard tests/fixtures/*.c)
+# tests/fixtures/lib*.c -> build/fixtures/lib*.so, the libraries of the hook fixtures (hk_*)
+FIXTURE_LIB_SRC := $(wildcard tests/fixtures/lib*.c)
+FIXTURE_C := $(filter-out $(FIXTURE_LIB_SRC),$(wildcard tests/fixtures/*.c))
 FIXTURE_CXX := $(wildcard tests/fixtures/*.cc)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -62,7 +64,9 @@ ACTTRACE := $(BUILD)/acttrace
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 FIXTURE_BIN := $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%,$(FIXTURE_C)) \
-               $(patsubst tests/fixtures/%.cc,$(BUILD)/fixtures/%,$(FIXTURE_CXX))
+               $(patsubst tests/fixtures/%.cc,$(BUILD)/fixtures/%,$(FIXTURE_CXX)) \
+               $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%.so,$(FIXTURE_LIB_SRC)) \
+               $(if $(wildcard tests/fixtures/hk_calls.c),$(addprefix $(BUILD)/fixtures/hk_calls-,now nopie stripped))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 DEMO_BIN := $(patsubst tests/demo/%.c,$(BUILD)/demo/%,$(DEMO_SRC))
@@ -117,6 +121,18 @@ $(BUILD)/fixtures/glib_%: FIX_LIBS = $(shell pkg-config --cflags --libs glib-2.0
 $(BUILD)/fixtures/uv_%: FIX_LIBS = $(shell pkg-config --cflags --libs libuv)
 $(BUILD)/fixtures/ev_%: FIX_LIBS = $(shell pkg-config --cflags --libs libevent libevent_pthreads)
 $(BUILD)/fixtures/omp_%: FIX_LIBS = -fopenmp
+# hook fixtures: linked with libhkfx.so (GOT calls), built again with -z now, non-PIE and stripped
+$(BUILD)/fixtures/lib%.so: tests/fixtures/lib%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FIX_CFLAGS) -shared -fPIC -o $@ $<
+$(BUILD)/fixtures/hk_%: FIX_LIBS = -L$(BUILD)/fixtures -lhkfx -Wl,-rpath,$(abspath $(BUILD)/fixtures) -ldl
+$(filter $(BUILD)/fixtures/hk_%,$(FIXTURE_BIN)): $(BUILD)/fixtures/libhkfx.so
+$(BUILD)/fixtures/hk_calls-now: FIXTURE_FLAGS = -Wl,-z,now -Wl,-z,relro
+$(BUILD)/fixtures/hk_calls-nopie: FIXTURE_FLAGS = -no-pie -fno-pie
+$(BUILD)/fixtures/hk_calls-stripped: FIXTURE_FLAGS = -s
+$(BUILD)/fixtures/hk_calls-%: tests/fixtures/hk_calls.c $(BUILD)/fixtures/libhkfx.so
+	@mkdir -p $(dir $@)
+	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS)
 $(BUILD)/fixtures/%: tests/fixtures/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS) -lrt
