@@ -238,10 +238,12 @@ static void stop_single(at_activity *a, const at_hc_probe *p, const uint64_t *ar
     at_activity_unref(a);
 }
 
-/* Calls deeper than sp that are still listed were jumped over. */
-static void abandon_below(uintptr_t sp)
+/* Calls deeper than sp (at the same depth, when a new call enters: a sibling that never
+ * returned) that are still listed were jumped over. */
+static void abandon_below(uintptr_t sp, bool entering)
 {
-    while (hk_nlive > 0 && hk_live[hk_nlive - 1].sp < sp) {
+    while (hk_nlive > 0 && (hk_live[hk_nlive - 1].sp < sp ||
+                            (entering && hk_live[hk_nlive - 1].sp == sp))) {
         live *l = &hk_live[--hk_nlive];
         stop_single(l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
     }
@@ -262,7 +264,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, const uint64_t *args)
     const at_hc_probe *p = pr->p;
     int err = errno;
     if (AT_UNLIKELY(hk_nlive > 0))
-        abandon_below(c->sp);
+        abandon_below(c->sp, true);
     uint8_t buf[1024];
     at_payload pl;
     switch (e->kind) {
@@ -321,7 +323,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
         return;
     int err = errno;
     if (AT_UNLIKELY(hk_nlive > 0))
-        abandon_below(c->sp);
+        abandon_below(c->sp, false);
     uint8_t buf[1024];
     at_payload pl;
     switch (e->kind) {
@@ -551,8 +553,13 @@ static void *hk_dlopen(const char *file, int mode)
         at_hook *h = &hk_probes[i].hook;
         if (h->tier == 1)
             h->nslots += at_got_patch(h->res.sym, h->wrapper, h->orig, NULL, 0);
-        else if (h->tier == 0 && hk_probes[i].pending)
+        else if (h->tier == 0 && hk_probes[i].pending) {
             install(&hk_probes[i]);
+            if (!hk_probes[i].pending)
+                fprintf(stderr, "acttrace: %s %s after dlopen(%s)%s%s\n", h->spec,
+                        h->tier == 1 ? "hooked (GOT)" : h->tier == 2 ? "hooked (entry)" : "not hooked",
+                        file ? file : "NULL", h->tier ? "" : ": ", h->tier ? "" : h->why);
+        }
     }
     pthread_mutex_unlock(&hk_install_lock);
     errno = e;
