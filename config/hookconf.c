@@ -576,6 +576,15 @@ static int entry_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         e->probe[role >= 0 ? role : 0].max_string = (unsigned)x;
         return 0;
     }
+    if (role < 0 && !strcmp(key, "build_id")) {
+        size_t len = strlen(v);
+        if (len < 8 || len >= sizeof e->build_id || strspn(v, "0123456789abcdef") != len)
+            return fail(p, vpos, "'%s': expected the module's build-id in lower-case hexadecimal "
+                                 "(as 'acttrace check' or 'file' prints it)", v);
+        snprintf(e->build_id, sizeof e->build_id, "%s", v);
+        e->build_id_pos = vpos;
+        return 0;
+    }
     if (role < 0 && !flow) {
         if (!strcmp(key, "recursive") && act)
             return parse_bool(p, &r, &e->recursive);
@@ -608,8 +617,8 @@ static int entry_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
                            "stop_signature, stop_capture, stop_key, stop_when, recursive, stacks, "
                            "level, keywords"
                          : "function, signature, capture, when, recursive, stacks, level, keywords, "
-                           "max_string (or start/stop pairs)")
-        : ev ? "function, signature, capture, when, stacks, level, keywords, max_string"
+                           "max_string, build_id (or start/stop pairs)")
+        : ev ? "function, signature, capture, when, stacks, level, keywords, max_string, build_id"
         : e->kind == AT_HC_FLOW_KEYED
             ? "enqueue, enqueue_signature, enqueue_key, dequeue, dequeue_signature, dequeue_key"
             : "type, function, signature, callback, callback_arg";

@@ -64,6 +64,8 @@ typedef struct at_hc_entry {
     unsigned stacks; /* AT_HC_STACK_* */
     uint8_t level;   /* 0 = info */
     uint64_t keywords;
+    char build_id[128]; /* hex; module+0xOFFSET names are hooked only in a module with this id */
+    at_hc_pos build_id_pos;
     int callback;     /* flow callback: index of the function-pointer argument */
     int callback_arg; /* flow callback: index of the argument the callback receives (or AT_HC_NONE) */
 } at_hc_entry;

@@ -419,6 +419,16 @@ static void install(probe *pr)
         return;
     }
     pr->pending = false;
+    const at_hc_entry *e = pr->r->e;
+    if (h->res.table == AT_SYM_OFFSET && e->build_id[0]) {
+        char id[128];
+        at_module_build_id(h->res.module, id, sizeof id);
+        if (strcmp(id, e->build_id)) {
+            snprintf(h->why, sizeof h->why, "%s has build-id %s, the config names %s", h->res.module,
+                     id[0] ? id : "(none)", e->build_id);
+            return;
+        }
+    }
     if (!h->wrapper) {
         if (h->sig ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
             snprintf(h->why, sizeof h->why, "%s", h->sig ? why : "no stub left (512 hooks at most)");
@@ -444,7 +454,7 @@ static void install(probe *pr)
 static void summary(void)
 {
     int got = 0, entry = 0, skipped = 0;
-    char skip[1024] = "";
+    char skip[2048] = "";
     size_t off = 0;
     for (int i = 0; i < hk_nprobes; i++) {
         at_hook *h = &hk_probes[i].hook;
@@ -607,4 +617,75 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     pthread_mutex_unlock(&hk_install_lock);
     summary();
     return 0;
+}
+
+/* ---------------- acttrace check ---------------- */
+
+static const char *table_name(at_sym_table t)
+{
+    switch (t) {
+    case AT_SYM_DYNSYM: return ".dynsym";
+    case AT_SYM_SYMTAB: return ".symtab";
+    case AT_SYM_DEBUG: return "debug file .symtab";
+    case AT_SYM_OFFSET: return "module+offset";
+    }
+    return "?";
+}
+
+/* ACTTRACE_CHECK=1 (acttrace check): the program is loaded, main has not run. Resolve every
+ * entry and say how it would be hooked, or why not, without changing anything; then exit. */
+int at_hooks_check(const at_hookconf *hc, FILE *out)
+{
+    int ok = 0, total = 0;
+    for (int i = 0; i < hc->nentries; i++) {
+        const at_hc_entry *e = &hc->entries[i];
+        static const char *const kinds[] = {"", "activity", "event", "flow", "flow"};
+        int np = (e->paired || e->kind == AT_HC_FLOW_KEYED) ? 2 : 1;
+        for (int k = 0; k < np; k++) {
+            const at_hc_probe *p = &e->probe[k];
+            total++;
+            fprintf(out, "[%s %s] %s: ", kinds[e->kind], e->name, p->symbol);
+            if (e->kind == AT_HC_FLOW_CALLBACK) {
+                fprintf(out, "NOT hooked: callback flows are not implemented yet\n");
+                continue;
+            }
+            at_resolved res;
+            char why[512];
+            if (at_resolve(p->symbol, &res, why, sizeof why) < 0) {
+                fprintf(out, "not found now (%s); tried again whenever a library is loaded with "
+                             "dlopen\n", why);
+                continue;
+            }
+            fprintf(out, "found in %s (%s, +0x%lx", res.module, table_name(res.table),
+                    (unsigned long)(res.addr - res.base));
+            if (res.size)
+                fprintf(out, ", %zu bytes", res.size);
+            fprintf(out, "); ");
+            if (res.table == AT_SYM_OFFSET) {
+                char id[128];
+                at_module_build_id(res.module, id, sizeof id);
+                if (e->build_id[0] && strcmp(id, e->build_id)) {
+                    fprintf(out, "NOT hooked: the module has build-id %s, the config names %s\n",
+                            id[0] ? id : "(none)", e->build_id);
+                    continue;
+                }
+                if (!e->build_id[0])
+                    fprintf(out, "unguarded: add 'build_id = %s'; ", id[0] ? id : "(none)");
+            }
+            const char *wrap = p->has_sig ? "typed wrapper (libffi)" : "signature-less stub";
+            int slots = 0;
+            if (res.exported && !res.is_exe && res.sym[0])
+                slots = at_got_patch(res.sym, NULL, NULL, NULL, 0);
+            if (slots > 0) {
+                fprintf(out, "hooked by GOT (%d slot%s), %s\n", slots, slots > 1 ? "s" : "", wrap);
+                ok++;
+            } else if (at_entry_check(res.addr, res.size, why, sizeof why) == 0) {
+                fprintf(out, "hooked by entry patching, %s\n", wrap);
+                ok++;
+            } else
+                fprintf(out, "NOT hooked: %s\n", why);
+        }
+    }
+    fprintf(out, "%d of %d functions can be hooked\n", ok, total);
+    return ok == total ? 0 : 1;
 }

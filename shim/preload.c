@@ -88,6 +88,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     }
     static at_hookconf hc; /* lives as long as the hooks made from it */
     bool have_hc = false;
+    const char *check = getenv("ACTTRACE_CHECK");
     if (at_cfg.config_file[0]) {
         if (at_hookconf_load(at_cfg.config_file, &hc, err, sizeof err) != 0)
             fprintf(stderr, "acttrace: %s; no function is hooked\n", err);
@@ -95,6 +96,12 @@ __attribute__((constructor)) static void at_preload_init(void)
             have_hc = true;
             hookconf_apply(&hc, &at_cfg);
         }
+    }
+    if (check && *check) {
+        /* acttrace check: the program is loaded, its main never runs */
+        int rc = have_hc ? at_hooks_check(&hc, stdout) : 2;
+        fflush(stdout);
+        _exit(rc);
     }
     exec_generation_pattern(&at_cfg);
 

@@ -72,7 +72,7 @@ struct at_hook {
     void *wrapper;     /* the address installed in GOT slots / jumped to from the patched entry */
     int tier;          /* 0 not hooked, 1 GOT, 2 entry */
     int nslots;        /* GOT slots rewritten */
-    char why[256];     /* why it is not hooked (tier 0), or a note */
+    char why[512];     /* why it is not hooked (tier 0), or a note */
     /* libffi */
     ffi_cif cif;
     ffi_type *atypes[AT_SIG_MAX_PARAMS];
@@ -101,8 +101,9 @@ int at_ffi_make(at_hook *h, char *why, size_t n);
 
 /* ---------------- installing ---------------- */
 
-/* Rewrite every GOT slot importing h->res.sym in every loaded module but the shim and those in
- * skip (dlopen: only new ones). Returns the number of slots rewritten. */
+/* Rewrite every GOT slot importing sym in every loaded module but the shim (slots already holding
+ * wrapper are left: the dlopen re-scan). Returns the number of slots rewritten; wrapper NULL only
+ * counts them (acttrace check). */
 int at_got_patch(const char *sym, void *wrapper, void *expect_orig, char *why, size_t n);
 /* Undo nothing: slots are never restored (a wrapper lives as long as the process). */
 
