@@ -6,5 +6,6 @@
 
 int at_cmd_dump(int argc, char **argv);
 int at_cmd_verify(int argc, char **argv);
+int at_cmd_check(int argc, char **argv);
 
 #endif

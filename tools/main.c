@@ -14,6 +14,7 @@ typedef struct at_subcommand {
 static const at_subcommand commands[] = {
     {"dump", at_cmd_dump, "print a .nettrace file: header, metadata, every event, summary"},
     {"verify", at_cmd_verify, "check a .nettrace file against every structural rule of the format"},
+    {"check", at_cmd_check, "resolve a config's functions in a program and say how each will be hooked"},
 };
 
 static void usage(FILE *f)
