@@ -33,7 +33,7 @@ static int find_shim(char *out, size_t n)
         snprintf(out, n, "%s", env);
         return access(out, R_OK);
     }
-    char self[PATH_MAX];
+    char self[PATH_MAX - 64];
     ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
     if (k <= 0)
         return -1;
