@@ -10,9 +10,12 @@ extern char at_stub_tramps[];
 static at_hook *at_stub_table[AT_STUB_MAX];
 static int at_stub_used;
 
-/* Frame offsets shared with stub_asm.S: the index at CFA-24, the call state at CFA-16-8-280+192. */
-#define STUB_INDEX_FROM_CFA 24
-#define STUB_CALL_FROM_CFA (16 + 8 + 280 - 192)
+/* Frame offsets shared with stub_asm.S, from the stub's rbp: the index at rbp-8, the call state at
+ * rbp-8-280+192. (The personality reads rbp, which the unwind context holds for the stub's frame;
+ * its CFA field is still the callee's when a personality runs.) */
+#define STUB_INDEX_FROM_RBP 8
+#define STUB_CALL_FROM_RBP (8 + 280 - 192)
+#define DWARF_RBP 6
 
 _Static_assert(sizeof(at_hook_regs) == 192, "stub_asm.S saves 192 bytes of registers");
 _Static_assert(sizeof(at_hook_call) <= 32, "stub_asm.S keeps 32 bytes of call state");
@@ -57,9 +60,9 @@ _Unwind_Reason_Code at_stub_personality(int version, _Unwind_Action actions, uin
 {
     (void)version, (void)cls, (void)ue;
     if ((actions & _UA_CLEANUP_PHASE) && ctx) {
-        uintptr_t cfa = _Unwind_GetCFA(ctx);
-        unsigned index = (unsigned)*(uint64_t *)(cfa - STUB_INDEX_FROM_CFA);
-        at_hook_call *c = (at_hook_call *)(cfa - STUB_CALL_FROM_CFA);
+        uintptr_t rbp = _Unwind_GetGR(ctx, DWARF_RBP);
+        unsigned index = (unsigned)*(uint64_t *)(rbp - STUB_INDEX_FROM_RBP);
+        at_hook_call *c = (at_hook_call *)(rbp - STUB_CALL_FROM_RBP);
         if (index < AT_STUB_MAX && at_stub_table[index] && !c->done) {
             c->done = 1;
             at_hook_exit(at_stub_table[index], c, NULL, 0, AT_HOOK_UNWOUND);
