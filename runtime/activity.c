@@ -18,6 +18,7 @@
  * and use atomics only where another thread can hold a reference. */
 #include "activity.h"
 
+#include "activity_int.h"
 #include "actpath.h"
 
 #include <errno.h>
@@ -62,7 +63,10 @@ static at_event_type *g_send_ev, *g_recv_ev;
 /* --- per-thread state --- */
 #define UNIQUE_BLOCK 1024u
 #define CACHE_MAX 256u
-static AT_TLS at_activity *at_cur;          /* holds a reference */
+static AT_TLS at_activity *at_cur;          /* holds a reference, unless at_cur_borrowed */
+/* at_flow_enter borrows the caller's capture instead of taking a reference of its own (the caller
+ * keeps the capture until it leaves): the thread then owns no reference on at_cur. */
+static AT_TLS bool at_cur_borrowed;
 static AT_TLS at_activity *at_free_list;    /* freed activities, linked through creator */
 static AT_TLS uint32_t at_free_count;
 static AT_TLS uint64_t at_unique_next, at_unique_end;
@@ -160,7 +164,9 @@ static void thread_exit(void *unused)
     (void)unused;
     at_activity *c = at_cur;
     at_cur = NULL;
-    at_activity_unref(c);
+    if (!at_cur_borrowed)
+        at_activity_unref(c);
+    at_cur_borrowed = false;
     at_thread_registered = false; /* from here on act_free frees */
     while (at_free_list) {
         at_activity *a = at_free_list;
@@ -256,12 +262,10 @@ out:
 
 #define EXTRA_MAX 8192u
 
-static void write_activity_event(const at_event_type *t, const at_guid *id, const at_guid *related,
+static AT_NOINLINE void write_activity_event_slow(const at_event_type *t, const at_guid *id, const at_guid *related,
                                  uint64_t unique, const void *extra, uint32_t extra_len,
                                  const uintptr_t *ips, uint32_t nips)
 {
-    if (!at_event_enabled(t))
-        return;
     uint8_t buf[8 + EXTRA_MAX];
     if (extra_len > EXTRA_MAX) /* the writer's payload cap is larger; this keeps the stack bounded */
         extra_len = 0;
@@ -269,6 +273,15 @@ static void write_activity_event(const at_event_type *t, const at_guid *id, cons
     if (extra_len)
         memcpy(buf + 8, extra, extra_len);
     at_event_write(t, id, related, buf, 8 + extra_len, ips, nips);
+}
+
+/* The enabled test inline; the payload frame only when the event is written. */
+static inline void write_activity_event(const at_event_type *t, const at_guid *id,
+                                        const at_guid *related, uint64_t unique, const void *extra,
+                                        uint32_t extra_len, const uintptr_t *ips, uint32_t nips)
+{
+    if (at_event_enabled(t))
+        write_activity_event_slow(t, id, related, unique, extra, extra_len, ips, nips);
 }
 
 /* --- ids --- */
@@ -319,11 +332,13 @@ static void kill_between(at_activity *from, at_activity *to)
 static inline void set_current(at_activity *next)
 {
     at_activity *old = at_cur;
-    if (next == old)
+    if (next == old && !at_cur_borrowed)
         return;
     at_activity_ref(next);
     at_cur = next;
-    at_activity_unref(old);
+    if (!at_cur_borrowed)
+        at_activity_unref(old);
+    at_cur_borrowed = false;
 }
 
 static inline const at_guid *id_or_null(const at_activity *a)
@@ -378,7 +393,10 @@ at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t 
     /* The child's creator reference on parent replaces the thread's reference on cur when they are
      * the same activity (the common case): no atomic operation. */
     at_cur = a;
-    if (parent != cur) {
+    if (AT_UNLIKELY(at_cur_borrowed)) {
+        at_activity_ref(parent);
+        at_cur_borrowed = false;
+    } else if (parent != cur) {
         at_activity_ref(parent);
         at_activity_unref(cur);
     }
@@ -390,6 +408,12 @@ at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t 
 static inline void pop_to_creator(at_activity *a)
 {
     at_activity *next = live_from(a->creator);
+    if (AT_UNLIKELY(at_cur_borrowed)) {
+        at_activity_ref(next);
+        at_cur = next;
+        at_cur_borrowed = false;
+        return;
+    }
     if (AT_LIKELY(next == a->creator && sole_ref(a))) {
         /* Only the thread held a: hand a's reference on its creator to the thread and free a. */
         at_cur = next;
@@ -418,7 +442,7 @@ bool at_activity_stop(at_activity_kind *k, const void *extra, uint32_t extra_len
             return false;
         }
         uint8_t live = ACT_LIVE;
-        if (t == cur && sole_ref(t)) {
+        if (t == cur && !at_cur_borrowed && sole_ref(t)) {
             __atomic_store_n(&t->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
         } else {
             if (!__atomic_compare_exchange_n(&t->stopped, &live, ACT_STOPPED, false, __ATOMIC_ACQ_REL,
@@ -504,27 +528,26 @@ at_activity *at_flow_capture(void)
     return c;
 }
 
+/* What enter returns: the previous current activity, its low bit set when it was borrowed. The
+ * thread's reference on it (if any) moves to the caller until leave. */
 at_activity *at_flow_enter(at_activity *captured)
 {
-    at_activity *prev = at_cur; /* the thread's reference moves to the caller until leave */
+    at_activity *prev = at_cur;
     if (!captured && !prev)
         return NULL;
-    at_activity *n = live_from(captured);
-    if (n) {
-        at_activity_ref(n);
-        if (AT_UNLIKELY(!at_thread_registered))
-            register_thread();
-    }
-    at_cur = n;
-    return prev;
+    uintptr_t tagged = (uintptr_t)prev | (uintptr_t)at_cur_borrowed;
+    at_cur = live_from(captured); /* borrowed: captured's chain keeps it alive until leave */
+    at_cur_borrowed = true;
+    return (at_activity *)tagged;
 }
 
 void at_flow_leave(at_activity *prev)
 {
     at_activity *old = at_cur;
-    at_cur = prev;
-    if (old)
+    if (!at_cur_borrowed && old)
         at_activity_unref(old);
+    at_cur = (at_activity *)((uintptr_t)prev & ~(uintptr_t)1);
+    at_cur_borrowed = ((uintptr_t)prev & 1) != 0;
 }
 
 void at_flow_release(at_activity *captured)
@@ -588,4 +611,17 @@ void at_activity_set_process_parent(const at_guid *parent_id)
 void at_activity_after_fork_child(void)
 {
     __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
+}
+
+/* --- test hooks (activity_int.h) --- */
+
+void at_activity_test_set_pid(uint32_t pid)
+{
+    ensure_init();
+    __atomic_store_n(&g_pid, pid ? pid : (uint32_t)getpid(), __ATOMIC_RELEASE);
+}
+
+void at_activity_test_set_last_child(at_activity *a, uint32_t last)
+{
+    __atomic_store_n(a ? &a->last_child : &g_root_next, last, __ATOMIC_RELAXED);
 }

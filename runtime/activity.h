@@ -67,6 +67,8 @@ int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
  * submit side:  cap = at_flow_capture();             (a reference; NULL when no activity: cheap)
  * run side:     prev = at_flow_enter(cap); work(); at_flow_leave(prev);
  * done:         at_flow_release(cap);               (once, when the work can no longer run)
+ * prev is opaque (only for at_flow_leave). The capture must stay referenced until the matching leave:
+ * enter borrows it rather than taking a reference (that keeps a flow hop at two atomic operations).
  * enter may be called many times on one capture (timers, repeated callbacks). If the captured
  * activity stopped meanwhile, the work runs in its nearest live ancestor (as EventSource does).
  * Whatever the work starts and leaves unstopped does not leak out: leave restores prev exactly. */

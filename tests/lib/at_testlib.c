@@ -574,7 +574,7 @@ long at_find_field(const at_trace *t, const char *name, const char *fname, const
     for (size_t i = from; i < t->n; i++) {
         if (name && strcmp(t->ev[i].name, name) != 0)
             continue;
-        const char *v = at_field(&t->ev[i], fname);
+        const char *v = at_ev_field(&t->ev[i], fname);
         if (v && strcmp(v, value) == 0)
             return (long)i;
     }
@@ -589,7 +589,7 @@ size_t at_count(const at_trace *t, const char *provider, const char *name)
     return c;
 }
 
-const char *at_field(const at_tev *e, const char *fname)
+const char *at_ev_field(const at_tev *e, const char *fname)
 {
     for (uint32_t i = 0; i < e->nfields; i++)
         if (e->fields[i].name && strcmp(e->fields[i].name, fname) == 0)
@@ -599,7 +599,7 @@ const char *at_field(const at_tev *e, const char *fname)
 
 bool at_field_u64(const at_tev *e, const char *fname, uint64_t *v)
 {
-    const char *s = at_field(e, fname);
+    const char *s = at_ev_field(e, fname);
     if (!s)
         return false;
     char *end;

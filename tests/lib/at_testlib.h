@@ -130,7 +130,7 @@ long at_find_field(const at_trace *t, const char *name, const char *fname, const
                    size_t from);
 size_t at_count(const at_trace *t, const char *provider, const char *name);
 /* Value (printable) of a payload field, or NULL. */
-const char *at_field(const at_tev *e, const char *fname);
+const char *at_ev_field(const at_tev *e, const char *fname);
 bool at_field_u64(const at_tev *e, const char *fname, uint64_t *v);
 
 /* Activity paths: is child strictly below ancestor ("//1/2/3" under "//1/2")? Equal -> false. */

@@ -1,0 +1,2 @@
+build-tsan/obj/config/config.o: config/config.c config/config.h
+config/config.h:
