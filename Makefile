@@ -130,6 +130,7 @@ $(filter $(BUILD)/fixtures/hk_%,$(FIXTURE_BIN)): $(BUILD)/fixtures/libhkfx.so
 $(BUILD)/fixtures/hk_calls-now: FIXTURE_FLAGS = -Wl,-z,now -Wl,-z,relro
 $(BUILD)/fixtures/hk_calls-nopie: FIXTURE_FLAGS = -no-pie -fno-pie
 $(BUILD)/fixtures/hk_calls-stripped: FIXTURE_FLAGS = -s
+$(BUILD)/fixtures/hk_bench: FIXTURE_FLAGS = -O2 -fpatchable-function-entry=5
 $(BUILD)/fixtures/hk_calls-%: tests/fixtures/hk_calls.c $(BUILD)/fixtures/libhkfx.so
 	@mkdir -p $(dir $@)
 	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS)

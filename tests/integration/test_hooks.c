@@ -65,7 +65,7 @@ static const at_tev *find_ev(const at_trace *t, const char *name, const char *fi
 
 static void expect_field(const at_tev *e, const char *f, const char *want)
 {
-    const char *v = at_field(e, f);
+    const char *v = at_ev_field(e, f);
     ck_assert_msg(v && !strcmp(v, want), "%s.%s = %s, want %s", e->name, f, v ? v : "(none)", want);
 }
 
