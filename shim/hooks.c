@@ -134,6 +134,7 @@ typedef struct live {
 static AT_TLS live hk_live[LIVE_MAX];
 static AT_TLS int hk_nlive;
 static AT_TLS at_activity *hk_adopt_prev; /* keyed flow: what was current before the adoption */
+static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a reference) */
 static AT_TLS bool hk_adopting;
 
 static const char *field_name(const at_hc_probe *p, int idx, char *buf, size_t n)
@@ -249,12 +250,31 @@ static void abandon_below(uintptr_t sp, bool entering)
     }
 }
 
+/* A callback flow: the program's callback and its argument, and the activity of the submitter.
+ * The submitted (fn, arg) become (cb_run, this); the callback runs once, in that activity. */
+typedef struct cb_ctx {
+    void *(*fn)(void *);
+    void *arg;
+    at_activity *cap;
+} cb_ctx;
+
+static void *cb_run(void *p)
+{
+    cb_ctx x = *(cb_ctx *)p;
+    free(p);
+    at_activity *prev = at_flow_enter(x.cap);
+    void *r = x.fn(x.arg);
+    at_flow_leave(prev);
+    at_flow_release(x.cap);
+    return r;
+}
+
 static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
 {
     return p->key == AT_HC_RETURN ? ret : args[p->key];
 }
 
-void at_hook_enter(at_hook *h, at_hook_call *c, const uint64_t *args)
+void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     if (!at_on())
         return;
@@ -308,6 +328,21 @@ void at_hook_enter(at_hook *h, at_hook_call *c, const uint64_t *args)
         }
         break;
     case AT_HC_FLOW_CALLBACK:
+        if (args && e->callback_arg != AT_HC_NONE && args[e->callback]) {
+            at_activity *cap = at_flow_capture();
+            if (!cap)
+                break; /* nothing current: the callback runs as it would anyway */
+            cb_ctx *x = malloc(sizeof *x);
+            if (!x) {
+                at_flow_release(cap);
+                break;
+            }
+            x->fn = (void *(*)(void *))(uintptr_t)args[e->callback];
+            x->arg = (void *)(uintptr_t)args[e->callback_arg];
+            x->cap = cap;
+            args[e->callback] = (uint64_t)(uintptr_t)cb_run;
+            args[e->callback_arg] = (uint64_t)(uintptr_t)x;
+        }
         break;
     }
     errno = err;
@@ -379,12 +414,15 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
             at_activity *a = kt_take(&r->keys, key_of(p, args, ret));
             if (!a)
                 break;
-            /* the item is this thread's work now: leave the previous item's activity */
-            if (hk_adopting)
+            /* the item is this thread's work now: leave the previous item's activity (enter
+             * borrows the capture: it is released only after the leave) */
+            if (hk_adopting) {
                 at_flow_leave(hk_adopt_prev);
+                at_flow_release(hk_adopt_cap);
+            }
             hk_adopt_prev = at_flow_enter(a);
+            hk_adopt_cap = a;
             hk_adopting = true;
-            at_flow_release(a);
         }
         break;
     case AT_HC_FLOW_CALLBACK:
@@ -429,13 +467,19 @@ static void install(probe *pr)
             return;
         }
     }
+    /* GOT slots are reached by ABI-conforming calls from other modules: the libffi closure serves
+     * them. Entry-patched functions may be called by their own file with the stack unaligned
+     * (-fipa-stack-alignment), which libffi's closures do not survive: the register-saving stub
+     * realigns and reads typed arguments from the registers it saved. */
+    bool got = h->res.exported && !h->res.is_exe && h->res.sym[0] &&
+               at_got_patch(h->res.sym, NULL, NULL, NULL, 0) > 0;
     if (!h->wrapper) {
-        if (h->sig ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
-            snprintf(h->why, sizeof h->why, "%s", h->sig ? why : "no stub left (512 hooks at most)");
+        if (got && h->sig ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
+            snprintf(h->why, sizeof h->why, "%s", got && h->sig ? why : "no stub left (512 hooks at most)");
             return;
         }
     }
-    if (h->res.exported && !h->res.is_exe && h->res.sym[0]) {
+    if (got) {
         h->orig = call_target(&h->res, h->spec);
         int n = at_got_patch(h->res.sym, h->wrapper, h->orig, why, sizeof why);
         if (n > 0) {
@@ -443,6 +487,10 @@ static void install(probe *pr)
             h->nslots = n;
             return;
         }
+    }
+    if (h->closure) {
+        snprintf(h->why, sizeof h->why, "its GOT slots could not be rewritten (%s)", why);
+        return;
     }
     if (at_entry_patch(h, why, sizeof why) == 0) {
         h->tier = 2;
@@ -590,9 +638,10 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     }
     for (int i = 0; i < hc->nentries; i++) {
         const at_hc_entry *e = &hc->entries[i];
-        if (e->kind == AT_HC_FLOW_CALLBACK) {
-            fprintf(stderr, "acttrace: %s:%d: [flow %s]: callback flows are not implemented yet; "
-                            "skipped\n", hc->path, e->pos.line, e->name);
+        if (e->kind == AT_HC_FLOW_CALLBACK && e->callback_arg == AT_HC_NONE) {
+            fprintf(stderr, "acttrace: %s:%d: [flow %s]: a callback flow needs 'callback_arg' "
+                            "(the argument the callback receives); skipped\n",
+                    hc->path, e->pos.line, e->name);
             continue;
         }
         if (rule_make(&hk_rules[i], e, provider, err, n) < 0)
@@ -645,8 +694,8 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
             const at_hc_probe *p = &e->probe[k];
             total++;
             fprintf(out, "[%s %s] %s: ", kinds[e->kind], e->name, p->symbol);
-            if (e->kind == AT_HC_FLOW_CALLBACK) {
-                fprintf(out, "NOT hooked: callback flows are not implemented yet\n");
+            if (e->kind == AT_HC_FLOW_CALLBACK && e->callback_arg == AT_HC_NONE) {
+                fprintf(out, "NOT hooked: a callback flow needs 'callback_arg'\n");
                 continue;
             }
             at_resolved res;
@@ -672,10 +721,12 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
                 if (!e->build_id[0])
                     fprintf(out, "unguarded: add 'build_id = %s'; ", id[0] ? id : "(none)");
             }
-            const char *wrap = p->has_sig ? "typed wrapper (libffi)" : "signature-less stub";
             int slots = 0;
             if (res.exported && !res.is_exe && res.sym[0])
                 slots = at_got_patch(res.sym, NULL, NULL, NULL, 0);
+            const char *wrap = !p->has_sig ? "signature-less stub"
+                               : slots > 0 ? "typed wrapper (libffi)"
+                                           : "typed stub (arguments from the saved registers)";
             if (slots > 0) {
                 fprintf(out, "hooked by GOT (%d slot%s), %s\n", slots, slots > 1 ? "s" : "", wrap);
                 ok++;

@@ -59,6 +59,9 @@ static void handler(ffi_cif *cif, void *ret, void **args, void *user)
     for (int i = 0; i < h->sig->nparams; i++)
         f.args[i] = to_u64(h->sig->p[i].type, args[i]);
     at_hook_enter(h, &f.c, f.args);
+    for (int i = 0; i < h->sig->nparams; i++) /* pointers the semantics replaced */
+        if (h->sig->p[i].type == AT_CT_PTR && memcmp(args[i], &f.args[i], 8))
+            memcpy(args[i], &f.args[i], 8);
     /* libffi widens integral returns smaller than a register to ffi_arg */
     ffi_arg rv[2] = {0, 0};
     void *rp = h->sig->ret == AT_CT_VOID ? NULL : (h->sig->ret == AT_CT_F32 || h->sig->ret == AT_CT_F64 ? ret : rv);

@@ -87,8 +87,9 @@ struct at_hook {
 };
 
 /* Called by the wrappers; implemented by the semantics (hooks.c). args: the arguments as 64-bit
- * values (integers extended, pointers, doubles' bits), NULL for the stub. */
-void at_hook_enter(at_hook *h, at_hook_call *c, const uint64_t *args);
+ * values (integers extended, pointers, doubles' bits), NULL for the stub. enter may replace
+ * pointer arguments (a callback flow wraps the callback): the typed wrapper passes them on. */
+void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args);
 void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status);
 
 /* ---------------- wrappers ---------------- */

@@ -1,17 +1,22 @@
 /* stub_asm.S: the signature-less wrapper. A table of AT_STUB_MAX tiny trampolines (one per hook: load
  * the hook's index into r11, jump to the common stub) means no code is generated at run time. The
  * common stub keeps every argument register (rdi rsi rdx rcx r8 r9, rax for varargs, r10, xmm0-7),
- * calls at_stub_enter (which returns the function to run), calls that function with the registers
- * as they were and a copy of the caller's first 128 bytes of stack arguments, keeps its return
- * registers (rax rdx xmm0 xmm1) across at_stub_exit, and returns. Its frame is an ordinary rbp frame
+ * realigns the stack (a caller in the same file may not have), calls at_stub_enter (which reads
+ * typed arguments from the saved registers when the hook has a signature, and returns the function
+ * to run), calls that function with the registers as they were and a copy of the caller's first
+ * 128 bytes of stack arguments, keeps its return registers (rax rdx xmm0 xmm1) across at_stub_exit,
+ * and returns. Its frame is an ordinary rbp frame
  * described by CFI, so unwinders and debuggers walk through it; its personality routine writes the
  * Stop when a C++ exception unwinds through it. */
 
 #define NSTUB 512               /* AT_STUB_MAX in hook.h */
-#define REGS 0                  /* at_hook_regs: gp[6], rax, r10, xmm[8] */
-#define CALL 192                /* at_hook_call */
-#define RETS 224                /* rax, rdx, xmm0, xmm1 after the call */
-#define FRAME 280               /* keeps rsp 16-aligned after push rbp, push r11 */
+#define REGS 0                  /* rsp-based: at_hook_regs: gp[6], rax, r10, xmm[8] (192 bytes) */
+#define RETS 192                /* rsp-based: rax, rdx, xmm0, xmm1 after the call (48 bytes) */
+#define ARGS 240                /* rsp-based: the typed arguments as 64-bit values (128 bytes) */
+#define LOCALS 368
+#define INDEX (-8)              /* rbp-based: the hook's index (the personality reads it) */
+#define CALL (-48)              /* rbp-based: at_hook_call (32 bytes) */
+#define RESERVE (LOCALS + 48 + 16)
 #define ARGCOPY 128             /* bytes of stack arguments passed on */
 
     .text
@@ -43,8 +48,11 @@ at_stub_common:
     .cfi_offset %rbp, -16
     movq %rsp, %rbp
     .cfi_def_cfa_register %rbp
-    pushq %r11                      /* the hook's index, at CFA-24 (the personality reads it) */
-    subq $FRAME, %rsp
+    /* Functions of one file may be called with the stack not 16-byte aligned (gcc's
+     * -fipa-stack-alignment knows the callee does not need it): realign for the C we call. */
+    subq $RESERVE, %rsp
+    andq $-16, %rsp
+    movq %r11, INDEX(%rbp)
     movq %rdi, REGS+0(%rsp)
     movq %rsi, REGS+8(%rsp)
     movq %rdx, REGS+16(%rsp)
@@ -62,9 +70,10 @@ at_stub_common:
     movdqu %xmm6, REGS+160(%rsp)
     movdqu %xmm7, REGS+176(%rsp)
     movl %r11d, %edi
-    movq %rsp, %rsi
-    leaq CALL(%rsp), %rdx
-    leaq 16(%rbp), %rcx
+    movq %rsp, %rsi                 /* regs (the typed arguments may be rewritten there) */
+    leaq CALL(%rbp), %rdx
+    leaq 16(%rbp), %rcx             /* the caller's stack: stack arguments, and the call's depth */
+    leaq ARGS(%rsp), %r8
     call at_stub_enter
     movq %rax, %r11                 /* the function to run */
     subq $ARGCOPY, %rsp
@@ -96,9 +105,10 @@ at_stub_common:
     movq %rdx, RETS+8(%rsp)
     movdqu %xmm0, RETS+16(%rsp)
     movdqu %xmm1, RETS+32(%rsp)
-    movl -8(%rbp), %edi
-    leaq CALL(%rsp), %rsi
-    movq %rax, %rdx
+    movl INDEX(%rbp), %edi
+    leaq CALL(%rbp), %rsi
+    leaq RETS(%rsp), %rdx
+    leaq ARGS(%rsp), %rcx
     call at_stub_exit
     movq RETS+0(%rsp), %rax
     movq RETS+8(%rsp), %rdx

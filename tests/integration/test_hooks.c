@@ -199,6 +199,43 @@ START_TEST(test_not_recursive)
 }
 END_TEST
 
+/* Declared flow rules: a callback pool and a keyed queue of the program's own, whose threads exist
+ * before any request: the job and the item of request N run in request N's activity. */
+START_TEST(test_flow_rules)
+{
+    at_session s;
+    char *conf = data_path("pool.conf");
+    char env0[4200];
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *env[] = {env0, NULL};
+    const char *argv[] = {"hk_pool", NULL};
+    ck_assert_int_eq(at_session_run(&s, "hkpool", argv, env), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "sum 318\n");
+    ck_assert_msg(strstr(s.r.err, "acttrace: 6 of 6 functions hooked (0 GOT, 6 entry)"), "%s",
+                  s.r.err);
+    const at_trace *t = &s.t;
+    for (int id = 1; id <= 3; id++) {
+        char v[16], it[16];
+        snprintf(v, sizeof v, "%d", id);
+        snprintf(it, sizeof it, "%d", id + 100);
+        const at_tev *req = find_ev(t, "ReqStart", "id", v);
+        const at_tev *job = find_ev(t, "JobStart", "id", v);
+        const at_tev *item = find_ev(t, "ItemStart", "id", it);
+        expect_field(job, "weight", "2");
+        ck_assert_msg(at_path_is_below(job->act_path, req->act_path), "job %d in %s, request %s", id,
+                      job->act_path, req->act_path);
+        ck_assert_msg(at_path_is_below(item->act_path, req->act_path), "item %d in %s, request %s",
+                      id, item->act_path, req->act_path);
+        ck_assert(job->thread != req->thread && item->thread != req->thread);
+    }
+    at_session_free(&s);
+    free(conf);
+}
+END_TEST
+
 static char *write_conf(const char *dir, const char *name, const char *text)
 {
     char *p = malloc(4096);
@@ -280,18 +317,28 @@ START_TEST(test_cxx_exception)
     char d[512];
     ck_assert_msg(s.r.exited && s.r.status == 4 && s.has_trace, "%s",
                   at_session_describe(&s, d, sizeof d));
-    ck_assert_str_eq(s.r.out, "ret -1\ncaught boom\nret 1\ncaught 42\n");
+    ck_assert_str_eq(s.r.out, "ret -1\ncaught boom\nret 1\ncaught 42\ncall 1\ncaught 10\n");
+    ck_assert_msg(strstr(s.r.err, "acttrace: 3 of 3 functions hooked (1 GOT, 2 entry)"), "%s",
+                  s.r.err);
     const at_trace *t = &s.t;
     /* stub: one call returned (0), one unwound (1) */
     ck_assert_uint_eq(at_count(t, NULL, "ThrowStart"), 2);
     ck_assert_int_ge(at_find_field(t, "ThrowStop", "Status", "0", 0), 0);
     ck_assert_int_ge(at_find_field(t, "ThrowStop", "Status", "1", 0), 0);
-    /* libffi wrapper: the same */
+    /* typed stub: the same */
     const at_tev *ty = find_ev(t, "TypedStart", "x", "21");
     expect_field(stop_of(t, ty, "TypedStop"), "Status", "1");
     const at_tev *ty0 = find_ev(t, "TypedStart", "x", "0");
     expect_field(stop_of(t, ty0, "TypedStop"), "Return", "1");
-    /* nothing is left current after the unwinds: the last Start is a root */
+    /* the libffi wrapper of a GOT slot: returned (Return 1), then unwound; the typed_thrower
+     * inside it ran in its activity */
+    const at_tev *c0 = find_ev(t, "CallStart", "x", "0");
+    expect_field(stop_of(t, c0, "CallStop"), "Return", "1");
+    const at_tev *c5 = find_ev(t, "CallStart", "x", "5");
+    expect_field(stop_of(t, c5, "CallStop"), "Status", "1");
+    const at_tev *inner = find_ev(t, "TypedStart", "x", "5");
+    ck_assert(at_path_is_below(inner->act_path, c5->act_path));
+    expect_field(stop_of(t, inner, "TypedStop"), "Status", "1");
     at_session_free(&s);
     free(conf);
 }
@@ -311,7 +358,8 @@ START_TEST(test_check_command)
     ck_assert_msg(strstr(r.out, "[activity Handle] handle: found in ") &&
                       strstr(r.out, "hk_calls (.symtab, +0x"),
                   "%s", r.out);
-    ck_assert_msg(strstr(r.out, "hooked by entry patching, typed wrapper (libffi)"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "hooked by entry patching, typed stub (arguments from the saved "
+                                "registers)"), "%s", r.out);
     ck_assert_msg(strstr(r.out, "[activity Add] hkfx_add: found in ") &&
                       strstr(r.out, "libhkfx.so (.dynsym, +0x") &&
                       strstr(r.out, "hooked by GOT (1 slot), signature-less stub"),
@@ -419,6 +467,7 @@ int main(void)
     tcase_add_test(tc, test_not_recursive);
     tcase_add_test(tc, test_stripped_offset);
     tcase_add_test(tc, test_cxx_exception);
+    tcase_add_test(tc, test_flow_rules);
     tcase_add_test(tc, test_check_command);
     tcase_add_loop_test(tc, test_bad_config, 0, (int)(sizeof bad_configs / sizeof bad_configs[0]));
     tcase_add_test(tc, test_missing_symbol);
