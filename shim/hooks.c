@@ -227,14 +227,21 @@ static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
     return true;
 }
 
-static void stop_single(at_activity *a, const at_hc_probe *p, const uint64_t *args, uint64_t ret,
-                        int status)
+static void stop_single(const rule *r, at_activity *a, const at_hc_probe *p, const uint64_t *args,
+                        uint64_t ret, int status)
 {
     uint8_t buf[1024];
     at_payload pl;
     at_payload_init(&pl, buf, sizeof buf);
     put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
     at_payload_u32(&pl, (uint32_t)status);
+    if (at_activity_current() == a) {
+        /* the common case: still current, so the thread's reference keeps it alive without ours,
+         * and the engine's stop-by-kind takes its fast path (current, sole reference) */
+        at_activity_unref(a);
+        at_activity_stop(r->kind, buf, (uint32_t)(pl.p - buf), NULL, 0);
+        return;
+    }
     at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), NULL, 0);
     at_activity_unref(a);
 }
@@ -246,7 +253,7 @@ static void abandon_below(uintptr_t sp, bool entering)
     while (hk_nlive > 0 && (hk_live[hk_nlive - 1].sp < sp ||
                             (entering && hk_live[hk_nlive - 1].sp == sp))) {
         live *l = &hk_live[--hk_nlive];
-        stop_single(l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
+        stop_single(l->pr->r, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
     }
 }
 
@@ -369,7 +376,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
             if (hk_nlive > 0 && hk_live[hk_nlive - 1].a == c->act && hk_live[hk_nlive - 1].sp == c->sp)
                 hk_nlive--;
             c->started = 0;
-            stop_single(c->act, p, args, ret, status);
+            stop_single(r, c->act, p, args, ret, status);
         } else if (pr->role == 0 && status == AT_HOOK_RETURNED && args && when_holds(p, args, ret)) {
             /* The Start of a pair: a child of what is current, not left current (each pair is its
              * own thread of work) unless the fd hand-off takes it over. */
