@@ -1,0 +1,138 @@
+/* cmd_events.c: `acttrace events FILE...`: PerfView's Events view in a terminal: one line per event
+ * in time order (several files merge by time) with time, thread, provider/event, activity path,
+ * related activity, DURATION_MSEC on Stops and the payload; filters by event name, activity path
+ * prefix, thread and time range. Streams: memory holds only the activities still open. */
+#include "actmodel.h"
+#include "cmds.h"
+#include "ntsym.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ev_ctx {
+    FILE *out;
+    const char *name, *prefix;
+    uint64_t tid;
+    bool has_tid, multi;
+    int64_t from, to;
+    char buf[16384];
+} ev_ctx;
+
+static void events_usage(FILE *f)
+{
+    fprintf(f, "usage: acttrace events [options] FILE...\n"
+               "  Lists every event in time order (several files are merged by time):\n"
+               "  TIME_MSEC THREAD PROVIDER/EVENT ACTIVITY RELATED [DURATION_MSEC] PAYLOAD\n"
+               "  --name NAME      only events named NAME, or NAMEStart/NAMEStop\n"
+               "  --activity PATH  only events whose activity is PATH or below it (e.g. //1/5)\n"
+               "  --thread TID     only events of that thread\n"
+               "  --from MS --to MS  only events in that time range (ms from the trace start)\n");
+}
+
+/* Event name NAME, or NAMEStart / NAMEStop. */
+static bool name_matches(const char *ev, const char *name)
+{
+    size_t l = strlen(name);
+    if (strncmp(ev, name, l) != 0) return false;
+    return ev[l] == 0 || strcmp(ev + l, "Start") == 0 || strcmp(ev + l, "Stop") == 0;
+}
+
+static void on_event(void *vc, const am_event *e)
+{
+    ev_ctx *c = vc;
+    const nt_event *ev = e->ev;
+    const nt_metadata *m = ev->meta;
+    if (nt_sym_is_symbol_event(ev)) return;
+    if (e->time < c->from || e->time > c->to) return;
+    if (c->has_tid && ev->thread != c->tid) return;
+    if (c->name && !name_matches(m->name, c->name)) return;
+    char act[80], rel[80];
+    am_format_id(&ev->activity, e->pid, act, sizeof act);
+    if (c->prefix && !am_path_within(act, c->prefix)) return;
+    uint32_t rpid = e->pid;
+    if (!at_guid_is_zero(&ev->related) && e->act && e->act->link[0]) rpid = (uint32_t)strtoul(e->act->link + 4, NULL, 10);
+    am_format_id(&ev->related, rpid, rel, sizeof rel);
+    FILE *f = c->out;
+    fprintf(f, "%12.3f  ", (double)e->time / 1e6);
+    if (c->multi) fprintf(f, "pid %-6u ", e->pid);
+    fprintf(f, "%-7llu %s/%s  %s  %s", (unsigned long long)ev->thread, m->provider, m->name[0] ? m->name : "(unnamed)",
+            act[0] ? act : "-", rel[0] ? rel : "-");
+    if (e->stopped) fprintf(f, "  DURATION_MSEC=%.3f", (double)(e->stopped->stop - e->stopped->start) / 1e6);
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < m->nfields; i++) {
+        if (!nt_field_format(&m->fields[i], ev->payload, ev->payload_len, &off, c->buf, sizeof c->buf)) {
+            fprintf(f, "  %s=<payload too short>", m->fields[i].name);
+            break;
+        }
+        fprintf(f, "  %s=%s", m->fields[i].name, c->buf);
+    }
+    fputc('\n', f);
+}
+
+int at_cmd_events(int argc, char **argv)
+{
+    ev_ctx *c = calloc(1, sizeof *c);
+    char **files = calloc((size_t)argc, sizeof *files);
+    int nfiles = 0, status = 2;
+    if (!c || !files) {
+        fprintf(stderr, "acttrace events: out of memory\n");
+        free(c);
+        free(files);
+        return 1;
+    }
+    c->out = stdout;
+    c->from = INT64_MIN;
+    c->to = INT64_MAX;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            events_usage(stdout);
+            status = 0;
+            goto out;
+        } else if (!strcmp(a, "--name") && more) {
+            c->name = argv[++i];
+        } else if (!strcmp(a, "--activity") && more) {
+            c->prefix = argv[++i];
+        } else if (!strcmp(a, "--thread") && more) {
+            c->tid = strtoull(argv[++i], NULL, 10);
+            c->has_tid = true;
+        } else if ((!strcmp(a, "--from") || !strcmp(a, "--to")) && more) {
+            if (!am_parse_ms(argv[++i], a[2] == 'f' ? &c->from : &c->to)) {
+                am_errorf("events", "%s wants a time in ms, not '%s'", a, argv[i]);
+                goto out;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            am_errorf("events", "unknown option '%s'", a);
+            events_usage(stderr);
+            goto out;
+        } else {
+            files[nfiles++] = argv[i];
+        }
+    }
+    if (!nfiles) {
+        events_usage(stderr);
+        goto out;
+    }
+    c->multi = nfiles > 1;
+    static char obuf[1 << 16];
+    setvbuf(stdout, obuf, _IOFBF, sizeof obuf);
+    char err[600];
+    am_options o = {.progress = true, .need_events = true};
+    am_callbacks cb = {.event = on_event, .ctx = c};
+    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
+    if (!m) {
+        am_errorf("events", "%s", err);
+        status = 1;
+        goto out;
+    }
+    status = am_run(m, err, sizeof err) < 0;
+    fflush(stdout);
+    if (status) am_errorf("events", "%s", err);
+    am_close(m);
+out:
+    free(files);
+    free(c);
+    return status;
+}

@@ -1,0 +1,2 @@
+#include "cmds.h"
+int at_cmd_report(int argc, char **argv) { (void)argc; (void)argv; return 2; }
