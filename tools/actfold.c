@@ -102,13 +102,21 @@ void am_fold_free(am_fold *f)
     free(f);
 }
 
-/* Appends s to buf at *len, replacing ';' and spaces-at-the-end hazards (folded format separators). */
+/* Appends s to buf at *len; ';' and newlines in names would break the folded format: '_'. */
 static bool put(char *buf, size_t n, size_t *len, const char *s)
 {
     for (; *s; s++) {
         if (*len + 2 >= n) return false;
         buf[(*len)++] = (*s == ';' || *s == '\n') ? '_' : *s;
     }
+    buf[*len] = 0;
+    return true;
+}
+
+static bool sep(char *buf, size_t n, size_t *len)
+{
+    if (*len + 2 >= n) return false;
+    buf[(*len)++] = ';';
     buf[*len] = 0;
     return true;
 }
@@ -128,14 +136,14 @@ bool am_fold_key(char *buf, size_t n, const am_activity *a, const char *from_nam
     buf[0] = 0;
     if (!a && !put(buf, n, &len, "(no activity)")) return false;
     for (int i = top; i >= 0; i--) {
-        if (i != top && !put(buf, n, &len, ";")) return false;
+        if (i != top && !sep(buf, n, &len)) return false;
         if (!put(buf, n, &len, chain[i]->name)) return false;
         if (by_activity && (!put(buf, n, &len, " ") || !put(buf, n, &len, chain[i]->path))) return false;
     }
     char sb[512];
     for (uint32_t i = ev->nframes; i-- > 0;) {
         nt_sym_format(sym, ev->frames[i], sb, sizeof sb);
-        if (!put(buf, n, &len, ";") || !put(buf, n, &len, sb)) return false;
+        if (!sep(buf, n, &len) || !put(buf, n, &len, sb)) return false;
     }
     return true;
 }

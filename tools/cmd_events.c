@@ -56,7 +56,7 @@ static void on_event(void *vc, const am_event *e)
     FILE *f = c->out;
     fprintf(f, "%12.3f  ", (double)e->time / 1e6);
     if (c->multi) fprintf(f, "pid %-6u ", e->pid);
-    fprintf(f, "%-7llu %s/%s  %s  %s", (unsigned long long)ev->thread, m->provider, m->name[0] ? m->name : "(unnamed)",
+    fprintf(f, "%llu  %s/%s  %s  %s", (unsigned long long)ev->thread, m->provider, m->name[0] ? m->name : "(unnamed)",
             act[0] ? act : "-", rel[0] ? rel : "-");
     if (e->stopped) fprintf(f, "  DURATION_MSEC=%.3f", (double)(e->stopped->stop - e->stopped->start) / 1e6);
     uint32_t off = 0;

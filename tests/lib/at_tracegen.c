@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 volatile uint64_t *at_gen_tids;
+static void finish(void) __attribute__((noreturn));
 static uint64_t gen_base;   /* sync time of the child's session (ns) */
 static uint64_t gen_next_id;
 static _Atomic uint64_t gen_last; /* latest time given (ns) */
@@ -29,6 +30,21 @@ static void shared_init(void)
 }
 
 pid_t at_gen_trace(const char *path, void (*fn)(void *ctx), void *ctx)
+{
+    return at_gen_trace_at(path, 0, fn, ctx);
+}
+
+uint64_t at_gen_sync_time(const char *path)
+{
+    char err[256];
+    nt_reader *r = nt_open(path, err, sizeof err);
+    if (!r) return 0;
+    uint64_t t = (uint64_t)nt_info(r)->sync_time_qpc;
+    nt_close(r);
+    return t;
+}
+
+pid_t at_gen_trace_at(const char *path, uint64_t base, void (*fn)(void *ctx), void *ctx)
 {
     shared_init();
     fflush(NULL);
@@ -50,16 +66,37 @@ pid_t at_gen_trace(const char *path, void (*fn)(void *ctx), void *ctx)
         fprintf(stderr, "tracegen: %s\n", err);
         _exit(1);
     }
-    gen_base = (uint64_t)nt_info(r)->sync_time_qpc;
+    gen_base = base ? base : (uint64_t)nt_info(r)->sync_time_qpc;
+    nt_event ev;
+    if (nt_next(r, &ev) == 1) at_gen_tids[AT_GEN_SLOTS - 1] = ev.thread; /* ProcessInfo's writer */
     nt_close(r);
     fn(ctx);
-    /* the flusher writes only events up to the present: let the last given time pass */
+    finish();
+}
+
+/* The flusher writes only events up to the present: let the last given time pass, then stop. */
+static void finish(void)
+{
     while (at_now_ns() <= gen_last + 1000000) {
         struct timespec d = {0, 1000000};
         nanosleep(&d, NULL);
     }
     at_trace_stop();
     _exit(0);
+}
+
+pid_t at_gen_fork(void (*fn)(void *ctx), void *ctx)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn(ctx);
+        finish();
+    }
+    int st;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
+    at_gen_tids[AT_GEN_SLOTS - 2] = (uint64_t)pid;
+    return pid;
 }
 
 void at_gen_note_thread(int k)
@@ -174,15 +211,16 @@ char *at_gen_normalize(const char *text, int ntids, const pid_t *pids, int npids
             if (*e != '.') {
                 uint64_t v = strtoull(s, NULL, 10);
                 int k;
-                for (k = 0; k < ntids; k++)
+                bool after_pid = s - text >= 4 && !strncmp(s - 4, "pid ", 4);
+                for (k = 0; k < ntids && !after_pid; k++)
                     if (at_gen_tids[k] && at_gen_tids[k] == v) break;
-                if (k < ntids) {
+                if (!after_pid && k < ntids) {
                     o += sprintf(o, "T%d", k + 1);
                     s = e;
                     continue;
                 }
                 for (k = 0; k < npids; k++)
-                    if ((uint64_t)pids[k] == v) break;
+                    if (pids[k] > 0 && (uint64_t)pids[k] == v) break;
                 if (k < npids) {
                     o += sprintf(o, "P%d", k + 1);
                     s = e;
