@@ -102,6 +102,29 @@ int am_visit_index(const am_activity *a, uint64_t tid)
     return -1;
 }
 
+void am_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else if (*p == '<') fputs("\\u003c", f); /* safe inside an HTML <script> too */
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void am_slices(const am_activity *a, void (*fn)(void *, const am_activity *, uint64_t, int64_t, int64_t), void *ctx)
+{
+    bool moved = a->stopped && a->stop_tid != a->start_tid;
+    for (uint32_t i = 0; i < a->nvisits; i++) {
+        const am_visit *v = &a->visits[i];
+        if (v->tid == a->start_tid) fn(ctx, a, v->tid, a->start, moved ? v->last : a->stop);
+        else fn(ctx, a, v->tid, v->first, v->last);
+    }
+    if (a->nvisits == 0) fn(ctx, a, a->start_tid, a->start, a->stop);
+}
+
 /* ---------------- distribution ---------------- */
 
 #define AM_HIST_SUB 64 /* sub-buckets per power of two: ~1.1% precision */

@@ -11,6 +11,8 @@
 
 #include "ntreader.h"
 
+#include <stdio.h>
+
 typedef struct am_visit {
     uint64_t tid;
     int64_t first, last;  /* ns from the origin: first and last event of the activity on the thread */
@@ -131,6 +133,14 @@ typedef struct am_dist {
 void am_dist_add(am_dist *d, int64_t v);
 int64_t am_dist_pct(am_dist *d, double p); /* nearest rank, p in 0..100 */
 void am_dist_free(am_dist *d);
+
+/* Write s as a JSON string literal (quotes included; control characters escaped). */
+void am_json_string(FILE *f, const char *s);
+/* The slices an activity leaves on threads, as timelines draw them: on its start thread from its
+ * start to its stop (or to its last event there when it stopped elsewhere), on every other thread it
+ * visited from its first to its last event there. Calls fn for each. */
+void am_slices(const am_activity *a, void (*fn)(void *ctx, const am_activity *a, uint64_t tid, int64_t from,
+                                                  int64_t to), void *ctx);
 
 /* Common error line: "acttrace CMD: msg". */
 void am_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
