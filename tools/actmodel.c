@@ -125,6 +125,60 @@ void am_slices(const am_activity *a, void (*fn)(void *, const am_activity *, uin
     if (a->nvisits == 0) fn(ctx, a, a->start_tid, a->start, a->stop);
 }
 
+void am_buf_flush(am_buf *b)
+{
+    if (b->n) fwrite(b->b, 1, b->n, b->f);
+    b->n = 0;
+}
+
+void am_buf_mem(am_buf *b, const char *s, size_t n)
+{
+    if (b->n + n > sizeof b->b) {
+        am_buf_flush(b);
+        if (n > sizeof b->b) {
+            fwrite(s, 1, n, b->f);
+            return;
+        }
+    }
+    memcpy(b->b + b->n, s, n);
+    b->n += n;
+}
+
+void am_buf_str(am_buf *b, const char *s)
+{
+    am_buf_mem(b, s, strlen(s));
+}
+
+void am_buf_chr(am_buf *b, char c)
+{
+    if (b->n == sizeof b->b) am_buf_flush(b);
+    b->b[b->n++] = c;
+}
+
+void am_buf_u64(am_buf *b, uint64_t v)
+{
+    char t[24];
+    int i = 24;
+    do t[--i] = (char)('0' + v % 10);
+    while ((v /= 10));
+    am_buf_mem(b, t + i, (size_t)(24 - i));
+}
+
+void am_buf_ms(am_buf *b, int64_t ns, int width)
+{
+    char t[32];
+    int i = 32;
+    bool neg = ns < 0;
+    uint64_t us = neg ? ((uint64_t)-(ns + 1) + 1 + 500) / 1000 : ((uint64_t)ns + 500) / 1000; /* round half away */
+    for (int k = 0; k < 3; k++, us /= 10) t[--i] = (char)('0' + us % 10);
+    t[--i] = '.';
+    do t[--i] = (char)('0' + us % 10);
+    while ((us /= 10));
+    if (neg) t[--i] = '-';
+    for (int pad = width - (32 - i); pad > 0; pad--) am_buf_chr(b, ' ');
+    am_buf_mem(b, t + i, (size_t)(32 - i));
+}
+
 /* ---------------- distribution ---------------- */
 
 #define AM_HIST_SUB 64 /* sub-buckets per power of two: ~1.1% precision */

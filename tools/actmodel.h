@@ -144,6 +144,20 @@ void am_json_string(FILE *f, const char *s);
 void am_slices(const am_activity *a, void (*fn)(void *ctx, const am_activity *a, uint64_t tid, int64_t from,
                                                   int64_t to), void *ctx);
 
+/* A fast output buffer for the listing commands (printf's float formatting dominated them). */
+typedef struct am_buf {
+    FILE *f;
+    size_t n;
+    char b[1 << 16];
+} am_buf;
+void am_buf_flush(am_buf *b);
+void am_buf_mem(am_buf *b, const char *s, size_t n);
+void am_buf_str(am_buf *b, const char *s);
+void am_buf_chr(am_buf *b, char c);
+void am_buf_u64(am_buf *b, uint64_t v);
+/* ns as milliseconds with 3 decimals (as "%*.3f"), right-aligned in width (0: none). */
+void am_buf_ms(am_buf *b, int64_t ns, int width);
+
 /* Common error line: "acttrace CMD: msg". */
 void am_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

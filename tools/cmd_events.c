@@ -11,7 +11,7 @@
 #include <string.h>
 
 typedef struct ev_ctx {
-    FILE *out;
+    am_buf out;
     const char *name, *prefix;
     uint64_t tid;
     bool has_tid, multi;
@@ -53,21 +53,39 @@ static void on_event(void *vc, const am_event *e)
     uint32_t rpid = e->pid;
     if (!at_guid_is_zero(&ev->related) && e->act && e->act->link[0]) rpid = (uint32_t)strtoul(e->act->link + 4, NULL, 10);
     am_format_id(&ev->related, rpid, rel, sizeof rel);
-    FILE *f = c->out;
-    fprintf(f, "%12.3f  ", (double)e->time / 1e6);
-    if (c->multi) fprintf(f, "pid %-6u ", e->pid);
-    fprintf(f, "%llu  %s/%s  %s  %s", (unsigned long long)ev->thread, m->provider, m->name[0] ? m->name : "(unnamed)",
-            act[0] ? act : "-", rel[0] ? rel : "-");
-    if (e->stopped) fprintf(f, "  DURATION_MSEC=%.3f", (double)(e->stopped->stop - e->stopped->start) / 1e6);
+    am_buf *f = &c->out;
+    am_buf_ms(f, e->time, 12);
+    am_buf_str(f, "  ");
+    if (c->multi) {
+        am_buf_str(f, "pid ");
+        am_buf_u64(f, e->pid);
+        am_buf_str(f, "  ");
+    }
+    am_buf_u64(f, ev->thread);
+    am_buf_str(f, "  ");
+    am_buf_str(f, m->provider);
+    am_buf_chr(f, '/');
+    am_buf_str(f, m->name[0] ? m->name : "(unnamed)");
+    am_buf_str(f, "  ");
+    am_buf_str(f, act[0] ? act : "-");
+    am_buf_str(f, "  ");
+    am_buf_str(f, rel[0] ? rel : "-");
+    if (e->stopped) {
+        am_buf_str(f, "  DURATION_MSEC=");
+        am_buf_ms(f, e->stopped->stop - e->stopped->start, 0);
+    }
     uint32_t off = 0;
     for (uint32_t i = 0; i < m->nfields; i++) {
+        am_buf_str(f, "  ");
+        am_buf_str(f, m->fields[i].name);
         if (!nt_field_format(&m->fields[i], ev->payload, ev->payload_len, &off, c->buf, sizeof c->buf)) {
-            fprintf(f, "  %s=<payload too short>", m->fields[i].name);
+            am_buf_str(f, "=<payload too short>");
             break;
         }
-        fprintf(f, "  %s=%s", m->fields[i].name, c->buf);
+        am_buf_chr(f, '=');
+        am_buf_str(f, c->buf);
     }
-    fputc('\n', f);
+    am_buf_chr(f, '\n');
 }
 
 int at_cmd_events(int argc, char **argv)
@@ -81,7 +99,7 @@ int at_cmd_events(int argc, char **argv)
         free(files);
         return 1;
     }
-    c->out = stdout;
+    c->out.f = stdout;
     c->from = INT64_MIN;
     c->to = INT64_MAX;
     for (int i = 1; i < argc; i++) {
@@ -116,8 +134,6 @@ int at_cmd_events(int argc, char **argv)
         goto out;
     }
     c->multi = nfiles > 1;
-    static char obuf[1 << 16];
-    setvbuf(stdout, obuf, _IOFBF, sizeof obuf);
     char err[600];
     am_options o = {.progress = true, .need_events = true};
     am_callbacks cb = {.event = on_event, .ctx = c};
@@ -128,6 +144,7 @@ int at_cmd_events(int argc, char **argv)
         goto out;
     }
     status = am_run(m, err, sizeof err) < 0;
+    am_buf_flush(&c->out);
     fflush(stdout);
     if (status) am_errorf("events", "%s", err);
     am_close(m);

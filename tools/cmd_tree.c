@@ -11,7 +11,7 @@
 #include <string.h>
 
 typedef struct tree_ctx {
-    FILE *out;
+    am_buf out;
     const char *name;
     int64_t min_dur;
     bool multi;
@@ -47,26 +47,48 @@ static void print_node(tree_ctx *c, const am_activity *a, int indent, bool insid
     bool self = node_matches(c, a);
     /* inside: an ancestor matched --name, so descendants show (still subject to --min-ms) */
     if (!(inside && a->stop - a->start >= c->min_dur) && !subtree_matches(c, a)) return;
-    FILE *f = c->out;
-    fprintf(f, "%*s%s %s", indent * 2, "", a->name, a->path);
-    if (c->multi && (!a->parent || a->parent->pid != a->pid)) fprintf(f, " pid %u", a->pid);
-    fprintf(f, "  start %.3f", (double)a->start / 1e6);
-    if (a->stopped) fprintf(f, "  duration %.3f ms", (double)(a->stop - a->start) / 1e6);
-    else fprintf(f, "  NEVER STOPPED (open %.3f ms at the end)", (double)(a->stop - a->start) / 1e6);
-    fprintf(f, "  threads ");
-    for (uint32_t i = 0; i < a->nvisits; i++) fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)a->visits[i].tid);
+    am_buf *f = &c->out;
+    for (int i = 0; i < indent; i++) am_buf_mem(f, "  ", 2);
+    am_buf_str(f, a->name);
+    am_buf_chr(f, ' ');
+    am_buf_str(f, a->path);
+    if (c->multi && (!a->parent || a->parent->pid != a->pid)) {
+        am_buf_str(f, " pid ");
+        am_buf_u64(f, a->pid);
+    }
+    am_buf_str(f, "  start ");
+    am_buf_ms(f, a->start, 0);
+    am_buf_str(f, a->stopped ? "  duration " : "  NEVER STOPPED (open ");
+    am_buf_ms(f, a->stop - a->start, 0);
+    am_buf_str(f, a->stopped ? " ms" : " ms at the end)");
+    am_buf_str(f, "  threads ");
+    for (uint32_t i = 0; i < a->nvisits; i++) {
+        if (i) am_buf_chr(f, ',');
+        am_buf_u64(f, a->visits[i].tid);
+    }
     if (a->nxfers) {
-        fprintf(f, "  transfers ");
+        am_buf_str(f, "  transfers ");
         for (uint32_t i = 0; i < a->nxfers; i++) {
             const am_transfer *x = &a->xfers[i];
-            if (x->from_tid) fprintf(f, "%s%llu->%llu@%.3f", i ? "," : "", (unsigned long long)x->from_tid,
-                                     (unsigned long long)x->to_tid, (double)x->recv / 1e6);
-            else fprintf(f, "%s?->%llu@%.3f", i ? "," : "", (unsigned long long)x->to_tid, (double)x->recv / 1e6);
+            if (i) am_buf_chr(f, ',');
+            if (x->from_tid) am_buf_u64(f, x->from_tid);
+            else am_buf_chr(f, '?');
+            am_buf_str(f, "->");
+            am_buf_u64(f, x->to_tid);
+            am_buf_chr(f, '@');
+            am_buf_ms(f, x->recv, 0);
         }
-        if (a->nxfers_dropped) fprintf(f, " (+%u more)", a->nxfers_dropped);
+        if (a->nxfers_dropped) {
+            am_buf_str(f, " (+");
+            am_buf_u64(f, a->nxfers_dropped);
+            am_buf_str(f, " more)");
+        }
     }
-    if (a->link[0]) fprintf(f, "  from %s", a->link);
-    fputc('\n', f);
+    if (a->link[0]) {
+        am_buf_str(f, "  from ");
+        am_buf_str(f, a->link);
+    }
+    am_buf_chr(f, '\n');
     c->printed++;
     for (const am_activity *k = a->first_child; k; k = k->next_sibling)
         print_node(c, k, indent + 1, inside || (self && c->name));
@@ -79,7 +101,8 @@ static void on_tree(void *vc, const am_activity *root)
 
 int at_cmd_tree(int argc, char **argv)
 {
-    tree_ctx c = {.out = stdout};
+    static tree_ctx c;
+    c.out.f = stdout;
     char **files = calloc((size_t)argc, sizeof *files);
     int nfiles = 0;
     if (!files) return 1;
@@ -123,6 +146,7 @@ int at_cmd_tree(int argc, char **argv)
         return 1;
     }
     int status = am_run(m, err, sizeof err) < 0;
+    am_buf_flush(&c.out);
     fflush(stdout);
     if (status) am_errorf("tree", "%s", err);
     else if (am_unmatched_stops(m))
