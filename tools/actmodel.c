@@ -131,28 +131,14 @@ void am_buf_flush(am_buf *b)
     b->n = 0;
 }
 
-void am_buf_mem(am_buf *b, const char *s, size_t n)
+void am_buf_write_slow(am_buf *b, const char *s, size_t n)
 {
-    if (b->n + n > sizeof b->b) {
-        am_buf_flush(b);
-        if (n > sizeof b->b) {
-            fwrite(s, 1, n, b->f);
-            return;
-        }
+    am_buf_flush(b);
+    if (n > sizeof b->b) fwrite(s, 1, n, b->f);
+    else {
+        memcpy(b->b, s, n);
+        b->n = n;
     }
-    memcpy(b->b + b->n, s, n);
-    b->n += n;
-}
-
-void am_buf_str(am_buf *b, const char *s)
-{
-    am_buf_mem(b, s, strlen(s));
-}
-
-void am_buf_chr(am_buf *b, char c)
-{
-    if (b->n == sizeof b->b) am_buf_flush(b);
-    b->b[b->n++] = c;
 }
 
 void am_buf_u64(am_buf *b, uint64_t v)

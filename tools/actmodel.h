@@ -151,9 +151,25 @@ typedef struct am_buf {
     char b[1 << 16];
 } am_buf;
 void am_buf_flush(am_buf *b);
-void am_buf_mem(am_buf *b, const char *s, size_t n);
-void am_buf_str(am_buf *b, const char *s);
-void am_buf_chr(am_buf *b, char c);
+void am_buf_write_slow(am_buf *b, const char *s, size_t n);
+static inline void am_buf_mem(am_buf *b, const char *s, size_t n)
+{
+    if (__builtin_expect(b->n + n > sizeof b->b, 0)) {
+        am_buf_write_slow(b, s, n);
+        return;
+    }
+    __builtin_memcpy(b->b + b->n, s, n);
+    b->n += n;
+}
+static inline void am_buf_str(am_buf *b, const char *s)
+{
+    am_buf_mem(b, s, __builtin_strlen(s));
+}
+static inline void am_buf_chr(am_buf *b, char c)
+{
+    if (__builtin_expect(b->n == sizeof b->b, 0)) am_buf_flush(b);
+    b->b[b->n++] = c;
+}
 void am_buf_u64(am_buf *b, uint64_t v);
 /* ns as milliseconds with 3 decimals (as "%*.3f"), right-aligned in width (0: none). */
 void am_buf_ms(am_buf *b, int64_t ns, int width);

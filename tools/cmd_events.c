@@ -16,6 +16,10 @@ typedef struct ev_ctx {
     uint64_t tid;
     bool has_tid, multi;
     int64_t from, to;
+    char **labels;      /* by metadata id (of the file whose metadata label_meta holds) */
+    const nt_metadata **label_meta;
+    uint16_t *label_len;
+    uint32_t nlabels;
     char buf[16384];
 } ev_ctx;
 
@@ -47,12 +51,16 @@ static void on_event(void *vc, const am_event *e)
     if (e->time < c->from || e->time > c->to) return;
     if (c->has_tid && ev->thread != c->tid) return;
     if (c->name && !name_matches(m->name, c->name)) return;
-    char act[80], rel[80];
-    am_format_id(&ev->activity, e->pid, act, sizeof act);
+    char actb[80], relb[80];
+    const char *act = actb, *rel = relb;
+    /* the model already decoded the ids of its activities: reuse them (decoding was a fifth of the time) */
+    if (e->act && at_guid_eq(&e->act->id, &ev->activity)) act = e->act->path;
+    else am_format_id(&ev->activity, e->pid, actb, sizeof actb);
     if (c->prefix && !am_path_within(act, c->prefix)) return;
     uint32_t rpid = e->pid;
     if (!at_guid_is_zero(&ev->related) && e->act && e->act->link[0]) rpid = (uint32_t)strtoul(e->act->link + 4, NULL, 10);
-    am_format_id(&ev->related, rpid, rel, sizeof rel);
+    if (e->act && e->act->parent && at_guid_eq(&e->act->parent->id, &ev->related)) rel = e->act->parent->path;
+    else am_format_id(&ev->related, rpid, relb, sizeof relb);
     am_buf *f = &c->out;
     am_buf_ms(f, e->time, 12);
     am_buf_str(f, "  ");
@@ -63,10 +71,30 @@ static void on_event(void *vc, const am_event *e)
     }
     am_buf_u64(f, ev->thread);
     am_buf_str(f, "  ");
-    am_buf_str(f, m->provider);
-    am_buf_chr(f, '/');
-    am_buf_str(f, m->name[0] ? m->name : "(unnamed)");
-    am_buf_str(f, "  ");
+    /* "provider/name  " built once per metadata id */
+    if (m->id >= c->nlabels || c->label_meta[m->id] != m) {
+        if (m->id >= c->nlabels) {
+            uint32_t n = m->id + 64;
+            char **l = realloc(c->labels, n * sizeof *l);
+            if (l) c->labels = l;
+            uint16_t *ll = realloc(c->label_len, n * sizeof *ll);
+            if (ll) c->label_len = ll;
+            const nt_metadata **lm = realloc(c->label_meta, n * sizeof *lm);
+            if (lm) c->label_meta = lm;
+            if (!l || !ll || !lm) return;
+            memset(c->labels + c->nlabels, 0, (n - c->nlabels) * sizeof *l);
+            memset(c->label_meta + c->nlabels, 0, (n - c->nlabels) * sizeof *lm);
+            c->nlabels = n;
+        }
+        free(c->labels[m->id]); /* another file's metadata of the same id */
+        c->label_meta[m->id] = m;
+        if (asprintf(&c->labels[m->id], "%.200s/%.200s  ", m->provider, m->name[0] ? m->name : "(unnamed)") < 0) {
+            c->labels[m->id] = NULL;
+            return;
+        }
+        c->label_len[m->id] = (uint16_t)strlen(c->labels[m->id]);
+    }
+    am_buf_mem(f, c->labels[m->id], c->label_len[m->id]);
     am_buf_str(f, act[0] ? act : "-");
     am_buf_str(f, "  ");
     am_buf_str(f, rel[0] ? rel : "-");
@@ -78,6 +106,31 @@ static void on_event(void *vc, const am_event *e)
     for (uint32_t i = 0; i < m->nfields; i++) {
         am_buf_str(f, "  ");
         am_buf_str(f, m->fields[i].name);
+        uint32_t t = m->fields[i].type;
+        if ((t == NT_TYPE_UINT64 || t == NT_TYPE_UINT32 || t == NT_TYPE_INT64 || t == NT_TYPE_INT32) &&
+            off + (t == NT_TYPE_UINT64 || t == NT_TYPE_INT64 ? 8u : 4u) <= ev->payload_len) {
+            /* integers without printf: the common payload of activity events */
+            uint64_t v = 0;
+            int64_t sv;
+            am_buf_chr(f, '=');
+            if (t == NT_TYPE_UINT64 || t == NT_TYPE_INT64) {
+                memcpy(&v, ev->payload + off, 8);
+                off += 8;
+                sv = (int64_t)v;
+            } else {
+                uint32_t u;
+                memcpy(&u, ev->payload + off, 4);
+                off += 4;
+                v = u;
+                sv = (int32_t)u;
+            }
+            if ((t == NT_TYPE_INT64 || t == NT_TYPE_INT32) && sv < 0) {
+                am_buf_chr(f, '-');
+                v = (uint64_t)0 - (uint64_t)sv;
+            }
+            am_buf_u64(f, v);
+            continue;
+        }
         if (!nt_field_format(&m->fields[i], ev->payload, ev->payload_len, &off, c->buf, sizeof c->buf)) {
             am_buf_str(f, "=<payload too short>");
             break;
@@ -149,6 +202,10 @@ int at_cmd_events(int argc, char **argv)
     if (status) am_errorf("events", "%s", err);
     am_close(m);
 out:
+    for (uint32_t i = 0; i < c->nlabels; i++) free(c->labels[i]);
+    free(c->labels);
+    free(c->label_len);
+    free(c->label_meta);
     free(files);
     free(c);
     return status;
