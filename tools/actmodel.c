@@ -141,28 +141,50 @@ void am_buf_write_slow(am_buf *b, const char *s, size_t n)
     }
 }
 
+static const char digits2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                 "8081828384858687888990919293949596979899";
+
+/* Digits of v right-aligned ending at end; returns the first. */
+static char *u64_digits(char *end, uint64_t v)
+{
+    char *p = end;
+    while (v >= 100) {
+        unsigned k = (unsigned)(v % 100) * 2;
+        v /= 100;
+        *--p = digits2[k + 1];
+        *--p = digits2[k];
+    }
+    if (v >= 10) {
+        *--p = digits2[v * 2 + 1];
+        *--p = digits2[v * 2];
+    } else {
+        *--p = (char)('0' + v);
+    }
+    return p;
+}
+
 void am_buf_u64(am_buf *b, uint64_t v)
 {
-    char t[24];
-    int i = 24;
-    do t[--i] = (char)('0' + v % 10);
-    while ((v /= 10));
-    am_buf_mem(b, t + i, (size_t)(24 - i));
+    char t[24], *p = u64_digits(t + 24, v);
+    am_buf_mem(b, p, (size_t)(t + 24 - p));
 }
 
 void am_buf_ms(am_buf *b, int64_t ns, int width)
 {
-    char t[32];
-    int i = 32;
+    char t[48], *end = t + 48;
     bool neg = ns < 0;
-    uint64_t us = neg ? ((uint64_t)-(ns + 1) + 1 + 500) / 1000 : ((uint64_t)ns + 500) / 1000; /* round half away */
-    for (int k = 0; k < 3; k++, us /= 10) t[--i] = (char)('0' + us % 10);
-    t[--i] = '.';
-    do t[--i] = (char)('0' + us % 10);
-    while ((us /= 10));
-    if (neg) t[--i] = '-';
-    for (int pad = width - (32 - i); pad > 0; pad--) am_buf_chr(b, ' ');
-    am_buf_mem(b, t + i, (size_t)(32 - i));
+    uint64_t us = neg ? ((uint64_t)0 - (uint64_t)ns + 500) / 1000 : ((uint64_t)ns + 500) / 1000; /* round half away */
+    unsigned frac = (unsigned)(us % 1000);
+    char *p = end - 3;
+    p[0] = (char)('0' + frac / 100);
+    p[1] = digits2[(frac % 100) * 2];
+    p[2] = digits2[(frac % 100) * 2 + 1];
+    *--p = '.';
+    p = u64_digits(p, us / 1000);
+    if (neg) *--p = '-';
+    while (end - p < width && p > t) *--p = ' ';
+    am_buf_mem(b, p, (size_t)(end - p));
 }
 
 /* ---------------- distribution ---------------- */
@@ -488,7 +510,13 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
 
     am_activity *p = NULL;
     at_guid pg;
-    if (path_parent_id(a->path, pid, &pg)) p = tab_get(m, &pg);
+    /* usually RelatedActivityId is the path parent: one lookup and a prefix check, no re-encoding */
+    am_activity *r = at_guid_is_zero(&ev->related) ? NULL : tab_get(m, &ev->related);
+    size_t rl = r ? strlen(r->path) : 0;
+    if (r && r->pid == pid && rl && !strncmp(a->path, r->path, rl) && a->path[rl] == '/' && !strchr(a->path + rl + 1, '/'))
+        p = r;
+    else if (path_parent_id(a->path, pid, &pg))
+        p = tab_get(m, &pg);
     if (!p && !at_guid_is_zero(&ev->related) && !at_guid_eq(&ev->related, &ev->activity))
         p = tab_get(m, &ev->related);
     if (p && p->done_reported && !m->o.tree) p = NULL; /* already reported: nowhere to hang it */
