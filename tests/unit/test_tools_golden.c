@@ -227,6 +227,12 @@ START_TEST(cross_process)
            "Main                            1      6.000      6.000      6.000      6.000       1        2             0\n"
            "Request                         1    314.000    314.000    314.000    314.000       1        2             0\n"
            "Spawn                           1    308.000    308.000    308.000    308.000       1        2             0\n");
+    /* events of both files on one time line, each with its pid */
+    expect((const char *const[]){"events", "--activity", "//1", "--to", "301", paths[0], child, NULL},
+           "       1.000  pid P1  T1  acttrace/RequestStart  //1  -  RequestId=1\n"
+           "       2.000  pid P1  T1  acttrace/SpawnStart  //1/1  //1  SpawnId=11\n"
+           "     300.000  pid P2  T2  acttrace/MainStart  //1  //1/1  MainId=1\n"
+           "     301.000  pid P2  T2  acttrace/LoadStart  //1/1  //1  LoadId=11\n");
     /* alone, the child's root names its link */
     char *alone = tool(0, (const char *const[]){"tree", child, NULL});
     ck_assert_msg(strstr(alone, "duration 6.000 ms  threads T2  from pid P1 //1/1\n  Load //1/1 "), "%s", alone);
