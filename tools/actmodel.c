@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #define AM_MAX_VISITS 256
+#define AM_MAX_DEPTH 1000 /* deeper activities become roots (with their link): recursion and walks stay bounded */
 #define AM_MAX_XFERS 256
 #define AM_PROGRESS_MIN (64ull << 20)
 
@@ -520,6 +521,7 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
     if (!p && !at_guid_is_zero(&ev->related) && !at_guid_eq(&ev->related, &ev->activity))
         p = tab_get(m, &ev->related);
     if (p && p->done_reported && !m->o.tree) p = NULL; /* already reported: nowhere to hang it */
+    if (p && p->depth + 1 >= AM_MAX_DEPTH) p = NULL;   /* a hostile chain: the walks up stay short */
     if (!p && !at_guid_is_zero(&ev->related)) {
         uint32_t rp = at_actpath_is_path(&ev->related, at_actpath_pid(&ev->related)) ? at_actpath_pid(&ev->related) : pid;
         char rs[80];

@@ -182,6 +182,42 @@ START_TEST(not_traces)
 }
 END_TEST
 
+/* 3000 root activities, each naming the previous one as its RelatedActivityId: a chain far deeper
+ * than any real one. The model cuts it into trees of bounded depth. */
+static void gen_chain(void *ctx)
+{
+    (void)ctx;
+    for (int k = 1; k <= 3000; k++) {
+        char p[16], r[16];
+        snprintf(p, sizeof p, "//%d", k);
+        snprintf(r, sizeof r, "//%d", k - 1);
+        at_gen_start("Link", p, k > 1 ? r : NULL, 1 + k * 0.001);
+    }
+}
+
+START_TEST(deep_chain)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/chain.nettrace", dir);
+    ck_assert_int_gt(at_gen_trace(path, gen_chain, NULL), 0);
+    for (size_t i = 0; i < NCMDS; i++) ck_assert_int_eq(run_cmd(i, path, "a 3000-deep chain"), 0);
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"tree", path, NULL}), 0);
+    ck_assert(r.exited && r.status == 0);
+    /* every activity printed once; the deepest indentation is below the cap of 1000 levels */
+    int lines = 0, maxindent = 0;
+    for (const char *l = r.out; *l; l = strchr(l, '\n') + 1) {
+        int ind = (int)strspn(l, " ");
+        if (ind > maxindent) maxindent = ind;
+        lines++;
+    }
+    ck_assert_int_eq(lines, 3000);
+    ck_assert_int_lt(maxindent, 2 * 1000);
+    ck_assert_int_gt(maxindent, 2 * 900);
+    at_run_result_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tools_damage");
@@ -192,6 +228,7 @@ int main(void)
     tcase_add_test(tc, truncated);
     tcase_add_test(tc, corrupted);
     tcase_add_test(tc, not_traces);
+    tcase_add_test(tc, deep_chain);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
