@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo: trace an unmodified-looking server under the shim, then read the trace back.
 # demo_server (tests/fixtures/demo_server.c) accepts on its main thread and hands connections to a
-# worker pool through its own queue; client threads drive 200 requests over loopback.
+# worker pool through its own queue; client threads drive 200 requests over loopback. Then the
+# analysis commands answer: which requests were slow, and which threads they crossed.
 set -eu
 build=$(cd "$1" && pwd)
 out="$build/demo/demo.nettrace"
@@ -14,8 +15,11 @@ echo
 echo "== acttrace verify"
 "$build/acttrace" verify "$out"
 echo
-echo "== one request, followed from the accepting thread into its worker (acttrace dump, filtered)"
-"$build/acttrace" dump "$out" | awk '
-  / acttrace-shim\/ConnectionStart / && !conn { split($0, f, " act="); split(f[2], g, " "); conn = g[2] }
-  conn && (index($0, conn " ") || index($0, conn "/")) && !/FdTagged/ { print; n++ }
-  n >= 14 { exit }'
+echo "== acttrace stats: per activity name (every seventh lookup misses the cache: the tail)"
+"$build/acttrace" stats "$out"
+echo
+echo "== acttrace tree --min-ms 1.2: the slow requests, each from its accept on the main thread"
+echo "   through the hand-off (transfers) into a worker; first 18 lines"
+"$build/acttrace" tree --min-ms 1.2 "$out" | head -18
+echo
+echo "More: $build/acttrace events|tree|stacks|export|report $out"
