@@ -176,7 +176,7 @@ fuzz: deps $(FUZZ_BIN)
 	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 $(BUILD)/fuzz/corpus-$$(basename $$f) tests/fuzz/seeds || exit 1; done
 
 demo: deps
-	@$(MAKE) --no-print-directory all $(DEMO_BIN)
+	@$(MAKE) --no-print-directory all $(DEMO_BIN) $(BUILD)/fixtures/demo_server
 	@bash tests/demo/run.sh $(BUILD)
 
 install: all

@@ -71,6 +71,7 @@ static AT_TLS at_activity *at_free_list;    /* freed activities, linked through 
 static AT_TLS uint32_t at_free_count;
 static AT_TLS uint64_t at_unique_next, at_unique_end;
 static AT_TLS bool at_thread_registered;
+static AT_TLS uint64_t at_tid_cached; /* for transfer payloads; cleared in a fork child */
 
 static void thread_exit(void *unused);
 
@@ -576,7 +577,9 @@ static void write_transfer(at_event_type *t, at_activity *a, const at_guid *rela
 {
     if (!t || !at_event_enabled(t))
         return;
-    uint64_t pl[2] = {a->unique, (uint64_t)gettid()};
+    if (AT_UNLIKELY(!at_tid_cached))
+        at_tid_cached = (uint64_t)gettid();
+    uint64_t pl[2] = {a->unique, at_tid_cached};
     at_event_write(t, &a->id, related, pl, sizeof pl, NULL, 0);
 }
 
@@ -610,6 +613,7 @@ void at_activity_set_process_parent(const at_guid *parent_id)
 
 void at_activity_after_fork_child(void)
 {
+    at_tid_cached = 0;
     __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
 }
 

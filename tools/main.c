@@ -14,6 +14,13 @@ typedef struct at_subcommand {
 static const at_subcommand commands[] = {
     {"dump", at_cmd_dump, "print a .nettrace file: header, metadata, every event, summary"},
     {"verify", at_cmd_verify, "check a .nettrace file against every structural rule of the format"},
+    {"run", at_cmd_run, "run a program under the shim and say where its trace went"},
+    {"events", at_cmd_events, "list events in time order with activity paths and durations"},
+    {"tree", at_cmd_tree, "print the activity tree: durations, threads, transfers, children"},
+    {"stats", at_cmd_stats, "per activity name: count, p50/p90/p99/max duration, threads, events"},
+    {"stacks", at_cmd_stacks, "folded stacks per activity name (flamegraph.pl / inferno input)"},
+    {"export", at_cmd_export, "write Chrome trace-event (Perfetto) or speedscope JSON"},
+    {"report", at_cmd_report, "write a self-contained HTML report: timeline, histograms, flame graphs"},
     {"check", at_cmd_check, "resolve a config's functions in a program and say how each will be hooked"},
 };
 

@@ -1,6 +1,0 @@
-build-tsan/obj/runtime/flusher.o: runtime/flusher.c runtime/trace_int.h \
- runtime/trace.h runtime/at_common.h runtime/nt_format.h
-runtime/trace_int.h:
-runtime/trace.h:
-runtime/at_common.h:
-runtime/nt_format.h:

@@ -1,4 +1,0 @@
-build-tsan/obj/runtime/guid.o: runtime/guid.c runtime/guid.h \
- runtime/at_common.h
-runtime/guid.h:
-runtime/at_common.h:

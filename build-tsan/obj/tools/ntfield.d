@@ -1,8 +1,0 @@
-build-tsan/obj/tools/ntfield.o: tools/ntfield.c tools/ntreader.h \
- runtime/at_common.h runtime/nt_format.h runtime/guid.h \
- runtime/at_common.h
-tools/ntreader.h:
-runtime/at_common.h:
-runtime/nt_format.h:
-runtime/guid.h:
-runtime/at_common.h:

@@ -1,0 +1,102 @@
+/* test_demo: the program `make demo` traces (tests/fixtures/demo_server), read back: each request's
+ * activity tree crosses from the accepting main thread into a pool worker through the server's own
+ * queue, with the transfers recorded, and every Start has its Stop with the same id. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_testlib.h"
+
+#define NREQ 64
+
+START_TEST(requests_follow_their_connection_into_the_workers)
+{
+    at_session s;
+    char n[16];
+    snprintf(n, sizeof n, "%d", NREQ);
+    const char *argv[] = {"demo_server", n, "4", "8", NULL};
+    const char *env[] = {"ACTTRACE_ACCEPT_ACTIVITY=1", NULL};
+    ck_assert_int_eq(at_session_run(&s, "demo", argv, env), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.load_rc == 0, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    const at_trace *t = &s.t;
+    long serve = at_find(t, NULL, "ServeStart", 0);
+    ck_assert(serve >= 0);
+    uint64_t main_tid = t->ev[serve].thread;
+    const char *sp = t->ev[serve].act_path;
+    ck_assert_uint_eq(at_count(t, NULL, "ConnectionStart"), NREQ);
+    ck_assert_uint_eq(at_count(t, NULL, "RequestStart"), NREQ);
+    ck_assert_uint_eq(at_count(t, NULL, "RequestStop"), NREQ);
+    int seen = 0;
+    for (long r = at_find(t, NULL, "RequestStart", 0); r >= 0;
+         r = at_find(t, NULL, "RequestStart", (size_t)r + 1)) {
+        const at_tev *e = &t->ev[r];
+        /* a child of a Connection, which is a child of Serve, started on the main thread */
+        char conn[96];
+        at_path_parent(e->act_path, conn, sizeof conn);
+        ck_assert_str_eq(e->rel_path, conn);
+        long c = -1;
+        for (long i = at_find(t, NULL, "ConnectionStart", 0); i >= 0;
+             i = at_find(t, NULL, "ConnectionStart", (size_t)i + 1))
+            if (strcmp(t->ev[i].act_path, conn) == 0)
+                c = i;
+        ck_assert_msg(c >= 0 && c < r, "Request %s has no earlier Connection", e->act_path);
+        ck_assert_uint_eq(t->ev[c].thread, main_tid);
+        char up[96];
+        at_path_parent(conn, up, sizeof up);
+        ck_assert_str_eq(up, sp);
+        /* handled on a worker, which received the connection by a transfer first */
+        ck_assert_uint_ne(e->thread, main_tid);
+        bool received = false;
+        for (long i = at_find(t, "acttrace-flow", "TransferReceive", 0); i >= 0 && i < r;
+             i = at_find(t, "acttrace-flow", "TransferReceive", (size_t)i + 1))
+            received |= t->ev[i].thread == e->thread && strcmp(t->ev[i].act_path, conn) == 0;
+        ck_assert_msg(received, "no TransferReceive of %s on thread %llu", conn,
+                      (unsigned long long)e->thread);
+        /* its three steps, in order, below it on the same thread */
+        static const char *steps[] = {"ParseStart", "LookupStart", "RenderStart"};
+        long from = r;
+        for (int k = 0; k < 3; k++) {
+            long i = from;
+            do
+                i = at_find(t, NULL, steps[k], (size_t)i + 1);
+            while (i >= 0 && !at_path_is_below(t->ev[i].act_path, e->act_path));
+            ck_assert_msg(i >= 0, "no %s under %s", steps[k], e->act_path);
+            ck_assert_uint_eq(t->ev[i].thread, e->thread);
+            from = i;
+        }
+        seen++;
+    }
+    ck_assert_int_eq(seen, NREQ);
+    /* every Stop names the activity and the <Name>Id of a Start */
+    for (size_t i = 0; i < t->n; i++) {
+        const at_tev *e = &t->ev[i];
+        if (e->opcode != 2)
+            continue;
+        char start[64];
+        snprintf(start, sizeof start, "%.*sStart", (int)(strlen(e->name) - 4), e->name);
+        char idf[64];
+        snprintf(idf, sizeof idf, "%.*sId", (int)(strlen(e->name) - 4), e->name);
+        long m = at_find_field(t, start, idf, at_ev_field(e, idf), 0);
+        ck_assert_msg(m >= 0 && m < (long)i, "%s %s=%s has no Start", e->name, idf, at_ev_field(e, idf));
+        ck_assert_str_eq(t->ev[m].act_path, e->act_path);
+    }
+    at_session_free(&s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("demo");
+    TCase *c = tcase_create("demo_server");
+    tcase_set_timeout(c, 0);
+    tcase_add_test(c, requests_follow_their_connection_into_the_workers);
+    suite_add_tcase(s, c);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,238 @@
+/* test_tools_damage.c: every analysis subcommand on truncated and corrupted copies of a trace gives
+ * a clear one-line error naming the file and the offset (exit 1) or, for damage the format cannot
+ * see (a flipped payload byte), a normal result; never a crash. Also: missing, empty and non-trace
+ * files, and usage errors (exit 2). */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "at_testlib.h"
+#include "at_tracegen.h"
+
+static char *dir;
+static char good[4096];
+static size_t good_len;
+static char *good_data;
+
+static const char *const cmds[][4] = {
+    {"events", NULL}, {"tree", NULL}, {"stats", NULL}, {"stacks", "--all", NULL},
+    {"export", "--format", "chrome", NULL}, {"export", "--format", "speedscope", NULL},
+    {"report", "-o", NULL, NULL}, /* the output path is filled in */
+};
+#define NCMDS (sizeof cmds / sizeof cmds[0])
+
+static void *worker(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    char p[32];
+    snprintf(p, sizeof p, "//%d", k + 1);
+    at_gen_recv(p, NULL, 2 + k);
+    return NULL;
+}
+
+/* 60 requests with children, stacks and transfers: several blocks of each kind. */
+static void gen_mix(void *ctx)
+{
+    (void)ctx;
+    uintptr_t st[] = {0x401234, 0x401100, 0x400f00};
+    for (int k = 0; k < 60; k++) {
+        char p[32], c[40];
+        snprintf(p, sizeof p, "//%d", k + 1);
+        snprintf(c, sizeof c, "//%d/1", k + 1);
+        double t = 1 + k * 3;
+        at_gen_start("Request", p, NULL, t);
+        at_gen_send(p, t + 0.1);
+        at_gen_start("Parse", c, p, t + 0.2);
+        at_gen_info("Sample", c, t + 0.3, st, 3);
+        at_gen_stop("Parse", c, t + 0.5);
+        if (k % 7) at_gen_stop("Request", p, t + 1);
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, worker, (void *)(intptr_t)200);
+    pthread_join(th, NULL);
+}
+
+static void setup(void)
+{
+    dir = at_tmpdir("tools-damage");
+    snprintf(good, sizeof good, "%s/good.nettrace", dir);
+    ck_assert_int_gt(at_gen_trace(good, gen_mix, NULL), 0);
+    good_data = at_read_file(good, &good_len);
+    ck_assert_ptr_nonnull(good_data);
+}
+
+static void teardown(void)
+{
+    free(good_data);
+    if (!getenv("AT_KEEP_TMP")) at_rmtree(dir);
+    free(dir);
+}
+
+static void write_copy(const char *path, const char *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+/* Runs command i on file; returns its exit status after checking it did not crash and that an error
+ * is one clear line. */
+static int run_cmd(size_t i, const char *file, const char *what)
+{
+    const char *args[8];
+    char out[4200];
+    snprintf(out, sizeof out, "%s/report.html", dir);
+    int n = 0;
+    for (int k = 0; cmds[i][k]; k++) args[n++] = cmds[i][k];
+    if (!strcmp(cmds[i][0], "report")) args[n++] = out;
+    args[n++] = file;
+    args[n] = NULL;
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    char how[128];
+    ck_assert_msg(r.exited && (r.status == 0 || r.status == 1), "acttrace %s on %s: %s\n%s", cmds[i][0], what,
+                  at_run_describe(&r, how, sizeof how), r.err);
+    int st = r.status;
+    if (st == 1) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "acttrace %s: ", cmds[i][0]);
+        ck_assert_msg(!strncmp(r.err, prefix, strlen(prefix)) && strstr(r.err, "offset") &&
+                          strchr(r.err, '\n') == r.err + r.errlen - 1,
+                      "acttrace %s on %s: unclear error: %s", cmds[i][0], what, r.err);
+    }
+    at_run_result_free(&r);
+    return st;
+}
+
+START_TEST(good_file_passes)
+{
+    for (size_t i = 0; i < NCMDS; i++) ck_assert_int_eq(run_cmd(i, good, "the good file"), 0);
+}
+END_TEST
+
+START_TEST(truncated)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/cut.nettrace", dir);
+    /* cuts at 13 places from inside the header to one byte short of the end */
+    size_t cuts[13];
+    for (int k = 0; k < 12; k++) cuts[k] = 5 + (good_len - 5) * (size_t)k / 12;
+    cuts[12] = good_len - 1;
+    for (int k = 0; k < 13; k++) {
+        write_copy(path, good_data, cuts[k]);
+        char what[64];
+        snprintf(what, sizeof what, "a copy cut at %zu of %zu bytes", cuts[k], good_len);
+        for (size_t i = 0; i < NCMDS; i++) ck_assert_msg(run_cmd(i, path, what) == 1, "%s: no error", what);
+    }
+}
+END_TEST
+
+START_TEST(corrupted)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/bad.nettrace", dir);
+    char *copy = malloc(good_len);
+    int errors = 0;
+    for (int k = 0; k < 16; k++) {
+        size_t at = 20 + (good_len - 40) * (size_t)k / 16;
+        memcpy(copy, good_data, good_len);
+        for (int j = 0; j < 8; j++) copy[at + j] = (char)(0xff ^ (j * 37));
+        write_copy(path, copy, good_len);
+        char what[64];
+        snprintf(what, sizeof what, "a copy with 8 bytes overwritten at %zu", at);
+        for (size_t i = 0; i < NCMDS; i++) errors += run_cmd(i, path, what);
+    }
+    free(copy);
+    ck_assert_int_gt(errors, 0); /* most of them are seen */
+}
+END_TEST
+
+START_TEST(not_traces)
+{
+    char empty[4200], text[4200];
+    snprintf(empty, sizeof empty, "%s/empty.nettrace", dir);
+    snprintf(text, sizeof text, "%s/text.nettrace", dir);
+    write_copy(empty, "", 0);
+    write_copy(text, "hello, this is not a trace\n", 27);
+    for (size_t i = 0; i < NCMDS; i++) {
+        ck_assert_int_eq(run_cmd(i, empty, "an empty file"), 1);
+        ck_assert_int_eq(run_cmd(i, text, "a text file"), 1);
+    }
+    /* a missing file: one line naming it */
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"tree", "/nonexistent/x.nettrace", NULL}), 0);
+    ck_assert(r.exited && r.status == 1);
+    ck_assert_str_eq(r.err, "acttrace tree: /nonexistent/x.nettrace: No such file or directory\n");
+    at_run_result_free(&r);
+    /* usage errors */
+    const char *const *bad[] = {(const char *const[]){"tree", NULL}, (const char *const[]){"stats", "--bogus", good, NULL},
+                                (const char *const[]){"export", good, NULL},
+                                (const char *const[]){"export", "--format", "svg", good, NULL},
+                                (const char *const[]){"report", good, NULL}, (const char *const[]){"run", NULL},
+                                (const char *const[]){"events", "--from", "soon", good, NULL}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(at_tool_run(&r, bad[i]), 0);
+        ck_assert_msg(r.exited && r.status == 2, "%s: status %d", bad[i][0], r.status);
+        at_run_result_free(&r);
+    }
+}
+END_TEST
+
+/* 3000 root activities, each naming the previous one as its RelatedActivityId: a chain far deeper
+ * than any real one. The model cuts it into trees of bounded depth. */
+static void gen_chain(void *ctx)
+{
+    (void)ctx;
+    for (int k = 1; k <= 3000; k++) {
+        char p[16], r[16];
+        snprintf(p, sizeof p, "//%d", k);
+        snprintf(r, sizeof r, "//%d", k - 1);
+        at_gen_start("Link", p, k > 1 ? r : NULL, 1 + k * 0.001);
+    }
+}
+
+START_TEST(deep_chain)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/chain.nettrace", dir);
+    ck_assert_int_gt(at_gen_trace(path, gen_chain, NULL), 0);
+    for (size_t i = 0; i < NCMDS; i++) ck_assert_int_eq(run_cmd(i, path, "a 3000-deep chain"), 0);
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"tree", path, NULL}), 0);
+    ck_assert(r.exited && r.status == 0);
+    /* every activity printed once; the deepest indentation is below the cap of 1000 levels */
+    int lines = 0, maxindent = 0;
+    for (const char *l = r.out; *l; l = strchr(l, '\n') + 1) {
+        int ind = (int)strspn(l, " ");
+        if (ind > maxindent) maxindent = ind;
+        lines++;
+    }
+    ck_assert_int_eq(lines, 3000);
+    ck_assert_int_lt(maxindent, 2 * 1000);
+    ck_assert_int_gt(maxindent, 2 * 900);
+    at_run_result_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tools_damage");
+    TCase *tc = tcase_create("damage");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, good_file_passes);
+    tcase_add_test(tc, truncated);
+    tcase_add_test(tc, corrupted);
+    tcase_add_test(tc, not_traces);
+    tcase_add_test(tc, deep_chain);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

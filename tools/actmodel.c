@@ -1,0 +1,783 @@
+/* actmodel.c: the activity model of the analysis commands (see actmodel.h): a k-way time merge of
+ * the input files, a hash table of the activities still open (or kept for a pending tree), and the
+ * rules that pair Starts with Stops, link parents, record thread visits and transfers. */
+#include "actmodel.h"
+
+#include "actpath.h"
+#include "guid.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define AM_MAX_VISITS 256
+#define AM_MAX_DEPTH 1000 /* deeper activities become roots (with their link): recursion and walks stay bounded */
+#define AM_MAX_XFERS 256
+#define AM_PROGRESS_MIN (64ull << 20)
+
+typedef struct am_input {
+    nt_reader *r;
+    const char *path;
+    nt_trace_info info;
+    uint64_t size;
+    nt_event head;
+    bool has_head, done;
+    int64_t head_time;
+} am_input;
+
+struct am_model {
+    am_options o;
+    am_callbacks cb;
+    am_input *in;
+    int nin;
+    int64_t origin;
+    int64_t end;
+    /* open-addressing table of activities by id (linear probing, backward-shift delete) */
+    am_activity **tab;
+    size_t tcap, tn;
+    uint64_t never_stopped, unmatched_stops;
+    uint64_t total_size;
+    int last_pct;
+    bool progress_shown;
+};
+
+/* ---------------- small helpers ---------------- */
+
+void am_errorf(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "acttrace %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void am_activity_name(const char *ev, char *out, size_t n)
+{
+    size_t l = strlen(ev);
+    if (l > 5 && (strcmp(ev + l - 5, "Start") == 0)) l -= 5;
+    else if (l > 4 && strcmp(ev + l - 4, "Stop") == 0) l -= 4;
+    if (l >= n) l = n - 1;
+    memcpy(out, ev, l);
+    out[l] = 0;
+}
+
+void am_format_id(const at_guid *g, uint32_t pid, char *out, size_t n)
+{
+    if (at_guid_is_zero(g)) {
+        out[0] = 0;
+        return;
+    }
+    if (at_actpath_format(g, pid, out, n) > 0) return;
+    char s[37];
+    at_guid_format(g, s);
+    snprintf(out, n, "%s", s);
+}
+
+bool am_path_within(const char *path, const char *prefix)
+{
+    size_t l = strlen(prefix);
+    if (l && prefix[l - 1] == '/') l--;
+    return strncmp(path, prefix, l) == 0 && (path[l] == 0 || path[l] == '/');
+}
+
+bool am_parse_ms(const char *s, int64_t *ns)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno) return false;
+    *ns = (int64_t)(v * 1e6);
+    return true;
+}
+
+int am_visit_index(const am_activity *a, uint64_t tid)
+{
+    for (uint32_t i = 0; i < a->nvisits; i++)
+        if (a->visits[i].tid == tid) return (int)i;
+    return -1;
+}
+
+void am_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else if (*p == '<') fputs("\\u003c", f); /* safe inside an HTML <script> too */
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void am_slices(const am_activity *a, void (*fn)(void *, const am_activity *, uint64_t, int64_t, int64_t), void *ctx)
+{
+    bool moved = a->stopped && a->stop_tid != a->start_tid;
+    for (uint32_t i = 0; i < a->nvisits; i++) {
+        const am_visit *v = &a->visits[i];
+        if (v->tid == a->start_tid) fn(ctx, a, v->tid, a->start, moved ? v->last : a->stop);
+        else fn(ctx, a, v->tid, v->first, v->last);
+    }
+    if (a->nvisits == 0) fn(ctx, a, a->start_tid, a->start, a->stop);
+}
+
+void am_buf_flush(am_buf *b)
+{
+    if (b->n) fwrite(b->b, 1, b->n, b->f);
+    b->n = 0;
+}
+
+void am_buf_write_slow(am_buf *b, const char *s, size_t n)
+{
+    am_buf_flush(b);
+    if (n > sizeof b->b) fwrite(s, 1, n, b->f);
+    else {
+        memcpy(b->b, s, n);
+        b->n = n;
+    }
+}
+
+static const char digits2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                 "8081828384858687888990919293949596979899";
+
+/* Digits of v right-aligned ending at end; returns the first. */
+static char *u64_digits(char *end, uint64_t v)
+{
+    char *p = end;
+    while (v >= 100) {
+        unsigned k = (unsigned)(v % 100) * 2;
+        v /= 100;
+        *--p = digits2[k + 1];
+        *--p = digits2[k];
+    }
+    if (v >= 10) {
+        *--p = digits2[v * 2 + 1];
+        *--p = digits2[v * 2];
+    } else {
+        *--p = (char)('0' + v);
+    }
+    return p;
+}
+
+void am_buf_u64(am_buf *b, uint64_t v)
+{
+    char t[24], *p = u64_digits(t + 24, v);
+    am_buf_mem(b, p, (size_t)(t + 24 - p));
+}
+
+void am_buf_ms(am_buf *b, int64_t ns, int width)
+{
+    char t[48], *end = t + 48;
+    bool neg = ns < 0;
+    uint64_t us = neg ? ((uint64_t)0 - (uint64_t)ns + 500) / 1000 : ((uint64_t)ns + 500) / 1000; /* round half away */
+    unsigned frac = (unsigned)(us % 1000);
+    char *p = end - 3;
+    p[0] = (char)('0' + frac / 100);
+    p[1] = digits2[(frac % 100) * 2];
+    p[2] = digits2[(frac % 100) * 2 + 1];
+    *--p = '.';
+    p = u64_digits(p, us / 1000);
+    if (neg) *--p = '-';
+    while (end - p < width && p > t) *--p = ' ';
+    am_buf_mem(b, p, (size_t)(end - p));
+}
+
+/* ---------------- distribution ---------------- */
+
+#define AM_HIST_SUB 64 /* sub-buckets per power of two: ~1.1% precision */
+#define AM_HIST_BUCKETS (64 * AM_HIST_SUB)
+
+static uint32_t hist_bucket(uint64_t v)
+{
+    if (v < AM_HIST_SUB) return (uint32_t)v;
+    int e = 63 - __builtin_clzll(v);          /* v in [2^e, 2^(e+1)) with e >= 6 */
+    uint64_t sub = (v >> (e - 6)) & (AM_HIST_SUB - 1);
+    return (uint32_t)((e - 5) * AM_HIST_SUB + sub);
+}
+
+static uint64_t hist_value(uint32_t b)
+{
+    if (b < AM_HIST_SUB) return b;
+    int e = (int)(b / AM_HIST_SUB) + 5;
+    uint64_t sub = b % AM_HIST_SUB;
+    uint64_t lo = (1ull << e) | (sub << (e - 6));
+    return lo + ((1ull << (e - 6)) >> 1); /* the bucket's middle */
+}
+
+void am_dist_add(am_dist *d, int64_t v)
+{
+    if (v < 0) v = 0;
+    if (d->n == 0 || v < d->min) d->min = v;
+    if (d->n == 0 || v > d->max) d->max = v;
+    d->n++;
+    d->sum += (double)v;
+    if (!d->hist && d->nexact < AM_EXACT) {
+        if (d->nexact == d->cexact) {
+            uint32_t c = d->cexact ? d->cexact * 2 : 64;
+            int64_t *p = realloc(d->exact, c * sizeof *p);
+            if (p) {
+                d->exact = p;
+                d->cexact = c;
+            }
+        }
+        if (d->nexact < d->cexact) {
+            d->exact[d->nexact++] = v;
+            return;
+        }
+    }
+    if (!d->hist) {
+        d->hist = calloc(AM_HIST_BUCKETS, sizeof *d->hist);
+        if (!d->hist) return;
+        for (uint32_t i = 0; i < d->nexact; i++) d->hist[hist_bucket((uint64_t)d->exact[i])]++;
+        free(d->exact);
+        d->exact = NULL;
+        d->nexact = d->cexact = 0;
+    }
+    d->hist[hist_bucket((uint64_t)v)]++;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int64_t am_dist_pct(am_dist *d, double p)
+{
+    if (d->n == 0) return 0;
+    uint64_t rank = (uint64_t)(p / 100.0 * (double)d->n + 0.999999999);
+    if (rank < 1) rank = 1;
+    if (rank > d->n) rank = d->n;
+    if (!d->hist) {
+        qsort(d->exact, d->nexact, sizeof *d->exact, cmp_i64);
+        return d->exact[rank - 1];
+    }
+    uint64_t acc = 0;
+    for (uint32_t b = 0; b < AM_HIST_BUCKETS; b++) {
+        acc += d->hist[b];
+        if (acc >= rank) {
+            int64_t v = (int64_t)hist_value(b);
+            return v < d->min ? d->min : v > d->max ? d->max : v;
+        }
+    }
+    return d->max;
+}
+
+void am_dist_bins(const am_dist *d, int nbins, uint64_t *counts)
+{
+    memset(counts, 0, (size_t)nbins * sizeof *counts);
+    if (d->n == 0) return;
+    double w = (double)(d->max - d->min) / nbins;
+#define AM_BIN(v) (w <= 0 ? 0 : ((int)(((double)(v) - (double)d->min) / w) >= nbins ? nbins - 1 : (int)(((double)(v) - (double)d->min) / w)))
+    if (!d->hist) {
+        for (uint32_t i = 0; i < d->nexact; i++) counts[AM_BIN(d->exact[i])]++;
+        return;
+    }
+    for (uint32_t b = 0; b < AM_HIST_BUCKETS; b++) {
+        if (!d->hist[b]) continue;
+        int64_t v = (int64_t)hist_value(b);
+        v = v < d->min ? d->min : v > d->max ? d->max : v;
+        counts[AM_BIN(v)] += d->hist[b];
+    }
+#undef AM_BIN
+}
+
+void am_dist_free(am_dist *d)
+{
+    free(d->exact);
+    free(d->hist);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---------------- the id table ---------------- */
+
+static size_t guid_hash(const at_guid *g)
+{
+    uint64_t a, b;
+    memcpy(&a, g->b, 8);
+    memcpy(&b, g->b + 8, 8);
+    uint64_t h = (a ^ (b * 0x9E3779B97F4A7C15ull)) * 0xBF58476D1CE4E5B9ull;
+    return (size_t)(h ^ (h >> 31));
+}
+
+static am_activity **tab_slot(am_model *m, const at_guid *g)
+{
+    size_t mask = m->tcap - 1, i = guid_hash(g) & mask;
+    while (m->tab[i] && !at_guid_eq(&m->tab[i]->id, g)) i = (i + 1) & mask;
+    return &m->tab[i];
+}
+
+static am_activity *tab_get(am_model *m, const at_guid *g)
+{
+    return at_guid_is_zero(g) ? NULL : *tab_slot(m, g);
+}
+
+static bool tab_grow(am_model *m)
+{
+    size_t oc = m->tcap, nc = oc ? oc * 2 : 1024;
+    am_activity **old = m->tab, **t = calloc(nc, sizeof *t);
+    if (!t) return false;
+    m->tab = t;
+    m->tcap = nc;
+    for (size_t i = 0; i < oc; i++)
+        if (old[i]) *tab_slot(m, &old[i]->id) = old[i];
+    free(old);
+    return true;
+}
+
+/* Put a (replacing any activity of the same id: that one stays in its tree, unreachable by id). */
+static bool tab_put(am_model *m, am_activity *a)
+{
+    if ((m->tn + 1) * 2 > m->tcap && !tab_grow(m)) return false;
+    am_activity **s = tab_slot(m, &a->id);
+    if (!*s) m->tn++;
+    *s = a;
+    return true;
+}
+
+static void tab_del(am_model *m, am_activity *a)
+{
+    size_t mask = m->tcap - 1, i = guid_hash(&a->id) & mask;
+    while (m->tab[i] && m->tab[i] != a) {
+        if (at_guid_eq(&m->tab[i]->id, &a->id)) return; /* replaced by a newer one of the same id */
+        i = (i + 1) & mask;
+    }
+    if (!m->tab[i]) return;
+    m->tab[i] = NULL;
+    m->tn--;
+    for (size_t j = (i + 1) & mask; m->tab[j]; j = (j + 1) & mask) {
+        size_t h = guid_hash(&m->tab[j]->id) & mask;
+        /* move back entries whose home is not in (i, j] */
+        bool between = i <= j ? (h > i && h <= j) : (h > i || h <= j);
+        if (!between) {
+            m->tab[i] = m->tab[j];
+            m->tab[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+/* ---------------- activity lifecycle ---------------- */
+
+static void act_free(am_activity *a)
+{
+    free(a->visits);
+    free(a->xfers);
+    free(a);
+}
+
+static void visit(am_activity *a, uint64_t tid, int64_t t)
+{
+    int i = am_visit_index(a, tid);
+    if (i >= 0) {
+        a->visits[i].last = t;
+        a->visits[i].events++;
+        return;
+    }
+    if (a->nvisits >= AM_MAX_VISITS) return;
+    if (a->nvisits == a->cvisits) {
+        uint32_t c = a->cvisits ? a->cvisits * 2 : 2;
+        am_visit *v = realloc(a->visits, c * sizeof *v);
+        if (!v) return;
+        a->visits = v;
+        a->cvisits = c;
+    }
+    a->visits[a->nvisits++] = (am_visit){.tid = tid, .first = t, .last = t, .events = 1};
+}
+
+static void add_xfer(am_activity *a, uint64_t from, int64_t send, uint64_t to, int64_t recv)
+{
+    if (a->nxfers >= AM_MAX_XFERS) {
+        a->nxfers_dropped++;
+        return;
+    }
+    if (a->nxfers == a->cxfers) {
+        uint32_t c = a->cxfers ? a->cxfers * 2 : 2;
+        am_transfer *x = realloc(a->xfers, c * sizeof *x);
+        if (!x) return;
+        a->xfers = x;
+        a->cxfers = c;
+    }
+    a->xfers[a->nxfers++] = (am_transfer){.from_tid = from, .to_tid = to, .send = send, .recv = recv};
+}
+
+/* Non-tree mode: free a once it is closed and none of its children is alive, then its parent. */
+static void try_free(am_model *m, am_activity *a)
+{
+    while (a && a->done_reported && a->live_children == 0) {
+        am_activity *p = a->parent;
+        tab_del(m, a);
+        act_free(a);
+        if (p) p->live_children--;
+        a = p;
+    }
+}
+
+static void report_subtree(am_model *m, am_activity *a)
+{
+    if (m->cb.activity) m->cb.activity(m->cb.ctx, a);
+    for (am_activity *c = a->first_child; c; c = c->next_sibling) report_subtree(m, c);
+}
+
+static void free_subtree(am_model *m, am_activity *a)
+{
+    am_activity *c = a->first_child;
+    while (c) {
+        am_activity *n = c->next_sibling;
+        free_subtree(m, c);
+        c = n;
+    }
+    tab_del(m, a);
+    act_free(a);
+}
+
+/* a has stopped (or the stream ended with it open): report it when final, free what can go. */
+static void close_activity(am_model *m, am_activity *a)
+{
+    a->done_reported = true;
+    am_activity *root = a;
+    for (am_activity *p = a; p; p = p->parent) {
+        p->open_below--;
+        root = p;
+    }
+    if (!m->o.tree) {
+        if (m->cb.activity) m->cb.activity(m->cb.ctx, a);
+        try_free(m, a);
+        return;
+    }
+    if (root->open_below == 0) {
+        report_subtree(m, root);
+        if (m->cb.tree) m->cb.tree(m->cb.ctx, root);
+        free_subtree(m, root);
+    }
+}
+
+/* The parent's id from the path: //1/5/1 -> //1/5, rebuilt with the path encoder. */
+static bool path_parent_id(const char *path, uint32_t pid, at_guid *out)
+{
+    if (strncmp(path, "//", 2) != 0) return false;
+    uint32_t ids[64];
+    int n = 0;
+    const char *s = path + 2;
+    while (*s) {
+        char *e;
+        unsigned long v = strtoul(s, &e, 10);
+        if (e == s || n == 64) return false;
+        ids[n++] = (uint32_t)v;
+        s = e;
+        if (*s == '/') s++;
+        else if (*s) return false;
+    }
+    if (n < 2) return false;
+    memset(out, 0, sizeof *out);
+    int where = 0;
+    for (int i = 0; i < n - 1; i++) {
+        where = at_actpath_add_id(out, where, ids[i], false, pid);
+        if (where == AT_ACTPATH_NOFIT) return false;
+    }
+    return true;
+}
+
+static uint64_t first_u64(const nt_event *ev)
+{
+    const nt_metadata *md = ev->meta;
+    if (md->nfields == 0 || ev->payload_len < 8) return 0;
+    uint32_t t = md->fields[0].type;
+    if (t != NT_TYPE_UINT64 && t != NT_TYPE_INT64) return 0;
+    uint64_t v;
+    memcpy(&v, ev->payload, 8);
+    return v;
+}
+
+static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid, int64_t t)
+{
+    am_activity *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->id = ev->activity;
+    a->related = ev->related;
+    a->pid = pid;
+    am_format_id(&ev->activity, pid, a->path, sizeof a->path);
+    am_activity_name(ev->meta->name, a->name, sizeof a->name);
+    a->unique_id = first_u64(ev);
+    a->start = a->stop = t;
+    a->start_tid = ev->thread;
+    a->open_below = 1;
+
+    am_activity *p = NULL;
+    at_guid pg;
+    /* usually RelatedActivityId is the path parent: one lookup and a prefix check, no re-encoding */
+    am_activity *r = at_guid_is_zero(&ev->related) ? NULL : tab_get(m, &ev->related);
+    size_t rl = r ? strlen(r->path) : 0;
+    if (r && r->pid == pid && rl && !strncmp(a->path, r->path, rl) && a->path[rl] == '/' && !strchr(a->path + rl + 1, '/'))
+        p = r;
+    else if (path_parent_id(a->path, pid, &pg))
+        p = tab_get(m, &pg);
+    if (!p && !at_guid_is_zero(&ev->related) && !at_guid_eq(&ev->related, &ev->activity))
+        p = tab_get(m, &ev->related);
+    if (p && p->done_reported && !m->o.tree) p = NULL; /* already reported: nowhere to hang it */
+    if (p && p->depth + 1 >= AM_MAX_DEPTH) p = NULL;   /* a hostile chain: the walks up stay short */
+    if (!p && !at_guid_is_zero(&ev->related)) {
+        uint32_t rp = at_actpath_is_path(&ev->related, at_actpath_pid(&ev->related)) ? at_actpath_pid(&ev->related) : pid;
+        char rs[80];
+        am_format_id(&ev->related, rp, rs, sizeof rs);
+        snprintf(a->link, sizeof a->link, "pid %u %s", rp, rs);
+    }
+    if (p) {
+        a->parent = p;
+        a->depth = p->depth + 1;
+        p->live_children++;
+        if (m->o.tree) {
+            if (p->last_child) p->last_child->next_sibling = a;
+            else p->first_child = a;
+            p->last_child = a;
+        }
+        for (am_activity *q = p; q; q = q->parent) q->open_below++;
+    }
+    am_activity *old = tab_get(m, &a->id);
+    if (old && !old->done_reported) {
+        /* the same id started again while open: the old one never stopped */
+        m->never_stopped++;
+        tab_del(m, old);
+        close_activity(m, old);
+    }
+    if (!tab_put(m, a)) {
+        if (p) {
+            p->live_children--;
+            for (am_activity *q = p; q; q = q->parent) q->open_below--;
+            if (m->o.tree) { /* unlink: a is p's last child */
+                am_activity **c = &p->first_child;
+                while (*c != a) c = &(*c)->next_sibling;
+                *c = NULL;
+                p->last_child = NULL;
+                for (am_activity *x = p->first_child; x; x = x->next_sibling) p->last_child = x;
+            }
+        }
+        act_free(a);
+        return NULL;
+    }
+    return a;
+}
+
+static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
+{
+    uint32_t pid = (uint32_t)m->in[f].info.pid;
+    uint8_t op = ev->meta->opcode;
+    am_event e = {.ev = ev, .file = f, .pid = pid, .time = t};
+    am_activity *a = NULL;
+    if (t > m->end) m->end = t;
+    if (!at_guid_is_zero(&ev->activity)) {
+        if (op == NT_OPCODE_START) a = start_activity(m, ev, pid, t);
+        else a = tab_get(m, &ev->activity);
+    }
+    if (a && a->done_reported) {
+        /* after its Stop: the event still names it, the activity no longer changes */
+        e.act = a;
+        if (op == NT_OPCODE_STOP) {
+            e.act = NULL;
+            m->unmatched_stops++;
+        }
+        if (m->cb.event) m->cb.event(m->cb.ctx, &e);
+        return;
+    }
+    if (a) {
+        a->events++;
+        if (ev->nframes) a->stack_events++;
+        visit(a, ev->thread, t);
+        if (op == NT_OPCODE_SEND) {
+            uint32_t k = (a->send_head + a->send_n) % 8;
+            if (a->send_n == 8) a->send_head = (a->send_head + 1) % 8;
+            else a->send_n++;
+            a->send_tid[k] = ev->thread;
+            a->send_ts[k] = t;
+            a->last_send_tid = ev->thread;
+            a->last_send_ts = t;
+        } else if (op == NT_OPCODE_RECEIVE) {
+            uint64_t from = a->last_send_tid;
+            int64_t st = a->last_send_ts;
+            if (a->send_n) {
+                from = a->send_tid[a->send_head];
+                st = a->send_ts[a->send_head];
+                a->send_head = (a->send_head + 1) % 8;
+                a->send_n--;
+            }
+            if (!from) st = t;
+            if (from != ev->thread) add_xfer(a, from, st, ev->thread, t);
+        }
+    }
+    e.act = a;
+    if (op == NT_OPCODE_STOP) {
+        if (a) {
+            a->stopped = true;
+            a->stop = t;
+            a->stop_tid = ev->thread;
+            e.stopped = a;
+        } else {
+            m->unmatched_stops++;
+        }
+    }
+    if (m->cb.event) m->cb.event(m->cb.ctx, &e);
+    if (e.stopped) close_activity(m, a);
+}
+
+/* ---------------- input ---------------- */
+
+static int64_t to_ns(const nt_trace_info *in, uint64_t ts)
+{
+    if (in->qpc_freq == 1000000000 || in->qpc_freq <= 0) return (int64_t)ts;
+    return (int64_t)((__int128)ts * 1000000000 / in->qpc_freq);
+}
+
+int64_t am_time(const am_model *m, int f, uint64_t ts)
+{
+    return to_ns(&m->in[f].info, ts) - m->origin;
+}
+
+am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_callbacks *cb,
+                  char *err, size_t errlen)
+{
+    am_model *m = calloc(1, sizeof *m);
+    if (!m || npaths < 1 || !(m->in = calloc((size_t)npaths, sizeof *m->in))) {
+        snprintf(err, errlen, "out of memory");
+        free(m);
+        return NULL;
+    }
+    m->o = *o;
+    if (cb) m->cb = *cb;
+    m->last_pct = -1;
+    for (int i = 0; i < npaths; i++) {
+        am_input *in = &m->in[i];
+        nt_options no = {0};
+        in->path = paths[i];
+        in->r = nt_open_ex(paths[i], &no, err, errlen);
+        if (!in->r) {
+            am_close(m);
+            return NULL;
+        }
+        m->nin++;
+        in->info = *nt_info(in->r);
+        struct stat st;
+        if (strcmp(paths[i], "-") != 0 && stat(paths[i], &st) == 0) in->size = (uint64_t)st.st_size;
+        m->total_size += in->size;
+        int64_t s = to_ns(&in->info, (uint64_t)in->info.sync_time_qpc);
+        if (i == 0 || s < m->origin) m->origin = s;
+    }
+    if (!tab_grow(m)) {
+        snprintf(err, errlen, "out of memory");
+        am_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void progress(am_model *m, bool final)
+{
+    if (!m->o.progress || m->total_size < AM_PROGRESS_MIN || !isatty(2)) return;
+    if (final) {
+        if (m->progress_shown) fprintf(stderr, "\r%60s\r", "");
+        return;
+    }
+    uint64_t done = 0;
+    for (int i = 0; i < m->nin; i++) done += m->in[i].done ? m->in[i].size : nt_offset(m->in[i].r);
+    int pct = (int)(done * 100 / m->total_size);
+    if (pct == m->last_pct) return;
+    m->last_pct = pct;
+    m->progress_shown = true;
+    char bar[41];
+    int w = pct * 40 / 100;
+    for (int i = 0; i < 40; i++) bar[i] = i < w ? '#' : '.';
+    bar[40] = 0;
+    fprintf(stderr, "\racttrace: [%s] %3d%%", bar, pct);
+}
+
+/* Refill file f's head: 1 ok, 0 end, -1 error. */
+static int refill(am_model *m, int f)
+{
+    am_input *in = &m->in[f];
+    int rc = nt_next(in->r, &in->head);
+    in->has_head = rc == 1;
+    if (rc == 1) in->head_time = am_time(m, f, in->head.timestamp);
+    else in->done = true;
+    return rc;
+}
+
+int am_run(am_model *m, char *err, size_t errlen)
+{
+    int status = 0;
+    for (int i = 0; i < m->nin && status == 0; i++)
+        if (refill(m, i) < 0) {
+            snprintf(err, errlen, "%s", nt_error(m->in[i].r));
+            status = -1;
+        }
+    uint64_t n = 0;
+    while (status == 0) {
+        int best = -1;
+        for (int i = 0; i < m->nin; i++)
+            if (m->in[i].has_head && (best < 0 || m->in[i].head_time < m->in[best].head_time)) best = i;
+        if (best < 0) break;
+        apply(m, best, &m->in[best].head, m->in[best].head_time);
+        if ((++n & 0xffff) == 0) progress(m, false);
+        if (refill(m, best) < 0) {
+            snprintf(err, errlen, "%s", nt_error(m->in[best].r));
+            status = -1;
+        }
+    }
+    progress(m, true);
+    /* the stream ended (or broke): activities still open were never stopped, in start order */
+    size_t k = 0;
+    am_activity **open = malloc((m->tn + 1) * sizeof *open);
+    if (open) {
+        for (size_t i = 0; i < m->tcap; i++)
+            if (m->tab[i] && !m->tab[i]->done_reported) open[k++] = m->tab[i];
+        for (size_t i = 1; i < k; i++) { /* insertion sort by start; usually few */
+            am_activity *x = open[i];
+            size_t j = i;
+            while (j > 0 && (open[j - 1]->start > x->start ||
+                             (open[j - 1]->start == x->start && open[j - 1]->depth > x->depth))) {
+                open[j] = open[j - 1];
+                j--;
+            }
+            open[j] = x;
+        }
+        /* close deepest-last so a parent's report sees its children final: close children first */
+        for (size_t i = k; i-- > 0;) {
+            open[i]->stop = m->end;
+            m->never_stopped++;
+        }
+        for (size_t i = k; i-- > 0;) close_activity(m, open[i]);
+        free(open);
+    }
+    return status;
+}
+
+void am_close(am_model *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->nin; i++) nt_close(m->in[i].r);
+    free(m->in);
+    /* what is left: activities kept by the table (an error path); free each once */
+    if (m->tab) {
+        for (size_t i = 0; i < m->tcap; i++)
+            if (m->tab[i]) {
+                am_activity *a = m->tab[i];
+                m->tab[i] = NULL;
+                if (!m->o.tree || !a->parent) act_free(a);
+            }
+        free(m->tab);
+    }
+    free(m);
+}
+
+int am_nfiles(const am_model *m) { return m->nin; }
+const nt_trace_info *am_info(const am_model *m, int f) { return &m->in[f].info; }
+const char *am_path(const am_model *m, int f) { return m->in[f].path; }
+nt_reader *am_reader(const am_model *m, int f) { return m->in[f].r; }
+int64_t am_origin_ns(const am_model *m) { return m->origin; }
+int64_t am_end_ns(const am_model *m) { return m->end; }
+uint64_t am_never_stopped(const am_model *m) { return m->never_stopped; }
+uint64_t am_unmatched_stops(const am_model *m) { return m->unmatched_stops; }

@@ -1,0 +1,103 @@
+/* cmd_stacks.c: `acttrace stacks FILE...`: folded stacks (flamegraph.pl / inferno format), one line
+ * per distinct stack: the chain of activity names the event ran in, then its frames, then a count. */
+#include "actfold.h"
+#include "cmds.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sk_ctx {
+    am_fold *fold;
+    nt_symbolizer **sym; /* one per file */
+    const char *name;
+    bool by_activity, all;
+    char key[65536];
+} sk_ctx;
+
+static void stacks_usage(FILE *f)
+{
+    fprintf(f, "usage: acttrace stacks [--name NAME] [--by-activity] [--all] FILE...\n"
+               "  Folded stacks of the events that carry a stack: activity names from the root down,\n"
+               "  then frames from the outermost, then the number of events (flamegraph.pl/inferno).\n"
+               "  --name NAME     only events inside an activity NAME; stacks start at that activity\n"
+               "  --by-activity   one stack per activity (\"Name //1/5\") rather than per name\n"
+               "  --all           also events outside any activity, under \"(no activity)\"\n");
+}
+
+static void on_event(void *vc, const am_event *e)
+{
+    sk_ctx *c = vc;
+    nt_sym_observe(c->sym[e->file], e->ev);
+    if (!e->ev->nframes || nt_sym_is_symbol_event(e->ev)) return;
+    if (!e->act && (!c->all || c->name)) return;
+    if (am_fold_key(c->key, sizeof c->key, e->act, c->name, c->by_activity, e->ev, c->sym[e->file]))
+        am_fold_add(c->fold, c->key, 1);
+}
+
+static void print_line(void *ctx, const char *key, uint64_t n)
+{
+    fprintf(ctx, "%s %llu\n", key, (unsigned long long)n);
+}
+
+int at_cmd_stacks(int argc, char **argv)
+{
+    sk_ctx *c = calloc(1, sizeof *c);
+    char **files = calloc((size_t)argc, sizeof *files);
+    int nfiles = 0, status = 2;
+    if (!c || !files) {
+        free(c);
+        free(files);
+        return 1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            stacks_usage(stdout);
+            status = 0;
+            goto out;
+        } else if (!strcmp(a, "--name") && i + 1 < argc) {
+            c->name = argv[++i];
+        } else if (!strcmp(a, "--by-activity")) {
+            c->by_activity = true;
+        } else if (!strcmp(a, "--all")) {
+            c->all = true;
+        } else if (a[0] == '-' && a[1]) {
+            am_errorf("stacks", "unknown option '%s'", a);
+            stacks_usage(stderr);
+            goto out;
+        } else {
+            files[nfiles++] = argv[i];
+        }
+    }
+    if (!nfiles) {
+        stacks_usage(stderr);
+        goto out;
+    }
+    c->fold = am_fold_new();
+    c->sym = calloc((size_t)nfiles, sizeof *c->sym);
+    status = 1;
+    if (!c->fold || !c->sym) goto out;
+    for (int i = 0; i < nfiles; i++)
+        if (!(c->sym[i] = nt_sym_new(NULL))) goto out;
+    char err[600];
+    am_options o = {.progress = true, .need_events = true};
+    am_callbacks cb = {.event = on_event, .ctx = c};
+    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
+    if (!m) {
+        am_errorf("stacks", "%s", err);
+        goto out;
+    }
+    status = am_run(m, err, sizeof err) < 0;
+    am_close(m);
+    if (status) am_errorf("stacks", "%s", err);
+    else am_fold_each(c->fold, print_line, stdout);
+out:
+    if (c->sym)
+        for (int i = 0; i < nfiles; i++) nt_sym_free(c->sym[i]);
+    free(c->sym);
+    am_fold_free(c->fold);
+    free(files);
+    free(c);
+    return status;
+}

@@ -1,0 +1,136 @@
+/* cmd_stats.c: `acttrace stats FILE...`: per activity name: count, p50/p90/p99/max duration, the
+ * threads its activities ran on, their events, and how many never stopped. Memory: one entry per
+ * name (durations exact up to 65536 per name, then a 1% histogram). */
+#include "actmodel.h"
+#include "cmds.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ST_MAX_TIDS 4096
+
+typedef struct st_name {
+    char name[64];
+    am_dist d;
+    uint64_t count, never, events;
+    uint64_t *tids;
+    uint32_t ntids, ctids;
+} st_name;
+
+typedef struct st_ctx {
+    st_name *v;
+    size_t n, cap;
+} st_ctx;
+
+static void stats_usage(FILE *f)
+{
+    fprintf(f, "usage: acttrace stats FILE...\n"
+               "  Per activity name: COUNT, P50/P90/P99/MAX duration (ms, stopped activities), THREADS\n"
+               "  (distinct threads visited), EVENTS (events inside them), NEVER_STOPPED.\n");
+}
+
+static st_name *st_get(st_ctx *c, const char *name)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (!strcmp(c->v[i].name, name)) return &c->v[i];
+    if (c->n == c->cap) {
+        size_t nc = c->cap ? c->cap * 2 : 16;
+        st_name *v = realloc(c->v, nc * sizeof *v);
+        if (!v) return NULL;
+        c->v = v;
+        c->cap = nc;
+    }
+    st_name *s = &c->v[c->n++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    return s;
+}
+
+static void add_tid(st_name *s, uint64_t tid)
+{
+    for (uint32_t i = 0; i < s->ntids; i++)
+        if (s->tids[i] == tid) return;
+    if (s->ntids >= ST_MAX_TIDS) return;
+    if (s->ntids == s->ctids) {
+        uint32_t c = s->ctids ? s->ctids * 2 : 8;
+        uint64_t *t = realloc(s->tids, c * sizeof *t);
+        if (!t) return;
+        s->tids = t;
+        s->ctids = c;
+    }
+    s->tids[s->ntids++] = tid;
+}
+
+static void on_activity(void *vc, const am_activity *a)
+{
+    st_name *s = st_get(vc, a->name);
+    if (!s) return;
+    s->count++;
+    s->events += a->events;
+    if (a->stopped) am_dist_add(&s->d, a->stop - a->start);
+    else s->never++;
+    for (uint32_t i = 0; i < a->nvisits; i++) add_tid(s, a->visits[i].tid);
+}
+
+static int by_name(const void *x, const void *y)
+{
+    return strcmp(((const st_name *)x)->name, ((const st_name *)y)->name);
+}
+
+int at_cmd_stats(int argc, char **argv)
+{
+    char **files = calloc((size_t)argc, sizeof *files);
+    int nfiles = 0;
+    if (!files) return 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            stats_usage(stdout);
+            free(files);
+            return 0;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            am_errorf("stats", "unknown option '%s'", argv[i]);
+            stats_usage(stderr);
+            free(files);
+            return 2;
+        }
+        files[nfiles++] = argv[i];
+    }
+    if (!nfiles) {
+        stats_usage(stderr);
+        free(files);
+        return 2;
+    }
+    st_ctx c = {0};
+    char err[600];
+    am_options o = {.progress = true};
+    am_callbacks cb = {.activity = on_activity, .ctx = &c};
+    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
+    free(files);
+    if (!m) {
+        am_errorf("stats", "%s", err);
+        return 1;
+    }
+    int status = am_run(m, err, sizeof err) < 0;
+    am_close(m);
+    if (status) {
+        am_errorf("stats", "%s", err);
+    } else {
+        qsort(c.v, c.n, sizeof *c.v, by_name);
+        printf("%-24s %8s %10s %10s %10s %10s %7s %8s %13s\n", "NAME", "COUNT", "P50_MS", "P90_MS", "P99_MS",
+               "MAX_MS", "THREADS", "EVENTS", "NEVER_STOPPED");
+        for (size_t i = 0; i < c.n; i++) {
+            st_name *s = &c.v[i];
+            printf("%-24s %8llu %10.3f %10.3f %10.3f %10.3f %7u %8llu %13llu\n", s->name,
+                   (unsigned long long)s->count, am_dist_pct(&s->d, 50) / 1e6, am_dist_pct(&s->d, 90) / 1e6,
+                   am_dist_pct(&s->d, 99) / 1e6, (double)s->d.max / 1e6, s->ntids,
+                   (unsigned long long)s->events, (unsigned long long)s->never);
+        }
+    }
+    for (size_t i = 0; i < c.n; i++) {
+        am_dist_free(&c.v[i].d);
+        free(c.v[i].tids);
+    }
+    free(c.v);
+    return status;
+}

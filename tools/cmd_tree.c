@@ -1,0 +1,157 @@
+/* cmd_tree.c: `acttrace tree FILE...`: the activity tree (PerfView's StartStopTree): per activity its
+ * name, path, start, duration, the threads it visited with the transfers between them, and its
+ * children, indented. Several files (a process and its forked/executed children) merge into one tree
+ * through their cross-process links. A tree is printed as soon as its root and every descendant have
+ * finished, so memory holds open activities and the finished parts of unfinished trees. */
+#include "actmodel.h"
+#include "cmds.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tree_ctx {
+    am_buf out;
+    const char *name;
+    int64_t min_dur;
+    bool multi;
+    uint64_t printed;
+} tree_ctx;
+
+static void tree_usage(FILE *f)
+{
+    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] FILE...\n"
+               "  Prints the activity tree: name, path, start and duration (ms), threads visited and\n"
+               "  the transfers between them, children indented below their parent. Activities never\n"
+               "  stopped show as such. Several files (parent and child processes) merge into one tree.\n"
+               "  --name NAME   only activities named NAME (with their ancestors and descendants)\n"
+               "  --min-ms MS   only activities lasting at least MS (with their ancestors)\n");
+}
+
+static bool node_matches(const tree_ctx *c, const am_activity *a)
+{
+    if (c->name && strcmp(a->name, c->name) != 0) return false;
+    return a->stop - a->start >= c->min_dur;
+}
+
+static bool subtree_matches(const tree_ctx *c, const am_activity *a)
+{
+    if (node_matches(c, a)) return true;
+    for (const am_activity *k = a->first_child; k; k = k->next_sibling)
+        if (subtree_matches(c, k)) return true;
+    return false;
+}
+
+static void print_node(tree_ctx *c, const am_activity *a, int indent, bool inside)
+{
+    bool self = node_matches(c, a);
+    /* inside: an ancestor matched --name, so descendants show (still subject to --min-ms) */
+    if (!(inside && a->stop - a->start >= c->min_dur) && !subtree_matches(c, a)) return;
+    am_buf *f = &c->out;
+    for (int i = 0; i < indent; i++) am_buf_mem(f, "  ", 2);
+    am_buf_str(f, a->name);
+    am_buf_chr(f, ' ');
+    am_buf_str(f, a->path);
+    if (c->multi && (!a->parent || a->parent->pid != a->pid)) {
+        am_buf_str(f, " pid ");
+        am_buf_u64(f, a->pid);
+    }
+    am_buf_str(f, "  start ");
+    am_buf_ms(f, a->start, 0);
+    am_buf_str(f, a->stopped ? "  duration " : "  NEVER STOPPED (open ");
+    am_buf_ms(f, a->stop - a->start, 0);
+    am_buf_str(f, a->stopped ? " ms" : " ms at the end)");
+    am_buf_str(f, "  threads ");
+    for (uint32_t i = 0; i < a->nvisits; i++) {
+        if (i) am_buf_chr(f, ',');
+        am_buf_u64(f, a->visits[i].tid);
+    }
+    if (a->nxfers) {
+        am_buf_str(f, "  transfers ");
+        for (uint32_t i = 0; i < a->nxfers; i++) {
+            const am_transfer *x = &a->xfers[i];
+            if (i) am_buf_chr(f, ',');
+            if (x->from_tid) am_buf_u64(f, x->from_tid);
+            else am_buf_chr(f, '?');
+            am_buf_str(f, "->");
+            am_buf_u64(f, x->to_tid);
+            am_buf_chr(f, '@');
+            am_buf_ms(f, x->recv, 0);
+        }
+        if (a->nxfers_dropped) {
+            am_buf_str(f, " (+");
+            am_buf_u64(f, a->nxfers_dropped);
+            am_buf_str(f, " more)");
+        }
+    }
+    if (a->link[0]) {
+        am_buf_str(f, "  from ");
+        am_buf_str(f, a->link);
+    }
+    am_buf_chr(f, '\n');
+    c->printed++;
+    for (const am_activity *k = a->first_child; k; k = k->next_sibling)
+        print_node(c, k, indent + 1, inside || (self && c->name));
+}
+
+static void on_tree(void *vc, const am_activity *root)
+{
+    print_node(vc, root, 0, false);
+}
+
+int at_cmd_tree(int argc, char **argv)
+{
+    static tree_ctx c;
+    c.out.f = stdout;
+    char **files = calloc((size_t)argc, sizeof *files);
+    int nfiles = 0;
+    if (!files) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            tree_usage(stdout);
+            free(files);
+            return 0;
+        } else if (!strcmp(a, "--name") && more) {
+            c.name = argv[++i];
+        } else if (!strcmp(a, "--min-ms") && more) {
+            if (!am_parse_ms(argv[++i], &c.min_dur)) {
+                am_errorf("tree", "--min-ms wants a time in ms, not '%s'", argv[i]);
+                free(files);
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            am_errorf("tree", "unknown option '%s'", a);
+            tree_usage(stderr);
+            free(files);
+            return 2;
+        } else {
+            files[nfiles++] = argv[i];
+        }
+    }
+    if (!nfiles) {
+        tree_usage(stderr);
+        free(files);
+        return 2;
+    }
+    c.multi = nfiles > 1;
+    char err[600];
+    am_options o = {.tree = true, .progress = true};
+    am_callbacks cb = {.tree = on_tree, .ctx = &c};
+    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
+    free(files);
+    if (!m) {
+        am_errorf("tree", "%s", err);
+        return 1;
+    }
+    int status = am_run(m, err, sizeof err) < 0;
+    am_buf_flush(&c.out);
+    fflush(stdout);
+    if (status) am_errorf("tree", "%s", err);
+    else if (am_unmatched_stops(m))
+        fprintf(stderr, "acttrace tree: %llu Stop events matched no open activity\n",
+                (unsigned long long)am_unmatched_stops(m));
+    am_close(m);
+    return status;
+}
