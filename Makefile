@@ -3,7 +3,7 @@
 #   shim/**/*.c shim/**/*.S -> libacttrace.so (with runtime + config linked in)
 #   tools/*.c (but main.c) -> libattools.a; tools/main.c -> acttrace
 #   tests/unit/test_*.c, tests/integration/test_*.c -> one Check binary each
-#   tests/fixtures/*.c|*.cc -> one program each (prefix glib_/uv_/ev_/omp_ picks the library)
+#   tests/fixtures/*.c|*.cc -> one program each (prefix glib_/uv_/ev_/omp_/mhd_ picks the library)
 #   tests/bench/bench_*.c -> one benchmark each        tests/fuzz/fuzz_*.c -> libFuzzer targets
 # BUILD=dir picks the output folder; SAN=1 builds with ASan+UBSan (make check-asan does both).
 
@@ -121,6 +121,7 @@ $(BUILD)/fixtures/glib_%: FIX_LIBS = $(shell pkg-config --cflags --libs glib-2.0
 $(BUILD)/fixtures/uv_%: FIX_LIBS = $(shell pkg-config --cflags --libs libuv)
 $(BUILD)/fixtures/ev_%: FIX_LIBS = $(shell pkg-config --cflags --libs libevent libevent_pthreads)
 $(BUILD)/fixtures/omp_%: FIX_LIBS = -fopenmp
+$(BUILD)/fixtures/mhd_%: FIX_LIBS = $(shell pkg-config --cflags --libs libmicrohttpd)
 # hook fixtures: linked with libhkfx.so (GOT calls), built again with -z now, non-PIE and stripped
 $(BUILD)/fixtures/lib%.so: tests/fixtures/lib%.c
 	@mkdir -p $(dir $@)

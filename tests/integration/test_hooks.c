@@ -4,11 +4,16 @@
  * capture (int, double, pointer, string), start/stop pairs by key, recursion with and without
  * 'recursive', a longjmp over a hooked call, C++ exceptions through both wrappers, acttrace check,
  * and bad configs (one message each, the program runs as without the shim). */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "at_testlib.h"
 
@@ -244,6 +249,137 @@ START_TEST(test_flow_rules)
 }
 END_TEST
 
+/* ---- libmicrohttpd ---- */
+
+#define MHD_NREQ 4
+
+/* One HTTP/1.0 GET (the server closes after answering); true when it answered 200. */
+static bool http_get(int port, int i)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return false;
+    }
+    struct timeval tv = {10, 0}; /* a server that never answers fails the test, not hangs it */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char req[128], buf[1024];
+    int n = snprintf(req, sizeof req, "GET /r%d HTTP/1.0\r\n\r\n", i);
+    bool ok = write(fd, req, (size_t)n) == n;
+    size_t got = 0;
+    ssize_t r;
+    while (ok && (r = read(fd, buf + got, sizeof buf - 1 - got)) > 0 && got < sizeof buf - 1)
+        got += (size_t)r;
+    buf[got] = 0;
+    close(fd);
+    return ok && strstr(buf, " 200 ");
+}
+
+static void run_mhd(at_session *s, const char *mode)
+{
+    memset(s, 0, sizeof *s);
+    s->dir = at_tmpdir("mhd");
+    int port = at_free_port();
+    char ps[16], ns[16], env0[4200];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(ns, sizeof ns, "%d", MHD_NREQ);
+    char *fx = at_fixture_path("mhd_server");
+    char *conf = data_path("mhd.conf");
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *argv[] = {fx, mode, ps, ns, NULL};
+    const char *env[] = {env0, NULL};
+    at_run_opts o = {.argv = argv, .env = env, .cwd = s->dir};
+    at_proc p;
+    ck_assert_int_eq(at_spawn(&o, &p), 0);
+    /* wait for "listening" on its stdout (no probe connection: it would be a connection too) */
+    bool up = false;
+    for (int i = 0; i < 400 && !up; i++) {
+        char *out = at_read_file(p.outpath, NULL);
+        up = out && strstr(out, "listening");
+        free(out);
+        if (!up)
+            nanosleep(&(struct timespec){0, 25 * 1000 * 1000}, NULL);
+    }
+    int ok = 0;
+    for (int i = 0; i < MHD_NREQ && up; i++)
+        ok += http_get(port, i);
+    ck_assert_int_eq(at_wait(&p, &s->r), 0);
+    char d[1024];
+    ck_assert_msg(up && ok == MHD_NREQ, "%d of %d answered: %s", ok, MHD_NREQ, s->r.err);
+    ck_assert_msg(s->r.exited && s->r.status == 0, "%s", at_run_describe(&s->r, d, sizeof d));
+    ck_assert_msg(strstr(s->r.err, "acttrace: 3 of 3 functions hooked (2 GOT, 1 entry)"), "%s",
+                  s->r.err);
+    char *path = at_trace_file_for_pid(s->dir, s->r.pid);
+    ck_assert(path);
+    s->has_trace = true;
+    s->load_rc = at_trace_load(path, &s->t);
+    ck_assert_msg(s->t.complete, "%s", s->t.err);
+    free(path);
+    free(conf);
+    free(fx);
+}
+
+/* Thread per connection: the listener accepts, each connection's thread begins inside that
+ * connection's activity and its requests are children of it. */
+START_TEST(test_mhd_thread_per_connection)
+{
+    at_session s;
+    run_mhd(&s, "thread");
+    const at_trace *t = &s.t;
+    ck_assert_uint_eq(at_count(t, "Mhd", "ConnectionStart"), MHD_NREQ);
+    ck_assert_uint_eq(at_count(t, "Mhd", "ConnectionStop"), MHD_NREQ);
+    for (long c = at_find(t, "Mhd", "ConnectionStart", 0); c >= 0;
+         c = at_find(t, "Mhd", "ConnectionStart", (size_t)c + 1)) {
+        const at_tev *cs = &t->ev[c];
+        long b = at_find(t, "acttrace-shim", "ThreadBegin", 0);
+        for (; b >= 0; b = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)b + 1))
+            if (!strcmp(t->ev[b].act_path, cs->act_path))
+                break;
+        ck_assert_msg(b >= 0, "no connection thread began in %s", cs->act_path);
+        ck_assert(t->ev[b].thread != cs->thread);
+        size_t reqs = 0;
+        for (long r = at_find(t, "Mhd", "RequestStart", 0); r >= 0;
+             r = at_find(t, "Mhd", "RequestStart", (size_t)r + 1))
+            if (at_path_is_below(t->ev[r].act_path, cs->act_path)) {
+                ck_assert(t->ev[r].thread == t->ev[b].thread);
+                reqs++;
+            }
+        ck_assert_msg(reqs > 0, "no request inside %s", cs->act_path);
+    }
+    at_session_free(&s);
+}
+END_TEST
+
+/* Thread pool: every pool thread accepts for itself, so no activity may cross threads: each
+ * connection starts, runs its requests and stops on one thread, and no thread begins inside one. */
+START_TEST(test_mhd_thread_pool)
+{
+    at_session s;
+    run_mhd(&s, "pool");
+    const at_trace *t = &s.t;
+    ck_assert_uint_eq(at_count(t, "Mhd", "ConnectionStart"), MHD_NREQ);
+    for (long c = at_find(t, "Mhd", "ConnectionStart", 0); c >= 0;
+         c = at_find(t, "Mhd", "ConnectionStart", (size_t)c + 1)) {
+        const at_tev *cs = &t->ev[c];
+        size_t inside = 0;
+        for (size_t i = 0; i < t->n; i++)
+            if (at_path_within(t->ev[i].act_path, cs->act_path)) {
+                ck_assert_msg(t->ev[i].thread == cs->thread, "%s of %s on another thread",
+                              t->ev[i].name, cs->act_path);
+                inside++;
+            }
+        ck_assert_msg(inside >= 4, "%zu events in %s", inside, cs->act_path);
+        ck_assert(stop_of(t, cs, "ConnectionStop")->thread == cs->thread);
+    }
+    for (long b = at_find(t, "acttrace-shim", "ThreadBegin", 0); b >= 0;
+         b = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)b + 1))
+        ck_assert_str_eq(t->ev[b].act_path, "");
+    at_session_free(&s);
+}
+END_TEST
+
 static char *write_conf(const char *dir, const char *name, const char *text)
 {
     char *p = malloc(4096);
@@ -476,6 +612,8 @@ int main(void)
     tcase_add_test(tc, test_stripped_offset);
     tcase_add_test(tc, test_cxx_exception);
     tcase_add_test(tc, test_flow_rules);
+    tcase_add_test(tc, test_mhd_thread_per_connection);
+    tcase_add_test(tc, test_mhd_thread_pool);
     tcase_add_test(tc, test_check_command);
     tcase_add_loop_test(tc, test_bad_config, 0, (int)(sizeof bad_configs / sizeof bad_configs[0]));
     tcase_add_test(tc, test_missing_symbol);
