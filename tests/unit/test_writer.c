@@ -571,6 +571,8 @@ START_TEST(exact_blob_bytes)
     uint64_t t = at_now_ns();
     for (int i = 0; i < 1000; i++)
         at_event_write_ts(t + (uint64_t)i * 50, a, NULL, NULL, NULL, 0, NULL, 0);
+    while (at_now_ns() <= t + 1000 * 50)
+        ;
     at_trace_flush();
     at_trace_stats s1;
     at_trace_get_stats(&s1);
