@@ -297,6 +297,8 @@ static int sym_cmp(const void *a, const void *b)
 
 static sym_ent *sym_lookup(nt_symbolizer *s, uint64_t ip)
 {
+    if (s->nsyms == 0)
+        return NULL;
     if (!s->sorted) {
         qsort(s->syms, s->nsyms, sizeof *s->syms, sym_cmp);
         s->sorted = true;
