@@ -212,23 +212,25 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
     return n;
 }
 
-/* Frame pointers: [rbp] = caller's rbp, [rbp+8] = return address. */
-NO_ASAN static uint32_t walk_fp(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip, uint64_t bp)
+/* Frame pointers: [rbp] = caller's rbp, [rbp+8] = return address. rbp must point into the stack above
+ * the caller's rsp and climb: a function without a frame pointer uses rbp for anything. */
+NO_ASAN static uint32_t walk_fp(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip, uint64_t sp,
+                                uint64_t bp)
 {
     uint32_t n = 0;
-    uint64_t lo = bp;
+    uint64_t lo = sp;
     for (;;) {
         if (skip)
             skip--;
         else if (n < max)
             ips[n++] = ip;
-        if (n >= max || bp < lo || (bp & 7) || bp - lo > (64u << 20) || bp == 0)
+        if (n >= max || bp < lo || (bp & 7) || bp - lo > (64u << 20))
             break;
         uint64_t next = ((const uint64_t *)bp)[0];
         ip = ((const uint64_t *)bp)[1];
         if (ip == 0 || next <= bp)
             break;
-        lo = bp;
+        lo = bp + 16;
         bp = next;
     }
     return n;
@@ -278,7 +280,7 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr
     else if (m == AT_STACK_LIBUNWIND)
         n = walk_libunwind(ips, max, skip, ip);
     else
-        n = walk_fp(ips, max, skip, ip, bp);
+        n = walk_fp(ips, max, skip, ip, sp, bp);
     __asm__ volatile("" ::: "memory"); /* no tail call: our frame must exist during the walk */
     return n;
 }
@@ -297,7 +299,7 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint
     else if (m == AT_STACK_LIBUNWIND)
         n = walk_libunwind(ips, max, skip, ip);
     else
-        n = walk_fp(ips, max, skip, ip, bp);
+        n = walk_fp(ips, max, skip, ip, sp, bp);
     __asm__ volatile("" ::: "memory");
     return n;
 }
