@@ -186,8 +186,10 @@ NOINL static void leaf(uint32_t skip)
     CAPTURE_AND_WRITE(skip);
     KEEP_FRAME();
 }
+static int g_mid_line;
 NOINL static void mid(uint32_t skip)
 {
+    g_mid_line = __LINE__ + 1;
     leaf(skip);
     KEEP_FRAME();
 }
@@ -221,6 +223,32 @@ static void chain_in_mode(enum at_stack_mode m)
 }
 
 START_TEST(chain_shared) { chain_in_mode(AT_STACK_SHARED); }
+END_TEST
+
+/* file:line from this binary's DWARF (libdw) */
+START_TEST(source_lines)
+{
+    start(AT_STACK_SHARED);
+    run_chain(0);
+    finish();
+    char err[512];
+    nt_reader *r = nt_open(g_path, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    nt_sym_options so = {.lines = true, .demangle = true};
+    nt_symbolizer *s = nt_sym_new(&so);
+    nt_event ev;
+    char text[1024] = "";
+    while (nt_next(r, &ev) == 1) {
+        nt_sym_observe(s, &ev);
+        if (strcmp(ev.meta->provider, "StackTest") == 0 && ev.nframes > 1)
+            nt_sym_format(s, ev.frames[1], text, sizeof text); /* mid, at its call of leaf */
+    }
+    char want[64];
+    snprintf(want, sizeof want, "tests/unit/test_stack.c:%d)", g_mid_line);
+    ck_assert_msg(strncmp(text, "test_stack!mid+0x", 17) == 0 && strstr(text, want), "%s, want %s", text, want);
+    nt_sym_free(s);
+    nt_close(r);
+}
 END_TEST
 START_TEST(chain_libunwind) { chain_in_mode(AT_STACK_LIBUNWIND); }
 END_TEST
@@ -470,7 +498,8 @@ NOINL static void recurse(int depth, int salt)
 static void check_file_covered(const char *path, uint64_t *stacks_seen)
 {
     char err[512];
-    nt_reader *r = nt_open(path, err, sizeof err);
+    nt_options strict = {.strict = true}; /* every rule acttrace verify checks */
+    nt_reader *r = nt_open_ex(path, &strict, err, sizeof err);
     ck_assert_msg(r != NULL, "%s", err);
     nt_symbolizer *s = nt_sym_new(NULL);
     nt_event ev;
@@ -491,6 +520,7 @@ static void check_file_covered(const char *path, uint64_t *stacks_seen)
             (*stacks_seen)++;
     }
     ck_assert_msg(rc == 0, "%s: %s", path, nt_error(r));
+    ck_assert_int_eq(nt_problem_count(r), 0);
     char text[1024];
     for (size_t i = 0; i < n; i++) {
         nt_sym_format(s, ips[i], text, sizeof text);
@@ -600,6 +630,7 @@ static Suite *suite(void)
     tcase_set_timeout(c, 0);
     tcase_add_test(c, chain_shared);
     tcase_add_test(c, chain_libunwind);
+    tcase_add_test(c, source_lines);
     tcase_add_test(c, chain_frame_pointers);
     tcase_add_test(c, through_dlopen_shared);
     tcase_add_test(c, through_dlopen_libunwind);
