@@ -83,6 +83,38 @@ static void print_header(FILE *f, const char *path, const nt_trace_info *in)
     fprintf(f, "  sampling rate  %d\n", in->sampling_rate);
 }
 
+/* Universal.System payloads (varuints and uint16-length UTF-8 strings, nettrace-v5.md §9): the field
+ * lists are in the parser, not in the metadata, so they are named here. */
+static void print_universal(FILE *f, const nt_event *ev)
+{
+    static const char *const names[][6] = {
+        [NT_US_PROCESS_MAPPING] = {"Id", "StartAddress", "EndAddress", "FileOffset", "$FileName", "MetadataId"},
+        [NT_US_PROCESS_SYMBOL] = {"Id", "MappingId", "StartAddress", "EndAddress", "$Name"},
+        [NT_US_PROCESS_MAPPING_METADATA] = {"Id", "$SymbolMetadata", "$VersionMetadata"},
+    };
+    const uint8_t *p = ev->payload, *end = p + ev->payload_len;
+    for (int i = 0; i < 6 && names[ev->meta->event_id][i]; i++) {
+        const char *n = names[ev->meta->event_id][i];
+        if (n[0] == '$') {
+            if (end - p < 2) break;
+            uint16_t len = (uint16_t)(p[0] | p[1] << 8);
+            p += 2;
+            if (end - p < len) break;
+            fprintf(f, " %s=%.*s", n + 1, (int)len, (const char *)p);
+            p += len;
+        } else {
+            uint64_t v = 0;
+            int sh = 0;
+            while (p < end && sh < 64) {
+                v |= (uint64_t)(*p & 0x7f) << sh;
+                sh += 7;
+                if (!(*p++ & 0x80)) break;
+            }
+            fprintf(f, strstr(n, "Address") || strstr(n, "Offset") ? " %s=0x%llx" : " %s=%llu", n, (unsigned long long)v);
+        }
+    }
+}
+
 static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bool stacks, nt_symbolizer *sym,
                         char *buf, size_t buflen)
 {
@@ -102,6 +134,11 @@ static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bo
         for (uint32_t i = 0; i < ev->nframes; i++)
             fprintf(f, "%s%s", i ? "," : "", nt_sym_format(sym, ev->frames[i], buf, buflen));
         fputc(']', f);
+    }
+    if (nt_sym_is_symbol_event(ev)) {
+        print_universal(f, ev);
+        fputc('\n', f);
+        return;
     }
     uint32_t off = 0;
     for (uint32_t i = 0; i < m->nfields; i++) {
