@@ -441,7 +441,7 @@ static void emit_module(sr_mod *m)
     }
     uint8_t *p = put_var(S.payload, m->id);
     p = put_var(p, m->start);
-    p = put_var(p, m->end);
+    p = put_var(p, m->end - 1); /* inclusive, as one-collect writes it (ExportMapping::contains_ip) */
     p = put_var(p, m->offset);
     p = put_str(p, m->path, strlen(m->path));
     p = put_var(p, meta_id);

@@ -13,7 +13,7 @@
 #include <string.h>
 
 typedef struct sym_map {
-    uint64_t id, start, end, offset, meta_id;
+    uint64_t id, start, end, offset, meta_id; /* end inclusive */
     char *file;
     bool have_meta;
     uint64_t p_vaddr, p_offset;
@@ -321,7 +321,7 @@ static sym_ent *sym_lookup(nt_symbolizer *s, uint64_t ip)
 static sym_map *map_lookup(nt_symbolizer *s, uint64_t ip)
 {
     for (size_t i = s->nmaps; i > 0; i--) /* the latest mapping wins */
-        if (ip >= s->maps[i - 1].start && ip < s->maps[i - 1].end)
+        if (ip >= s->maps[i - 1].start && ip <= s->maps[i - 1].end) /* end inclusive */
             return &s->maps[i - 1];
     return NULL;
 }
