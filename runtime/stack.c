@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/ucontext.h>
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 #include "stack.h"
@@ -35,7 +36,13 @@ static _Atomic int mode_in_use = -1;
  *   the rule is published after it; a slot whose rule is still 0 reads as a miss. Never removed. */
 #define RULE_SLOTS (1u << 16)
 #define RULE_PROBES 8u
-enum { K_NONE = 0, K_RSP = 1, K_RBP = 2, K_END = 3, K_SLOW = 4 };
+enum { K_NONE = 0, K_RSP = 1, K_RBP = 2, K_END = 3, K_SLOW = 4, K_SIGRETURN = 5 };
+
+/* K_SIGRETURN: the kernel's signal trampoline (__restore_rt). The handler's return popped the frame's
+ * return address, so rsp points at the ucontext the kernel saved: the interrupted registers are there. */
+#define UC_RIP offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP])
+#define UC_RSP offsetof(ucontext_t, uc_mcontext.gregs[REG_RSP])
+#define UC_RBP offsetof(ucontext_t, uc_mcontext.gregs[REG_RBP])
 
 typedef struct rule_slot {
     _Atomic uint64_t ip;
@@ -43,7 +50,7 @@ typedef struct rule_slot {
 } rule_slot;
 
 static rule_slot *rules;
-static _Atomic uint32_t nrules;
+static _Atomic uint32_t nrules, nslow;
 
 static inline uint64_t rule_make(unsigned kind, uint64_t boff, uint64_t off)
 {
@@ -85,6 +92,7 @@ static void rule_put(uint64_t ip, uint64_t rule)
 }
 
 uint32_t at_stack_rules_learned(void) { return atomic_load(&nrules); }
+uint32_t at_stack_slow_walks(void) { return atomic_load(&nslow); }
 
 /* A plausible caller frame: above the current one, not absurdly far (a wrong rule or a corrupt stack
  * ends the walk rather than reading wild memory). */
@@ -104,18 +112,24 @@ static bool same_loc(const unw_save_loc_t *a, const unw_save_loc_t *b)
     return true;
 }
 
-/* The rule of the cursor's frame, learned from where unw_step took it. c is at frame i (regs ip, sp,
- * bp, save location of rbp loc, signal frame sig); c has been stepped to frame i+1. */
+/* The rule of the cursor's frame, learned from where unw_step took it. c was at frame i (regs sp, bp,
+ * save location of rbp loc) and has been stepped to frame i+1; sig: libunwind flags frame i+1 as
+ * interrupted by a signal, so frame i is the signal trampoline. */
 NO_ASAN static uint64_t rule_learn(uint64_t sp, uint64_t bp, const unw_save_loc_t *loc, bool sig,
                                    unw_cursor_t *c)
 {
-    if (sig)
-        return rule_make(K_SLOW, 0, 0);
     unw_word_t ip1, sp1, bp1;
     unw_save_loc_t loc1;
     if (U.get_reg(c, UNW_REG_IP, &ip1) < 0 || U.get_reg(c, UNW_REG_SP, &sp1) < 0
         || U.get_reg(c, UNW_X86_64_RBP, &bp1) < 0 || U.get_save_loc(c, UNW_X86_64_RBP, &loc1) < 0)
         return rule_make(K_SLOW, 0, 0);
+    if (sig) {
+        const uint8_t *uc = (const uint8_t *)(uintptr_t)sp;
+        if (*(const uint64_t *)(uc + UC_RIP) == ip1 && *(const uint64_t *)(uc + UC_RSP) == sp1
+            && *(const uint64_t *)(uc + UC_RBP) == bp1)
+            return rule_make(K_SIGRETURN, 0, 0);
+        return rule_make(K_SLOW, 0, 0);
+    }
     uint64_t cfa = sp1;
     if (!frame_ok(sp, cfa) || *(const uint64_t *)(cfa - 8) != ip1)
         return rule_make(K_SLOW, 0, 0);
@@ -146,6 +160,7 @@ AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint
     unw_cursor_t c;
     if (!U.ok || U.getcontext(&uc) < 0 || U.init_local(&c, &uc) < 0)
         return 0;
+    atomic_fetch_add_explicit(&nslow, 1, memory_order_relaxed);
     uint32_t n = 0;
     bool found = false;
     for (int guard = 0; guard < 4096; guard++) {
@@ -168,12 +183,12 @@ AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint
             break;
         if (U.get_save_loc(&c, UNW_X86_64_RBP, &loc) < 0)
             loc.type = UNW_SLT_NONE;
-        bool sig = U.is_signal_frame(&c) > 0;
         int r = U.step(&c);
         if (r < 0)
             break;
         if (found && rules && rule_get(ip) == 0)
-            rule_put(ip, r == 0 ? rule_make(K_END, 0, 0) : rule_learn(sp, bp, &loc, sig, &c));
+            rule_put(ip, r == 0 ? rule_make(K_END, 0, 0)
+                                : rule_learn(sp, bp, &loc, U.is_signal_frame(&c) > 0, &c));
         if (r == 0)
             break;
     }
@@ -198,6 +213,15 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
             ips[n++] = ip;
         if (kind == K_END)
             break;
+        if (kind == K_SIGRETURN) {
+            const uint8_t *uc = (const uint8_t *)(uintptr_t)sp;
+            ip = *(const uint64_t *)(uc + UC_RIP);
+            bp = *(const uint64_t *)(uc + UC_RBP);
+            sp = *(const uint64_t *)(uc + UC_RSP);
+            if (ip == 0 || sp == 0 || (sp & 7))
+                break;
+            continue;
+        }
         uint64_t cfa = (kind == K_RSP ? sp : bp) + (r >> 19);
         if (!frame_ok(sp, cfa))
             break;

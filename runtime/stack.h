@@ -43,7 +43,9 @@ uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint32_t skip);
 /* The same with an explicit walker (benchmarks, tests). */
 uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr_t *ips, uint32_t max, uint32_t skip);
 
-/* Rules in the shared table (tests, diagnostics). */
+/* Rules in the shared table, and walks that took libunwind's slow path to learn some (tests,
+ * diagnostics). */
 uint32_t at_stack_rules_learned(void);
+uint32_t at_stack_slow_walks(void);
 
 #endif

@@ -403,14 +403,19 @@ NOINL static void sig_handler(int sig)
     handled++;
     KEEP_FRAME();
 }
-NOINL static void sig_mid(void)
+NOINL static void sig_mid(int sig)
 {
-    raise(SIGUSR1);
+    raise(sig);
+    KEEP_FRAME();
+}
+NOINL static void sig_top_with(int sig)
+{
+    sig_mid(sig);
     KEEP_FRAME();
 }
 NOINL static void sig_top(void)
 {
-    sig_mid();
+    sig_top_with(SIGUSR1);
     KEEP_FRAME();
 }
 
@@ -435,8 +440,9 @@ static void signal_in_mode(enum at_stack_mode m)
         uint32_t i = 1;
         while (i < f.n && strcmp(f.func[i], "sig_mid") != 0)
             i++;
-        ck_assert_msg(i + 1 < f.n && i <= 6, "sig_mid not found after the handler:%s", buf);
-        ck_assert_msg(strcmp(f.func[i + 1], "sig_top") == 0, "%s", buf);
+        ck_assert_msg(i + 2 < f.n && i <= 6, "sig_mid not found after the handler:%s", buf);
+        ck_assert_msg(strcmp(f.func[i + 1], "sig_top_with") == 0 && strcmp(f.func[i + 2], "sig_top") == 0,
+                      "%s", buf);
         for (uint32_t j = 1; j < i; j++)
             ck_assert_msg(strcmp(f.mod[j], "libc.so.6") == 0, "frame %u between handler and sig_mid:%s", j, buf);
     }
@@ -471,12 +477,48 @@ START_TEST(shared_equals_libunwind)
     char err[256];
     ck_assert_int_eq(at_stack_init(AT_STACK_SHARED, err, sizeof err), 0);
     compare_walkers(NULL);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, compare_walkers, NULL), 0);
+    pthread_join(t, NULL);
+    /* the rules are the process's: further new threads walk without libunwind's slow path */
+    uint32_t slow = at_stack_slow_walks();
     for (int i = 0; i < 3; i++) {
-        pthread_t t;
         ck_assert_int_eq(pthread_create(&t, NULL, compare_walkers, NULL), 0);
         pthread_join(t, NULL);
     }
+    ck_assert_int_eq(at_stack_slow_walks(), slow);
     ck_assert_int_gt(at_stack_rules_learned(), 0);
+}
+END_TEST
+
+/* in a signal handler: the walk crosses the signal frame with a learned rule too */
+static uintptr_t sig_a[MAXF], sig_b[MAXF];
+static uint32_t sig_na, sig_nb;
+NOINL static void compare_handler(int sig)
+{
+    (void)sig;
+    sig_nb = both(sig_a, &sig_na, sig_b);
+    KEEP_FRAME();
+}
+
+START_TEST(signal_shared_equals_libunwind)
+{
+    char err[256];
+    ck_assert_int_eq(at_stack_init(AT_STACK_SHARED, err, sizeof err), 0);
+    struct sigaction sa = {0};
+    sa.sa_handler = compare_handler;
+    sigaction(SIGUSR2, &sa, NULL);
+    uint32_t slow = 0;
+    for (int k = 0; k < 2; k++) {
+        if (k == 1)
+            slow = at_stack_slow_walks();
+        sig_top_with(SIGUSR2);
+        ck_assert_int_gt(sig_na, 5);
+        ck_assert_int_eq(sig_na, sig_nb);
+        for (uint32_t i = 1; i < sig_na; i++)
+            ck_assert_int_eq(sig_a[i], sig_b[i]);
+    }
+    ck_assert_int_eq(at_stack_slow_walks(), slow); /* the second time: rules only */
 }
 END_TEST
 
@@ -639,6 +681,7 @@ static Suite *suite(void)
     tcase_add_test(c, from_signal_handler_shared);
     tcase_add_test(c, from_signal_handler_libunwind);
     tcase_add_test(c, shared_equals_libunwind);
+    tcase_add_test(c, signal_shared_equals_libunwind);
     tcase_add_test(c, rundown_covers_every_segment);
     tcase_add_test(c, killed_process_file_names_frames);
     tcase_add_test(c, no_symbols_option);
