@@ -21,6 +21,13 @@
 #define SET_SLOTS (1u << 16) /* per-file sets of covered addresses and written symbols */
 #define SET_PROBES 16u
 
+/* A function symbol of a table, for binary search by address. */
+typedef struct sr_ix {
+    uint64_t start, end; /* ELF virtual addresses, end exclusive */
+    uint32_t sym;
+    uint32_t local;      /* 1 for STB_LOCAL: an exported alias of the same address sorts first */
+} sr_ix;
+
 typedef struct sr_elf {
     const uint8_t *img;
     size_t len;
@@ -28,6 +35,10 @@ typedef struct sr_elf {
     uint32_t nsyms;
     const char *str;
     size_t strsz;
+    sr_ix *ix;           /* function symbols sorted by address (built on first use) */
+    uint32_t nix;
+    size_t ix_bytes;
+    bool ix_tried;
 } sr_elf;
 
 typedef struct sr_mod {
@@ -38,7 +49,7 @@ typedef struct sr_mod {
     bool loaded;           /* ELF looked at (successfully or not) */
     bool seen;             /* still in /proc/self/maps at the last read */
     sr_elf file, debug;
-    const sr_elf *symtab;  /* the best table: .symtab of the file, of the debug file, else .dynsym */
+    sr_elf *symtab;        /* the best table: .symtab of the file, of the debug file, else .dynsym */
     bool dynsym_only;
     uint64_t bias;         /* address = ELF virtual address + bias */
     uint64_t p_vaddr, p_offset;
@@ -132,6 +143,10 @@ static uint64_t parse_hex(const char **p)
 
 static void unload(sr_mod *m)
 {
+    if (m->file.ix)
+        munmap(m->file.ix, m->file.ix_bytes);
+    if (m->debug.ix)
+        munmap(m->debug.ix, m->debug.ix_bytes);
     if (m->file.img)
         munmap((void *)m->file.img, m->file.len);
     if (m->debug.img)
@@ -362,22 +377,94 @@ static void mod_load(sr_mod *m)
     }
 }
 
-/* The function symbol covering ELF virtual address va: index or -1. Global names win over local
- * aliases. A linear scan: it runs once per new address per file, on the flusher. */
-static int64_t sym_find(const sr_elf *e, uint64_t va)
+static bool sym_is_func(const sr_elf *e, const Elf64_Sym *s)
 {
-    int64_t best = -1;
-    for (uint32_t i = 1; i < e->nsyms; i++) {
-        const Elf64_Sym *s = &e->syms[i];
-        unsigned t = ELF64_ST_TYPE(s->st_info);
-        if ((t != STT_FUNC && t != STT_GNU_IFUNC) || s->st_shndx == SHN_UNDEF || s->st_size == 0)
-            continue;
-        if (va < s->st_value || va - s->st_value >= s->st_size || s->st_name >= e->strsz)
-            continue;
-        if (best < 0 || (ELF64_ST_BIND(e->syms[best].st_info) == STB_LOCAL && ELF64_ST_BIND(s->st_info) != STB_LOCAL))
-            best = i;
+    unsigned t = ELF64_ST_TYPE(s->st_info);
+    return (t == STT_FUNC || t == STT_GNU_IFUNC) && s->st_shndx != SHN_UNDEF && s->st_size != 0
+           && s->st_name < e->strsz;
+}
+
+static bool ix_less(const sr_ix *a, const sr_ix *b)
+{
+    return a->start < b->start || (a->start == b->start && (a->local < b->local || (a->local == b->local && a->sym < b->sym)));
+}
+
+/* heapsort: no allocation, bounded time (a large C++ binary has 10^5..10^6 functions) */
+static void ix_sift(sr_ix *a, size_t i, size_t n)
+{
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && ix_less(&a[c], &a[c + 1]))
+            c++;
+        if (!ix_less(&a[i], &a[c]))
+            return;
+        sr_ix t = a[i];
+        a[i] = a[c];
+        a[c] = t;
+        i = c;
     }
-    return best;
+}
+
+static void ix_build(sr_elf *e)
+{
+    e->ix_tried = true;
+    uint32_t n = 0;
+    for (uint32_t i = 1; i < e->nsyms; i++)
+        n += sym_is_func(e, &e->syms[i]);
+    if (n == 0)
+        return;
+    size_t bytes = (size_t)n * sizeof(sr_ix);
+    sr_ix *a = map_anon(bytes);
+    if (!a)
+        return;
+    uint32_t k = 0;
+    for (uint32_t i = 1; i < e->nsyms && k < n; i++) {
+        const Elf64_Sym *s = &e->syms[i];
+        if (sym_is_func(e, s))
+            a[k++] = (sr_ix){s->st_value, s->st_value + s->st_size, i, ELF64_ST_BIND(s->st_info) == STB_LOCAL};
+    }
+    for (size_t i = n / 2; i-- > 0;)
+        ix_sift(a, i, n);
+    for (size_t end = n; end-- > 1;) {
+        sr_ix t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        ix_sift(a, 0, end);
+    }
+    e->ix = a;
+    e->nix = n;
+    e->ix_bytes = bytes;
+}
+
+/* The function symbol covering ELF virtual address va: index or -1. An exported name wins over a
+ * local alias of the same address. */
+static int64_t sym_find(sr_elf *e, uint64_t va)
+{
+    if (!e->ix_tried)
+        ix_build(e);
+    if (!e->ix)
+        return -1;
+    size_t lo = 0, hi = e->nix; /* the first entry starting after va */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (e->ix[mid].start <= va)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    /* look back a little: a symbol nested in a larger one (rare) starts later but ends sooner */
+    for (size_t j = lo, k = 0; j > 0 && k < 16; j--, k++) {
+        const sr_ix *x = &e->ix[j - 1];
+        if (va < x->end) {
+            size_t f = j - 1;
+            while (f > 0 && e->ix[f - 1].start == x->start)
+                f--;
+            return e->ix[f].sym;
+        }
+    }
+    return -1;
 }
 
 /* ---- payloads ---- */
