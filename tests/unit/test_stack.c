@@ -491,6 +491,48 @@ START_TEST(shared_equals_libunwind)
 }
 END_TEST
 
+/* threads learning the same rules at once agree with libunwind at every depth */
+static pthread_barrier_t g_bar;
+static _Atomic int g_mismatch;
+NOINL static void deep_compare(int d)
+{
+    if (d > 0) {
+        deep_compare(d - 1);
+    } else {
+        uintptr_t a[MAXF], b[MAXF];
+        uint32_t na, nb = both(a, &na, b);
+        if (na != nb)
+            g_mismatch++;
+        for (uint32_t i = 1; i < na && i < nb; i++)
+            if (a[i] != b[i])
+                g_mismatch++;
+    }
+    KEEP_FRAME();
+}
+static void *race_thread(void *arg)
+{
+    pthread_barrier_wait(&g_bar);
+    for (int round = 0; round < 20; round++)
+        for (int d = 0; d < 50; d++)
+            deep_compare(d);
+    return arg;
+}
+
+START_TEST(concurrent_learning)
+{
+    char err[256];
+    ck_assert_int_eq(at_stack_init(AT_STACK_SHARED, err, sizeof err), 0);
+    enum { N = 4 };
+    pthread_t t[N];
+    pthread_barrier_init(&g_bar, NULL, N);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, race_thread, NULL), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_int_eq(g_mismatch, 0);
+}
+END_TEST
+
 /* in a signal handler: the walk crosses the signal frame with a learned rule too */
 static uintptr_t sig_a[MAXF], sig_b[MAXF];
 static uint32_t sig_na, sig_nb;
@@ -682,6 +724,7 @@ static Suite *suite(void)
     tcase_add_test(c, from_signal_handler_libunwind);
     tcase_add_test(c, shared_equals_libunwind);
     tcase_add_test(c, signal_shared_equals_libunwind);
+    tcase_add_test(c, concurrent_learning);
     tcase_add_test(c, rundown_covers_every_segment);
     tcase_add_test(c, killed_process_file_names_frames);
     tcase_add_test(c, no_symbols_option);
