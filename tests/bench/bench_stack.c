@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "stack.h"
 #include "trace.h"
@@ -59,12 +60,17 @@ static double per_frame(enum at_stack_mode m, int depth)
 
 /* ---- first capture on a new thread ---- */
 static double first_ns;
+static long first_faults;
 static void *first_capture(void *a)
 {
     (void)a;
+    struct rusage r0, r1;
+    getrusage(RUSAGE_THREAD, &r0);
     uint64_t t = at_now_ns();
     descend(10, 1);
     first_ns = (double)(at_now_ns() - t);
+    getrusage(RUSAGE_THREAD, &r1);
+    first_faults = r1.ru_minflt - r0.ru_minflt;
     return NULL;
 }
 
@@ -74,10 +80,11 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static long median_faults;
 static double new_thread_first(enum at_stack_mode m, int glibc)
 {
     enum { N = 15 };
-    double v[N];
+    double v[N], f[N];
     g_mode = m;
     g_depth = 12;
     g_glibc = glibc;
@@ -86,9 +93,12 @@ static double new_thread_first(enum at_stack_mode m, int glibc)
         pthread_create(&t, NULL, first_capture, NULL);
         pthread_join(t, NULL);
         v[i] = first_ns;
+        f[i] = (double)first_faults;
     }
     g_glibc = 0;
     qsort(v, N, sizeof v[0], cmp_d);
+    qsort(f, N, sizeof f[0], cmp_d);
+    median_faults = (long)f[N / 2];
     return v[N / 2] / 1000.0; /* median, us */
 }
 
@@ -119,11 +129,13 @@ int main(void)
     /* before: libunwind's own fast path, never used in this process yet on these threads */
     at_stack_init(AT_STACK_LIBUNWIND, err, sizeof err);
     double before = new_thread_first(AT_STACK_LIBUNWIND, 0);
+    long before_faults = median_faults;
     double glibc = new_thread_first(AT_STACK_LIBUNWIND, 1);
     if (at_stack_init(AT_STACK_SHARED, err, sizeof err) < 0)
         fprintf(stderr, "bench_stack: %s\n", err);
     descend(12, 1); /* the rules of this chain, learned once per process */
     double after = new_thread_first(AT_STACK_SHARED, 0);
+    long after_faults = median_faults;
 
     printf("stack: libunwind unw_backtrace, depth 10 (ns/frame)\t%.1f\t<= 15\n", per_frame(AT_STACK_LIBUNWIND, 10));
     printf("stack: libunwind unw_backtrace, depth 30 (ns/frame)\t%.1f\t<= 15\n", per_frame(AT_STACK_LIBUNWIND, 30));
@@ -134,6 +146,8 @@ int main(void)
     printf("stack: first capture on a new thread, unw_backtrace (us, before)\t%.1f\t\n", before);
     printf("stack: first capture on a new thread, glibc backtrace (us)\t%.1f\t\n", glibc);
     printf("stack: first capture on a new thread, shared rules (us, after)\t%.1f\t~ steady state\n", after);
+    printf("stack: page faults of that first capture, unw_backtrace / shared\t%ld / %ld\t\n", before_faults,
+           after_faults);
 
     snprintf(path, sizeof path, "/tmp/acttrace-bench-stack-%d.nettrace", (int)getpid());
     at_trace_options o = {.path = path, .flush_interval_ms = 100000};
