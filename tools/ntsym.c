@@ -41,7 +41,7 @@ struct nt_symbolizer {
     size_t nmaps, capmaps;
     sym_ent *syms;
     size_t nsyms, capsyms;
-    bool sorted;
+    size_t nsorted;      /* syms[0..nsorted) sorted by start; the rest arrived since (a short tail) */
     sym_meta *metas;
     size_t nmetas, capmetas;
 };
@@ -283,7 +283,6 @@ void nt_sym_observe(nt_symbolizer *s, const nt_event *ev)
             return;
         }
         s->syms[s->nsyms++] = e;
-        s->sorted = false;
         return;
     }
     }
@@ -295,16 +294,39 @@ static int sym_cmp(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
+/* Symbols arrive interleaved with the events that use them. New ones collect in a tail that is
+ * searched linearly; a long tail is sorted and merged into the sorted part (linear time), so naming
+ * stays cheap for traces with many symbols. */
+static void merge_tail(nt_symbolizer *s)
+{
+    size_t k = s->nsorted, n = s->nsyms;
+    qsort(s->syms + k, n - k, sizeof *s->syms, sym_cmp);
+    sym_ent *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) {
+        qsort(s->syms, n, sizeof *s->syms, sym_cmp);
+    } else {
+        size_t i = 0, j = k, o = 0;
+        while (i < k && j < n)
+            tmp[o++] = s->syms[i].start <= s->syms[j].start ? s->syms[i++] : s->syms[j++];
+        while (i < k)
+            tmp[o++] = s->syms[i++];
+        while (j < n)
+            tmp[o++] = s->syms[j++];
+        memcpy(s->syms, tmp, n * sizeof *tmp);
+        free(tmp);
+    }
+    s->nsorted = n;
+}
+
 static sym_ent *sym_lookup(nt_symbolizer *s, uint64_t ip)
 {
-    if (s->nsyms == 0)
-        return NULL;
-    if (!s->sorted) {
-        qsort(s->syms, s->nsyms, sizeof *s->syms, sym_cmp);
-        s->sorted = true;
-    }
-    /* the last symbol starting at or before ip; ranges rarely nest, so look back a little */
-    size_t lo = 0, hi = s->nsyms;
+    if (s->nsyms - s->nsorted > 64)
+        merge_tail(s);
+    for (size_t i = s->nsorted; i < s->nsyms; i++)
+        if (ip >= s->syms[i].start && ip <= s->syms[i].end)
+            return &s->syms[i];
+    /* the last sorted symbol starting at or before ip; ranges rarely nest, so look back a little */
+    size_t lo = 0, hi = s->nsorted;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
         if (s->syms[mid].start <= ip)
