@@ -365,6 +365,35 @@ START_TEST(through_cxx_frames)
 }
 END_TEST
 
+/* libunwind is loaded RTLD_LOCAL: the process's _Unwind_* stay libgcc's and C++ exceptions work */
+START_TEST(exceptions_unaffected)
+{
+    char *lib = build_lib("chain.cc", "libstk_cxx.so", "", true, false);
+    start(AT_STACK_SHARED);
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h != NULL, "%s", dlerror());
+    int (*tc)(int);
+    *(void **)&tc = dlsym(h, "stk_cxx_throw_catch");
+    ck_assert_ptr_nonnull(tc);
+    ck_assert_int_eq(tc(41), 0);
+    /* what the library's references bind to (global scope, then its own dependencies) */
+    Dl_info di;
+    void *raise_fn = dlsym(RTLD_DEFAULT, "_Unwind_RaiseException");
+    if (raise_fn) {
+        ck_assert(dladdr(raise_fn, &di) != 0);
+        ck_assert_msg(strstr(di.dli_fname, "libgcc_s") != NULL, "_Unwind_RaiseException from %s", di.dli_fname);
+    }
+    raise_fn = dlsym(h, "_Unwind_RaiseException");
+    ck_assert_ptr_nonnull(raise_fn);
+    ck_assert(dladdr(raise_fn, &di) != 0);
+    ck_assert_msg(strstr(di.dli_fname, "libgcc_s") != NULL, "_Unwind_RaiseException from %s", di.dli_fname);
+    ck_assert_ptr_null(dlsym(RTLD_DEFAULT, "unw_backtrace"));
+    ck_assert_ptr_null(dlsym(RTLD_DEFAULT, "_ULx86_64_step"));
+    finish();
+    free(lib);
+}
+END_TEST
+
 START_TEST(stripped_module_gives_offsets)
 {
     char *lib = build_lib("chain.c", "libstk_strip.so", "-DSTK_STRIPPED", false, true);
@@ -719,6 +748,7 @@ static Suite *suite(void)
     tcase_add_test(c, through_dlopen_shared);
     tcase_add_test(c, through_dlopen_libunwind);
     tcase_add_test(c, through_cxx_frames);
+    tcase_add_test(c, exceptions_unaffected);
     tcase_add_test(c, stripped_module_gives_offsets);
     tcase_add_test(c, from_signal_handler_shared);
     tcase_add_test(c, from_signal_handler_libunwind);

@@ -25,3 +25,15 @@ extern "C" __attribute__((visibility("default"))) void stk_cxx_entry(void (*cb)(
     acttrace_test::Walker::deep(1, cb);
     __asm__ volatile("" ::: "memory");
 }
+
+// C++ exceptions still work in a process that loaded libunwind (RTLD_LOCAL): 0 when caught.
+extern "C" __attribute__((visibility("default"))) int stk_cxx_throw_catch(int v)
+{
+    try {
+        if (v >= 0)
+            throw v + 1;
+    } catch (int x) {
+        return x == v + 1 ? 0 : 2;
+    }
+    return 1;
+}
