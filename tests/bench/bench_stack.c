@@ -127,7 +127,9 @@ int main(void)
 {
     char err[256], path[256];
     /* before: libunwind's own fast path, never used in this process yet on these threads */
+    uint64_t t_init = at_now_ns();
     at_stack_init(AT_STACK_LIBUNWIND, err, sizeof err);
+    double init_us = (double)(at_now_ns() - t_init) / 1000.0;
     double before = new_thread_first(AT_STACK_LIBUNWIND, 0);
     long before_faults = median_faults;
     double glibc = new_thread_first(AT_STACK_LIBUNWIND, 1);
@@ -148,6 +150,7 @@ int main(void)
     printf("stack: first capture on a new thread, shared rules (us, after)\t%.1f\t~ steady state\n", after);
     printf("stack: page faults of that first capture, unw_backtrace / shared\t%ld / %ld\t\n", before_faults,
            after_faults);
+    printf("stack: at_stack_init: dlopen, lazy binding, first walk (us, once per process)\t%.0f\t\n", init_us);
 
     snprintf(path, sizeof path, "/tmp/acttrace-bench-stack-%d.nettrace", (int)getpid());
     at_trace_options o = {.path = path, .flush_interval_ms = 100000};
