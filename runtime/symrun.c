@@ -561,7 +561,7 @@ static void cover(uint64_t ip, uint32_t gen, bool *maps_fresh)
     int64_t si = sym_find(m->symtab, va);
     if (si < 0)
         return;
-    uint64_t key = (uint64_t)(m - S.mods) << 40 ^ (uint64_t)si ^ (uint64_t)m->id << 52;
+    uint64_t key = (uint64_t)m->id << 32 | (uint64_t)si; /* ids are stable; slots move */
     if (!set_add(S.syms, key, gen))
         return;
     const Elf64_Sym *s = &m->symtab->syms[si];
