@@ -14,6 +14,29 @@ void at_config_defaults(at_config *c)
     c->accept_activity = false;
     c->thread_events = true;
     c->fatal_signals = true;
+    c->stacks = AT_CFG_STACKS_START;
+    c->stack_walker = AT_CFG_WALKER_SHARED;
+    c->stack_depth = 32;
+    c->symbols = true;
+}
+
+/* v one of the '|'-separated words of `words`: its index, else -1 with the message */
+static int parse_word(const char *name, const char *v, const char *words, int *out, char *err, size_t errlen)
+{
+    int i = 0;
+    for (const char *w = words;; i++) {
+        const char *e = strchr(w, '|');
+        size_t n = e ? (size_t)(e - w) : strlen(w);
+        if (strlen(v) == n && strncmp(v, w, n) == 0) {
+            *out = i;
+            return 0;
+        }
+        if (!e)
+            break;
+        w = e + 1;
+    }
+    snprintf(err, errlen, "%s=%s: expected one of %s", name, v, words);
+    return -1;
 }
 
 static int parse_bool(const char *name, const char *v, bool *out, char *err, size_t errlen)
@@ -74,6 +97,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         {"ACTTRACE_ACCEPT_ACTIVITY", offsetof(at_config, accept_activity)},
         {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
         {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},
+        {"ACTTRACE_SYMBOLS", offsetof(at_config, symbols)},
     };
     for (size_t i = 0; i < sizeof bools / sizeof bools[0] && rc == 0; i++)
         if ((v = getenv_fn(bools[i].name)) && *v)
@@ -88,6 +112,22 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         rc = parse_uint("ACTTRACE_FLUSH_MS", v, 3600000, &x, err, errlen);
         if (rc == 0)
             c->flush_ms = (unsigned)x;
+    }
+    int w;
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_STACKS")) && *v) {
+        rc = parse_word("ACTTRACE_STACKS", v, "start|stop|both|none", &w, err, errlen);
+        if (rc == 0)
+            c->stacks = (enum at_cfg_stacks)w;
+    }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_STACK_WALKER")) && *v) {
+        rc = parse_word("ACTTRACE_STACK_WALKER", v, "shared|libunwind|fp", &w, err, errlen);
+        if (rc == 0)
+            c->stack_walker = (enum at_cfg_walker)w;
+    }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_STACK_DEPTH")) && *v) {
+        rc = parse_uint("ACTTRACE_STACK_DEPTH", v, 256, &x, err, errlen);
+        if (rc == 0)
+            c->stack_depth = (unsigned)x;
     }
     return rc;
 }

@@ -10,6 +10,12 @@
 
 #define AT_CONFIG_PATH_MAX 4096
 
+/* Which events of an activity carry a stack (ACTTRACE_STACKS; per activity once the config file
+ * lands, issue 5). */
+enum at_cfg_stacks { AT_CFG_STACKS_START = 0, AT_CFG_STACKS_STOP, AT_CFG_STACKS_BOTH, AT_CFG_STACKS_NONE };
+/* The stack walker (ACTTRACE_STACK_WALKER); same order as runtime/stack.h's at_stack_mode. */
+enum at_cfg_walker { AT_CFG_WALKER_SHARED = 0, AT_CFG_WALKER_LIBUNWIND, AT_CFG_WALKER_FP };
+
 typedef struct at_config {
     char output[AT_CONFIG_PATH_MAX]; /* ACTTRACE_OUTPUT; pattern with %p/%t (default acttrace-%p.nettrace) */
     char config_file[AT_CONFIG_PATH_MAX]; /* ACTTRACE_CONFIG (not parsed yet: issue 5) */
@@ -20,6 +26,12 @@ typedef struct at_config {
     bool fatal_signals;     /* ACTTRACE_SIGNALS=0|1: flush the trace on fatal default-action signals (1) */
     uint64_t buffer_bytes;  /* ACTTRACE_BUFFER_KB: total thread buffers (0 = writer default) */
     unsigned flush_ms;      /* ACTTRACE_FLUSH_MS: flush interval (0 = writer default) */
+    enum at_cfg_stacks stacks; /* ACTTRACE_STACKS=start|stop|both|none (default start) */
+    enum at_cfg_walker stack_walker; /* ACTTRACE_STACK_WALKER=shared|libunwind|fp (default shared) */
+    unsigned stack_depth;   /* ACTTRACE_STACK_DEPTH: frames per stack, up to 256 (default 32;
+                               0 = no stacks, as ACTTRACE_STACKS=none) */
+    bool symbols;           /* ACTTRACE_SYMBOLS=0|1: symbol rundown in the file (default 1; 0 keeps
+                               PerfView's "Thread Time (with StartStop Activities)" view) */
 } at_config;
 
 void at_config_defaults(at_config *c);

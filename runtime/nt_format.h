@@ -96,4 +96,13 @@ enum {
     NT_LEVEL_VERBOSE = 5,
 };
 
+/* Universal.System provider (§9): native modules and symbols; dispatched by event id, payloads of
+ * varuints (LEB128) and short strings (uint16 byte length + UTF-8, no NUL) */
+#define NT_UNIVERSAL_SYSTEM "Universal.System"
+enum {
+    NT_US_PROCESS_MAPPING = 3,          /* Id, Start, End (inclusive), FileOffset, FileName, MetadataId */
+    NT_US_PROCESS_SYMBOL = 4,           /* Id, MappingId, Start, End (inclusive), Name */
+    NT_US_PROCESS_MAPPING_METADATA = 5, /* Id, SymbolMetadata (JSON), VersionMetadata (JSON) */
+};
+
 #endif

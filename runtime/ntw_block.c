@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include "trace_int.h"
+#include "symrun.h"
 
 #define BLOCK_MAX NT_MAX_BLOCK_SIZE
 #define BLOB_WORST 96 /* flags + every optional header field at its widest, without payload */
@@ -62,6 +62,8 @@ static struct {
     uint64_t max_ts;        /* of every event written to this file so far */
     uint64_t bytes_at_sp, sp_time;
     bool rotate_due;
+    bool stack_fresh;       /* the last stack_intern added a stack */
+    uint32_t flusher_seq;   /* sequence of the flusher's own events in this file */
     uint64_t file_events;   /* events (not ProcessInfo) in the current file */
     uint8_t *pi_payload;    /* ProcessInfo */
     uint32_t pi_len;
@@ -335,6 +337,7 @@ static uint64_t hash_ips(const uintptr_t *ips, uint32_t n)
 /* Stack id of ips in the current SP interval, adding it to the pending StackBlock if new. */
 static uint32_t stack_intern(const uintptr_t *ips, uint32_t n)
 {
+    W.stack_fresh = false;
     if (n == 0)
         return 0;
     uint64_t h = hash_ips(ips, n);
@@ -365,6 +368,7 @@ static uint32_t stack_intern(const uintptr_t *ips, uint32_t n)
             memcpy(W.sb + W.sb_len + 4, ips, bytes);
             W.sb_len += 4 + bytes;
             W.sb_count++;
+            W.stack_fresh = true;
             return s->id;
         }
         at_ntw_write_sp(); /* table full: a sequence point lets ids start again */
@@ -423,6 +427,7 @@ int at_ntw_file_begin(uint64_t sync_qpc)
     W.max_ts = sync_qpc;
     W.rotate_due = false;
     W.file_events = 0;
+    W.flusher_seq = 1; /* ProcessInfo */
     eb_reset(&W.eb);
     eb_reset(&W.mb);
     stacks_reset();
@@ -528,6 +533,10 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
         memset(&h.rel, 0, 16);
     }
     h.stack = stack_intern((const uintptr_t *)p, r->nips);
+    /* a stack new in this interval: name what this file has not named yet (before the event, so a
+     * reader meets the symbols first) */
+    if (W.stack_fresh && at_symrun_on)
+        at_symrun_cover((const uintptr_t *)p, r->nips, W.file_gen);
     p += (size_t)r->nips * 8;
     h.plen = r->payload_len;
     /* IsSorted only when no earlier-written event is newer (§6). A late event (a thread published
@@ -551,6 +560,23 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
     if (h.ts > at_last_ts_written)
         at_last_ts_written = h.ts;
     return 0;
+}
+
+void at_ntw_flusher_event(at_event_type *t, const void *payload, uint32_t len)
+{
+    uint64_t ts = W.max_ts; /* not older than anything written: the blob is sorted */
+    if (t->file_gen != W.file_gen)
+        put_metadata(t, ts, at_flusher_tid);
+    if (W.eb.len + BLOB_WORST + len > BLOCK_MAX || (W.eb.n && ts < W.eb.last.ts))
+        emit_pending();
+    blob_hdr h = {0};
+    h.meta = t->index;
+    h.seq = ++W.flusher_seq;
+    h.cap_tid = h.tid = at_flusher_tid;
+    h.proc = 0xFFFFFFFFu;
+    h.ts = ts;
+    h.plen = len;
+    blob_put(&W.eb, &h, payload, true);
 }
 
 int at_ntw_flush_end(bool force_sp)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "trace_int.h"
+#include "symrun.h"
 
 char *at_command_line;
 static _Atomic int sess_state; /* 0 none, 1 running, 2 stopping */
@@ -147,6 +147,11 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     if (!at_processinfo_type)
         at_processinfo_type = at_event_type_register(&pi_desc);
     at_ntw_init();
+    at_symrun_on = !o->no_symbols;
+    if (at_symrun_on && at_symrun_init() < 0) {
+        snprintf(errbuf, errlen, "out of memory");
+        goto fail;
+    }
     if (!at_processinfo_type || !at_ntw_ready()) {
         snprintf(errbuf, errlen, "out of memory");
         goto fail;

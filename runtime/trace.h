@@ -98,6 +98,10 @@ typedef struct at_trace_options {
     uint8_t level;             /* events above this level are filtered out; 0 = everything */
     uint64_t keywords;         /* 0 = everything; else an event passes if it has no keywords or shares one */
     const char *command_line;  /* for the ProcessInfo event; NULL = read /proc/self/cmdline */
+    bool no_symbols;           /* true: no Universal.System symbol rundown (ProcessMapping/ProcessSymbol
+                                  events naming the stacks' addresses). Note that PerfView shows a file
+                                  with these events in its "universal" views only (no "Thread Time (with
+                                  StartStop Activities)") */
 } at_trace_options;
 
 /* Start the session: open the output, write header and ProcessInfo, start the flusher thread.

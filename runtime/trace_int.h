@@ -144,6 +144,9 @@ void at_ntw_flush_begin(void);
 int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid);
 int at_ntw_flush_end(bool force_sp);     /* pending blocks, SP, end tag; -1 on write error */
 void at_ntw_write_sp(void);
+/* An event of the flusher's own (the symbol rundown): capture thread = the flusher, the next sequence
+ * number of its per-file count (ProcessInfo is 1), timestamp = the newest written so far. */
+void at_ntw_flusher_event(at_event_type *t, const void *payload, uint32_t len);
 extern at_output at_out;
 extern at_event_type *at_processinfo_type;
 extern uint64_t at_ntw_pending_events;

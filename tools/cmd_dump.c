@@ -6,6 +6,7 @@
 #include "cmds.h"
 #include "guid.h"
 #include "ntreader.h"
+#include "ntsym.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,10 +15,12 @@
 
 static void dump_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace dump [--no-events] [--no-stacks] FILE\n"
+    fprintf(f, "usage: acttrace dump [--no-events] [--no-stacks] [--no-lines] [--raw-frames] FILE\n"
                "  FILE is a .nettrace file (V4/V5) or - for standard input.\n"
-               "  --no-events  print the header, metadata and summary only\n"
-               "  --no-stacks  leave stack frames out of event lines\n");
+               "  --no-events   print the header, metadata and summary only\n"
+               "  --no-stacks   leave stack frames out of event lines\n"
+               "  --no-lines    frames without (file:line) even when DWARF is on this machine\n"
+               "  --raw-frames  frames as addresses, not module!function+0xoff\n");
 }
 
 static void print_fields(FILE *f, const nt_field *fl, uint32_t n)
@@ -80,7 +83,40 @@ static void print_header(FILE *f, const char *path, const nt_trace_info *in)
     fprintf(f, "  sampling rate  %d\n", in->sampling_rate);
 }
 
-static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bool stacks, char *buf, size_t buflen)
+/* Universal.System payloads (varuints and uint16-length UTF-8 strings, nettrace-v5.md §9): the field
+ * lists are in the parser, not in the metadata, so they are named here. */
+static void print_universal(FILE *f, const nt_event *ev)
+{
+    static const char *const names[][6] = {
+        [NT_US_PROCESS_MAPPING] = {"Id", "StartAddress", "EndAddress", "FileOffset", "$FileName", "MetadataId"},
+        [NT_US_PROCESS_SYMBOL] = {"Id", "MappingId", "StartAddress", "EndAddress", "$Name"},
+        [NT_US_PROCESS_MAPPING_METADATA] = {"Id", "$SymbolMetadata", "$VersionMetadata"},
+    };
+    const uint8_t *p = ev->payload, *end = p + ev->payload_len;
+    for (int i = 0; i < 6 && names[ev->meta->event_id][i]; i++) {
+        const char *n = names[ev->meta->event_id][i];
+        if (n[0] == '$') {
+            if (end - p < 2) break;
+            uint16_t len = (uint16_t)(p[0] | p[1] << 8);
+            p += 2;
+            if (end - p < len) break;
+            fprintf(f, " %s=%.*s", n + 1, (int)len, (const char *)p);
+            p += len;
+        } else {
+            uint64_t v = 0;
+            int sh = 0;
+            while (p < end && sh < 64) {
+                v |= (uint64_t)(*p & 0x7f) << sh;
+                sh += 7;
+                if (!(*p++ & 0x80)) break;
+            }
+            fprintf(f, strstr(n, "Address") || strstr(n, "Offset") ? " %s=0x%llx" : " %s=%llu", n, (unsigned long long)v);
+        }
+    }
+}
+
+static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bool stacks, nt_symbolizer *sym,
+                        char *buf, size_t buflen)
 {
     double freq = in->qpc_freq > 0 ? (double)in->qpc_freq : 1.0;
     double ms = ((double)((int64_t)ev->timestamp - in->sync_time_qpc)) * 1000.0 / freq;
@@ -94,8 +130,15 @@ static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bo
     print_activity(f, "rel", &ev->related, (uint32_t)in->pid);
     if (stacks && ev->nframes) {
         fprintf(f, " stack=[");
-        for (uint32_t i = 0; i < ev->nframes; i++) fprintf(f, "%s0x%llx", i ? "," : "", (unsigned long long)ev->frames[i]);
+        /* frames named from the trace's own Universal.System events (addresses when it has none) */
+        for (uint32_t i = 0; i < ev->nframes; i++)
+            fprintf(f, "%s%s", i ? "," : "", nt_sym_format(sym, ev->frames[i], buf, buflen));
         fputc(']', f);
+    }
+    if (nt_sym_is_symbol_event(ev)) {
+        print_universal(f, ev);
+        fputc('\n', f);
+        return;
     }
     uint32_t off = 0;
     for (uint32_t i = 0; i < m->nfields; i++) {
@@ -114,7 +157,7 @@ static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bo
 int at_cmd_dump(int argc, char **argv)
 {
     const char *path = NULL;
-    bool events = true, stacks = true;
+    bool events = true, stacks = true, lines = true, raw = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             dump_usage(stdout);
@@ -123,6 +166,10 @@ int at_cmd_dump(int argc, char **argv)
             events = false;
         } else if (strcmp(argv[i], "--no-stacks") == 0) {
             stacks = false;
+        } else if (strcmp(argv[i], "--no-lines") == 0) {
+            lines = false;
+        } else if (strcmp(argv[i], "--raw-frames") == 0) {
+            raw = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "acttrace dump: unknown option '%s'\n", argv[i]);
             dump_usage(stderr);
@@ -185,10 +232,15 @@ int at_cmd_dump(int argc, char **argv)
         fprintf(stderr, "acttrace dump: out of memory\n");
         return 1;
     }
+    nt_sym_options so = {.lines = lines, .demangle = true};
+    nt_symbolizer *sym = raw ? NULL : nt_sym_new(&so);
     nt_event ev;
     int rc;
-    while ((rc = nt_next(r, &ev)) == 1)
-        if (events) print_event(out, in, &ev, stacks, buf, buflen);
+    while ((rc = nt_next(r, &ev)) == 1) {
+        nt_sym_observe(sym, &ev);
+        if (events) print_event(out, in, &ev, stacks, sym, buf, buflen);
+    }
+    nt_sym_free(sym);
     free(buf);
     const nt_counts *c = nt_get_counts(r);
     fprintf(out, "summary\n");

@@ -36,6 +36,33 @@ START_TEST(test_defaults)
     ck_assert(c.fatal_signals);
     ck_assert_uint_eq(c.buffer_bytes, 0);
     ck_assert_uint_eq(c.flush_ms, 0);
+    ck_assert_int_eq(c.stacks, AT_CFG_STACKS_START);
+    ck_assert_int_eq(c.stack_walker, AT_CFG_WALKER_SHARED);
+    ck_assert_uint_eq(c.stack_depth, 32);
+    ck_assert(c.symbols);
+}
+END_TEST
+
+START_TEST(test_stack_settings)
+{
+    at_config c;
+    char err[256];
+    const char *env[] = {"ACTTRACE_STACKS=both", "ACTTRACE_STACK_WALKER=fp", "ACTTRACE_STACK_DEPTH=64",
+                         "ACTTRACE_SYMBOLS=0", NULL};
+    ck_assert_int_eq(load(&c, env, err, sizeof err), 0);
+    ck_assert_int_eq(c.stacks, AT_CFG_STACKS_BOTH);
+    ck_assert_int_eq(c.stack_walker, AT_CFG_WALKER_FP);
+    ck_assert_uint_eq(c.stack_depth, 64);
+    ck_assert(!c.symbols);
+    const char *bad1[] = {"ACTTRACE_STACKS=sometimes", NULL};
+    ck_assert_int_eq(load(&c, bad1, err, sizeof err), -1);
+    ck_assert_str_eq(err, "ACTTRACE_STACKS=sometimes: expected one of start|stop|both|none");
+    const char *bad2[] = {"ACTTRACE_STACK_DEPTH=257", NULL};
+    ck_assert_int_eq(load(&c, bad2, err, sizeof err), -1);
+    ck_assert_str_eq(err, "ACTTRACE_STACK_DEPTH=257: expected a number from 0 to 256");
+    const char *bad3[] = {"ACTTRACE_STACK_WALKER=dwarf", NULL};
+    ck_assert_int_eq(load(&c, bad3, err, sizeof err), -1);
+    ck_assert_str_eq(err, "ACTTRACE_STACK_WALKER=dwarf: expected one of shared|libunwind|fp");
 }
 END_TEST
 
@@ -111,6 +138,7 @@ int main(void)
     TCase *tc = tcase_create("env");
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_overrides);
+    tcase_add_test(tc, test_stack_settings);
     tcase_add_test(tc, test_empty_values_keep_defaults);
     tcase_add_loop_test(tc, test_bad_values, 0, (int)(sizeof bad / sizeof bad[0]));
     tcase_add_test(tc, test_too_long_output);

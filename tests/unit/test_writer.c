@@ -571,15 +571,11 @@ START_TEST(exact_blob_bytes)
     uint64_t t = at_now_ns();
     for (int i = 0; i < 1000; i++)
         at_event_write_ts(t + (uint64_t)i * 50, a, NULL, NULL, NULL, 0, NULL, 0);
-    while (at_now_ns() <= t + 1000u * 50u) {} /* see below */
     at_trace_flush();
     at_trace_stats s1;
     at_trace_get_stats(&s1);
     for (int i = 1000; i < 11000; i++)
         at_event_write_ts(t + (uint64_t)i * 50, a, NULL, NULL, NULL, 0, NULL, 0);
-    /* a flush writes events up to the present only: on a fast machine the loop ends before the last
-     * timestamp (t + 550 us) */
-    while (at_now_ns() <= t + 11000u * 50u) {}
     at_trace_flush();
     at_trace_stats s2;
     at_trace_get_stats(&s2);

@@ -1,0 +1,408 @@
+/* stack.c: stack capture (see stack.h): the shared-rule walker, libunwind's unw_backtrace and the
+ * frame-pointer walk. The capture functions keep a frame pointer (the pragma below) so that each
+ * walk starts from exact registers of its caller without a context save. */
+#pragma GCC optimize("no-omit-frame-pointer")
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ucontext.h>
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#include "stack.h"
+
+#define NO_ASAN __attribute__((no_sanitize_address))
+
+/* ---- libunwind, loaded at run time ---- */
+static struct {
+    int (*getcontext)(unw_context_t *);
+    int (*init_local)(unw_cursor_t *, unw_context_t *);
+    int (*step)(unw_cursor_t *);
+    int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+    int (*get_save_loc)(unw_cursor_t *, int, unw_save_loc_t *);
+    int (*is_signal_frame)(unw_cursor_t *);
+    int (*backtrace)(void **, int);
+    bool ok;
+} U;
+
+static _Atomic int mode_in_use = -1;
+
+/* ---- the shared rule table ----
+ * A rule says, for one return address, how to get the caller's registers:
+ *   CFA = (rsp or rbp) + off; return address at CFA-8; caller's rbp at CFA-8*boff (boff 0: unchanged);
+ *   caller's rsp = CFA. Kinds END (outermost frame) and SLOW (a signal frame or a rule this table cannot
+ *   express: walk with libunwind) stop the fast walk. Slots are claimed with a CAS on the address and
+ *   the rule is published after it; a slot whose rule is still 0 reads as a miss. Never removed. */
+#define RULE_SLOTS (1u << 16)
+#define RULE_PROBES 8u
+enum { K_NONE = 0, K_RSP = 1, K_RBP = 2, K_END = 3, K_SLOW = 4, K_SIGRETURN = 5 };
+
+/* K_SIGRETURN: the kernel's signal trampoline (__restore_rt). The handler's return popped the frame's
+ * return address, so rsp points at the ucontext the kernel saved: the interrupted registers are there. */
+#define UC_RIP offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP])
+#define UC_RSP offsetof(ucontext_t, uc_mcontext.gregs[REG_RSP])
+#define UC_RBP offsetof(ucontext_t, uc_mcontext.gregs[REG_RBP])
+
+typedef struct rule_slot {
+    _Atomic uint64_t ip;
+    _Atomic uint64_t rule; /* kind:3 | boff:16 << 3 | off:32 << 19 */
+} rule_slot;
+
+static rule_slot *rules;
+static _Atomic uint32_t nrules, nslow;
+
+static inline uint64_t rule_make(unsigned kind, uint64_t boff, uint64_t off)
+{
+    return (uint64_t)kind | boff << 3 | off << 19;
+}
+static inline uint32_t rule_hash(uint64_t ip)
+{
+    return (uint32_t)((ip * 0x9E3779B97F4A7C15ull) >> 40) & (RULE_SLOTS - 1);
+}
+
+static inline uint64_t rule_get(uint64_t ip)
+{
+    uint32_t h = rule_hash(ip);
+    for (uint32_t i = 0; i < RULE_PROBES; i++) {
+        rule_slot *s = &rules[(h + i) & (RULE_SLOTS - 1)];
+        uint64_t k = atomic_load_explicit(&s->ip, memory_order_acquire);
+        if (k == ip)
+            return atomic_load_explicit(&s->rule, memory_order_acquire);
+        if (k == 0)
+            return 0;
+    }
+    return 0;
+}
+
+static void rule_put(uint64_t ip, uint64_t rule)
+{
+    uint32_t h = rule_hash(ip);
+    for (uint32_t i = 0; i < RULE_PROBES; i++) {
+        rule_slot *s = &rules[(h + i) & (RULE_SLOTS - 1)];
+        uint64_t k = atomic_load_explicit(&s->ip, memory_order_acquire);
+        if (k == 0 && atomic_compare_exchange_strong(&s->ip, &k, ip)) {
+            atomic_store_explicit(&s->rule, rule, memory_order_release);
+            atomic_fetch_add_explicit(&nrules, 1, memory_order_relaxed);
+            return;
+        }
+        if (k == ip)
+            return; /* another thread learned it */
+    }
+}
+
+uint32_t at_stack_rules_learned(void) { return atomic_load(&nrules); }
+uint32_t at_stack_slow_walks(void) { return atomic_load(&nslow); }
+
+/* A plausible caller frame: above the current one, not absurdly far (a wrong rule or a corrupt stack
+ * ends the walk rather than reading wild memory). */
+static inline bool frame_ok(uint64_t sp, uint64_t cfa)
+{
+    return cfa > sp && cfa - sp < (64u << 20) && (cfa & 7) == 0;
+}
+
+static bool same_loc(const unw_save_loc_t *a, const unw_save_loc_t *b)
+{
+    if (a->type != b->type)
+        return false;
+    if (a->type == UNW_SLT_MEMORY)
+        return a->u.addr == b->u.addr;
+    if (a->type == UNW_SLT_REG)
+        return a->u.regnum == b->u.regnum;
+    return true;
+}
+
+/* The rule of the cursor's frame, learned from where unw_step took it. c was at frame i (regs sp, bp,
+ * save location of rbp loc) and has been stepped to frame i+1; sig: libunwind flags frame i+1 as
+ * interrupted by a signal, so frame i is the signal trampoline. */
+NO_ASAN static uint64_t rule_learn(uint64_t sp, uint64_t bp, const unw_save_loc_t *loc, bool sig,
+                                   unw_cursor_t *c)
+{
+    unw_word_t ip1, sp1, bp1;
+    unw_save_loc_t loc1;
+    if (U.get_reg(c, UNW_REG_IP, &ip1) < 0 || U.get_reg(c, UNW_REG_SP, &sp1) < 0
+        || U.get_reg(c, UNW_X86_64_RBP, &bp1) < 0 || U.get_save_loc(c, UNW_X86_64_RBP, &loc1) < 0)
+        return rule_make(K_SLOW, 0, 0);
+    if (sig) {
+        const uint8_t *uc = (const uint8_t *)(uintptr_t)sp;
+        if (*(const uint64_t *)(uc + UC_RIP) == ip1 && *(const uint64_t *)(uc + UC_RSP) == sp1
+            && *(const uint64_t *)(uc + UC_RBP) == bp1)
+            return rule_make(K_SIGRETURN, 0, 0);
+        return rule_make(K_SLOW, 0, 0);
+    }
+    uint64_t cfa = sp1;
+    if (!frame_ok(sp, cfa) || *(const uint64_t *)(cfa - 8) != ip1)
+        return rule_make(K_SLOW, 0, 0);
+    uint64_t boff = 0;
+    if (same_loc(loc, &loc1)) {
+        if (bp1 != bp)
+            return rule_make(K_SLOW, 0, 0);
+    } else if (loc1.type == UNW_SLT_MEMORY && loc1.u.addr < cfa && ((cfa - loc1.u.addr) & 7) == 0
+               && (cfa - loc1.u.addr) / 8 < 0xFFFF && *(const uint64_t *)loc1.u.addr == bp1) {
+        boff = (cfa - loc1.u.addr) / 8;
+    } else {
+        return rule_make(K_SLOW, 0, 0);
+    }
+    /* rbp is this frame's frame pointer (push rbp; mov rbp, rsp): rbp-based survives alloca */
+    if (boff == 2 && bp + 16 == cfa)
+        return rule_make(K_RBP, boff, 16);
+    if (cfa - sp >= (1ull << 32))
+        return rule_make(K_SLOW, 0, 0);
+    return rule_make(K_RSP, boff, cfa - sp);
+}
+
+/* The slow path: libunwind's DWARF walk from here, skipping frames up to the one that starts at
+ * (ip0, sp0), recording from there and learning the rule of every frame it passes. */
+AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint32_t skip,
+                                              uint64_t ip0, uint64_t sp0)
+{
+    unw_context_t uc;
+    unw_cursor_t c;
+    if (!U.ok || U.getcontext(&uc) < 0 || U.init_local(&c, &uc) < 0)
+        return 0;
+    atomic_fetch_add_explicit(&nslow, 1, memory_order_relaxed);
+    uint32_t n = 0;
+    bool found = false;
+    for (int guard = 0; guard < 4096; guard++) {
+        unw_word_t ip, sp, bp;
+        unw_save_loc_t loc;
+        if (U.get_reg(&c, UNW_REG_IP, &ip) < 0 || U.get_reg(&c, UNW_REG_SP, &sp) < 0
+            || U.get_reg(&c, UNW_X86_64_RBP, &bp) < 0)
+            break;
+        if (!found && ip == ip0 && sp == sp0)
+            found = true;
+        if (found) {
+            if (ip == 0)
+                break;
+            if (skip)
+                skip--;
+            else if (n < max)
+                ips[n++] = ip;
+        }
+        if (found && n >= max)
+            break;
+        if (U.get_save_loc(&c, UNW_X86_64_RBP, &loc) < 0)
+            loc.type = UNW_SLT_NONE;
+        int r = U.step(&c);
+        if (r < 0)
+            break;
+        if (found && rules && rule_get(ip) == 0)
+            rule_put(ip, r == 0 ? rule_make(K_END, 0, 0)
+                                : rule_learn(sp, bp, &loc, U.is_signal_frame(&c) > 0, &c));
+        if (r == 0)
+            break;
+    }
+    return n;
+}
+
+/* The fast walk over learned rules; falls back to walk_slow on the first address without a usable
+ * rule. (ip, sp, bp) are the caller's registers, exact. */
+NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip,
+                                    uint64_t sp, uint64_t bp)
+{
+    uint64_t ip0 = ip, sp0 = sp;
+    uint32_t n = 0, skip0 = skip;
+    while (n < max) {
+        uint64_t r = rule_get(ip);
+        unsigned kind = (unsigned)(r & 7);
+        if (kind == K_NONE || kind == K_SLOW)
+            return walk_slow(ips, max, skip0, ip0, sp0);
+        if (skip)
+            skip--;
+        else
+            ips[n++] = ip;
+        if (kind == K_END)
+            break;
+        if (kind == K_SIGRETURN) {
+            const uint8_t *uc = (const uint8_t *)(uintptr_t)sp;
+            ip = *(const uint64_t *)(uc + UC_RIP);
+            bp = *(const uint64_t *)(uc + UC_RBP);
+            sp = *(const uint64_t *)(uc + UC_RSP);
+            if (ip == 0 || sp == 0 || (sp & 7))
+                break;
+            continue;
+        }
+        uint64_t cfa = (kind == K_RSP ? sp : bp) + (r >> 19);
+        if (!frame_ok(sp, cfa))
+            break;
+        uint64_t boff = (r >> 3) & 0xFFFF;
+        if (boff)
+            bp = *(const uint64_t *)(cfa - 8 * boff);
+        ip = *(const uint64_t *)(cfa - 8);
+        sp = cfa;
+        if (ip == 0)
+            break;
+    }
+    return n;
+}
+
+/* Frame pointers: [rbp] = caller's rbp, [rbp+8] = return address. rbp must point into the stack above
+ * the caller's rsp and climb: a function without a frame pointer uses rbp for anything. */
+NO_ASAN static uint32_t walk_fp(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip, uint64_t sp,
+                                uint64_t bp)
+{
+    uint32_t n = 0;
+    uint64_t lo = sp;
+    for (;;) {
+        if (skip)
+            skip--;
+        else if (n < max)
+            ips[n++] = ip;
+        if (n >= max || bp < lo || (bp & 7) || bp - lo > (64u << 20))
+            break;
+        uint64_t next = ((const uint64_t *)bp)[0];
+        ip = ((const uint64_t *)bp)[1];
+        if (ip == 0 || next <= bp)
+            break;
+        lo = bp + 16;
+        bp = next;
+    }
+    return n;
+}
+
+static uint32_t walk_libunwind(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip0)
+{
+    void *buf[AT_STACK_MAX_DEPTH + 8];
+    int want = (int)(max + skip + 4);
+    if (want > (int)AT_ARRAY_LEN(buf))
+        want = (int)AT_ARRAY_LEN(buf);
+    int got = U.backtrace(buf, want);
+    int i = 0;
+    while (i < got && i < 4 && (uint64_t)(uintptr_t)buf[i] != ip0)
+        i++;
+    if (i == got || i == 4)
+        return 0;
+    i += (int)skip;
+    uint32_t n = 0;
+    for (; i < got && n < max; i++)
+        ips[n++] = (uintptr_t)buf[i];
+    return n;
+}
+
+/* The caller's registers from this frame: it has a frame pointer (pragma above), so its CFA is
+ * rbp+16, the caller's rsp is that CFA, the return address and the caller's rbp are saved below it. */
+#define CALLER_REGS(ip, sp, bp)                                                                   \
+    uint64_t *fp_ = (uint64_t *)__builtin_frame_address(0);                                     \
+    uint64_t ip = (uint64_t)(uintptr_t)__builtin_return_address(0), sp = (uint64_t)(uintptr_t)(fp_ + 2), \
+             bp = fp_[0]
+
+AT_NOINLINE NO_ASAN uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr_t *ips, uint32_t max,
+                                                   uint32_t skip)
+{
+    CALLER_REGS(ip, sp, bp);
+    if (max > AT_STACK_MAX_DEPTH)
+        max = AT_STACK_MAX_DEPTH;
+    if (max == 0 || atomic_load_explicit(&mode_in_use, memory_order_relaxed) < 0)
+        return 0;
+    if (m != AT_STACK_FP && !U.ok)
+        m = AT_STACK_FP;
+    if (m == AT_STACK_SHARED && !rules)
+        m = AT_STACK_LIBUNWIND;
+    uint32_t n;
+    if (m == AT_STACK_SHARED)
+        n = walk_shared(ips, max, skip, ip, sp, bp);
+    else if (m == AT_STACK_LIBUNWIND)
+        n = walk_libunwind(ips, max, skip, ip);
+    else
+        n = walk_fp(ips, max, skip, ip, sp, bp);
+    __asm__ volatile("" ::: "memory"); /* no tail call: our frame must exist during the walk */
+    return n;
+}
+
+AT_NOINLINE NO_ASAN uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint32_t skip)
+{
+    CALLER_REGS(ip, sp, bp);
+    if (max > AT_STACK_MAX_DEPTH)
+        max = AT_STACK_MAX_DEPTH;
+    int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed);
+    if (max == 0 || m < 0)
+        return 0;
+    uint32_t n;
+    if (m == AT_STACK_SHARED)
+        n = walk_shared(ips, max, skip, ip, sp, bp);
+    else if (m == AT_STACK_LIBUNWIND)
+        n = walk_libunwind(ips, max, skip, ip);
+    else
+        n = walk_fp(ips, max, skip, ip, sp, bp);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+
+static bool load_libunwind(char *err, size_t errlen)
+{
+    if (U.ok)
+        return true;
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(err, errlen, "cannot load libunwind.so.8 (%s): stacks use frame pointers", dlerror());
+        return false;
+    }
+    *(void **)&U.getcontext = dlsym(h, "_Ux86_64_getcontext");
+    *(void **)&U.init_local = dlsym(h, "_ULx86_64_init_local");
+    *(void **)&U.step = dlsym(h, "_ULx86_64_step");
+    *(void **)&U.get_reg = dlsym(h, "_ULx86_64_get_reg");
+    *(void **)&U.get_save_loc = dlsym(h, "_ULx86_64_get_save_loc");
+    *(void **)&U.is_signal_frame = dlsym(h, "_ULx86_64_is_signal_frame");
+    *(void **)&U.backtrace = dlsym(h, "unw_backtrace");
+    if (!U.getcontext || !U.init_local || !U.step || !U.get_reg || !U.get_save_loc
+        || !U.is_signal_frame || !U.backtrace) {
+        snprintf(err, errlen, "libunwind.so.8 lacks the local unwinding API: stacks use frame pointers");
+        return false; /* the handle stays open: nothing else to release */
+    }
+    U.ok = true;
+    return true;
+}
+
+int at_stack_init(enum at_stack_mode mode, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err || !errlen) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    err[0] = 0;
+    int rc = 0;
+    enum at_stack_mode use = mode;
+    if (mode == AT_STACK_SHARED || mode == AT_STACK_LIBUNWIND) {
+        if (!load_libunwind(err, errlen)) {
+            use = AT_STACK_FP;
+            rc = -1;
+        }
+    } else if (mode != AT_STACK_FP) {
+        snprintf(err, errlen, "unknown stack mode %d", (int)mode);
+        use = AT_STACK_FP;
+        rc = -1;
+    }
+    if (use == AT_STACK_SHARED && !rules) {
+        void *p = mmap(NULL, RULE_SLOTS * sizeof(rule_slot), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            snprintf(err, errlen, "no memory for the unwind rule table: libunwind's unw_backtrace is used");
+            use = AT_STACK_LIBUNWIND;
+            rc = -1;
+        } else {
+            rules = p;
+        }
+    }
+    atomic_store(&mode_in_use, (int)use);
+    /* one capture now: lazy binding, libunwind's own set-up and the rules of this thread's frames */
+    uintptr_t tmp[64];
+    at_stack_capture(tmp, 64, 0);
+    return rc;
+}
+
+enum at_stack_mode at_stack_mode_in_use(void)
+{
+    int m = atomic_load(&mode_in_use);
+    return m < 0 ? AT_STACK_FP : (enum at_stack_mode)m;
+}
+
+const char *at_stack_mode_name(enum at_stack_mode m)
+{
+    switch (m) {
+    case AT_STACK_SHARED: return "shared";
+    case AT_STACK_LIBUNWIND: return "libunwind";
+    case AT_STACK_FP: return "fp";
+    }
+    return "?";
+}
