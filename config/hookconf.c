@@ -588,8 +588,10 @@ static int entry_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
     if (role < 0 && !flow) {
         if (!strcmp(key, "recursive") && act)
             return parse_bool(p, &r, &e->recursive);
-        if (!strcmp(key, "stacks"))
+        if (!strcmp(key, "stacks")) {
+            e->stacks_set = true;
             return parse_stacks(p, &r, &e->stacks);
+        }
         if (!strcmp(key, "level"))
             return parse_level(p, &r, &e->level);
         if (!strcmp(key, "keywords"))

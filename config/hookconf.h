@@ -62,6 +62,7 @@ typedef struct at_hc_entry {
     at_hc_probe probe[2];
     bool recursive;
     unsigned stacks; /* AT_HC_STACK_* */
+    bool stacks_set; /* 'stacks' given (else ACTTRACE_STACKS decides) */
     uint8_t level;   /* 0 = info */
     uint64_t keywords;
     char build_id[128]; /* hex; module+0xOFFSET names are hooked only in a module with this id */

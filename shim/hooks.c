@@ -22,6 +22,7 @@
 #include "hook/hook.h"
 #include "hookconf.h"
 #include "shim.h"
+#include "stack.h"
 
 /* ---------------- keyed tables ---------------- */
 
@@ -106,6 +107,7 @@ typedef struct rule {
     keytab keys;            /* pairs and keyed flows */
     bool key_is_fd;         /* a pair keyed by an int: the fd hand-off carries it */
     bool event_on_return;
+    unsigned stacks;        /* AT_HC_STACK_*: which events carry a stack */
     at_field *fields;       /* owned: start (or event) fields then stop fields */
 } rule;
 
@@ -136,6 +138,58 @@ static AT_TLS int hk_nlive;
 static AT_TLS at_activity *hk_adopt_prev; /* keyed flow: what was current before the adoption */
 static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a reference) */
 static AT_TLS bool hk_adopting;
+
+/* Stacks: the program's frames only. The walk starts inside the hook machinery (this file, the
+ * stub, libffi's closure code); those leading frames are dropped by address. */
+static uintptr_t hk_own[2][2]; /* [shim, libffi] x [lo, hi) */
+static unsigned hk_depth;
+
+static int own_range(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size, (void)data;
+    static int anchor;
+    int which = -1;
+    uintptr_t self = (uintptr_t)&anchor, ffi = (uintptr_t)&ffi_call;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (self >= lo && self < hi)
+            which = 0;
+        else if (ffi >= lo && ffi < hi)
+            which = 1;
+    }
+    if (which < 0)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            hk_own[which][0] = info->dlpi_addr + ph->p_vaddr;
+            hk_own[which][1] = hk_own[which][0] + ph->p_memsz;
+        }
+    }
+    return 0;
+}
+
+static inline bool is_own(uintptr_t ip)
+{
+    return (ip >= hk_own[0][0] && ip < hk_own[0][1]) || (ip >= hk_own[1][0] && ip < hk_own[1][1]);
+}
+
+/* The hooked function fn is the leaf (it has no frame of its own yet at entry, none left at
+ * return), then its callers. */
+static uint32_t hk_stack(uintptr_t *ips, const at_hook *h)
+{
+    uint32_t n = at_stack_capture(ips + 1, hk_depth - 1, 0), k = 0;
+    while (k < n && is_own(ips[1 + k]))
+        k++;
+    if (k)
+        memmove(ips + 1, ips + 1 + k, (n - k) * sizeof *ips);
+    /* a return-address-like value inside fn: symbolizers look up ip - 1 */
+    ips[0] = h->res.addr + 1;
+    return n - k + 1;
+}
 
 static const char *field_name(const at_hc_probe *p, int idx, char *buf, size_t n)
 {
@@ -227,22 +281,24 @@ static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
     return true;
 }
 
-static void stop_single(const rule *r, at_activity *a, const at_hc_probe *p, const uint64_t *args,
-                        uint64_t ret, int status)
+static void stop_single(const rule *r, const at_hook *h, at_activity *a, const at_hc_probe *p,
+                        const uint64_t *args, uint64_t ret, int status)
 {
     uint8_t buf[1024];
     at_payload pl;
     at_payload_init(&pl, buf, sizeof buf);
     put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
     at_payload_u32(&pl, (uint32_t)status);
+    uintptr_t ips[AT_STACK_MAX_DEPTH];
+    uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
     if (at_activity_current() == a) {
         /* the common case: still current, so the thread's reference keeps it alive without ours,
          * and the engine's stop-by-kind takes its fast path (current, sole reference) */
         at_activity_unref(a);
-        at_activity_stop(r->kind, buf, (uint32_t)(pl.p - buf), NULL, 0);
+        at_activity_stop(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
         return;
     }
-    at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), NULL, 0);
+    at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), ips, nips);
     at_activity_unref(a);
 }
 
@@ -253,7 +309,7 @@ static void abandon_below(uintptr_t sp, bool entering)
     while (hk_nlive > 0 && (hk_live[hk_nlive - 1].sp < sp ||
                             (entering && hk_live[hk_nlive - 1].sp == sp))) {
         live *l = &hk_live[--hk_nlive];
-        stop_single(l->pr->r, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
+        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
     }
 }
 
@@ -301,7 +357,9 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
                 break;
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, 0, false, 0);
-            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), NULL, 0);
+            uintptr_t ips[AT_STACK_MAX_DEPTH];
+            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h) : 0;
+            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
             if (a) {
                 at_activity_ref(a);
                 c->act = a;
@@ -314,7 +372,9 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
             if (a) {
                 at_payload_init(&pl, buf, sizeof buf);
                 put_captures(&pl, p, args, 0, false, 0);
-                at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), NULL, 0);
+                uintptr_t ips[AT_STACK_MAX_DEPTH];
+                uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
+                at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), ips, nips);
                 at_activity_unref(a);
             }
         }
@@ -323,7 +383,9 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
         if (!r->event_on_return && when_holds(p, args, 0) && at_event_enabled(r->event)) {
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, 0, false, 2);
-            at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), NULL, 0);
+            uintptr_t ips[AT_STACK_MAX_DEPTH];
+            uint32_t nips = r->stacks ? hk_stack(ips, h) : 0;
+            at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), ips, nips);
         }
         break;
     case AT_HC_FLOW_KEYED:
@@ -376,7 +438,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
             if (hk_nlive > 0 && hk_live[hk_nlive - 1].a == c->act && hk_live[hk_nlive - 1].sp == c->sp)
                 hk_nlive--;
             c->started = 0;
-            stop_single(r, c->act, p, args, ret, status);
+            stop_single(r, h, c->act, p, args, ret, status);
         } else if (pr->role == 0 && status == AT_HOOK_RETURNED && args && when_holds(p, args, ret)) {
             /* The Start of a pair: a child of what is current, not left current (each pair is its
              * own thread of work) unless the fd hand-off takes it over. */
@@ -386,7 +448,9 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
             at_activity *prev = at_flow_enter(base);
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, ret, true, 2);
-            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), NULL, 0);
+            uintptr_t ips[AT_STACK_MAX_DEPTH];
+            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h) : 0;
+            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
             uint64_t key = key_of(p, args, ret);
             if (a) {
                 at_activity_ref(a);
@@ -407,7 +471,9 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
             at_event_enabled(r->event)) {
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, ret, true, 2);
-            at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), NULL, 0);
+            uintptr_t ips[AT_STACK_MAX_DEPTH];
+            uint32_t nips = r->stacks ? hk_stack(ips, h) : 0;
+            at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), ips, nips);
         }
         break;
     case AT_HC_FLOW_KEYED:
@@ -532,6 +598,11 @@ static void summary(void)
 static int rule_make(rule *r, const at_hc_entry *e, const char *provider, char *err, size_t n)
 {
     r->e = e;
+    static const unsigned from_env[] = {AT_HC_STACK_START, AT_HC_STACK_STOP,
+                                        AT_HC_STACK_START | AT_HC_STACK_STOP, 0};
+    r->stacks = e->stacks_set ? e->stacks : from_env[at_cfg.stacks];
+    if (!at_cfg.stack_depth)
+        r->stacks = 0;
     r->fields = calloc(4 * AT_HC_MAX_CAPTURE + 2, sizeof *r->fields);
     if (!r->fields) {
         snprintf(err, n, "out of memory");
@@ -663,6 +734,16 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
             pr->hook.sig = e->probe[k].has_sig ? &e->probe[k].sig : NULL;
             pr->hook.user = pr;
         }
+    }
+    bool stacks = false;
+    for (int i = 0; i < hc->nentries; i++)
+        stacks |= hk_rules[i].stacks != 0;
+    if (stacks) {
+        char serr[256];
+        hk_depth = at_cfg.stack_depth < AT_STACK_MAX_DEPTH ? at_cfg.stack_depth : AT_STACK_MAX_DEPTH;
+        dl_iterate_phdr(own_range, NULL);
+        if (at_stack_init((enum at_stack_mode)at_cfg.stack_walker, serr, sizeof serr) != 0)
+            fprintf(stderr, "acttrace: stacks: %s\n", serr);
     }
     pthread_mutex_lock(&hk_install_lock);
     for (int i = 0; i < hk_nprobes; i++)

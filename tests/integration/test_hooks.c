@@ -163,6 +163,14 @@ START_TEST(test_entry_tier)
         f = g;
     }
     ck_assert_uint_eq(at_count(t, NULL, "TinyStart"), 1);
+    /* stacks: 'both' on Handle, the default (ACTTRACE_STACKS=start) on Fact, 'none' on Tiny; the
+     * hooked function is the leaf, its caller next */
+    ck_assert_uint_ge(h->nframes, 2);
+    ck_assert_uint_ge(stop_of(t, h, "HandleStop")->nframes, 2);
+    const at_tev *f0 = find_ev(t, "FactStart", NULL, NULL);
+    ck_assert_uint_ge(f0->nframes, 2);
+    ck_assert_uint_eq(stop_of(t, f0, "FactStop")->nframes, 0);
+    ck_assert_uint_eq(find_ev(t, "TinyStart", NULL, NULL)->nframes, 0);
     /* longjmp over jumper: its Stop says abandoned, before the next hooked call */
     const at_tev *j = find_ev(t, "JumperStart", NULL, NULL);
     const at_tev *js = stop_of(t, j, "JumperStop");
