@@ -507,7 +507,9 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 /* ---------------- installation ---------------- */
 
 static void *real_dlopen_fn;
+static void *real_dlsym_fn;
 static void *hk_dlopen(const char *file, int mode);
+void *at_hk_dlsym(void *handle, const char *name);
 
 /* The function calls through the GOT tier reach: what the program's own calls reached before, so
  * interposers (this shim's accept4, a preloaded malloc) stay in the chain. */
@@ -673,6 +675,38 @@ static int rule_make(rule *r, const at_hc_entry *e, const char *provider, char *
     return 0;
 }
 
+/* dlsym: a configured function hooked through the GOT is returned as its wrapper, so calls through
+ * the pointer are seen too (entry-patched functions need nothing: the function itself jumps).
+ * RTLD_NEXT lookups depend on the caller's address, which a wrapper would replace with its own: they
+ * jump straight to the real dlsym (a tail jump keeps the caller's return address) and are never
+ * substituted. */
+void *at_hk_dlsym_c(void *handle, const char *name);
+__asm__(".text\n"
+        ".globl at_hk_dlsym\n.hidden at_hk_dlsym\n.type at_hk_dlsym, @function\n"
+        "at_hk_dlsym:\n"
+        "  .cfi_startproc\n"
+        "  cmpq $-1, %rdi\n" /* RTLD_NEXT */
+        "  je 1f\n"
+        "  jmp at_hk_dlsym_c\n"
+        "1:\n"
+        "  jmp *real_dlsym_fn(%rip)\n"
+        "  .cfi_endproc\n"
+        ".size at_hk_dlsym, . - at_hk_dlsym\n");
+
+void *at_hk_dlsym_c(void *handle, const char *name)
+{
+    void *(*real)(void *, const char *) = (void *(*)(void *, const char *))real_dlsym_fn;
+    void *r = real(handle, name);
+    if (!r || !name || !at_on())
+        return r;
+    for (int i = 0; i < hk_nprobes; i++) {
+        at_hook *h = &hk_probes[i].hook;
+        if (h->tier == 1 && (r == h->orig || r == (void *)h->res.addr) && !strcmp(h->res.sym, name))
+            return h->wrapper;
+    }
+    return r;
+}
+
 /* dlopen: run the real one, then hook what the new modules bring (their GOT slots, and functions
  * that could not be resolved before). Reached through the GOT slots of modules that import dlopen
  * (installed only when the config hooks something). */
@@ -685,6 +719,8 @@ static void *hk_dlopen(const char *file, int mode)
     int e = errno;
     pthread_mutex_lock(&hk_install_lock);
     at_got_patch("dlopen", (void *)hk_dlopen, NULL, NULL, 0);
+    if (real_dlsym_fn)
+        at_got_patch("dlsym", (void *)at_hk_dlsym, NULL, NULL, 0);
     for (int i = 0; i < hk_nprobes; i++) {
         at_hook *h = &hk_probes[i].hook;
         if (h->tier == 1)
@@ -751,6 +787,9 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     real_dlopen_fn = dlsym(RTLD_DEFAULT, "dlopen");
     if (real_dlopen_fn && hk_nprobes)
         at_got_patch("dlopen", (void *)hk_dlopen, NULL, NULL, 0);
+    real_dlsym_fn = dlsym(RTLD_DEFAULT, "dlsym");
+    if (real_dlsym_fn && hk_nprobes)
+        at_got_patch("dlsym", (void *)at_hk_dlsym, NULL, NULL, 0);
     pthread_mutex_unlock(&hk_install_lock);
     summary();
     return 0;
