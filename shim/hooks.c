@@ -508,8 +508,9 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 
 static void *real_dlopen_fn;
 static void *real_dlsym_fn;
-static void *hk_dlopen(const char *file, int mode);
+void *at_hk_dlopen(const char *file, int mode);
 void *at_hk_dlsym(void *handle, const char *name);
+static void hk_rescan(const char *file);
 
 /* The function calls through the GOT tier reach: what the program's own calls reached before, so
  * interposers (this shim's accept4, a preloaded malloc) stay in the chain. */
@@ -699,6 +700,7 @@ void *at_hk_dlsym_c(void *handle, const char *name)
     void *r = real(handle, name);
     if (!r || !name || !at_on())
         return r;
+    hk_rescan("an earlier dlopen"); /* after a bare-name dlopen: its modules are hooked now */
     for (int i = 0; i < hk_nprobes; i++) {
         at_hook *h = &hk_probes[i].hook;
         if (h->tier == 1 && (r == h->orig || r == (void *)h->res.addr) && !strcmp(h->res.sym, name))
@@ -707,18 +709,27 @@ void *at_hk_dlsym_c(void *handle, const char *name)
     return r;
 }
 
-/* dlopen: run the real one, then hook what the new modules bring (their GOT slots, and functions
- * that could not be resolved before). Reached through the GOT slots of modules that import dlopen
- * (installed only when the config hooks something). */
-static void *hk_dlopen(const char *file, int mode)
+/* Modules added since the last look (dl_iterate_phdr's count of loads). */
+static unsigned long long hk_adds_seen;
+
+static int adds_of(struct dl_phdr_info *info, size_t size, void *data)
 {
-    void *(*real)(const char *, int) = (void *(*)(const char *, int))real_dlopen_fn;
-    void *r = real(file, mode);
-    if (!r || !at_on())
-        return r;
+    (void)size;
+    *(unsigned long long *)data = info->dlpi_adds;
+    return 1;
+}
+
+/* Hook what new modules bring: their GOT slots, and functions that could not be resolved before. */
+static void hk_rescan(const char *file)
+{
+    unsigned long long adds = 0;
+    dl_iterate_phdr(adds_of, &adds);
+    if (adds == __atomic_load_n(&hk_adds_seen, __ATOMIC_RELAXED))
+        return;
     int e = errno;
     pthread_mutex_lock(&hk_install_lock);
-    at_got_patch("dlopen", (void *)hk_dlopen, NULL, NULL, 0);
+    hk_adds_seen = adds;
+    at_got_patch("dlopen", (void *)at_hk_dlopen, NULL, NULL, 0);
     if (real_dlsym_fn)
         at_got_patch("dlsym", (void *)at_hk_dlsym, NULL, NULL, 0);
     for (int i = 0; i < hk_nprobes; i++) {
@@ -730,11 +741,53 @@ static void *hk_dlopen(const char *file, int mode)
             if (!hk_probes[i].pending)
                 fprintf(stderr, "acttrace: %s %s after dlopen(%s)%s%s\n", h->spec,
                         h->tier == 1 ? "hooked (GOT)" : h->tier == 2 ? "hooked (entry)" : "not hooked",
-                        file ? file : "NULL", h->tier ? "" : ": ", h->tier ? "" : h->why);
+                        file, h->tier ? "" : ": ", h->tier ? "" : h->why);
         }
     }
     pthread_mutex_unlock(&hk_install_lock);
     errno = e;
+}
+
+/* dlopen, through the GOT slots of modules that import it (only when the config hooks something).
+ * A path with a '/' (or NULL) is opened from here and the new modules are hooked at once. A bare
+ * name is searched along the *caller's* DT_RUNPATH, which glibc finds from the return address: it
+ * tail-jumps to the real dlopen (the caller's return address stays), and the new modules are hooked
+ * at the program's next dlopen or dlsym (the way a loaded library's functions are usually reached). */
+int at_hk_dlopen_direct(const char *file);
+void *at_hk_dlopen_c(const char *file, int mode);
+__asm__(".text\n"
+        ".globl at_hk_dlopen\n.hidden at_hk_dlopen\n.type at_hk_dlopen, @function\n"
+        "at_hk_dlopen:\n"
+        "  .cfi_startproc\n"
+        "  pushq %rdi\n  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rsi\n  .cfi_adjust_cfa_offset 8\n"
+        "  subq $8, %rsp\n  .cfi_adjust_cfa_offset 8\n"
+        "  call at_hk_dlopen_direct\n"
+        "  addq $8, %rsp\n  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rsi\n  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rdi\n  .cfi_adjust_cfa_offset -8\n"
+        "  testl %eax, %eax\n"
+        "  jnz at_hk_dlopen_c\n"
+        "  jmp *real_dlopen_fn(%rip)\n"
+        "  .cfi_endproc\n"
+        ".size at_hk_dlopen, . - at_hk_dlopen\n");
+
+int at_hk_dlopen_direct(const char *file)
+{
+    if (!file)
+        return 1;
+    int e = errno;
+    hk_rescan("an earlier dlopen"); /* a bare-name dlopen before this one */
+    errno = e;
+    return strchr(file, '/') != NULL;
+}
+
+void *at_hk_dlopen_c(const char *file, int mode)
+{
+    void *(*real)(const char *, int) = (void *(*)(const char *, int))real_dlopen_fn;
+    void *r = real(file, mode);
+    if (r && at_on())
+        hk_rescan(file ? file : "NULL");
     return r;
 }
 
@@ -786,7 +839,8 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
         install(&hk_probes[i]);
     real_dlopen_fn = dlsym(RTLD_DEFAULT, "dlopen");
     if (real_dlopen_fn && hk_nprobes)
-        at_got_patch("dlopen", (void *)hk_dlopen, NULL, NULL, 0);
+        at_got_patch("dlopen", (void *)at_hk_dlopen, NULL, NULL, 0);
+    dl_iterate_phdr(adds_of, &hk_adds_seen);
     real_dlsym_fn = dlsym(RTLD_DEFAULT, "dlsym");
     if (real_dlsym_fn && hk_nprobes)
         at_got_patch("dlsym", (void *)at_hk_dlsym, NULL, NULL, 0);

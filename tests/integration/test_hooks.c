@@ -31,11 +31,12 @@ static char *plugin_path(void)
     return p;
 }
 
-/* Run fixture (with the plugin's path as argument) under config; asserts exit 3 and stdout equal
- * to an untraced run. */
-static void run_hk(at_session *s, const char *fixture, const char *config_path)
+/* Run fixture (with the plugin's path, or plugin_arg, as argument) under config; asserts exit 3 and
+ * stdout equal to an untraced run. */
+static void run_hk_plugin(at_session *s, const char *fixture, const char *config_path,
+                          const char *plugin_arg)
 {
-    char *plug = plugin_path();
+    char *plug = plugin_arg ? strdup(plugin_arg) : plugin_path();
     char env0[4200];
     snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", config_path);
     const char *env[] = {env0, NULL};
@@ -55,6 +56,11 @@ static void run_hk(at_session *s, const char *fixture, const char *config_path)
     at_run_result_free(&r);
     free(fx);
     free(plug);
+}
+
+static void run_hk(at_session *s, const char *fixture, const char *config_path)
+{
+    run_hk_plugin(s, fixture, config_path, NULL);
 }
 
 static const at_tev *find_ev(const at_trace *t, const char *name, const char *field,
@@ -195,6 +201,22 @@ START_TEST(test_entry_tier)
     expect_field(stop_of(t, find_ev(t, "EndbrStart", "x", "40"), "EndbrStop"), "Return", "42");
     ck_assert_uint_eq(at_count(t, NULL, "IdentStart"), 0);
     ck_assert_uint_eq(at_count(t, NULL, "BackStart"), 0);
+    at_session_free(&s);
+    free(conf);
+}
+END_TEST
+
+/* dlopen by a bare name that only the executable's DT_RUNPATH finds: glibc searches the caller's
+ * RUNPATH, so the shim's dlopen wrapper must leave the caller's return address in place; the
+ * plugin's function is hooked at the program's next dlsym. */
+START_TEST(test_dlopen_bare_name)
+{
+    at_session s;
+    char *conf = data_path("entry.conf");
+    run_hk_plugin(&s, "hk_calls", conf, "libhkplug.so");
+    ck_assert_msg(strstr(s.r.out, "plugin 15\n"), "%s", s.r.out);
+    ck_assert_msg(strstr(s.r.err, "hkplug_run hooked (entry) after dlopen("), "%s", s.r.err);
+    expect_field(stop_of(&s.t, find_ev(&s.t, "PlugStart", "x", "5"), "PlugStop"), "Return", "15");
     at_session_free(&s);
     free(conf);
 }
@@ -620,6 +642,7 @@ int main(void)
     tcase_add_loop_test(tc, test_got_tier, 0, 3);
     tcase_add_loop_test(tc, test_entry_tier, 0, 3);
     tcase_add_test(tc, test_not_recursive);
+    tcase_add_test(tc, test_dlopen_bare_name);
     tcase_add_test(tc, test_stripped_offset);
     tcase_add_test(tc, test_cxx_exception);
     tcase_add_test(tc, test_flow_rules);
