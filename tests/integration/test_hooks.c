@@ -63,6 +63,8 @@ static void run_hk(at_session *s, const char *fixture, const char *config_path)
     run_hk_plugin(s, fixture, config_path, NULL);
 }
 
+static char *write_conf(const char *dir, const char *name, const char *text);
+
 static const at_tev *find_ev(const at_trace *t, const char *name, const char *field,
                              const char *value)
 {
@@ -218,6 +220,51 @@ START_TEST(test_dlopen_bare_name)
     ck_assert_msg(strstr(s.r.err, "hkplug_run hooked (entry) after dlopen("), "%s", s.r.err);
     expect_field(stop_of(&s.t, find_ev(&s.t, "PlugStart", "x", "5"), "PlugStop"), "Return", "15");
     at_session_free(&s);
+    free(conf);
+}
+END_TEST
+
+/* Names: a static function of a stripped executable found in its separate debug file, lib!sym,
+ * sym@VERSION (an event on return, capturing the return value), and the [trace] settings
+ * (provider, output pattern). */
+START_TEST(test_names_and_trace_settings)
+{
+    at_session s;
+    char *conf = data_path("names.conf");
+    run_hk(&s, "hk_calls-dbg", conf);
+    const at_trace *t = &s.t;
+    ck_assert_msg(strstr(s.r.err, "acttrace: 3 of 3 functions hooked (2 GOT, 1 entry)"), "%s",
+                  s.r.err);
+    ck_assert_msg(strstr(t->path, "/names-"), "trace file %s", t->path);
+    const at_tev *h = find_ev(t, "HandleStart", "fd", "4");
+    ck_assert_str_eq(h->provider, "Names");
+    expect_field(stop_of(t, h, "HandleStop"), "Return", "43");
+    find_ev(t, "AddStart", "a", "10");
+    /* close(dup(1)): an Info event written on return, with the fd and the result */
+    const at_tev *c = find_ev(t, "Close", "Return", "0");
+    ck_assert_uint_eq(c->opcode, 0);
+    ck_assert_int_ge(atoi(at_ev_field(c, "fd")), 3);
+    at_session_free(&s);
+    free(conf);
+}
+END_TEST
+
+/* [trace] level filters: activities at info are filtered out at level = warning; an event declared
+ * at warning passes. The program runs the same. */
+START_TEST(test_level_filter)
+{
+    char *dir = at_tmpdir("hklevel");
+    char *conf = write_conf(dir, "level.conf",
+                            "[trace]\nlevel = warning\n"
+                            "[activity Add]\nfunction = hkfx_add\n"
+                            "[event Handled]\nfunction = handle\nlevel = warning\n");
+    at_session s;
+    run_hk(&s, "hk_calls", conf);
+    ck_assert_uint_eq(at_count(&s.t, NULL, "AddStart"), 0);
+    ck_assert_uint_eq(at_count(&s.t, NULL, "Handled"), 1);
+    at_session_free(&s);
+    at_rmtree(dir);
+    free(dir);
     free(conf);
 }
 END_TEST
@@ -643,6 +690,8 @@ int main(void)
     tcase_add_loop_test(tc, test_entry_tier, 0, 3);
     tcase_add_test(tc, test_not_recursive);
     tcase_add_test(tc, test_dlopen_bare_name);
+    tcase_add_test(tc, test_names_and_trace_settings);
+    tcase_add_test(tc, test_level_filter);
     tcase_add_test(tc, test_stripped_offset);
     tcase_add_test(tc, test_cxx_exception);
     tcase_add_test(tc, test_flow_rules);
