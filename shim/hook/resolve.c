@@ -198,6 +198,22 @@ static const char *version_of(Elf *e, size_t i)
     return NULL;
 }
 
+/* Is dynsym index i a non-default version (sym@VER, not sym@@VER)? A plain name means the default
+ * version, as the dynamic linker binds it. */
+static bool version_hidden(Elf *e, size_t i)
+{
+    Elf_Scn *s = NULL;
+    while ((s = elf_nextscn(e, s))) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(s, &sh) || sh.sh_type != SHT_GNU_versym)
+            continue;
+        Elf_Data *d = elf_getdata(s, NULL);
+        GElf_Versym v;
+        return d && gelf_getversym(d, (int)i, &v) && (v & 0x8000);
+    }
+    return false;
+}
+
 /* Look sym up in the tables of type want (SHT_DYNSYM or SHT_SYMTAB) of e. */
 static bool lookup(Elf *e, int want, const char *sym, const char *ver, GElf_Sym *out,
                    bool *exported)
@@ -223,7 +239,8 @@ static bool lookup(Elf *e, int want, const char *sym, const char *ver, GElf_Sym 
                 const char *v = want == SHT_DYNSYM ? version_of(e, i) : NULL;
                 if (!v || strcmp(v, ver))
                     continue;
-            }
+            } else if (want == SHT_DYNSYM && version_hidden(e, i))
+                continue;
             *out = st;
             *exported = want == SHT_DYNSYM && GELF_ST_VISIBILITY(st.st_other) == STV_DEFAULT &&
                         GELF_ST_BIND(st.st_info) != STB_LOCAL;
