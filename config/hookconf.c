@@ -354,6 +354,13 @@ static int section_finish(parser *p)
         if (e->probe[1].key == AT_HC_RETURN)
             return fail(p, p->pr[1].key.pos, "stop_key: the Stop is written on entry; expected "
                                              "an argument of %s", e->probe[1].sig.fname);
+        if (e->probe[1].has_when && e->probe[1].when_what == AT_HC_RETURN)
+            return fail(p, p->pr[1].when.pos, "stop_when: the Stop is written on entry, before "
+                                              "the return value exists; test an argument");
+        for (int i = 0; i < e->probe[1].ncapture; i++)
+            if (e->probe[1].capture[i] == AT_HC_RETURN)
+                return fail(p, p->pr[1].capture.pos, "stop_capture: the Stop is written on entry, "
+                                                     "before the return value exists");
     }
     if (e->kind == AT_HC_ACTIVITY && !e->paired) {
         if (e->probe[0].key != AT_HC_NONE)
