@@ -213,6 +213,10 @@ END_TEST
  * plugin's function is hooked at the program's next dlsym. */
 START_TEST(test_dlopen_bare_name)
 {
+    /* ASan's own dlopen interceptor calls dlopen from libasan: the caller's RUNPATH is lost with
+     * or without the shim (the program alone fails the same under LD_PRELOAD=libasan.so) */
+    if (getenv("ACTTRACE_ASAN"))
+        return;
     at_session s;
     char *conf = data_path("entry.conf");
     run_hk_plugin(&s, "hk_calls", conf, "libhkplug.so");
@@ -570,6 +574,10 @@ END_TEST
 
 START_TEST(test_check_command)
 {
+    /* acttrace check preloads the shim alone; the ASan-built shim needs the sanitizer runtime
+     * loaded first, which the command does not know about */
+    if (getenv("ACTTRACE_ASAN"))
+        return;
     char acttrace[4200], fx[4200];
     snprintf(acttrace, sizeof acttrace, "%s/acttrace", at_build_dir());
     snprintf(fx, sizeof fx, "%s/fixtures/hk_calls", at_build_dir());
