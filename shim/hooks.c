@@ -135,6 +135,9 @@ typedef struct live {
 } live;
 static AT_TLS live hk_live[LIVE_MAX];
 static AT_TLS int hk_nlive;
+/* Set while this thread runs the hooks' own code: a configured function that code reaches itself
+ * (close in libelf, malloc in libunwind as a stack is taken) only calls through. */
+static AT_TLS int hk_busy;
 static AT_TLS at_activity *hk_adopt_prev; /* keyed flow: what was current before the adoption */
 static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a reference) */
 static AT_TLS bool hk_adopting;
@@ -339,8 +342,9 @@ static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
 
 void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
-    if (!at_on())
+    if (!at_on() || hk_busy)
         return;
+    hk_busy = 1;
     probe *pr = h->user;
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
@@ -414,6 +418,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
         }
         break;
     }
+    hk_busy = 0;
     errno = err;
 }
 
@@ -423,8 +428,9 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
-    if (!at_on() && !c->started)
+    if ((!at_on() && !c->started) || hk_busy)
         return;
+    hk_busy = 1;
     int err = errno;
     if (AT_UNLIKELY(hk_nlive > 0))
         abandon_below(c->sp, false);
@@ -501,6 +507,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
     case AT_HC_FLOW_CALLBACK:
         break;
     }
+    hk_busy = 0;
     errno = err;
 }
 
@@ -727,6 +734,7 @@ static void hk_rescan(const char *file)
     if (adds == __atomic_load_n(&hk_adds_seen, __ATOMIC_RELAXED))
         return;
     int e = errno;
+    hk_busy++;
     pthread_mutex_lock(&hk_install_lock);
     hk_adds_seen = adds;
     at_got_patch("dlopen", (void *)at_hk_dlopen, NULL, NULL, 0);
@@ -745,6 +753,7 @@ static void hk_rescan(const char *file)
         }
     }
     pthread_mutex_unlock(&hk_install_lock);
+    hk_busy--;
     errno = e;
 }
 
