@@ -273,6 +273,33 @@ START_TEST(test_level_filter)
 }
 END_TEST
 
+/* Hooking functions the shim's own machinery also calls (malloc, free and close: libelf, libunwind
+ * while stacks are taken, the dlopen rescan): those inner calls pass straight through, the
+ * program's own are seen, and the program runs the same. */
+START_TEST(test_reentrant_libc_hooks)
+{
+    char *dir = at_tmpdir("hkreent");
+    char *conf = write_conf(dir, "libc.conf",
+                            "[activity Malloc]\nfunction = malloc\n"
+                            "signature = void *malloc(size_t n)\ncapture = n, return\n"
+                            "stacks = both\nrecursive = yes\n"
+                            "[activity Free]\nfunction = free\nstacks = both\n"
+                            "[activity Close]\nfunction = close\n"
+                            "signature = int close(int fd)\ncapture = fd, return\nstacks = both\n");
+    at_session s;
+    run_hk(&s, "hk_calls", conf);
+    ck_assert_msg(strstr(s.r.err, "acttrace: 3 of 3 functions hooked (3 GOT, 0 entry)"), "%s",
+                  s.r.err);
+    ck_assert_uint_ge(at_count(&s.t, NULL, "CloseStart"), 1); /* close(dup(1)) */
+    ck_assert_uint_eq(at_count(&s.t, NULL, "CloseStart"), at_count(&s.t, NULL, "CloseStop"));
+    ck_assert_uint_eq(at_count(&s.t, NULL, "MallocStart"), at_count(&s.t, NULL, "MallocStop"));
+    at_session_free(&s);
+    at_rmtree(dir);
+    free(dir);
+    free(conf);
+}
+END_TEST
+
 /* Without 'recursive' a Start of a live name stops it first (EventSource): no nesting. */
 START_TEST(test_not_recursive)
 {
@@ -700,6 +727,7 @@ int main(void)
     tcase_add_test(tc, test_dlopen_bare_name);
     tcase_add_test(tc, test_names_and_trace_settings);
     tcase_add_test(tc, test_level_filter);
+    tcase_add_test(tc, test_reentrant_libc_hooks);
     tcase_add_test(tc, test_stripped_offset);
     tcase_add_test(tc, test_cxx_exception);
     tcase_add_test(tc, test_flow_rules);
