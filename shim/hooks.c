@@ -241,8 +241,9 @@ static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_strin
     }
 }
 
-static void put_captures(at_payload *pl, const at_hc_probe *p, const uint64_t *args, uint64_t ret,
-                         bool have_ret, int which)
+static AT_NOINLINE void put_captures_slow(at_payload *pl, const at_hc_probe *p,
+                                          const uint64_t *args, uint64_t ret, bool have_ret,
+                                          int which)
 {
     for (int i = 0; i < p->ncapture; i++) {
         int idx = p->capture[i];
@@ -254,6 +255,13 @@ static void put_captures(at_payload *pl, const at_hc_probe *p, const uint64_t *a
             v = 0;
         put_value(pl, t, v, p->max_string);
     }
+}
+
+static inline void put_captures(at_payload *pl, const at_hc_probe *p, const uint64_t *args,
+                                uint64_t ret, bool have_ret, int which)
+{
+    if (p->ncapture)
+        put_captures_slow(pl, p, args, ret, have_ret, which);
 }
 
 static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
@@ -349,7 +357,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
-    int err = errno;
+    int *errp = &errno, err = *errp;
     if (AT_UNLIKELY(hk_nlive > 0))
         abandon_below(c->sp, true);
     uint8_t buf[1024];
@@ -419,7 +427,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
         break;
     }
     hk_busy = 0;
-    errno = err;
+    *errp = err;
 }
 
 void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
@@ -431,7 +439,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
     if ((!at_on() && !c->started) || hk_busy)
         return;
     hk_busy = 1;
-    int err = errno;
+    int *errp = &errno, err = *errp;
     if (AT_UNLIKELY(hk_nlive > 0))
         abandon_below(c->sp, false);
     uint8_t buf[1024];
@@ -508,7 +516,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
         break;
     }
     hk_busy = 0;
-    errno = err;
+    *errp = err;
 }
 
 /* ---------------- installation ---------------- */
