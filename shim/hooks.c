@@ -572,6 +572,14 @@ static void install(probe *pr)
     }
     if (got) {
         h->orig = call_target(&h->res, h->spec);
+        /* the same function hooked by an earlier entry: its wrapper holds the slots now, and
+         * calling through it keeps both hooks */
+        for (int i = 0; i < hk_nprobes; i++) {
+            at_hook *o = &hk_probes[i].hook;
+            if (o != h && o->tier == 1 && !strcmp(o->res.sym, h->res.sym) &&
+                o->res.addr == h->res.addr)
+                h->orig = o->wrapper;
+        }
         int n = at_got_patch(h->res.sym, h->wrapper, h->orig, why, sizeof why);
         if (n > 0) {
             h->tier = 1;
