@@ -123,6 +123,10 @@ __attribute__((constructor)) static void at_preload_init(void)
         if (hc.has_keywords)
             o.keywords = hc.keywords;
     }
+    /* Hooks go in before the trace's flusher thread exists: entry patching rewrites code while
+     * nothing else can be running it (the wrappers stay inert until at_shim_on) */
+    if (have_hc && at_hooks_install(&hc, err, sizeof err) != 0)
+        fprintf(stderr, "acttrace: hooks disabled: %s\n", err);
     if (at_trace_start(&o, err, sizeof err) != 0) {
         at_preload_fail("cannot start the trace", err);
         goto out;
@@ -134,9 +138,6 @@ __attribute__((constructor)) static void at_preload_init(void)
     }
     if (at_cfg.fatal_signals)
         at_signals_install();
-    /* before the program runs: one thread, nothing of the program's is executing yet */
-    if (have_hc && at_hooks_install(&hc, err, sizeof err) != 0)
-        fprintf(stderr, "acttrace: hooks disabled: %s\n", err);
     __atomic_store_n(&at_shim_on, 1, __ATOMIC_RELEASE);
 out:
     errno = saved_errno;
