@@ -392,10 +392,18 @@ static int section_finish(parser *p)
         if (e->probe[0].sig.p[e->callback].type != AT_CT_PTR)
             return fail(p, p->callback.pos, "callback: '%s' is not a pointer", p->callback.v);
         e->callback_arg = AT_HC_NONE;
-        if (p->callback_arg.set &&
-            arg_ref(p, &e->probe[0], p->callback_arg.v, p->callback_arg.pos, false,
+        if (!p->callback_arg.set)
+            return fail(p, e->pos, "[flow %s]: expected 'callback_arg = ARGUMENT' (the argument "
+                                   "the callback receives: the shim passes its own in its place)",
+                        e->name);
+        if (arg_ref(p, &e->probe[0], p->callback_arg.v, p->callback_arg.pos, false,
                     "callback_arg", &e->callback_arg) < 0)
             return -1;
+        if (e->probe[0].sig.p[e->callback_arg].type != AT_CT_PTR &&
+            e->probe[0].sig.p[e->callback_arg].type != AT_CT_U64 &&
+            e->probe[0].sig.p[e->callback_arg].type != AT_CT_I64)
+            return fail(p, p->callback_arg.pos, "callback_arg: '%s' is not pointer-sized",
+                        p->callback_arg.v);
     }
     return 0;
 }

@@ -245,6 +245,10 @@ static const struct {
     {"[flow F]\ntype = pool\n", "t.conf:2:8: 'pool': expected callback or keyed"},
     {"[flow F]\ntype = callback\nfunction = f\nsignature = void f(int x)\ncallback = x\n",
      "t.conf:5:12: callback: 'x' is not a pointer"},
+    {"[flow F]\ntype = callback\nfunction = f\nsignature = void f(void (*cb)(void *), void *a)\n"
+     "callback = cb\n", "t.conf:1:2: [flow F]: expected 'callback_arg = ARGUMENT'"},
+    {"[flow F]\ntype = callback\nfunction = f\nsignature = void f(void (*cb)(void *), int a)\n"
+     "callback = cb\ncallback_arg = a\n", "t.conf:6:16: callback_arg: 'a' is not pointer-sized"},
     {"[flow F]\ntype = keyed\nenqueue = f\n",
      "[flow F]: a keyed flow needs 'enqueue' and 'dequeue'"},
     {"[event E]\nsignature = void f(void)\n", "t.conf:1:2: [event E]: expected 'function = NAME'"},
