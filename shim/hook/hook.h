@@ -78,6 +78,9 @@ struct at_hook {
     ffi_type *atypes[AT_SIG_MAX_PARAMS];
     ffi_closure *closure;
     int stub_index;
+    /* where the stub finds typed parameter i: its 8-byte slot in at_hook_regs (0-23: gp[6], rax,
+     * r10, then xmm0..7 at 8, 10, ..) or, from 32 on, stack slot (n - 32) */
+    uint8_t arg_slot[AT_SIG_MAX_PARAMS];
     /* entry patching */
     void *patched_at;
     uint8_t saved[32];

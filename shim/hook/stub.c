@@ -23,8 +23,25 @@ static int at_stub_used;
 _Static_assert(sizeof(at_hook_regs) == 192, "stub_asm.S saves 192 bytes of registers");
 _Static_assert(sizeof(at_hook_call) <= 32, "stub_asm.S keeps 32 bytes of call state");
 
+/* The System V places of the typed parameters, computed once per hook. */
+static void slots_plan(at_hook *h)
+{
+    const at_sig *s = h->sig;
+    int ngp = 0, nxmm = 0, nstack = 0;
+    for (int k = 0; s && k < s->nparams; k++) {
+        bool fp = s->p[k].type == AT_CT_F32 || s->p[k].type == AT_CT_F64;
+        if (fp && nxmm < 8)
+            h->arg_slot[k] = (uint8_t)(8 + 2 * nxmm++);
+        else if (!fp && ngp < 6)
+            h->arg_slot[k] = (uint8_t)ngp++;
+        else
+            h->arg_slot[k] = (uint8_t)(32 + nstack++);
+    }
+}
+
 int at_stub_make(at_hook *h)
 {
+    slots_plan(h);
     int i = __atomic_fetch_add(&at_stub_used, 1, __ATOMIC_RELAXED);
     if (i >= AT_STUB_MAX)
         return -1;
@@ -58,22 +75,10 @@ static uint64_t from_slot(at_ctype t, uint64_t v)
 }
 
 /* Where parameter i lives: a gp register, an xmm register or a stack slot. */
-static uint64_t *param_slot(const at_sig *s, int i, at_hook_regs *regs, uint64_t *stack)
+static inline uint64_t *param_slot(const at_hook *h, int i, at_hook_regs *regs, uint64_t *stack)
 {
-    int ngp = 0, nxmm = 0, nstack = 0;
-    for (int k = 0; k <= i; k++) {
-        bool fp = s->p[k].type == AT_CT_F32 || s->p[k].type == AT_CT_F64;
-        uint64_t *slot;
-        if (fp && nxmm < 8)
-            slot = (uint64_t *)regs->xmm[nxmm++];
-        else if (!fp && ngp < 6)
-            slot = &regs->gp[ngp++];
-        else
-            slot = &stack[nstack++];
-        if (k == i)
-            return slot;
-    }
-    return NULL;
+    unsigned n = h->arg_slot[i];
+    return n >= 32 ? &stack[n - 32] : (uint64_t *)regs + n;
 }
 
 void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_t *caller_sp,
@@ -96,12 +101,12 @@ void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_
         return h->orig;
     }
     for (int i = 0; i < s->nparams; i++)
-        args[i] = from_slot(s->p[i].type, *param_slot(s, i, regs, caller_sp));
+        args[i] = from_slot(s->p[i].type, *param_slot(h, i, regs, caller_sp));
     at_hook_enter(h, c, args);
     /* pointers the semantics replaced (a callback flow), in registers only: the stack arguments
      * the original receives are a copy taken after this */
     for (int i = 0; i < s->nparams; i++) {
-        uint64_t *slot = param_slot(s, i, regs, caller_sp);
+        uint64_t *slot = param_slot(h, i, regs, caller_sp);
         if (s->p[i].type == AT_CT_PTR && *slot != args[i] &&
             (uintptr_t)slot >= (uintptr_t)regs && (uintptr_t)slot < (uintptr_t)(regs + 1))
             *slot = args[i];
