@@ -90,12 +90,14 @@ __attribute__((constructor)) static void at_preload_init(void)
         .mode = AT_OUTPUT_FILE,
         .buffer_cap = at_cfg.buffer_bytes,
         .flush_interval_ms = at_cfg.flush_ms,
+        .no_symbols = !at_cfg.symbols,
     };
     if (at_trace_start(&o, err, sizeof err) != 0) {
         at_preload_fail("cannot start the trace", err);
         goto out;
     }
     at_fdguard_refresh();
+    at_shim_stacks_init();
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
         fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
         at_cfg.fdflow = false;
