@@ -41,6 +41,8 @@ struct am_model {
     size_t tcap, tn;
     uint64_t never_stopped, unmatched_stops;
     uint64_t total_size;
+    uint64_t serial;
+    uint64_t held, hold_limit; /* tree mode: finished activities kept for an open ancestor */
     int last_pct;
     bool progress_shown;
 };
@@ -433,8 +435,58 @@ static void free_subtree(am_model *m, am_activity *a)
         free_subtree(m, c);
         c = n;
     }
+    if (a->done_reported) m->held--;
     tab_del(m, a);
     act_free(a);
+}
+
+static int by_start(const void *x, const void *y)
+{
+    const am_activity *a = *(am_activity *const *)x, *b = *(am_activity *const *)y;
+    if (a->start != b->start) return a->start < b->start ? -1 : 1;
+    return a->depth < b->depth ? -1 : a->depth > b->depth;
+}
+
+/* Tree mode, too many finished activities held for ancestors still open: hand over every finished
+ * subtree whose parent is open (in start order) and free it. Runs once per o.hold closes at most, and
+ * visits the table once, so the cost per activity stays constant. */
+static void spill(am_model *m)
+{
+    size_t k = 0;
+    am_activity **v = malloc((m->tn + 1) * sizeof *v);
+    if (!v) return;
+    for (size_t i = 0; i < m->tcap; i++) {
+        am_activity *a = m->tab[i];
+        if (a && a->done_reported && a->open_below == 0 && a->parent && a->parent->open_below > 0) v[k++] = a;
+    }
+    /* a finished subtree replaced in the table by a newer activity of its id is not found here: it
+     * waits for its root, as it would without spilling */
+    qsort(v, k, sizeof *v, by_start);
+    for (size_t i = 0; i < k; i++) {
+        report_subtree(m, v[i]);
+        if (m->cb.spill) m->cb.spill(m->cb.ctx, v[i]);
+        v[i]->spilled = true;
+    }
+    for (size_t i = 0; i < k; i++) { /* unlink from the parents: one pass over each parent's children */
+        am_activity *p = v[i]->parent;
+        if (p->spilled) continue; /* this parent's list is already filtered (the mark is reset below) */
+        am_activity **c = &p->first_child;
+        p->last_child = NULL;
+        while (*c) {
+            if ((*c)->spilled) *c = (*c)->next_sibling;
+            else {
+                p->last_child = *c;
+                c = &(*c)->next_sibling;
+            }
+        }
+        p->spilled = true;
+    }
+    for (size_t i = 0; i < k; i++) v[i]->parent->spilled = false;
+    for (size_t i = 0; i < k; i++) {
+        v[i]->parent->live_children--;
+        free_subtree(m, v[i]);
+    }
+    free(v);
 }
 
 /* a has stopped (or the stream ended with it open): report it when final, free what can go. */
@@ -451,10 +503,15 @@ static void close_activity(am_model *m, am_activity *a)
         try_free(m, a);
         return;
     }
+    m->held++;
     if (root->open_below == 0) {
         report_subtree(m, root);
         if (m->cb.tree) m->cb.tree(m->cb.ctx, root);
         free_subtree(m, root);
+    } else if (m->held > m->hold_limit) {
+        spill(m);
+        /* what stays is held by subtrees still open: wait for as many closes again */
+        m->hold_limit = m->held + (m->o.hold ? m->o.hold : AM_HOLD_DEFAULT);
     }
 }
 
@@ -508,6 +565,7 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
     a->start = a->stop = t;
     a->start_tid = ev->thread;
     a->open_below = 1;
+    a->serial = ++m->serial;
 
     am_activity *p = NULL;
     at_guid pg;
@@ -650,6 +708,7 @@ am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_
     m->o = *o;
     if (cb) m->cb = *cb;
     m->last_pct = -1;
+    m->hold_limit = m->o.hold ? m->o.hold : AM_HOLD_DEFAULT;
     for (int i = 0; i < npaths; i++) {
         am_input *in = &m->in[i];
         nt_options no = {0};

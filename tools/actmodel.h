@@ -4,8 +4,8 @@
  * of its id, else its RelatedActivityId, which across processes names an activity of the parent
  * process), records the threads it visited and the transfers between them (acttrace-flow Send 9 /
  * Receive 240), and hands finished activities to the command. Memory is bounded by the activities
- * still open (and, for tree output, by the finished subtrees under an open ancestor), never by the
- * size of the files. */
+ * still open (and, for tree output, by at most o.hold finished activities under open ancestors),
+ * never by the size of the files. */
 #ifndef AM_ACTMODEL_H
 #define AM_ACTMODEL_H
 
@@ -49,6 +49,8 @@ struct am_activity {
     uint32_t open_below;      /* activities of this subtree (itself included) not yet stopped */
     uint32_t live_children;   /* children not yet freed */
     bool done_reported;
+    bool spilled;             /* model-internal mark */
+    uint64_t serial;          /* 1, 2, ... in start order: names an activity after it is freed */
     /* pending sends (FIFO) for matching receives */
     uint64_t send_tid[8];
     int64_t send_ts[8];
@@ -75,6 +77,10 @@ typedef struct am_callbacks {
     void (*activity)(void *ctx, const am_activity *a);
     /* Tree mode: a root whose whole subtree has finished (children linked, in start order). */
     void (*tree)(void *ctx, const am_activity *root);
+    /* Tree mode: a finished subtree handed over early because more than o.hold finished activities
+     * were waiting for ancestors still open; its parent chain is alive (and still open). It is not
+     * part of its root's tree any more. */
+    void (*spill)(void *ctx, const am_activity *sub);
     void *ctx;
 } am_callbacks;
 
@@ -82,7 +88,11 @@ typedef struct am_options {
     bool tree;        /* keep finished subtrees until their root's subtree is complete */
     bool progress;    /* allow a progress bar on stderr (only when it is a terminal, files large) */
     bool need_events; /* call cb.event for every event (else only activities are tracked) */
+    uint64_t hold;    /* tree mode: finished activities held for open ancestors before cb.spill
+                         (0: AM_HOLD_DEFAULT) */
 } am_options;
+
+#define AM_HOLD_DEFAULT 100000
 
 typedef struct am_model am_model;
 
