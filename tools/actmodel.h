@@ -92,7 +92,7 @@ typedef struct am_options {
                          (0: AM_HOLD_DEFAULT) */
 } am_options;
 
-#define AM_HOLD_DEFAULT 100000
+#define AM_HOLD_DEFAULT 20000
 
 typedef struct am_model am_model;
 
