@@ -76,6 +76,8 @@ void am_format_id(const at_guid *g, uint32_t pid, char *out, size_t n)
         return;
     }
     if (at_actpath_format(g, pid, out, n) > 0) return;
+    /* another process's id (a cross-process link): its pid is in the checksum */
+    if (pid && at_actpath_format(g, 0, out, n) > 0) return;
     char s[37];
     at_guid_format(g, s);
     snprintf(out, n, "%s", s);
@@ -581,7 +583,8 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
     if (p && p->done_reported && !m->o.tree) p = NULL; /* already reported: nowhere to hang it */
     if (p && p->depth + 1 >= AM_MAX_DEPTH) p = NULL;   /* a hostile chain: the walks up stay short */
     if (!p && !at_guid_is_zero(&ev->related)) {
-        uint32_t rp = at_actpath_is_path(&ev->related, at_actpath_pid(&ev->related)) ? at_actpath_pid(&ev->related) : pid;
+        uint32_t rp = at_actpath_is_path(&ev->related, pid) ? pid
+                      : at_actpath_is_path(&ev->related, 0) ? at_actpath_pid(&ev->related) : pid;
         char rs[80];
         am_format_id(&ev->related, rp, rs, sizeof rs);
         snprintf(a->link, sizeof a->link, "pid %u %s", rp, rs);

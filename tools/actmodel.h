@@ -121,7 +121,8 @@ uint64_t am_unmatched_stops(const am_model *m);
 /* Helpers the commands share. */
 /* Activity name from an event name: "RequestStart" -> "Request" (copied into out). */
 void am_activity_name(const char *event_name, char *out, size_t n);
-/* "//1/5/1" or the GUID (or "" for zero) into out. */
+/* "//1/5/1" (an id of process pid, or of another process: its pid is in the checksum), or the GUID
+ * (or "" for zero) into out. */
 void am_format_id(const at_guid *g, uint32_t pid, char *out, size_t n);
 /* Is path equal to prefix or below it ("//1/5/1" within "//1/5")? */
 bool am_path_within(const char *path, const char *prefix);

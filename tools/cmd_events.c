@@ -78,10 +78,8 @@ static void on_event(void *vc, const am_event *e)
     if (e->act && at_guid_eq(&e->act->id, &ev->activity)) act = e->act->path;
     else am_format_id(&ev->activity, e->pid, actb, sizeof actb);
     if (c->prefix && !am_path_within(act, c->prefix)) return;
-    uint32_t rpid = e->pid;
-    if (!at_guid_is_zero(&ev->related) && e->act && e->act->link[0]) rpid = (uint32_t)strtoul(e->act->link + 4, NULL, 10);
     if (e->act && e->act->parent && at_guid_eq(&e->act->parent->id, &ev->related)) rel = e->act->parent->path;
-    else am_format_id(&ev->related, rpid, relb, sizeof relb);
+    else am_format_id(&ev->related, e->pid, relb, sizeof relb);
     am_buf *f = &c->out;
     am_buf_ms(f, e->time, 12);
     am_buf_str(f, "  ");
