@@ -17,7 +17,7 @@
 #define AM_MAX_VISITS 256
 #define AM_MAX_DEPTH 1000 /* deeper activities become roots (with their link): recursion and walks stay bounded */
 #define AM_MAX_XFERS 256
-#define AM_PROGRESS_MIN (64ull << 20)
+#define AM_PROGRESS_MIN (64ull << 20) /* bytes; ACTTRACE_PROGRESS_MIN overrides (tests) */
 
 typedef struct am_input {
     nt_reader *r;
@@ -45,6 +45,7 @@ struct am_model {
     uint64_t held, hold_limit; /* tree mode: finished activities kept for an open ancestor */
     int last_pct;
     bool progress_shown;
+    uint64_t progress_min;
 };
 
 /* ---------------- small helpers ---------------- */
@@ -711,6 +712,8 @@ am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_
     m->o = *o;
     if (cb) m->cb = *cb;
     m->last_pct = -1;
+    const char *pm = getenv("ACTTRACE_PROGRESS_MIN");
+    m->progress_min = pm && *pm ? strtoull(pm, NULL, 10) : AM_PROGRESS_MIN;
     m->hold_limit = m->o.hold ? m->o.hold : AM_HOLD_DEFAULT;
     for (int i = 0; i < npaths; i++) {
         am_input *in = &m->in[i];
@@ -739,7 +742,7 @@ am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_
 
 static void progress(am_model *m, bool final)
 {
-    if (!m->o.progress || m->total_size < AM_PROGRESS_MIN || !isatty(2)) return;
+    if (!m->o.progress || m->total_size < m->progress_min || !isatty(2)) return;
     if (final) {
         if (m->progress_shown) fprintf(stderr, "\r%60s\r", "");
         return;
@@ -783,7 +786,7 @@ int am_run(am_model *m, char *err, size_t errlen)
             if (m->in[i].has_head && (best < 0 || m->in[i].head_time < m->in[best].head_time)) best = i;
         if (best < 0) break;
         apply(m, best, &m->in[best].head, m->in[best].head_time);
-        if ((++n & 0xffff) == 0) progress(m, false);
+        if ((++n & 0xfff) == 0) progress(m, false);
         if (refill(m, best) < 0) {
             snprintf(err, errlen, "%s", nt_error(m->in[best].r));
             status = -1;
