@@ -626,6 +626,15 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
     return a;
 }
 
+/* Does a Stop event of this name stop an activity named name? ("RequestStop" or, with a Stop opcode
+ * given by tag, "Request"; compared as the model stores names, cut to the same length) */
+static bool stop_names(const char *ev_name, const char *name)
+{
+    char n[sizeof ((am_activity *)0)->name];
+    am_activity_name(ev_name, n, sizeof n);
+    return strcmp(n, name) == 0;
+}
+
 static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
 {
     uint32_t pid = (uint32_t)m->in[f].info.pid;
@@ -674,6 +683,9 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
     }
     e.act = a;
     if (op == NT_OPCODE_STOP) {
+        /* EventSource logs a Stop that finds no live activity of its name with the current id: such
+         * a Stop (another name) leaves the activity of that id running */
+        if (a && !stop_names(ev->meta->name, a->name)) a = NULL;
         if (a) {
             a->stopped = true;
             a->stop = t;

@@ -87,6 +87,9 @@ static void gen_nonnested(void *ctx)
     at_gen_stop("Session", "//1", 3);   /* the parent ends before its child */
     at_gen_stop("Upload", "//1/1", 6);
     at_gen_stop("Upload", "//9", 7);    /* a Stop that matches nothing */
+    at_gen_start("Session", "//2", NULL, 8);
+    at_gen_stop("Upload", "//2", 9);    /* EventSource's Stop with no live Upload: //2 keeps running */
+    at_gen_stop("Session", "//2", 10);
 }
 
 START_TEST(non_nested)
@@ -95,8 +98,9 @@ START_TEST(non_nested)
     ck_assert_int_gt(pids[0], 0);
     expect((const char *const[]){"tree", paths[0], NULL},
            "Session //1  start 1.000  duration 2.000 ms  threads T1\n"
-           "  Upload //1/1  start 2.000  duration 4.000 ms  threads T1\n");
-    expect((const char *const[]){"events", paths[0], NULL},
+           "  Upload //1/1  start 2.000  duration 4.000 ms  threads T1\n"
+           "Session //2  start 8.000  duration 2.000 ms  threads T1\n");
+    expect((const char *const[]){"events", "--to", "7", paths[0], NULL},
            "       0.000  T16  Microsoft-DotNETCore-EventPipe/ProcessInfo  -  -  CommandLine=\"tracegen\"  OSInformation=\"Linux\"  ArchInformation=\"x64\"\n"
            "       1.000  T1  acttrace/SessionStart  //1  -  SessionId=1\n"
            "       2.000  T1  acttrace/UploadStart  //1/1  //1  UploadId=11\n"
