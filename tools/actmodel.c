@@ -42,7 +42,9 @@ struct am_model {
     uint64_t never_stopped, unmatched_stops;
     uint64_t total_size;
     uint64_t serial;
-    uint64_t held, hold_limit; /* tree mode: finished activities kept for an open ancestor */
+    uint64_t held, hold_limit;
+    am_activity **shadow;      /* open activities of earlier exec images, out of the table */
+    size_t nshadow, cshadow; /* tree mode: finished activities kept for an open ancestor */
     int last_pct;
     bool progress_shown;
     uint64_t progress_min;
@@ -555,10 +557,23 @@ static uint64_t first_u64(const nt_event *ev)
     return v;
 }
 
-static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid, int64_t t)
+static void shadow_push(am_model *m, am_activity *a)
+{
+    if (m->nshadow == m->cshadow) {
+        size_t c = m->cshadow ? m->cshadow * 2 : 16;
+        am_activity **v = realloc(m->shadow, c * sizeof *v);
+        if (!v) return; /* then it is closed at the end only if still reachable: a leak, not a crash */
+        m->shadow = v;
+        m->cshadow = c;
+    }
+    m->shadow[m->nshadow++] = a;
+}
+
+static am_activity *start_activity(am_model *m, const nt_event *ev, int file, uint32_t pid, int64_t t)
 {
     am_activity *a = calloc(1, sizeof *a);
     if (!a) return NULL;
+    a->file = file;
     a->id = ev->activity;
     a->related = ev->related;
     a->pid = pid;
@@ -572,10 +587,18 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
 
     am_activity *p = NULL;
     at_guid pg;
+    /* An exec'ed image keeps the pid, so its ids are those of the image before it, whose activities
+     * never stopped (the image was replaced): the activity of the same id in an earlier file is the
+     * one it continues, when the new Start names no other creator. */
+    am_activity *old = tab_get(m, &a->id);
+    bool exec_cont = old && !old->done_reported && old->file != file &&
+                     (at_guid_is_zero(&ev->related) || at_guid_eq(&ev->related, &ev->activity));
     /* usually RelatedActivityId is the path parent: one lookup and a prefix check, no re-encoding */
     am_activity *r = at_guid_is_zero(&ev->related) ? NULL : tab_get(m, &ev->related);
     size_t rl = r ? strlen(r->path) : 0;
-    if (r && r->pid == pid && rl && !strncmp(a->path, r->path, rl) && a->path[rl] == '/' && !strchr(a->path + rl + 1, '/'))
+    if (exec_cont)
+        p = old;
+    else if (r && r->pid == pid && rl && !strncmp(a->path, r->path, rl) && a->path[rl] == '/' && !strchr(a->path + rl + 1, '/'))
         p = r;
     else if (path_parent_id(a->path, pid, &pg))
         p = tab_get(m, &pg);
@@ -601,12 +624,17 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
         }
         for (am_activity *q = p; q; q = q->parent) q->open_below++;
     }
-    am_activity *old = tab_get(m, &a->id);
     if (old && !old->done_reported) {
-        /* the same id started again while open: the old one never stopped */
-        m->never_stopped++;
         tab_del(m, old);
-        close_activity(m, old);
+        if (old->file != file) {
+            /* an earlier image's: it stays open (never stopped) until the end of the stream */
+            shadow_push(m, old);
+        } else {
+            /* the same id started again while open: the old one never stopped */
+            m->never_stopped++;
+            old->stop = t;
+            close_activity(m, old);
+        }
     }
     if (!tab_put(m, a)) {
         if (p) {
@@ -643,7 +671,7 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
     am_activity *a = NULL;
     if (t > m->end) m->end = t;
     if (!at_guid_is_zero(&ev->activity)) {
-        if (op == NT_OPCODE_START) a = start_activity(m, ev, pid, t);
+        if (op == NT_OPCODE_START) a = start_activity(m, ev, f, pid, t);
         else a = tab_get(m, &ev->activity);
     }
     if (a && a->done_reported) {
@@ -807,20 +835,12 @@ int am_run(am_model *m, char *err, size_t errlen)
     progress(m, true);
     /* the stream ended (or broke): activities still open were never stopped, in start order */
     size_t k = 0;
-    am_activity **open = malloc((m->tn + 1) * sizeof *open);
+    am_activity **open = malloc((m->tn + m->nshadow + 1) * sizeof *open);
     if (open) {
         for (size_t i = 0; i < m->tcap; i++)
             if (m->tab[i] && !m->tab[i]->done_reported) open[k++] = m->tab[i];
-        for (size_t i = 1; i < k; i++) { /* insertion sort by start; usually few */
-            am_activity *x = open[i];
-            size_t j = i;
-            while (j > 0 && (open[j - 1]->start > x->start ||
-                             (open[j - 1]->start == x->start && open[j - 1]->depth > x->depth))) {
-                open[j] = open[j - 1];
-                j--;
-            }
-            open[j] = x;
-        }
+        for (size_t i = 0; i < m->nshadow; i++) open[k++] = m->shadow[i];
+        qsort(open, k, sizeof *open, by_start); /* parents before children */
         /* close deepest-last so a parent's report sees its children final: close children first */
         for (size_t i = k; i-- > 0;) {
             open[i]->stop = m->end;
@@ -847,6 +867,7 @@ void am_close(am_model *m)
             }
         free(m->tab);
     }
+    free(m->shadow);
     free(m);
 }
 

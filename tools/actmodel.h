@@ -30,6 +30,7 @@ struct am_activity {
     char path[80];            /* "//1/5/1", or the GUID when the id is not an activity path */
     char name[64];            /* "Request" for RequestStart */
     uint32_t pid;             /* of the process that wrote it (the file header's) */
+    int file;                 /* index of the input file that has its Start */
     uint32_t depth;           /* 0 for a root */
     uint64_t unique_id;       /* the <Name>Id payload field (0 if none) */
     int64_t start, stop;      /* ns from the origin; stop = last event of the stream if never stopped */

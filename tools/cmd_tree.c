@@ -55,7 +55,7 @@ static void print_head(tree_ctx *c, const am_activity *a, int indent)
     am_buf_str(f, a->name);
     am_buf_chr(f, ' ');
     am_buf_str(f, a->path);
-    if (c->multi && (!a->parent || a->parent->pid != a->pid)) {
+    if (c->multi && (!a->parent || a->parent->file != a->file)) {
         am_buf_str(f, " pid ");
         am_buf_u64(f, a->pid);
     }

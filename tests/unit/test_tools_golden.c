@@ -244,6 +244,33 @@ START_TEST(cross_process)
 }
 END_TEST
 
+/* An exec chain: each image starts Hop //1/1 again (same pid, so the same id) naming the previous
+ * image's as related, as the shim's exec hand-over does; the previous image's Hop never stops. */
+static void gen_exec(void *ctx)
+{
+    (void)ctx;
+    at_gen_note_thread(0);
+    at_gen_start("Hop", "//1", NULL, 1);
+    at_gen_start("Work", "//1/1", "//1", 2);
+    at_gen_exec(paths[1]);
+    at_gen_start("Hop", "//1", "//1", 10);
+    at_gen_exec(paths[2]);
+    at_gen_start("Hop", "//1", "//1", 20);
+    at_gen_stop("Hop", "//1", 21);
+}
+
+START_TEST(exec_chain)
+{
+    pids[0] = at_gen_trace(paths[0], gen_exec, NULL);
+    ck_assert_int_gt(pids[0], 0);
+    expect((const char *const[]){"tree", paths[0], paths[1], paths[2], NULL},
+           "Hop //1 pid P1  start 1.000  NEVER STOPPED (open 20.000 ms at the end)  threads T1\n"
+           "  Work //1/1  start 2.000  NEVER STOPPED (open 19.000 ms at the end)  threads T1\n"
+           "  Hop //1 pid P1  start 10.000  NEVER STOPPED (open 11.000 ms at the end)  threads T1\n"
+           "    Hop //1 pid P1  start 20.000  duration 1.000 ms  threads T1\n");
+}
+END_TEST
+
 /* A root that lives as long as the process, over five requests: with --hold 3, whenever more than 3
  * finished activities wait for the root, they are printed before it ends under a "(running)" line
  * (after Request 2 and Request 4 here), so memory does not grow with them. */
@@ -303,6 +330,7 @@ int main(void)
     tcase_add_test(tc, cross_thread);
     tcase_add_test(tc, cross_process);
     tcase_add_test(tc, long_lived_root);
+    tcase_add_test(tc, exec_chain);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
