@@ -165,12 +165,16 @@ START_TEST(test_connection_activity_per_handler)
                 break;
         if (stop < 0) {
             /* The client sees EOF at the handler's shutdown(SHUT_WR), before its close(): the last
-             * handler can still be between the two when SIGINT ends the process (its daemon thread
-             * never ends). Only a handler thread that did not finish may leave it open. */
+             * handler can still be between the two when SIGINT ends the process. Python then ends
+             * that daemon thread with pthread_exit when it next wants the GIL (ExitKind 1), or
+             * not at all. Only a handler that did not return may leave its Connection open. */
             bool ended = false;
             for (long e = at_find(t, "acttrace-shim", "ThreadEnd", (size_t)b + 1); e >= 0;
-                 e = at_find(t, "acttrace-shim", "ThreadEnd", (size_t)e + 1))
-                ended |= t->ev[e].thread == handler;
+                 e = at_find(t, "acttrace-shim", "ThreadEnd", (size_t)e + 1)) {
+                uint64_t kind = 1;
+                ended |= t->ev[e].thread == handler && at_field_u64(&t->ev[e], "ExitKind", &kind) &&
+                         kind == 0;
+            }
             ck_assert_msg(!ended, "Connection %s never stopped though its handler ended", cs->act_path);
             unfinished++;
             continue;
