@@ -3,7 +3,7 @@
 #   shim/**/*.c shim/**/*.S -> libacttrace.so (with runtime + config linked in)
 #   tools/*.c (but main.c) -> libattools.a; tools/main.c -> acttrace
 #   tests/unit/test_*.c, tests/integration/test_*.c -> one Check binary each
-#   tests/fixtures/*.c|*.cc -> one program each (prefix glib_/uv_/ev_/omp_ picks the library)
+#   tests/fixtures/*.c|*.cc -> one program each (prefix glib_/uv_/ev_/omp_/mhd_ picks the library)
 #   tests/bench/bench_*.c -> one benchmark each        tests/fuzz/fuzz_*.c -> libFuzzer targets
 # BUILD=dir picks the output folder; SAN=1 builds with ASan+UBSan (make check-asan does both).
 
@@ -20,7 +20,8 @@ CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -fPIC -pthread -fvisibility=hidden -fno-strict-aliasing
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -Wall -Wextra -fPIC -pthread
-LDLIBS_COMMON := -ldl -lpthread -lrt -lm
+# libelf (symbol look-up) and Zydis (entry patching) serve the hooks of issue 5
+LDLIBS_COMMON := -lelf -lZydis -ldl -lpthread -lrt -lm
 ifeq ($(SAN),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   CFLAGS += $(SANFLAGS) -O1
@@ -40,7 +41,9 @@ TOOLLIB_SRC := $(filter-out tools/main.c,$(wildcard tools/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 INTEG_SRC := $(wildcard tests/integration/test_*.c)
 TESTLIB_SRC := $(wildcard tests/lib/*.c)
-FIXTURE_C := $(wildcard tests/fixtures/*.c)
+# tests/fixtures/lib*.c -> build/fixtures/lib*.so, the libraries of the hook fixtures (hk_*)
+FIXTURE_LIB_SRC := $(wildcard tests/fixtures/lib*.c)
+FIXTURE_C := $(filter-out $(FIXTURE_LIB_SRC),$(wildcard tests/fixtures/*.c))
 FIXTURE_CXX := $(wildcard tests/fixtures/*.cc)
 BENCH_SRC := $(wildcard tests/bench/bench_*.c)
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
@@ -61,7 +64,9 @@ ACTTRACE := $(BUILD)/acttrace
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 FIXTURE_BIN := $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%,$(FIXTURE_C)) \
-               $(patsubst tests/fixtures/%.cc,$(BUILD)/fixtures/%,$(FIXTURE_CXX))
+               $(patsubst tests/fixtures/%.cc,$(BUILD)/fixtures/%,$(FIXTURE_CXX)) \
+               $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%.so,$(FIXTURE_LIB_SRC)) \
+               $(if $(wildcard tests/fixtures/hk_calls.c),$(addprefix $(BUILD)/fixtures/hk_calls-,now nopie stripped dbg))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 DEMO_BIN := $(patsubst tests/demo/%.c,$(BUILD)/demo/%,$(DEMO_SRC))
@@ -75,6 +80,8 @@ deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
+# the typed hook wrapper runs cleanups when a C++ exception unwinds through it
+$(BUILD)/obj/shim/hook/ffiwrap.o: CFLAGS += -fexceptions
 $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -114,6 +121,24 @@ $(BUILD)/fixtures/glib_%: FIX_LIBS = $(shell pkg-config --cflags --libs glib-2.0
 $(BUILD)/fixtures/uv_%: FIX_LIBS = $(shell pkg-config --cflags --libs libuv)
 $(BUILD)/fixtures/ev_%: FIX_LIBS = $(shell pkg-config --cflags --libs libevent libevent_pthreads)
 $(BUILD)/fixtures/omp_%: FIX_LIBS = -fopenmp
+$(BUILD)/fixtures/mhd_%: FIX_LIBS = $(shell pkg-config --cflags --libs libmicrohttpd)
+# hook fixtures: linked with libhkfx.so (GOT calls), built again with -z now, non-PIE and stripped
+$(BUILD)/fixtures/lib%.so: tests/fixtures/lib%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FIX_CFLAGS) -shared -fPIC -o $@ $<
+$(BUILD)/fixtures/hk_%: FIX_LIBS = -L$(BUILD)/fixtures -lhkfx -Wl,-rpath,$(abspath $(BUILD)/fixtures) -ldl
+$(filter $(BUILD)/fixtures/hk_%,$(FIXTURE_BIN)): $(BUILD)/fixtures/libhkfx.so
+$(BUILD)/fixtures/hk_calls-now: FIXTURE_FLAGS = -Wl,-z,now -Wl,-z,relro
+$(BUILD)/fixtures/hk_calls-nopie: FIXTURE_FLAGS = -no-pie -fno-pie
+$(BUILD)/fixtures/hk_calls-stripped: FIXTURE_FLAGS = -s
+$(BUILD)/fixtures/hk_bench: FIXTURE_FLAGS = -O2 -fpatchable-function-entry=5
+# stripped, its symbols in a separate file found through .gnu_debuglink
+$(BUILD)/fixtures/hk_calls-dbg: $(BUILD)/fixtures/hk_calls
+	objcopy --only-keep-debug $< $@.debug
+	objcopy --strip-all --add-gnu-debuglink=$@.debug $< $@
+$(BUILD)/fixtures/hk_calls-%: tests/fixtures/hk_calls.c $(BUILD)/fixtures/libhkfx.so
+	@mkdir -p $(dir $@)
+	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS)
 $(BUILD)/fixtures/%: tests/fixtures/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS) -lrt

@@ -1,6 +1,6 @@
 /* config.h: the shim's settings as a plain struct: built-in defaults, then ACTTRACE_* environment
  * overrides. No side effects (the shim prints what at_config_load reports). The config *file*
- * (ACTTRACE_CONFIG) is issue 5: until it lands, a set ACTTRACE_CONFIG is reported and ignored. */
+ * (ACTTRACE_CONFIG: functions to hook, [trace] settings) is parsed by hookconf.h. */
 #ifndef AT_CONFIG_H
 #define AT_CONFIG_H
 
@@ -10,15 +10,15 @@
 
 #define AT_CONFIG_PATH_MAX 4096
 
-/* Which events of an activity carry a stack (ACTTRACE_STACKS; per activity once the config file
- * lands, issue 5). */
+/* Which events of an activity carry a stack (ACTTRACE_STACKS; a config file's 'stacks' key
+ * overrides it per activity). */
 enum at_cfg_stacks { AT_CFG_STACKS_START = 0, AT_CFG_STACKS_STOP, AT_CFG_STACKS_BOTH, AT_CFG_STACKS_NONE };
 /* The stack walker (ACTTRACE_STACK_WALKER); same order as runtime/stack.h's at_stack_mode. */
 enum at_cfg_walker { AT_CFG_WALKER_SHARED = 0, AT_CFG_WALKER_LIBUNWIND, AT_CFG_WALKER_FP };
 
 typedef struct at_config {
     char output[AT_CONFIG_PATH_MAX]; /* ACTTRACE_OUTPUT; pattern with %p/%t (default acttrace-%p.nettrace) */
-    char config_file[AT_CONFIG_PATH_MAX]; /* ACTTRACE_CONFIG (not parsed yet: issue 5) */
+    char config_file[AT_CONFIG_PATH_MAX]; /* ACTTRACE_CONFIG (parsed by hookconf.h) */
     bool fdflow;            /* ACTTRACE_FDFLOW=0|1: fd-keyed hand-off (default 1) */
     bool accept_activity;   /* ACTTRACE_ACCEPT_ACTIVITY=0|1: accept/accept4 start a Connection
                                activity per accepted socket, stopped at close (default 0) */

@@ -288,6 +288,41 @@ void at_fdflow_untag_range(unsigned first, unsigned last)
 
 /* ---------------- the interposed functions ---------------- */
 
+/* A configured start/stop activity just started on this thread with an fd as its key (hooks.c):
+ * fd is tagged with it and it stays current here until the thread's next wait point, the way the
+ * accept Connection does, so threads created for the connection and whoever does I/O on fd join
+ * it. prev/base: what at_flow_enter/at_flow_capture returned around the Start (given over). Returns
+ * false (nothing taken) when fd is not in the table; the caller then restores prev itself. */
+bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base)
+{
+    at_fd_slot *s;
+    if (fd < 0 || !at_on() || !at_cfg.fdflow || !(s = slot_of(fd)))
+        return false;
+    int e = errno;
+    at_activity *tag = at_flow_capture(); /* a, current now */
+    at_activity_ref(a);
+    at_adopt_act = a;
+    at_adopt_prev = prev;
+    at_adopt_base = base;
+    at_adopt_fd = fd;
+    at_adopting = true;
+    bool old_owns;
+    at_activity *old = tag_take(s, &old_owns);
+    if (tag) {
+        int high = __atomic_load_n(&at_fd_high, __ATOMIC_RELAXED);
+        while (fd > high && !__atomic_compare_exchange_n(&at_fd_high, &high, fd, true,
+                                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            ;
+        s->owns = false; /* the hook's own stop symbol stops it */
+        __atomic_store_n(&s->act, tag, __ATOMIC_RELEASE);
+        tag_event(fd, "hook");
+        at_flow_transfer_send(tag);
+    }
+    tag_drop(old, old_owns);
+    errno = e;
+    return true;
+}
+
 AT_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
     fd_wait(); /* accept blocks for the next connection: a wait point of its own */

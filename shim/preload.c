@@ -11,6 +11,7 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+#include "hookconf.h"
 #include "real.h"
 #include "shim.h"
 
@@ -53,6 +54,17 @@ static void exec_generation_pattern(at_config *c)
         memcpy(c->output, out, (size_t)n + 1);
 }
 
+/* The config file's [trace] settings, where the environment did not set the same thing. */
+static void hookconf_apply(const at_hookconf *hc, at_config *c)
+{
+    if (hc->output[0] && !getenv("ACTTRACE_OUTPUT"))
+        snprintf(c->output, sizeof c->output, "%s", hc->output);
+    if (hc->buffer_bytes && !getenv("ACTTRACE_BUFFER_KB"))
+        c->buffer_bytes = hc->buffer_bytes;
+    if (hc->flush_ms && !getenv("ACTTRACE_FLUSH_MS"))
+        c->flush_ms = hc->flush_ms;
+}
+
 static void at_preload_fail(const char *what, const char *why)
 {
     fprintf(stderr, "acttrace: %s: %s; the program runs untraced\n", what, why);
@@ -74,11 +86,23 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_preload_fail("bad setting", err);
         goto out;
     }
-    if (at_cfg.config_file[0])
-        fprintf(stderr,
-                "acttrace: ACTTRACE_CONFIG=%s ignored: config files arrive with issue 5; "
-                "tracing with the defaults\n",
-                at_cfg.config_file);
+    static at_hookconf hc; /* lives as long as the hooks made from it */
+    bool have_hc = false;
+    const char *check = getenv("ACTTRACE_CHECK");
+    if (at_cfg.config_file[0]) {
+        if (at_hookconf_load(at_cfg.config_file, &hc, err, sizeof err) != 0)
+            fprintf(stderr, "acttrace: %s; no function is hooked\n", err);
+        else {
+            have_hc = true;
+            hookconf_apply(&hc, &at_cfg);
+        }
+    }
+    if (check && *check) {
+        /* acttrace check: the program is loaded, its main never runs */
+        int rc = have_hc ? at_hooks_check(&hc, stdout) : 2;
+        fflush(stdout);
+        _exit(rc);
+    }
     exec_generation_pattern(&at_cfg);
 
     if (at_shim_events_register(err, sizeof err) != 0) {
@@ -92,6 +116,18 @@ __attribute__((constructor)) static void at_preload_init(void)
         .flush_interval_ms = at_cfg.flush_ms,
         .no_symbols = !at_cfg.symbols,
     };
+    if (have_hc) {
+        if (hc.mode)
+            o.mode = (enum at_output_mode)(hc.mode - 1), o.mode_size = hc.mode_size;
+        if (hc.level >= 0)
+            o.level = (uint8_t)hc.level;
+        if (hc.has_keywords)
+            o.keywords = hc.keywords;
+    }
+    /* Hooks go in before the trace's flusher thread exists: entry patching rewrites code while
+     * nothing else can be running it (the wrappers stay inert until at_shim_on) */
+    if (have_hc && at_hooks_install(&hc, err, sizeof err) != 0)
+        fprintf(stderr, "acttrace: hooks disabled: %s\n", err);
     if (at_trace_start(&o, err, sizeof err) != 0) {
         at_preload_fail("cannot start the trace", err);
         goto out;

@@ -3,6 +3,7 @@
 #ifndef AT_SHIM_H
 #define AT_SHIM_H
 
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "activity.h"
@@ -81,6 +82,12 @@ static inline bool at_fd_is_trace(int fd)
 void at_fdflow_untag_range(unsigned first, unsigned last);
 int at_fdflow_init(char *err, size_t n);
 void at_fdflow_thread_exit(void); /* drop an adoption the exiting thread still holds */
+bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base);
+/* hooks.c: the config file's hooks (issue 5) */
+struct at_hookconf;
+int at_hooks_install(const struct at_hookconf *hc, char *err, size_t n);
+/* acttrace check: report how each entry would be hooked; 0 when all can be */
+int at_hooks_check(const struct at_hookconf *hc, FILE *out);
 
 /* Write one of the shim's events in the current activity (errno preserved). */
 void at_shim_event(const at_event_type *t, const void *payload, uint32_t len);

@@ -13,5 +13,6 @@ int at_cmd_stats(int argc, char **argv);
 int at_cmd_stacks(int argc, char **argv);
 int at_cmd_export(int argc, char **argv);
 int at_cmd_report(int argc, char **argv);
+int at_cmd_check(int argc, char **argv);
 
 #endif

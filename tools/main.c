@@ -21,6 +21,7 @@ static const at_subcommand commands[] = {
     {"stacks", at_cmd_stacks, "folded stacks per activity name (flamegraph.pl / inferno input)"},
     {"export", at_cmd_export, "write Chrome trace-event (Perfetto) or speedscope JSON"},
     {"report", at_cmd_report, "write a self-contained HTML report: timeline, histograms, flame graphs"},
+    {"check", at_cmd_check, "resolve a config's functions in a program and say how each will be hooked"},
 };
 
 static void usage(FILE *f)

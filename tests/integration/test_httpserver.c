@@ -9,6 +9,7 @@
  * Connection is stopped when the handler closes the socket, on the handler's thread. */
 #include <arpa/inet.h>
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -63,6 +64,22 @@ static int get(int port)
     return code;
 }
 
+/* Threads of process pid (its /proc/<pid>/task entries). */
+static int task_count(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 static void run_server(at_session *s, const char *const *extra_env)
 {
     memset(s, 0, sizeof *s);
@@ -96,6 +113,11 @@ static void run_server(at_session *s, const char *const *extra_env)
     int codes[NREQ];
     for (int i = 0; i < NREQ; i++)
         codes[i] = up >= 0 ? get(port) : -1;
+    /* A handler closes its socket just after the client sees the end of the response (shutdown
+     * comes first): wait for the handler threads to end, so an interrupt cannot cut a close off
+     * (bounded; not a timing assertion) */
+    for (int i = 0; i < 400 && task_count(p.pid) > 1; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     kill(p.pid, SIGINT); /* http.server's own KeyboardInterrupt handling ends it with exit 0 */
     ck_assert_int_eq(at_wait(&p, &s->r), 0);
     ck_assert_msg(up >= 0, "python3 http.server never listened on %d: %s", port, s->r.err);
@@ -192,6 +214,51 @@ START_TEST(test_connection_activity_per_handler)
 }
 END_TEST
 
+/* The same through a config file (issue 5): config/examples/http-server.conf hooks accept4 and
+ * close by name (GOT), pairs them by fd and captures the fd. Each connection is an activity from
+ * accept4's return to the close of that fd, and follows the connection into its handler thread. */
+START_TEST(test_config_accept_close_pair)
+{
+    at_session s;
+    char env0[4200];
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s/config/examples/http-server.conf", AT_SOURCE_DIR);
+    const char *env[] = {env0, NULL};
+    run_server(&s, env);
+    const at_trace *t = &s.t;
+    ck_assert_msg(strstr(s.r.err, "acttrace: 2 of 2 functions hooked (2 GOT, 0 entry)"), "%s",
+                  s.r.err);
+    size_t nconn = at_count(t, "PyHttp", "ConnectionStart");
+    ck_assert_msg(nconn >= NREQ, "%zu connections for %d requests", nconn, NREQ);
+    size_t handled = 0;
+    for (long c = at_find(t, "PyHttp", "ConnectionStart", 0); c >= 0;
+         c = at_find(t, "PyHttp", "ConnectionStart", (size_t)c + 1)) {
+        const at_tev *cs = &t->ev[c];
+        ck_assert_uint_eq(cs->thread, (uint64_t)s.r.pid);
+        const char *fd = at_ev_field(cs, "Return");
+        ck_assert_msg(fd && atoi(fd) >= 0, "Return=%s", fd ? fd : "(none)");
+        long b = at_find(t, "acttrace-shim", "ThreadBegin", 0);
+        for (; b >= 0; b = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)b + 1))
+            if (at_guid_eq(&t->ev[b].activity, &cs->activity))
+                break;
+        if (b < 0)
+            continue; /* the readiness probe may close before a handler reads it */
+        handled++;
+        long stop = at_find(t, "PyHttp", "ConnectionStop", 0);
+        for (; stop >= 0; stop = at_find(t, "PyHttp", "ConnectionStop", (size_t)stop + 1))
+            if (at_guid_eq(&t->ev[stop].activity, &cs->activity))
+                break;
+        ck_assert_msg(stop >= 0, "Connection %s never stopped", cs->act_path);
+        ck_assert_msg(t->ev[stop].thread == t->ev[b].thread, "Connection %s stopped on %llu, "
+                      "handler %llu", cs->act_path, (unsigned long long)t->ev[stop].thread,
+                      (unsigned long long)t->ev[b].thread);
+    }
+    ck_assert_msg(handled >= NREQ, "%zu connections reached a handler thread", handled);
+    /* close() of other fds (files, the listening socket) stops nothing */
+    ck_assert_uint_le(at_count(t, "PyHttp", "ConnectionStop"), nconn);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("httpserver");
@@ -199,6 +266,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_thread_flow_without_config);
     tcase_add_test(tc, test_connection_activity_per_handler);
+    tcase_add_test(tc, test_config_accept_close_pair);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,117 @@
+/* hook.h: the mechanics of hooking a function by name (issue 5), apart from what a hook *does*
+ * (shim/hooks.c decides that with the activity engine):
+ *   resolve.c  a name (sym, lib!sym, sym@VER, module+0xOFF) -> the loaded module and address (libelf)
+ *   got.c      tier 1: rewrite the GOT slots of every module importing the symbol (RELRO too)
+ *   entry.c    tier 2: patch the function's first instructions (Zydis), relocating what they displace
+ *   stub_asm.S     the signature-less wrapper (all argument registers kept, CFI, a personality for unwinds)
+ *   ffiwrap.c  the typed wrapper: a libffi closure built from the signature
+ * A wrapper calls h->orig to run the original: the definition itself (GOT tier) or the relocated
+ * first instructions followed by a jump back (entry tier). */
+#ifndef AT_HOOK_H
+#define AT_HOOK_H
+
+#include <ffi.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "at_common.h"
+#include "signature.h"
+
+/* ---------------- resolution ---------------- */
+
+typedef enum at_sym_table { AT_SYM_DYNSYM = 1, AT_SYM_SYMTAB, AT_SYM_DEBUG, AT_SYM_OFFSET } at_sym_table;
+
+typedef struct at_resolved {
+    char module[4096];   /* path of the module that defines it ("" = the executable's own path) */
+    uintptr_t base;      /* the module's load bias */
+    uintptr_t addr;      /* the function's address */
+    size_t size;         /* st_size (0 when unknown: module+offset) */
+    at_sym_table table;
+    bool is_exe;         /* defined in the main executable */
+    bool exported;       /* in .dynsym with default visibility: other modules may import it */
+    char sym[256];       /* the bare name (no lib!, no @VER); "" for module+offset */
+    char version[64];    /* the @VERSION asked for, or "" */
+} at_resolved;
+
+/* Resolve spec among the loaded modules. Returns 0, or -1 with the reason in why. */
+int at_resolve(const char *spec, at_resolved *r, char *why, size_t whylen);
+/* Does a loaded module whose path ends in name exist (for lib!sym)? */
+bool at_module_loaded(const char *name);
+/* Hex build-id of the module file path ("" when it has none). */
+void at_module_build_id(const char *path, char *hex, size_t n);
+
+/* ---------------- the hook ---------------- */
+
+/* The registers the stub saved on entry; the layout is stub_asm.S's. */
+typedef struct at_hook_regs {
+    uint64_t gp[6];  /* rdi rsi rdx rcx r8 r9 */
+    uint64_t rax, r10;
+    uint8_t xmm[8][16];
+} at_hook_regs;
+
+/* One call of a hooked function, as the wrappers see it: state the semantics keep between entry
+ * and return (it lives in the wrapper's frame). */
+typedef struct at_hook_call {
+    void *act;       /* the activity this call started (a reference) */
+    uint64_t key;
+    uintptr_t sp;    /* the wrapper's frame: deeper frames than a live one are abandoned (longjmp) */
+    uint8_t started, done, at_entry_event;
+} at_hook_call;
+
+enum at_hook_status { AT_HOOK_RETURNED = 0, AT_HOOK_UNWOUND = 1, AT_HOOK_ABANDONED = 2 };
+
+typedef struct at_hook at_hook;
+struct at_hook {
+    /* what to hook */
+    char spec[512];
+    const at_sig *sig; /* NULL: the signature-less stub */
+    /* resolution and installation */
+    at_resolved res;
+    void *orig;        /* call this to run the original function */
+    void *wrapper;     /* the address installed in GOT slots / jumped to from the patched entry */
+    int tier;          /* 0 not hooked, 1 GOT, 2 entry */
+    int nslots;        /* GOT slots rewritten */
+    char why[512];     /* why it is not hooked (tier 0), or a note */
+    /* libffi */
+    ffi_cif cif;
+    ffi_type *atypes[AT_SIG_MAX_PARAMS];
+    ffi_closure *closure;
+    int stub_index;
+    /* entry patching */
+    void *patched_at;
+    uint8_t saved[32];
+    size_t saved_len;
+    /* the semantics' own data (hooks.c) */
+    void *user;
+};
+
+/* Called by the wrappers; implemented by the semantics (hooks.c). args: the arguments as 64-bit
+ * values (integers extended, pointers, doubles' bits), NULL for the stub. enter may replace
+ * pointer arguments (a callback flow wraps the callback): the typed wrapper passes them on. */
+void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args);
+void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status);
+
+/* ---------------- wrappers ---------------- */
+
+#define AT_STUB_MAX 512
+/* Give h a signature-less stub wrapper (h->wrapper). 0, or -1 when all stubs are taken. */
+int at_stub_make(at_hook *h);
+/* Give h a libffi closure built from h->sig. 0 or -1 with why. */
+int at_ffi_make(at_hook *h, char *why, size_t n);
+
+/* ---------------- installing ---------------- */
+
+/* Rewrite every GOT slot importing sym in every loaded module but the shim (slots already holding
+ * wrapper are left: the dlopen re-scan). Returns the number of slots rewritten; wrapper NULL only
+ * counts them (acttrace check). */
+int at_got_patch(const char *sym, void *wrapper, void *expect_orig, char *why, size_t n);
+/* Undo nothing: slots are never restored (a wrapper lives as long as the process). */
+
+/* Tier 2: patch h->res.addr to jump to h->wrapper; sets h->orig to the relocated entry.
+ * 0, or -1 with the reason (too short, jump back into the patched bytes, ...) in why. */
+int at_entry_patch(at_hook *h, char *why, size_t n);
+/* Only decide whether the function could be patched (acttrace check): 0 or -1 with why. */
+int at_entry_check(uintptr_t addr, size_t size, char *why, size_t n);
+
+#endif

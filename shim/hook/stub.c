@@ -1,0 +1,140 @@
+/* stub.c: the C side of the register-saving wrapper (stub_asm.S): the table of hooks by stub index,
+ * the enter/exit calls the stub makes, typed arguments and return values read from the registers
+ * the stub saved (the x86-64 System V classification: integers and pointers in rdi rsi rdx rcx r8
+ * r9, floating point in xmm0-7, the rest on the caller's stack, in order), and the personality
+ * routine that writes the Stop of a call a C++ exception unwinds through (then lets the unwind go
+ * on: the exception is unchanged). */
+#include <stddef.h>
+#include <string.h>
+#include <unwind.h>
+
+#include "hook.h"
+
+extern char at_stub_tramps[];
+static at_hook *at_stub_table[AT_STUB_MAX];
+static int at_stub_used;
+
+/* Frame offsets shared with stub_asm.S, from the stub's rbp. (The personality reads rbp, which the
+ * unwind context holds for the stub's frame; its CFA field is still the callee's then.) */
+#define STUB_INDEX_FROM_RBP 8
+#define STUB_CALL_FROM_RBP 48
+#define DWARF_RBP 6
+
+_Static_assert(sizeof(at_hook_regs) == 192, "stub_asm.S saves 192 bytes of registers");
+_Static_assert(sizeof(at_hook_call) <= 32, "stub_asm.S keeps 32 bytes of call state");
+
+int at_stub_make(at_hook *h)
+{
+    int i = __atomic_fetch_add(&at_stub_used, 1, __ATOMIC_RELAXED);
+    if (i >= AT_STUB_MAX)
+        return -1;
+    h->stub_index = i;
+    __atomic_store_n(&at_stub_table[i], h, __ATOMIC_RELEASE);
+    h->wrapper = at_stub_tramps + 16 * i;
+    return 0;
+}
+
+/* A value of type t from a 64-bit register or stack slot (upper bits of narrow integers are
+ * undefined in the ABI: extend them here), as hook.h's 64-bit argument form. */
+static uint64_t from_slot(at_ctype t, uint64_t v)
+{
+    switch (t) {
+    case AT_CT_I8: return (uint64_t)(int64_t)(int8_t)v;
+    case AT_CT_U8: return (uint8_t)v;
+    case AT_CT_I16: return (uint64_t)(int64_t)(int16_t)v;
+    case AT_CT_U16: return (uint16_t)v;
+    case AT_CT_I32: return (uint64_t)(int64_t)(int32_t)v;
+    case AT_CT_U32: return (uint32_t)v;
+    case AT_CT_F32: {
+        float f;
+        uint32_t lo = (uint32_t)v;
+        memcpy(&f, &lo, 4);
+        double d = f;
+        memcpy(&v, &d, 8);
+        return v;
+    }
+    default: return v;
+    }
+}
+
+/* Where parameter i lives: a gp register, an xmm register or a stack slot. */
+static uint64_t *param_slot(const at_sig *s, int i, at_hook_regs *regs, uint64_t *stack)
+{
+    int ngp = 0, nxmm = 0, nstack = 0;
+    for (int k = 0; k <= i; k++) {
+        bool fp = s->p[k].type == AT_CT_F32 || s->p[k].type == AT_CT_F64;
+        uint64_t *slot;
+        if (fp && nxmm < 8)
+            slot = (uint64_t *)regs->xmm[nxmm++];
+        else if (!fp && ngp < 6)
+            slot = &regs->gp[ngp++];
+        else
+            slot = &stack[nstack++];
+        if (k == i)
+            return slot;
+    }
+    return NULL;
+}
+
+void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_t *caller_sp,
+                    uint64_t *args);
+void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args);
+_Unwind_Reason_Code at_stub_personality(int version, _Unwind_Action actions, uint64_t cls,
+                                        struct _Unwind_Exception *ue, struct _Unwind_Context *ctx);
+
+void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_t *caller_sp,
+                    uint64_t *args)
+{
+    at_hook *h = at_stub_table[index];
+    c->act = NULL;
+    c->key = 0;
+    c->sp = (uintptr_t)caller_sp;
+    c->started = c->done = c->at_entry_event = 0;
+    const at_sig *s = h->sig;
+    if (!s) {
+        at_hook_enter(h, c, NULL);
+        return h->orig;
+    }
+    for (int i = 0; i < s->nparams; i++)
+        args[i] = from_slot(s->p[i].type, *param_slot(s, i, regs, caller_sp));
+    at_hook_enter(h, c, args);
+    /* pointers the semantics replaced (a callback flow), in registers only: the stack arguments
+     * the original receives are a copy taken after this */
+    for (int i = 0; i < s->nparams; i++) {
+        uint64_t *slot = param_slot(s, i, regs, caller_sp);
+        if (s->p[i].type == AT_CT_PTR && *slot != args[i] &&
+            (uintptr_t)slot >= (uintptr_t)regs && (uintptr_t)slot < (uintptr_t)(regs + 1))
+            *slot = args[i];
+    }
+    return h->orig;
+}
+
+void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args)
+{
+    at_hook *h = at_stub_table[index];
+    c->done = 1;
+    uint64_t r = rets[0];
+    if (h->sig) {
+        at_ctype t = h->sig->ret;
+        r = from_slot(t, (t == AT_CT_F32 || t == AT_CT_F64) ? rets[2] : rets[0]);
+    }
+    at_hook_exit(h, c, h->sig ? args : NULL, r, AT_HOOK_RETURNED);
+}
+
+_Unwind_Reason_Code at_stub_personality(int version, _Unwind_Action actions, uint64_t cls,
+                                        struct _Unwind_Exception *ue, struct _Unwind_Context *ctx)
+{
+    (void)version, (void)cls, (void)ue;
+    if ((actions & _UA_CLEANUP_PHASE) && ctx) {
+        uintptr_t rbp = _Unwind_GetGR(ctx, DWARF_RBP);
+        unsigned index = (unsigned)*(uint64_t *)(rbp - STUB_INDEX_FROM_RBP);
+        at_hook_call *c = (at_hook_call *)(rbp - STUB_CALL_FROM_RBP);
+        if (index < AT_STUB_MAX && at_stub_table[index] && !c->done) {
+            c->done = 1;
+            /* the typed arguments were saved below the registers, at a realigned rsp: not needed
+             * for a Stop that carries no return value */
+            at_hook_exit(at_stub_table[index], c, NULL, 0, AT_HOOK_UNWOUND);
+        }
+    }
+    return _URC_CONTINUE_UNWIND;
+}

@@ -1,0 +1,948 @@
+/* hooks.c: what a configured function does when it is called (issue 5). The config's entries
+ * become rules (an activity kind or an event type with payload fields from the captures); each
+ * rule's functions become hooks (shim/hook/: resolved, wrapped, installed by GOT or entry patching).
+ * The wrappers call at_hook_enter/at_hook_exit here:
+ *   activity on one function   Start on entry (if 'when' holds), Stop on return with a Status
+ *                              (0 returned, 1 unwound by an exception, 2 abandoned by a longjmp)
+ *   start/stop pair            Start when the start function returns (key from it), Stop when the
+ *                              stop function is entered with the same key, on any thread
+ *   event                      on entry, or on return when it captures or tests the return value
+ *   keyed flow                 enqueue captures the current activity for the item; the thread that
+ *                              dequeues the item adopts it (until its next dequeue)
+ * Installation runs in the constructor (one thread) and again after dlopen for new modules. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "hook/hook.h"
+#include "hookconf.h"
+#include "shim.h"
+#include "stack.h"
+
+/* ---------------- keyed tables ---------------- */
+
+/* Small non-negative keys (fds) index an array of atomic pointers: no lock. Other keys (pointers,
+ * large numbers) share a small locked list: rare in practice and never on a Start/Stop of one
+ * function. */
+#define KT_DIRECT (1u << 20)
+
+typedef struct kt_node {
+    uint64_t key;
+    at_activity *a;
+    struct kt_node *next;
+} kt_node;
+
+typedef struct keytab {
+    at_activity **direct;
+    pthread_mutex_t lock;
+    kt_node *list;
+} keytab;
+
+static int kt_init(keytab *t)
+{
+    void *p = mmap(NULL, KT_DIRECT * sizeof(void *), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    t->direct = p;
+    pthread_mutex_init(&t->lock, NULL);
+    return 0;
+}
+
+/* Put a (the table's reference); returns what the key held before (a reference) or NULL. */
+static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
+{
+    if (key < KT_DIRECT)
+        return __atomic_exchange_n(&t->direct[key], a, __ATOMIC_ACQ_REL);
+    pthread_mutex_lock(&t->lock);
+    at_activity *old = NULL;
+    kt_node *n;
+    for (n = t->list; n && n->key != key; n = n->next)
+        ;
+    if (n) {
+        old = n->a;
+        n->a = a;
+    } else if (a && (n = malloc(sizeof *n))) {
+        n->key = key;
+        n->a = a;
+        n->next = t->list;
+        t->list = n;
+    } else
+        old = a; /* no memory: the caller drops it */
+    pthread_mutex_unlock(&t->lock);
+    return old;
+}
+
+static at_activity *kt_take(keytab *t, uint64_t key)
+{
+    if (key < KT_DIRECT)
+        return __atomic_exchange_n(&t->direct[key], NULL, __ATOMIC_ACQ_REL);
+    if (!__atomic_load_n(&t->list, __ATOMIC_RELAXED))
+        return NULL;
+    pthread_mutex_lock(&t->lock);
+    at_activity *a = NULL;
+    for (kt_node **pp = &t->list; *pp; pp = &(*pp)->next)
+        if ((*pp)->key == key) {
+            kt_node *n = *pp;
+            a = n->a;
+            *pp = n->next;
+            free(n);
+            break;
+        }
+    pthread_mutex_unlock(&t->lock);
+    return a;
+}
+
+/* ---------------- rules ---------------- */
+
+typedef struct rule {
+    const at_hc_entry *e;
+    at_activity_kind *kind; /* activities */
+    at_event_type *event;   /* events */
+    keytab keys;            /* pairs and keyed flows */
+    bool key_is_fd;         /* a pair keyed by an int: the fd hand-off carries it */
+    bool event_on_return;
+    unsigned stacks;        /* AT_HC_STACK_*: which events carry a stack */
+    at_field *fields;       /* owned: start (or event) fields then stop fields */
+} rule;
+
+typedef struct probe {
+    rule *r;
+    int role; /* index into e->probe */
+    const at_hc_probe *p;
+    at_hook hook;
+    bool pending; /* not resolved yet: retried after each dlopen */
+} probe;
+
+static const at_hookconf *hk_conf;
+static rule *hk_rules;
+static probe *hk_probes;
+static int hk_nprobes;
+static pthread_mutex_t hk_install_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Threads' live calls that started an activity, by frame: a longjmp over them leaves entries
+ * deeper than the frame the program is in, stopped (Status 2) at the next hooked call or return. */
+#define LIVE_MAX 128
+typedef struct live {
+    uintptr_t sp;
+    at_activity *a;
+    probe *pr;
+} live;
+static AT_TLS live hk_live[LIVE_MAX];
+static AT_TLS int hk_nlive;
+/* Set while this thread runs the hooks' own code: a configured function that code reaches itself
+ * (close in libelf, malloc in libunwind as a stack is taken) only calls through. */
+static AT_TLS int hk_busy;
+static AT_TLS at_activity *hk_adopt_prev; /* keyed flow: what was current before the adoption */
+static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a reference) */
+static AT_TLS bool hk_adopting;
+
+/* Stacks: the program's frames only. The walk starts inside the hook machinery (this file, the
+ * stub, libffi's closure code); those leading frames are dropped by address. */
+static uintptr_t hk_own[2][2]; /* [shim, libffi] x [lo, hi) */
+static unsigned hk_depth;
+
+static int own_range(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size, (void)data;
+    static int anchor;
+    int which = -1;
+    uintptr_t self = (uintptr_t)&anchor, ffi = (uintptr_t)&ffi_call;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (self >= lo && self < hi)
+            which = 0;
+        else if (ffi >= lo && ffi < hi)
+            which = 1;
+    }
+    if (which < 0)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            hk_own[which][0] = info->dlpi_addr + ph->p_vaddr;
+            hk_own[which][1] = hk_own[which][0] + ph->p_memsz;
+        }
+    }
+    return 0;
+}
+
+static inline bool is_own(uintptr_t ip)
+{
+    return (ip >= hk_own[0][0] && ip < hk_own[0][1]) || (ip >= hk_own[1][0] && ip < hk_own[1][1]);
+}
+
+/* The hooked function fn is the leaf (it has no frame of its own yet at entry, none left at
+ * return), then its callers. */
+static uint32_t hk_stack(uintptr_t *ips, const at_hook *h)
+{
+    uint32_t n = at_stack_capture(ips + 1, hk_depth - 1, 0), k = 0;
+    while (k < n && is_own(ips[1 + k]))
+        k++;
+    if (k)
+        memmove(ips + 1, ips + 1 + k, (n - k) * sizeof *ips);
+    /* a return-address-like value inside fn: symbolizers look up ip - 1 */
+    ips[0] = h->res.addr + 1;
+    return n - k + 1;
+}
+
+static const char *field_name(const at_hc_probe *p, int idx, char *buf, size_t n)
+{
+    if (idx == AT_HC_RETURN)
+        return "Return";
+    if (p->sig.p[idx].name[0])
+        return p->sig.p[idx].name;
+    snprintf(buf, n, "arg%d", idx);
+    return buf;
+}
+
+static at_ctype cap_type(const at_hc_probe *p, int idx)
+{
+    return idx == AT_HC_RETURN ? p->sig.ret : p->sig.p[idx].type;
+}
+
+/* Fields of the captures of p: which = 0 arguments only, 1 return only, 2 all. */
+static uint32_t add_fields(at_field *f, uint32_t n, const at_hc_probe *p, int which)
+{
+    for (int i = 0; i < p->ncapture; i++) {
+        int idx = p->capture[i];
+        if ((which == 0 && idx == AT_HC_RETURN) || (which == 1 && idx != AT_HC_RETURN))
+            continue;
+        char buf[16];
+        f[n].name = strdup(field_name(p, idx, buf, sizeof buf));
+        f[n].type = at_ctype_nt(cap_type(p, idx));
+        n++;
+    }
+    return n;
+}
+
+static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_string)
+{
+    switch (at_ctype_nt(t)) {
+    case NT_TYPE_INT32: at_payload_i32(pl, (int32_t)v); break;
+    case NT_TYPE_UINT32: at_payload_u32(pl, (uint32_t)v); break;
+    case NT_TYPE_INT64: at_payload_i64(pl, (int64_t)v); break;
+    case NT_TYPE_UINT64: at_payload_u64(pl, v); break;
+    case NT_TYPE_DOUBLE: {
+        double d;
+        memcpy(&d, &v, 8);
+        at_payload_double(pl, d);
+        break;
+    }
+    case NT_TYPE_STRING: at_payload_str(pl, (const char *)(uintptr_t)v, max_string); break;
+    }
+}
+
+static AT_NOINLINE void put_captures_slow(at_payload *pl, const at_hc_probe *p,
+                                          const uint64_t *args, uint64_t ret, bool have_ret,
+                                          int which)
+{
+    for (int i = 0; i < p->ncapture; i++) {
+        int idx = p->capture[i];
+        if ((which == 0 && idx == AT_HC_RETURN) || (which == 1 && idx != AT_HC_RETURN))
+            continue;
+        uint64_t v = idx == AT_HC_RETURN ? (have_ret ? ret : 0) : (args ? args[idx] : 0);
+        at_ctype t = cap_type(p, idx);
+        if (t == AT_CT_STR && idx == AT_HC_RETURN && !have_ret)
+            v = 0;
+        put_value(pl, t, v, p->max_string);
+    }
+}
+
+static inline void put_captures(at_payload *pl, const at_hc_probe *p, const uint64_t *args,
+                                uint64_t ret, bool have_ret, int which)
+{
+    if (p->ncapture)
+        put_captures_slow(pl, p, args, ret, have_ret, which);
+}
+
+static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
+{
+    if (!p->has_when)
+        return true;
+    if (!args && p->when_what != AT_HC_RETURN)
+        return true;
+    at_ctype t = cap_type(p, p->when_what);
+    uint64_t raw = p->when_what == AT_HC_RETURN ? ret : args[p->when_what];
+    bool is_signed = t == AT_CT_I8 || t == AT_CT_I16 || t == AT_CT_I32 || t == AT_CT_I64;
+    int cmp;
+    if (is_signed) {
+        int64_t a = (int64_t)raw, b = p->when_value;
+        cmp = a < b ? -1 : a > b;
+    } else {
+        uint64_t a = raw, b = (uint64_t)p->when_value;
+        cmp = a < b ? -1 : a > b;
+    }
+    switch (p->when_op) {
+    case AT_HC_EQ: return cmp == 0;
+    case AT_HC_NE: return cmp != 0;
+    case AT_HC_LT: return cmp < 0;
+    case AT_HC_LE: return cmp <= 0;
+    case AT_HC_GT: return cmp > 0;
+    case AT_HC_GE: return cmp >= 0;
+    }
+    return true;
+}
+
+static void stop_single(const rule *r, const at_hook *h, at_activity *a, const at_hc_probe *p,
+                        const uint64_t *args, uint64_t ret, int status)
+{
+    uint8_t buf[1024];
+    at_payload pl;
+    at_payload_init(&pl, buf, sizeof buf);
+    put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
+    at_payload_u32(&pl, (uint32_t)status);
+    uintptr_t ips[AT_STACK_MAX_DEPTH];
+    uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
+    if (at_activity_current() == a) {
+        /* the common case: still current, so the thread's reference keeps it alive without ours,
+         * and the engine's stop-by-kind takes its fast path (current, sole reference) */
+        at_activity_unref(a);
+        at_activity_stop(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
+        return;
+    }
+    at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), ips, nips);
+    at_activity_unref(a);
+}
+
+/* Calls deeper than sp (at the same depth, when a new call enters: a sibling that never
+ * returned) that are still listed were jumped over. */
+static void abandon_below(uintptr_t sp, bool entering)
+{
+    while (hk_nlive > 0 && (hk_live[hk_nlive - 1].sp < sp ||
+                            (entering && hk_live[hk_nlive - 1].sp == sp))) {
+        live *l = &hk_live[--hk_nlive];
+        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
+    }
+}
+
+/* A callback flow: the program's callback and its argument, and the activity of the submitter.
+ * The submitted (fn, arg) become (cb_run, this); the callback runs once, in that activity. */
+typedef struct cb_ctx {
+    void *(*fn)(void *);
+    void *arg;
+    at_activity *cap;
+} cb_ctx;
+
+static void *cb_run(void *p)
+{
+    cb_ctx x = *(cb_ctx *)p;
+    free(p);
+    at_activity *prev = at_flow_enter(x.cap);
+    void *r = x.fn(x.arg);
+    at_flow_leave(prev);
+    at_flow_release(x.cap);
+    return r;
+}
+
+static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
+{
+    return p->key == AT_HC_RETURN ? ret : args[p->key];
+}
+
+void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
+{
+    if (!at_on() || hk_busy)
+        return;
+    hk_busy = 1;
+    probe *pr = h->user;
+    rule *r = pr->r;
+    const at_hc_entry *e = r->e;
+    const at_hc_probe *p = pr->p;
+    int *errp = &errno, err = *errp;
+    if (AT_UNLIKELY(hk_nlive > 0))
+        abandon_below(c->sp, true);
+    uint8_t buf[1024];
+    at_payload pl;
+    switch (e->kind) {
+    case AT_HC_ACTIVITY:
+        if (!e->paired) {
+            if (!when_holds(p, args, 0))
+                break;
+            at_payload_init(&pl, buf, sizeof buf);
+            put_captures(&pl, p, args, 0, false, 0);
+            uintptr_t ips[AT_STACK_MAX_DEPTH];
+            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h) : 0;
+            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
+            if (a) {
+                at_activity_ref(a);
+                c->act = a;
+                c->started = 1;
+                if (hk_nlive < LIVE_MAX)
+                    hk_live[hk_nlive++] = (live){c->sp, a, pr};
+            }
+        } else if (pr->role == 1 && args && when_holds(p, args, 0)) {
+            at_activity *a = kt_take(&r->keys, key_of(p, args, 0));
+            if (a) {
+                at_payload_init(&pl, buf, sizeof buf);
+                put_captures(&pl, p, args, 0, false, 0);
+                uintptr_t ips[AT_STACK_MAX_DEPTH];
+                uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
+                at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), ips, nips);
+                at_activity_unref(a);
+            }
+        }
+        break;
+    case AT_HC_EVENT:
+        if (!r->event_on_return && when_holds(p, args, 0) && at_event_enabled(r->event)) {
+            at_payload_init(&pl, buf, sizeof buf);
+            put_captures(&pl, p, args, 0, false, 2);
+            uintptr_t ips[AT_STACK_MAX_DEPTH];
+            uint32_t nips = r->stacks ? hk_stack(ips, h) : 0;
+            at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), ips, nips);
+        }
+        break;
+    case AT_HC_FLOW_KEYED:
+        if (pr->role == 0 && args && p->key != AT_HC_RETURN) {
+            at_activity *cap = at_flow_capture();
+            at_activity *old = kt_put(&r->keys, key_of(p, args, 0), cap);
+            if (old)
+                at_flow_release(old);
+        }
+        break;
+    case AT_HC_FLOW_CALLBACK:
+        if (args && e->callback_arg != AT_HC_NONE && args[e->callback]) {
+            at_activity *cap = at_flow_capture();
+            if (!cap)
+                break; /* nothing current: the callback runs as it would anyway */
+            cb_ctx *x = malloc(sizeof *x);
+            if (!x) {
+                at_flow_release(cap);
+                break;
+            }
+            x->fn = (void *(*)(void *))(uintptr_t)args[e->callback];
+            x->arg = (void *)(uintptr_t)args[e->callback_arg];
+            x->cap = cap;
+            args[e->callback] = (uint64_t)(uintptr_t)cb_run;
+            args[e->callback_arg] = (uint64_t)(uintptr_t)x;
+        }
+        break;
+    }
+    hk_busy = 0;
+    *errp = err;
+}
+
+void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+{
+    probe *pr = h->user;
+    rule *r = pr->r;
+    const at_hc_entry *e = r->e;
+    const at_hc_probe *p = pr->p;
+    if ((!at_on() && !c->started) || hk_busy)
+        return;
+    hk_busy = 1;
+    int *errp = &errno, err = *errp;
+    if (AT_UNLIKELY(hk_nlive > 0))
+        abandon_below(c->sp, false);
+    uint8_t buf[1024];
+    at_payload pl;
+    switch (e->kind) {
+    case AT_HC_ACTIVITY:
+        if (!e->paired) {
+            if (!c->started)
+                break;
+            if (hk_nlive > 0 && hk_live[hk_nlive - 1].a == c->act && hk_live[hk_nlive - 1].sp == c->sp)
+                hk_nlive--;
+            c->started = 0;
+            stop_single(r, h, c->act, p, args, ret, status);
+        } else if (pr->role == 0 && status == AT_HOOK_RETURNED && args && when_holds(p, args, ret)) {
+            /* The Start of a pair: a child of what is current, not left current (each pair is its
+             * own thread of work) unless the fd hand-off takes it over. */
+            if (r->key_is_fd)
+                at_fdflow_thread_exit(); /* a new connection: the previous one's hold is over */
+            at_activity *base = at_flow_capture();
+            at_activity *prev = at_flow_enter(base);
+            at_payload_init(&pl, buf, sizeof buf);
+            put_captures(&pl, p, args, ret, true, 2);
+            uintptr_t ips[AT_STACK_MAX_DEPTH];
+            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h) : 0;
+            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
+            uint64_t key = key_of(p, args, ret);
+            if (a) {
+                at_activity_ref(a);
+                at_activity *old = kt_put(&r->keys, key, a);
+                if (old) { /* the key was reused without a Stop we saw: that one is over */
+                    at_activity_stop_ref(old, NULL, 0, NULL, 0);
+                    at_activity_unref(old);
+                }
+            }
+            if (!(a && r->key_is_fd && at_fdflow_hold((int)key, a, prev, base))) {
+                at_flow_leave(prev);
+                at_flow_release(base);
+            }
+        }
+        break;
+    case AT_HC_EVENT:
+        if (r->event_on_return && status == AT_HOOK_RETURNED && when_holds(p, args, ret) &&
+            at_event_enabled(r->event)) {
+            at_payload_init(&pl, buf, sizeof buf);
+            put_captures(&pl, p, args, ret, true, 2);
+            uintptr_t ips[AT_STACK_MAX_DEPTH];
+            uint32_t nips = r->stacks ? hk_stack(ips, h) : 0;
+            at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), ips, nips);
+        }
+        break;
+    case AT_HC_FLOW_KEYED:
+        if (status != AT_HOOK_RETURNED || !args)
+            break;
+        if (pr->role == 0 && p->key == AT_HC_RETURN) {
+            at_activity *old = kt_put(&r->keys, ret, at_flow_capture());
+            if (old)
+                at_flow_release(old);
+        } else if (pr->role == 1) {
+            at_activity *a = kt_take(&r->keys, key_of(p, args, ret));
+            if (!a)
+                break;
+            /* the item is this thread's work now: leave the previous item's activity (enter
+             * borrows the capture: it is released only after the leave) */
+            if (hk_adopting) {
+                at_flow_leave(hk_adopt_prev);
+                at_flow_release(hk_adopt_cap);
+            }
+            hk_adopt_prev = at_flow_enter(a);
+            hk_adopt_cap = a;
+            hk_adopting = true;
+        }
+        break;
+    case AT_HC_FLOW_CALLBACK:
+        break;
+    }
+    hk_busy = 0;
+    *errp = err;
+}
+
+/* ---------------- installation ---------------- */
+
+static void *real_dlopen_fn;
+static void *real_dlsym_fn;
+void *at_hk_dlopen(const char *file, int mode);
+void *at_hk_dlsym(void *handle, const char *name);
+static void hk_rescan(const char *file);
+
+/* The function calls through the GOT tier reach: what the program's own calls reached before, so
+ * interposers (this shim's accept4, a preloaded malloc) stay in the chain. */
+static void *call_target(const at_resolved *res, const char *spec)
+{
+    if (strchr(spec, '!'))
+        return (void *)res->addr;
+    void *p = res->version[0] ? dlvsym(RTLD_DEFAULT, res->sym, res->version)
+                              : dlsym(RTLD_DEFAULT, res->sym);
+    return p ? p : (void *)res->addr;
+}
+
+static void install(probe *pr)
+{
+    at_hook *h = &pr->hook;
+    char why[256] = "";
+    if (at_resolve(h->spec, &h->res, why, sizeof why) < 0) {
+        pr->pending = true;
+        snprintf(h->why, sizeof h->why, "%s", why);
+        return;
+    }
+    pr->pending = false;
+    const at_hc_entry *e = pr->r->e;
+    if (h->res.table == AT_SYM_OFFSET && e->build_id[0]) {
+        char id[128];
+        at_module_build_id(h->res.module, id, sizeof id);
+        if (strcmp(id, e->build_id)) {
+            snprintf(h->why, sizeof h->why, "%s has build-id %s, the config names %s", h->res.module,
+                     id[0] ? id : "(none)", e->build_id);
+            return;
+        }
+    }
+    /* GOT slots are reached by ABI-conforming calls from other modules: the libffi closure serves
+     * them. Entry-patched functions may be called by their own file with the stack unaligned
+     * (-fipa-stack-alignment), which libffi's closures do not survive: the register-saving stub
+     * realigns and reads typed arguments from the registers it saved. */
+    bool got = h->res.exported && !h->res.is_exe && h->res.sym[0] &&
+               at_got_patch(h->res.sym, NULL, NULL, NULL, 0) > 0;
+    if (!h->wrapper) {
+        if (got && h->sig ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
+            snprintf(h->why, sizeof h->why, "%s", got && h->sig ? why : "no stub left (512 hooks at most)");
+            return;
+        }
+    }
+    if (got) {
+        h->orig = call_target(&h->res, h->spec);
+        /* the same function hooked by an earlier entry: its wrapper holds the slots now, and
+         * calling through it keeps both hooks */
+        for (int i = 0; i < hk_nprobes; i++) {
+            at_hook *o = &hk_probes[i].hook;
+            if (o != h && o->tier == 1 && !strcmp(o->res.sym, h->res.sym) &&
+                o->res.addr == h->res.addr)
+                h->orig = o->wrapper;
+        }
+        int n = at_got_patch(h->res.sym, h->wrapper, h->orig, why, sizeof why);
+        if (n > 0) {
+            h->tier = 1;
+            h->nslots = n;
+            return;
+        }
+    }
+    if (h->closure) {
+        snprintf(h->why, sizeof h->why, "its GOT slots could not be rewritten (%s)", why);
+        return;
+    }
+    if (at_entry_patch(h, why, sizeof why) == 0) {
+        h->tier = 2;
+        return;
+    }
+    snprintf(h->why, sizeof h->why, "%s", why);
+}
+
+static void summary(void)
+{
+    int got = 0, entry = 0, skipped = 0;
+    char skip[2048] = "";
+    size_t off = 0;
+    for (int i = 0; i < hk_nprobes; i++) {
+        at_hook *h = &hk_probes[i].hook;
+        if (h->tier == 1)
+            got++;
+        else if (h->tier == 2)
+            entry++;
+        else {
+            skipped++;
+            int k = snprintf(skip + off, sizeof skip - off, "%s%s (%s)", skipped > 1 ? "; " : "",
+                             h->spec, h->why);
+            if (k > 0 && off + (size_t)k < sizeof skip)
+                off += (size_t)k;
+        }
+    }
+    fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s\n", got + entry,
+            hk_nprobes, got, entry, skipped ? "; skipped: " : "", skip);
+}
+
+static int rule_make(rule *r, const at_hc_entry *e, const char *provider, char *err, size_t n)
+{
+    r->e = e;
+    static const unsigned from_env[] = {AT_HC_STACK_START, AT_HC_STACK_STOP,
+                                        AT_HC_STACK_START | AT_HC_STACK_STOP, 0};
+    r->stacks = e->stacks_set ? e->stacks : from_env[at_cfg.stacks];
+    if (!at_cfg.stack_depth)
+        r->stacks = 0;
+    r->fields = calloc(4 * AT_HC_MAX_CAPTURE + 2, sizeof *r->fields);
+    if (!r->fields) {
+        snprintf(err, n, "out of memory");
+        return -1;
+    }
+    at_field *sf = r->fields, *tf = r->fields + 2 * AT_HC_MAX_CAPTURE + 1;
+    uint32_t ns = 0, nt = 0;
+    if (e->kind == AT_HC_ACTIVITY) {
+        if (e->paired) {
+            ns = add_fields(sf, 0, &e->probe[0], 2);
+            nt = add_fields(tf, 0, &e->probe[1], 0);
+            at_ctype kt = e->probe[0].key == AT_HC_RETURN ? e->probe[0].sig.ret
+                                                           : e->probe[0].sig.p[e->probe[0].key].type;
+            r->key_is_fd = kt == AT_CT_I32;
+            if (kt_init(&r->keys) < 0) {
+                snprintf(err, n, "cannot map the key table of %s", e->name);
+                return -1;
+            }
+        } else {
+            ns = add_fields(sf, 0, &e->probe[0], 0);
+            nt = add_fields(tf, 0, &e->probe[0], 1);
+            tf[nt].name = "Status";
+            tf[nt++].type = NT_TYPE_UINT32;
+        }
+        at_activity_kind_desc d = {
+            .provider = provider,
+            .name = e->name,
+            .flags = e->recursive ? AT_ACT_RECURSIVE : 0,
+            .level = e->level,
+            .keywords = e->keywords,
+            .nstart_fields = ns,
+            .start_fields = sf,
+            .nstop_fields = nt,
+            .stop_fields = tf,
+        };
+        r->kind = at_activity_kind_register(&d);
+        if (!r->kind) {
+            snprintf(err, n, "cannot register the activity %s", e->name);
+            return -1;
+        }
+    } else if (e->kind == AT_HC_EVENT) {
+        ns = add_fields(sf, 0, &e->probe[0], 2);
+        for (int i = 0; i < e->probe[0].ncapture; i++)
+            if (e->probe[0].capture[i] == AT_HC_RETURN)
+                r->event_on_return = true;
+        if (e->probe[0].has_when && e->probe[0].when_what == AT_HC_RETURN)
+            r->event_on_return = true;
+        at_event_desc d = {
+            .provider = provider,
+            .name = e->name,
+            .level = e->level ? e->level : NT_LEVEL_INFO,
+            .opcode = NT_OPCODE_INFO,
+            .keywords = e->keywords,
+            .nfields = ns,
+            .fields = sf,
+        };
+        r->event = at_event_type_register(&d);
+        if (!r->event) {
+            snprintf(err, n, "cannot register the event %s", e->name);
+            return -1;
+        }
+    } else if (e->kind == AT_HC_FLOW_KEYED) {
+        if (kt_init(&r->keys) < 0) {
+            snprintf(err, n, "cannot map the key table of %s", e->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* dlsym: a configured function hooked through the GOT is returned as its wrapper, so calls through
+ * the pointer are seen too (entry-patched functions need nothing: the function itself jumps).
+ * RTLD_NEXT lookups depend on the caller's address, which a wrapper would replace with its own: they
+ * jump straight to the real dlsym (a tail jump keeps the caller's return address) and are never
+ * substituted. */
+void *at_hk_dlsym_c(void *handle, const char *name);
+__asm__(".text\n"
+        ".globl at_hk_dlsym\n.hidden at_hk_dlsym\n.type at_hk_dlsym, @function\n"
+        "at_hk_dlsym:\n"
+        "  .cfi_startproc\n"
+        "  cmpq $-1, %rdi\n" /* RTLD_NEXT */
+        "  je 1f\n"
+        "  jmp at_hk_dlsym_c\n"
+        "1:\n"
+        "  jmp *real_dlsym_fn(%rip)\n"
+        "  .cfi_endproc\n"
+        ".size at_hk_dlsym, . - at_hk_dlsym\n");
+
+void *at_hk_dlsym_c(void *handle, const char *name)
+{
+    void *(*real)(void *, const char *) = (void *(*)(void *, const char *))real_dlsym_fn;
+    void *r = real(handle, name);
+    if (!r || !name || !at_on())
+        return r;
+    hk_rescan("an earlier dlopen"); /* after a bare-name dlopen: its modules are hooked now */
+    for (int i = 0; i < hk_nprobes; i++) {
+        at_hook *h = &hk_probes[i].hook;
+        if (h->tier == 1 && (r == h->orig || r == (void *)h->res.addr) && !strcmp(h->res.sym, name))
+            return h->wrapper;
+    }
+    return r;
+}
+
+/* Modules added since the last look (dl_iterate_phdr's count of loads). */
+static unsigned long long hk_adds_seen;
+
+static int adds_of(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    *(unsigned long long *)data = info->dlpi_adds;
+    return 1;
+}
+
+/* Hook what new modules bring: their GOT slots, and functions that could not be resolved before. */
+static void hk_rescan(const char *file)
+{
+    unsigned long long adds = 0;
+    dl_iterate_phdr(adds_of, &adds);
+    if (adds == __atomic_load_n(&hk_adds_seen, __ATOMIC_RELAXED))
+        return;
+    int e = errno;
+    hk_busy++;
+    pthread_mutex_lock(&hk_install_lock);
+    hk_adds_seen = adds;
+    at_got_patch("dlopen", (void *)at_hk_dlopen, NULL, NULL, 0);
+    if (real_dlsym_fn)
+        at_got_patch("dlsym", (void *)at_hk_dlsym, NULL, NULL, 0);
+    for (int i = 0; i < hk_nprobes; i++) {
+        at_hook *h = &hk_probes[i].hook;
+        if (h->tier == 1)
+            h->nslots += at_got_patch(h->res.sym, h->wrapper, h->orig, NULL, 0);
+        else if (h->tier == 0 && hk_probes[i].pending) {
+            install(&hk_probes[i]);
+            if (!hk_probes[i].pending)
+                fprintf(stderr, "acttrace: %s %s after dlopen(%s)%s%s\n", h->spec,
+                        h->tier == 1 ? "hooked (GOT)" : h->tier == 2 ? "hooked (entry)" : "not hooked",
+                        file, h->tier ? "" : ": ", h->tier ? "" : h->why);
+        }
+    }
+    pthread_mutex_unlock(&hk_install_lock);
+    hk_busy--;
+    errno = e;
+}
+
+/* dlopen, through the GOT slots of modules that import it (only when the config hooks something).
+ * A path with a '/' (or NULL) is opened from here and the new modules are hooked at once. A bare
+ * name is searched along the *caller's* DT_RUNPATH, which glibc finds from the return address: it
+ * tail-jumps to the real dlopen (the caller's return address stays), and the new modules are hooked
+ * at the program's next dlopen or dlsym (the way a loaded library's functions are usually reached). */
+int at_hk_dlopen_direct(const char *file);
+void *at_hk_dlopen_c(const char *file, int mode);
+__asm__(".text\n"
+        ".globl at_hk_dlopen\n.hidden at_hk_dlopen\n.type at_hk_dlopen, @function\n"
+        "at_hk_dlopen:\n"
+        "  .cfi_startproc\n"
+        "  pushq %rdi\n  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rsi\n  .cfi_adjust_cfa_offset 8\n"
+        "  subq $8, %rsp\n  .cfi_adjust_cfa_offset 8\n"
+        "  call at_hk_dlopen_direct\n"
+        "  addq $8, %rsp\n  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rsi\n  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rdi\n  .cfi_adjust_cfa_offset -8\n"
+        "  testl %eax, %eax\n"
+        "  jnz at_hk_dlopen_c\n"
+        "  jmp *real_dlopen_fn(%rip)\n"
+        "  .cfi_endproc\n"
+        ".size at_hk_dlopen, . - at_hk_dlopen\n");
+
+int at_hk_dlopen_direct(const char *file)
+{
+    if (!file)
+        return 1;
+    int e = errno;
+    hk_rescan("an earlier dlopen"); /* a bare-name dlopen before this one */
+    errno = e;
+    return strchr(file, '/') != NULL;
+}
+
+void *at_hk_dlopen_c(const char *file, int mode)
+{
+    void *(*real)(const char *, int) = (void *(*)(const char *, int))real_dlopen_fn;
+    void *r = real(file, mode);
+    if (r && at_on())
+        hk_rescan(file ? file : "NULL");
+    return r;
+}
+
+int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
+{
+    hk_conf = hc;
+    if (!hc->nentries)
+        return 0;
+    const char *provider = hc->provider[0] ? hc->provider : AT_ACTIVITY_PROVIDER;
+    hk_rules = calloc((size_t)hc->nentries, sizeof *hk_rules);
+    hk_probes = calloc((size_t)hc->nentries * 2, sizeof *hk_probes);
+    if (!hk_rules || !hk_probes) {
+        snprintf(err, n, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < hc->nentries; i++) {
+        const at_hc_entry *e = &hc->entries[i];
+        if (e->kind == AT_HC_FLOW_CALLBACK && e->callback_arg == AT_HC_NONE) {
+            fprintf(stderr, "acttrace: %s:%d: [flow %s]: a callback flow needs 'callback_arg' "
+                            "(the argument the callback receives); skipped\n",
+                    hc->path, e->pos.line, e->name);
+            continue;
+        }
+        if (rule_make(&hk_rules[i], e, provider, err, n) < 0)
+            return -1;
+        int np = (e->paired || e->kind == AT_HC_FLOW_KEYED) ? 2 : 1;
+        for (int k = 0; k < np; k++) {
+            probe *pr = &hk_probes[hk_nprobes++];
+            pr->r = &hk_rules[i];
+            pr->role = k;
+            pr->p = &e->probe[k];
+            snprintf(pr->hook.spec, sizeof pr->hook.spec, "%s", e->probe[k].symbol);
+            pr->hook.sig = e->probe[k].has_sig ? &e->probe[k].sig : NULL;
+            pr->hook.user = pr;
+        }
+    }
+    bool stacks = false;
+    for (int i = 0; i < hc->nentries; i++)
+        stacks |= hk_rules[i].stacks != 0;
+    if (stacks) {
+        char serr[256];
+        hk_depth = at_cfg.stack_depth < AT_STACK_MAX_DEPTH ? at_cfg.stack_depth : AT_STACK_MAX_DEPTH;
+        dl_iterate_phdr(own_range, NULL);
+        if (at_stack_init((enum at_stack_mode)at_cfg.stack_walker, serr, sizeof serr) != 0)
+            fprintf(stderr, "acttrace: stacks: %s\n", serr);
+    }
+    pthread_mutex_lock(&hk_install_lock);
+    for (int i = 0; i < hk_nprobes; i++)
+        install(&hk_probes[i]);
+    real_dlopen_fn = dlsym(RTLD_DEFAULT, "dlopen");
+    if (real_dlopen_fn && hk_nprobes)
+        at_got_patch("dlopen", (void *)at_hk_dlopen, NULL, NULL, 0);
+    dl_iterate_phdr(adds_of, &hk_adds_seen);
+    real_dlsym_fn = dlsym(RTLD_DEFAULT, "dlsym");
+    if (real_dlsym_fn && hk_nprobes)
+        at_got_patch("dlsym", (void *)at_hk_dlsym, NULL, NULL, 0);
+    pthread_mutex_unlock(&hk_install_lock);
+    summary();
+    return 0;
+}
+
+/* ---------------- acttrace check ---------------- */
+
+static const char *table_name(at_sym_table t)
+{
+    switch (t) {
+    case AT_SYM_DYNSYM: return ".dynsym";
+    case AT_SYM_SYMTAB: return ".symtab";
+    case AT_SYM_DEBUG: return "debug file .symtab";
+    case AT_SYM_OFFSET: return "module+offset";
+    }
+    return "?";
+}
+
+/* ACTTRACE_CHECK=1 (acttrace check): the program is loaded, main has not run. Resolve every
+ * entry and say how it would be hooked, or why not, without changing anything; then exit. */
+int at_hooks_check(const at_hookconf *hc, FILE *out)
+{
+    int ok = 0, total = 0;
+    for (int i = 0; i < hc->nentries; i++) {
+        const at_hc_entry *e = &hc->entries[i];
+        static const char *const kinds[] = {"", "activity", "event", "flow", "flow"};
+        int np = (e->paired || e->kind == AT_HC_FLOW_KEYED) ? 2 : 1;
+        for (int k = 0; k < np; k++) {
+            const at_hc_probe *p = &e->probe[k];
+            total++;
+            fprintf(out, "[%s %s] %s: ", kinds[e->kind], e->name, p->symbol);
+            if (e->kind == AT_HC_FLOW_CALLBACK && e->callback_arg == AT_HC_NONE) {
+                fprintf(out, "NOT hooked: a callback flow needs 'callback_arg'\n");
+                continue;
+            }
+            at_resolved res;
+            char why[512];
+            if (at_resolve(p->symbol, &res, why, sizeof why) < 0) {
+                fprintf(out, "not found now (%s); tried again whenever a library is loaded with "
+                             "dlopen\n", why);
+                continue;
+            }
+            fprintf(out, "found in %s (%s, +0x%lx", res.module, table_name(res.table),
+                    (unsigned long)(res.addr - res.base));
+            if (res.size)
+                fprintf(out, ", %zu bytes", res.size);
+            fprintf(out, "); ");
+            if (res.table == AT_SYM_OFFSET) {
+                char id[128];
+                at_module_build_id(res.module, id, sizeof id);
+                if (e->build_id[0] && strcmp(id, e->build_id)) {
+                    fprintf(out, "NOT hooked: the module has build-id %s, the config names %s\n",
+                            id[0] ? id : "(none)", e->build_id);
+                    continue;
+                }
+                if (!e->build_id[0])
+                    fprintf(out, "unguarded: add 'build_id = %s'; ", id[0] ? id : "(none)");
+            }
+            int slots = 0;
+            if (res.exported && !res.is_exe && res.sym[0])
+                slots = at_got_patch(res.sym, NULL, NULL, NULL, 0);
+            const char *wrap = !p->has_sig ? "signature-less stub"
+                               : slots > 0 ? "typed wrapper (libffi)"
+                                           : "typed stub (arguments from the saved registers)";
+            if (slots > 0) {
+                fprintf(out, "hooked by GOT (%d slot%s), %s\n", slots, slots > 1 ? "s" : "", wrap);
+                ok++;
+            } else if (at_entry_check(res.addr, res.size, why, sizeof why) == 0) {
+                fprintf(out, "hooked by entry patching, %s\n", wrap);
+                ok++;
+            } else
+                fprintf(out, "NOT hooked: %s\n", why);
+        }
+    }
+    fprintf(out, "%d of %d functions can be hooked\n", ok, total);
+    return ok == total ? 0 : 1;
+}

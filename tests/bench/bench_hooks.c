@@ -1,0 +1,97 @@
+/* bench_hooks: what a configured hook adds to a call (issue 5). tests/fixtures/hk_bench times a
+ * hooked function against an identical unhooked one in one process, interleaved; the row is the
+ * difference. Runs it under the shim with tests/data/hooks/bench.conf (the signature-less stub, and
+ * a libffi wrapper on a GOT slot and the typed stub of an entry patch, each capturing three
+ * arguments), untraced, and under uftrace patching the same
+ * function dynamically (-P, the fixture is built with -fpatchable-function-entry) when uftrace is
+ * installed. Best of three runs each. Prints rows "metric<TAB>measured<TAB>target". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_testlib.h"
+
+typedef struct fig {
+    double stub, plain, typed, plain3, ffi, ffi_plain;
+} fig;
+
+static bool run_once(const char *const *argv, const char *const *env, bool preload, const char *dir,
+                     fig *f)
+{
+    at_run_opts o = {.argv = argv, .env = env, .no_preload = !preload, .cwd = dir};
+    at_run_result r;
+    bool ok = at_run(&o, &r) == 0 && r.exited && r.status == 0;
+    const char *s = ok ? strstr(r.out, "stub ") : NULL;
+    ok = s && sscanf(s, "stub %lf %lf\ntyped %lf %lf\nffi %lf %lf", &f->stub, &f->plain, &f->typed,
+                     &f->plain3, &f->ffi, &f->ffi_plain) == 6;
+    at_run_result_free(&r);
+    return ok;
+}
+
+static bool best_of(const char *const *argv, const char *const *env, bool preload, const char *dir,
+                    fig *best)
+{
+    bool any = false;
+    for (int i = 0; i < 3; i++) {
+        fig f;
+        if (!run_once(argv, env, preload, dir, &f))
+            continue;
+        if (!any || f.stub - f.plain < best->stub - best->plain) {
+            best->stub = f.stub;
+            best->plain = f.plain;
+        }
+        if (!any || f.typed - f.plain3 < best->typed - best->plain3) {
+            best->typed = f.typed;
+            best->plain3 = f.plain3;
+        }
+        if (!any || f.ffi - f.ffi_plain < best->ffi - best->ffi_plain) {
+            best->ffi = f.ffi;
+            best->ffi_plain = f.ffi_plain;
+        }
+        any = true;
+    }
+    return any;
+}
+
+int main(void)
+{
+    char *dir = at_tmpdir("benchhooks");
+    char *fx = at_fixture_path("hk_bench");
+    char conf[4200], env0[4300];
+    snprintf(conf, sizeof conf, "%s/tests/data/hooks/bench.conf", AT_SOURCE_DIR);
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *env[] = {env0, "ACTTRACE_OUTPUT=bench-%p.nettrace", NULL};
+    const char *argv[] = {fx, "200000", NULL};
+    fig sh = {0}, un = {0}, uf = {0};
+    bool have_sh = best_of(argv, env, true, dir, &sh);
+    bool have_un = best_of(argv, NULL, false, dir, &un);
+    if (have_sh) {
+        printf("hooked call via stub, Start+Stop, no payload (ns added)\t%.1f (%.1f vs %.1f)\t<= 80\n",
+               sh.stub - sh.plain, sh.stub, sh.plain);
+        printf("hooked call via libffi wrapper (GOT), 3 args captured (ns added)\t%.1f (%.1f vs "
+               "%.1f)\t<= 200\n", sh.ffi - sh.ffi_plain, sh.ffi, sh.ffi_plain);
+        printf("hooked call via typed stub (entry), 3 args captured (ns added)\t%.1f (%.1f vs "
+               "%.1f)\t-\n", sh.typed - sh.plain3, sh.typed, sh.plain3);
+    } else
+        printf("hooked call via stub (ns added)\tfailed to run\t<= 80\n");
+    if (have_sh && have_un)
+        printf("unhooked function under the shim vs untraced (ns)\t%.2f (%.2f vs %.2f)\t0\n",
+               sh.plain - un.plain, sh.plain, un.plain);
+    char udir[4200];
+    snprintf(udir, sizeof udir, "%s/uftrace.data", dir);
+    const char *uargv[] = {"uftrace", "record", "--no-libcall", "-d", udir, "-P", "bench_stub",
+                           fx, "200000", NULL};
+    if (system("command -v uftrace >/dev/null 2>&1") == 0 && best_of(uargv, NULL, false, dir, &uf)) {
+        double ours = sh.stub - sh.plain, theirs = uf.stub - uf.plain;
+        printf("uftrace -P on the same function (ns added)\t%.1f (%.1f vs %.1f)\t-\n", theirs,
+               uf.stub, uf.plain);
+        if (have_sh && theirs > 0)
+            printf("stub overhead / uftrace overhead (same run of the bench)\t%.2f\t<= 0.6\n",
+                   ours / theirs);
+    } else
+        printf("uftrace -P on the same function (ns added)\tuftrace not installed or failed\t-\n");
+    free(fx);
+    at_rmtree(dir);
+    free(dir);
+    return 0;
+}
