@@ -41,16 +41,22 @@ typedef struct sbuf {
     bool full;
 } sbuf;
 
-static void sb_put(sbuf *s, const char *fmt, char sep, uint32_t v)
+/* sep then v in decimal; no printf: the analysis commands decode an id per activity */
+static void sb_put(sbuf *s, char sep, uint32_t v)
 {
     char tmp[16];
-    int k = snprintf(tmp, sizeof tmp, fmt, sep, v);
-    if (s->len + (size_t)k + 1 > s->n) {
+    int k = 16;
+    do tmp[--k] = (char)('0' + v % 10);
+    while ((v /= 10));
+    tmp[--k] = sep;
+    size_t len = (size_t)(16 - k);
+    if (s->len + len + 1 > s->n) {
         s->full = true;
         return;
     }
-    memcpy(s->p + s->len, tmp, (size_t)k + 1);
-    s->len += (size_t)k;
+    memcpy(s->p + s->len, tmp + k, len);
+    s->len += len;
+    s->p[s->len] = 0;
 }
 
 static void sb_str(sbuf *s, const char *str)
@@ -93,7 +99,7 @@ int at_actpath_format_perfview(const at_guid *g, char *buf, size_t n)
     next_nibble:
         if (nib == 0) break;
         if (nib <= 0xA) {
-            sb_put(&s, "%c%u", '/', nib);
+            sb_put(&s, '/', nib);
             if (!second) {
                 nib = *p & 0xF;
                 second = true;
@@ -126,7 +132,7 @@ int at_actpath_format_perfview(const at_guid *g, char *buf, size_t n)
         p++;
         if (p + nbytes > end) break;
         for (int i = (int)nbytes - 1; i >= 0; i--) value = (value << 8) + p[i];
-        sb_put(&s, "%c%u", sep, value);
+        sb_put(&s, sep, value);
         p += nbytes;
     }
     sb_str(&s, "/");
@@ -154,7 +160,7 @@ int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n)
         if (nib == 0) break;
         char sep = '/';
         if (nib <= 0xA) {
-            sb_put(&s, "%c%u", '/', nib);
+            sb_put(&s, '/', nib);
             any = true;
             k++;
             continue;
@@ -184,7 +190,7 @@ int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n)
         for (int i = (int)nbytes - 1; i >= 0; i--) value = (value << 8) + g->b[byte + i];
         k += 2 * (int)nbytes;
         if (padded && k < nend) k += 2;
-        sb_put(&s, "%c%u", sep, value);
+        sb_put(&s, sep, value);
         any = true;
     }
     if (!any) sb_str(&s, "/");

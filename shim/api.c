@@ -3,6 +3,7 @@
  * name costs a hash of the name plus the engine's Start. */
 #include "acttrace.h"
 #include "shim.h"
+#include "stack.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -121,7 +122,9 @@ AT_EXPORT int acttrace_api_start(const char *name, unsigned flags)
         return 0;
     int e = errno;
     at_activity_kind *k = lookup(name, NULL, 0x40, flags, make_kind);
-    at_activity *a = k ? at_activity_start(k, NULL, 0, NULL, 0) : NULL;
+    uintptr_t ips[AT_STACK_MAX_DEPTH];
+    uint32_t n = k ? at_shim_stack(AT_CFG_STACKS_START, ips, AT_STACK_MAX_DEPTH, 1) : 0;
+    at_activity *a = k ? at_activity_start(k, NULL, 0, ips, n) : NULL;
     errno = e;
     return a != NULL;
 }
@@ -132,7 +135,9 @@ AT_EXPORT int acttrace_api_stop(const char *name)
         return 0;
     int e = errno;
     at_activity_kind *k = lookup(name, NULL, 0x40, 0, make_kind);
-    bool r = k && at_activity_stop(k, NULL, 0, NULL, 0);
+    uintptr_t ips[AT_STACK_MAX_DEPTH];
+    uint32_t n = k ? at_shim_stack(AT_CFG_STACKS_STOP, ips, AT_STACK_MAX_DEPTH, 1) : 0;
+    bool r = k && at_activity_stop(k, NULL, 0, ips, n);
     errno = e;
     return r;
 }

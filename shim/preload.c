@@ -114,6 +114,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         .mode = AT_OUTPUT_FILE,
         .buffer_cap = at_cfg.buffer_bytes,
         .flush_interval_ms = at_cfg.flush_ms,
+        .no_symbols = !at_cfg.symbols,
     };
     if (have_hc) {
         if (hc.mode)
@@ -132,6 +133,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         goto out;
     }
     at_fdguard_refresh();
+    at_shim_stacks_init();
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
         fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
         at_cfg.fdflow = false;

@@ -41,6 +41,12 @@ typedef struct at_shim_events {
 } at_shim_events;
 extern at_shim_events at_ev;
 
+/* Stacks (stacks.c): set up the walker in the constructor; then take the calling thread's stack for
+ * an event of kind which (AT_CFG_STACKS_START or _STOP) when the settings ask for one. skip: frames of
+ * the shim above the caller's own to drop. Returns the number of frames (0: no stack). */
+void at_shim_stacks_init(void);
+uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip);
+
 /* Registers the shim's event types; 0 or -1 with a message. */
 int at_shim_events_register(char *err, size_t n);
 

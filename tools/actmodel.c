@@ -17,7 +17,7 @@
 #define AM_MAX_VISITS 256
 #define AM_MAX_DEPTH 1000 /* deeper activities become roots (with their link): recursion and walks stay bounded */
 #define AM_MAX_XFERS 256
-#define AM_PROGRESS_MIN (64ull << 20)
+#define AM_PROGRESS_MIN (64ull << 20) /* bytes; ACTTRACE_PROGRESS_MIN overrides (tests) */
 
 typedef struct am_input {
     nt_reader *r;
@@ -41,8 +41,13 @@ struct am_model {
     size_t tcap, tn;
     uint64_t never_stopped, unmatched_stops;
     uint64_t total_size;
+    uint64_t serial;
+    uint64_t held, hold_limit;
+    am_activity **shadow;      /* open activities of earlier exec images, out of the table */
+    size_t nshadow, cshadow; /* tree mode: finished activities kept for an open ancestor */
     int last_pct;
     bool progress_shown;
+    uint64_t progress_min;
 };
 
 /* ---------------- small helpers ---------------- */
@@ -74,6 +79,8 @@ void am_format_id(const at_guid *g, uint32_t pid, char *out, size_t n)
         return;
     }
     if (at_actpath_format(g, pid, out, n) > 0) return;
+    /* another process's id (a cross-process link): its pid is in the checksum */
+    if (pid && at_actpath_format(g, 0, out, n) > 0) return;
     char s[37];
     at_guid_format(g, s);
     snprintf(out, n, "%s", s);
@@ -433,8 +440,58 @@ static void free_subtree(am_model *m, am_activity *a)
         free_subtree(m, c);
         c = n;
     }
+    if (a->done_reported) m->held--;
     tab_del(m, a);
     act_free(a);
+}
+
+static int by_start(const void *x, const void *y)
+{
+    const am_activity *a = *(am_activity *const *)x, *b = *(am_activity *const *)y;
+    if (a->start != b->start) return a->start < b->start ? -1 : 1;
+    return a->depth < b->depth ? -1 : a->depth > b->depth;
+}
+
+/* Tree mode, too many finished activities held for ancestors still open: hand over every finished
+ * subtree whose parent is open (in start order) and free it. Runs once per o.hold closes at most, and
+ * visits the table once, so the cost per activity stays constant. */
+static void spill(am_model *m)
+{
+    size_t k = 0;
+    am_activity **v = malloc((m->tn + 1) * sizeof *v);
+    if (!v) return;
+    for (size_t i = 0; i < m->tcap; i++) {
+        am_activity *a = m->tab[i];
+        if (a && a->done_reported && a->open_below == 0 && a->parent && a->parent->open_below > 0) v[k++] = a;
+    }
+    /* a finished subtree replaced in the table by a newer activity of its id is not found here: it
+     * waits for its root, as it would without spilling */
+    qsort(v, k, sizeof *v, by_start);
+    for (size_t i = 0; i < k; i++) {
+        report_subtree(m, v[i]);
+        if (m->cb.spill) m->cb.spill(m->cb.ctx, v[i]);
+        v[i]->spilled = true;
+    }
+    for (size_t i = 0; i < k; i++) { /* unlink from the parents: one pass over each parent's children */
+        am_activity *p = v[i]->parent;
+        if (p->spilled) continue; /* this parent's list is already filtered (the mark is reset below) */
+        am_activity **c = &p->first_child;
+        p->last_child = NULL;
+        while (*c) {
+            if ((*c)->spilled) *c = (*c)->next_sibling;
+            else {
+                p->last_child = *c;
+                c = &(*c)->next_sibling;
+            }
+        }
+        p->spilled = true;
+    }
+    for (size_t i = 0; i < k; i++) v[i]->parent->spilled = false;
+    for (size_t i = 0; i < k; i++) {
+        v[i]->parent->live_children--;
+        free_subtree(m, v[i]);
+    }
+    free(v);
 }
 
 /* a has stopped (or the stream ended with it open): report it when final, free what can go. */
@@ -451,10 +508,15 @@ static void close_activity(am_model *m, am_activity *a)
         try_free(m, a);
         return;
     }
+    m->held++;
     if (root->open_below == 0) {
         report_subtree(m, root);
         if (m->cb.tree) m->cb.tree(m->cb.ctx, root);
         free_subtree(m, root);
+    } else if (m->held > m->hold_limit) {
+        spill(m);
+        /* what stays is held by subtrees still open: wait for as many closes again */
+        m->hold_limit = m->held + (m->o.hold ? m->o.hold : AM_HOLD_DEFAULT);
     }
 }
 
@@ -495,10 +557,23 @@ static uint64_t first_u64(const nt_event *ev)
     return v;
 }
 
-static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid, int64_t t)
+static void shadow_push(am_model *m, am_activity *a)
+{
+    if (m->nshadow == m->cshadow) {
+        size_t c = m->cshadow ? m->cshadow * 2 : 16;
+        am_activity **v = realloc(m->shadow, c * sizeof *v);
+        if (!v) return; /* then it is closed at the end only if still reachable: a leak, not a crash */
+        m->shadow = v;
+        m->cshadow = c;
+    }
+    m->shadow[m->nshadow++] = a;
+}
+
+static am_activity *start_activity(am_model *m, const nt_event *ev, int file, uint32_t pid, int64_t t)
 {
     am_activity *a = calloc(1, sizeof *a);
     if (!a) return NULL;
+    a->file = file;
     a->id = ev->activity;
     a->related = ev->related;
     a->pid = pid;
@@ -508,13 +583,22 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
     a->start = a->stop = t;
     a->start_tid = ev->thread;
     a->open_below = 1;
+    a->serial = ++m->serial;
 
     am_activity *p = NULL;
     at_guid pg;
+    /* An exec'ed image keeps the pid, so its ids are those of the image before it, whose activities
+     * never stopped (the image was replaced): the activity of the same id in an earlier file is the
+     * one it continues, when the new Start names no other creator. */
+    am_activity *old = tab_get(m, &a->id);
+    bool exec_cont = old && !old->done_reported && old->file != file &&
+                     (at_guid_is_zero(&ev->related) || at_guid_eq(&ev->related, &ev->activity));
     /* usually RelatedActivityId is the path parent: one lookup and a prefix check, no re-encoding */
     am_activity *r = at_guid_is_zero(&ev->related) ? NULL : tab_get(m, &ev->related);
     size_t rl = r ? strlen(r->path) : 0;
-    if (r && r->pid == pid && rl && !strncmp(a->path, r->path, rl) && a->path[rl] == '/' && !strchr(a->path + rl + 1, '/'))
+    if (exec_cont)
+        p = old;
+    else if (r && r->pid == pid && rl && !strncmp(a->path, r->path, rl) && a->path[rl] == '/' && !strchr(a->path + rl + 1, '/'))
         p = r;
     else if (path_parent_id(a->path, pid, &pg))
         p = tab_get(m, &pg);
@@ -523,7 +607,8 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
     if (p && p->done_reported && !m->o.tree) p = NULL; /* already reported: nowhere to hang it */
     if (p && p->depth + 1 >= AM_MAX_DEPTH) p = NULL;   /* a hostile chain: the walks up stay short */
     if (!p && !at_guid_is_zero(&ev->related)) {
-        uint32_t rp = at_actpath_is_path(&ev->related, at_actpath_pid(&ev->related)) ? at_actpath_pid(&ev->related) : pid;
+        uint32_t rp = at_actpath_is_path(&ev->related, pid) ? pid
+                      : at_actpath_is_path(&ev->related, 0) ? at_actpath_pid(&ev->related) : pid;
         char rs[80];
         am_format_id(&ev->related, rp, rs, sizeof rs);
         snprintf(a->link, sizeof a->link, "pid %u %s", rp, rs);
@@ -539,12 +624,17 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
         }
         for (am_activity *q = p; q; q = q->parent) q->open_below++;
     }
-    am_activity *old = tab_get(m, &a->id);
     if (old && !old->done_reported) {
-        /* the same id started again while open: the old one never stopped */
-        m->never_stopped++;
         tab_del(m, old);
-        close_activity(m, old);
+        if (old->file != file) {
+            /* an earlier image's: it stays open (never stopped) until the end of the stream */
+            shadow_push(m, old);
+        } else {
+            /* the same id started again while open: the old one never stopped */
+            m->never_stopped++;
+            old->stop = t;
+            close_activity(m, old);
+        }
     }
     if (!tab_put(m, a)) {
         if (p) {
@@ -564,6 +654,15 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, uint32_t pid
     return a;
 }
 
+/* Does a Stop event of this name stop an activity named name? ("RequestStop" or, with a Stop opcode
+ * given by tag, "Request"; compared as the model stores names, cut to the same length) */
+static bool stop_names(const char *ev_name, const char *name)
+{
+    char n[sizeof ((am_activity *)0)->name];
+    am_activity_name(ev_name, n, sizeof n);
+    return strcmp(n, name) == 0;
+}
+
 static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
 {
     uint32_t pid = (uint32_t)m->in[f].info.pid;
@@ -572,7 +671,7 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
     am_activity *a = NULL;
     if (t > m->end) m->end = t;
     if (!at_guid_is_zero(&ev->activity)) {
-        if (op == NT_OPCODE_START) a = start_activity(m, ev, pid, t);
+        if (op == NT_OPCODE_START) a = start_activity(m, ev, f, pid, t);
         else a = tab_get(m, &ev->activity);
     }
     if (a && a->done_reported) {
@@ -612,6 +711,9 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
     }
     e.act = a;
     if (op == NT_OPCODE_STOP) {
+        /* EventSource logs a Stop that finds no live activity of its name with the current id: such
+         * a Stop (another name) leaves the activity of that id running */
+        if (a && !stop_names(ev->meta->name, a->name)) a = NULL;
         if (a) {
             a->stopped = true;
             a->stop = t;
@@ -650,6 +752,9 @@ am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_
     m->o = *o;
     if (cb) m->cb = *cb;
     m->last_pct = -1;
+    const char *pm = getenv("ACTTRACE_PROGRESS_MIN");
+    m->progress_min = pm && *pm ? strtoull(pm, NULL, 10) : AM_PROGRESS_MIN;
+    m->hold_limit = m->o.hold ? m->o.hold : AM_HOLD_DEFAULT;
     for (int i = 0; i < npaths; i++) {
         am_input *in = &m->in[i];
         nt_options no = {0};
@@ -677,7 +782,7 @@ am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_
 
 static void progress(am_model *m, bool final)
 {
-    if (!m->o.progress || m->total_size < AM_PROGRESS_MIN || !isatty(2)) return;
+    if (!m->o.progress || m->total_size < m->progress_min || !isatty(2)) return;
     if (final) {
         if (m->progress_shown) fprintf(stderr, "\r%60s\r", "");
         return;
@@ -721,7 +826,7 @@ int am_run(am_model *m, char *err, size_t errlen)
             if (m->in[i].has_head && (best < 0 || m->in[i].head_time < m->in[best].head_time)) best = i;
         if (best < 0) break;
         apply(m, best, &m->in[best].head, m->in[best].head_time);
-        if ((++n & 0xffff) == 0) progress(m, false);
+        if ((++n & 0xfff) == 0) progress(m, false);
         if (refill(m, best) < 0) {
             snprintf(err, errlen, "%s", nt_error(m->in[best].r));
             status = -1;
@@ -730,20 +835,12 @@ int am_run(am_model *m, char *err, size_t errlen)
     progress(m, true);
     /* the stream ended (or broke): activities still open were never stopped, in start order */
     size_t k = 0;
-    am_activity **open = malloc((m->tn + 1) * sizeof *open);
+    am_activity **open = malloc((m->tn + m->nshadow + 1) * sizeof *open);
     if (open) {
         for (size_t i = 0; i < m->tcap; i++)
             if (m->tab[i] && !m->tab[i]->done_reported) open[k++] = m->tab[i];
-        for (size_t i = 1; i < k; i++) { /* insertion sort by start; usually few */
-            am_activity *x = open[i];
-            size_t j = i;
-            while (j > 0 && (open[j - 1]->start > x->start ||
-                             (open[j - 1]->start == x->start && open[j - 1]->depth > x->depth))) {
-                open[j] = open[j - 1];
-                j--;
-            }
-            open[j] = x;
-        }
+        for (size_t i = 0; i < m->nshadow; i++) open[k++] = m->shadow[i];
+        qsort(open, k, sizeof *open, by_start); /* parents before children */
         /* close deepest-last so a parent's report sees its children final: close children first */
         for (size_t i = k; i-- > 0;) {
             open[i]->stop = m->end;
@@ -770,6 +867,7 @@ void am_close(am_model *m)
             }
         free(m->tab);
     }
+    free(m->shadow);
     free(m);
 }
 

@@ -4,8 +4,8 @@
  * of its id, else its RelatedActivityId, which across processes names an activity of the parent
  * process), records the threads it visited and the transfers between them (acttrace-flow Send 9 /
  * Receive 240), and hands finished activities to the command. Memory is bounded by the activities
- * still open (and, for tree output, by the finished subtrees under an open ancestor), never by the
- * size of the files. */
+ * still open (and, for tree output, by at most o.hold finished activities under open ancestors),
+ * never by the size of the files. */
 #ifndef AM_ACTMODEL_H
 #define AM_ACTMODEL_H
 
@@ -30,6 +30,7 @@ struct am_activity {
     char path[80];            /* "//1/5/1", or the GUID when the id is not an activity path */
     char name[64];            /* "Request" for RequestStart */
     uint32_t pid;             /* of the process that wrote it (the file header's) */
+    int file;                 /* index of the input file that has its Start */
     uint32_t depth;           /* 0 for a root */
     uint64_t unique_id;       /* the <Name>Id payload field (0 if none) */
     int64_t start, stop;      /* ns from the origin; stop = last event of the stream if never stopped */
@@ -49,6 +50,8 @@ struct am_activity {
     uint32_t open_below;      /* activities of this subtree (itself included) not yet stopped */
     uint32_t live_children;   /* children not yet freed */
     bool done_reported;
+    bool spilled;             /* model-internal mark */
+    uint64_t serial;          /* 1, 2, ... in start order: names an activity after it is freed */
     /* pending sends (FIFO) for matching receives */
     uint64_t send_tid[8];
     int64_t send_ts[8];
@@ -75,6 +78,10 @@ typedef struct am_callbacks {
     void (*activity)(void *ctx, const am_activity *a);
     /* Tree mode: a root whose whole subtree has finished (children linked, in start order). */
     void (*tree)(void *ctx, const am_activity *root);
+    /* Tree mode: a finished subtree handed over early because more than o.hold finished activities
+     * were waiting for ancestors still open; its parent chain is alive (and still open). It is not
+     * part of its root's tree any more. */
+    void (*spill)(void *ctx, const am_activity *sub);
     void *ctx;
 } am_callbacks;
 
@@ -82,7 +89,11 @@ typedef struct am_options {
     bool tree;        /* keep finished subtrees until their root's subtree is complete */
     bool progress;    /* allow a progress bar on stderr (only when it is a terminal, files large) */
     bool need_events; /* call cb.event for every event (else only activities are tracked) */
+    uint64_t hold;    /* tree mode: finished activities held for open ancestors before cb.spill
+                         (0: AM_HOLD_DEFAULT) */
 } am_options;
+
+#define AM_HOLD_DEFAULT 20000
 
 typedef struct am_model am_model;
 
@@ -111,7 +122,8 @@ uint64_t am_unmatched_stops(const am_model *m);
 /* Helpers the commands share. */
 /* Activity name from an event name: "RequestStart" -> "Request" (copied into out). */
 void am_activity_name(const char *event_name, char *out, size_t n);
-/* "//1/5/1" or the GUID (or "" for zero) into out. */
+/* "//1/5/1" (an id of process pid, or of another process: its pid is in the checksum), or the GUID
+ * (or "" for zero) into out. */
 void am_format_id(const at_guid *g, uint32_t pid, char *out, size_t n);
 /* Is path equal to prefix or below it ("//1/5/1" within "//1/5")? */
 bool am_path_within(const char *path, const char *prefix);

@@ -42,6 +42,27 @@ static bool name_matches(const char *ev, const char *name)
     return ev[l] == 0 || strcmp(ev + l, "Start") == 0 || strcmp(ev + l, "Stop") == 0;
 }
 
+/* A UTF-16 string of printable ASCII without quotes or backslashes, written as nt_field_format would
+ * ("=" and the quoted text) without its per-character work; false (nothing written) otherwise. */
+static bool ascii_string(am_buf *f, const uint8_t *pl, uint32_t len, uint32_t *off)
+{
+    char t[1024];
+    uint32_t p = *off, k = 0;
+    for (;;) {
+        if (len < p || len - p < 2 || k == sizeof t) return false;
+        uint16_t c = (uint16_t)(pl[p] | pl[p + 1] << 8);
+        p += 2;
+        if (c == 0) break;
+        if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return false;
+        t[k++] = (char)c;
+    }
+    am_buf_mem(f, "=\"", 2);
+    am_buf_mem(f, t, k);
+    am_buf_chr(f, '"');
+    *off = p;
+    return true;
+}
+
 static void on_event(void *vc, const am_event *e)
 {
     ev_ctx *c = vc;
@@ -57,10 +78,8 @@ static void on_event(void *vc, const am_event *e)
     if (e->act && at_guid_eq(&e->act->id, &ev->activity)) act = e->act->path;
     else am_format_id(&ev->activity, e->pid, actb, sizeof actb);
     if (c->prefix && !am_path_within(act, c->prefix)) return;
-    uint32_t rpid = e->pid;
-    if (!at_guid_is_zero(&ev->related) && e->act && e->act->link[0]) rpid = (uint32_t)strtoul(e->act->link + 4, NULL, 10);
     if (e->act && e->act->parent && at_guid_eq(&e->act->parent->id, &ev->related)) rel = e->act->parent->path;
-    else am_format_id(&ev->related, rpid, relb, sizeof relb);
+    else am_format_id(&ev->related, e->pid, relb, sizeof relb);
     am_buf *f = &c->out;
     am_buf_ms(f, e->time, 12);
     am_buf_str(f, "  ");
@@ -131,6 +150,7 @@ static void on_event(void *vc, const am_event *e)
             am_buf_u64(f, v);
             continue;
         }
+        if (t == NT_TYPE_STRING && ascii_string(f, ev->payload, ev->payload_len, &off)) continue;
         if (!nt_field_format(&m->fields[i], ev->payload, ev->payload_len, &off, c->buf, sizeof c->buf)) {
             am_buf_str(f, "=<payload too short>");
             break;

@@ -141,7 +141,7 @@ static void ss_event(FILE *f, bool *first, char type, double at, uint32_t frame)
 static void speedscope_write(ex_ctx *c)
 {
     FILE *f = c->out;
-    qsort(c->sl, c->nsl, sizeof *c->sl, by_thread_time);
+    if (c->nsl) qsort(c->sl, c->nsl, sizeof *c->sl, by_thread_time);
     fprintf(f, "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"exporter\":\"acttrace\","
                "\"name\":\"acttrace activities\",\"activeProfileIndex\":0,\n\"profiles\":[");
     int64_t stack_to[256];

@@ -72,6 +72,7 @@ static const char report_script[] =
     "el('text',{x:L,y:12},svg).textContent=t0.toFixed(3)+' ms';var te=el('text',{x:W-10,y:12,'text-anchor':'end'},svg);te.textContent=t1.toFixed(3)+' ms';\n"
     "order.forEach(function(k){var r=rows[k],p=k.split(':');var lb=el('text',{'class':'thread-label',x:4,y:r.y+12},svg);lb.textContent='pid '+p[0]+' tid '+p[1];\n"
     " r.list.forEach(function(s){var x=X(s.a),w=Math.max(1,X(s.b)-x);var g=el('rect',{'class':'act','data-name':s.n,x:x,y:r.y+s.lane*LH,width:w,height:LH-2,fill:color(s.n),'fill-opacity':s.s?1:0.45},svg);\n"
+    "  if(w<3)g.style.stroke='none';\n"
     "  title(g,s.n+' '+s.p+(s.s?'':' (never stopped)')+'\\n'+s.a.toFixed(3)+' .. '+s.b.toFixed(3)+' ms ('+(s.b-s.a).toFixed(3)+' ms) tid '+s.tid);\n"
     "  if(w>40){var tx=el('text',{x:x+2,y:r.y+s.lane*LH+11},svg);tx.textContent=s.n;}});});\n"
     "xf.forEach(function(t){var a=rowY[t.pid+':'+t.f],b=rowY[t.pid+':'+t.t];if(a===undefined||b===undefined)return;\n"

@@ -116,7 +116,7 @@ int at_cmd_stats(int argc, char **argv)
     if (status) {
         am_errorf("stats", "%s", err);
     } else {
-        qsort(c.v, c.n, sizeof *c.v, by_name);
+        if (c.n) qsort(c.v, c.n, sizeof *c.v, by_name);
         printf("%-24s %8s %10s %10s %10s %10s %7s %8s %13s\n", "NAME", "COUNT", "P50_MS", "P90_MS", "P99_MS",
                "MAX_MS", "THREADS", "EVENTS", "NEVER_STOPPED");
         for (size_t i = 0; i < c.n; i++) {

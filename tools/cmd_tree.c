@@ -16,6 +16,9 @@ typedef struct tree_ctx {
     int64_t min_dur;
     bool multi;
     uint64_t printed;
+    uint64_t hold;
+    uint64_t shown[1024]; /* serials of the open ancestors whose "(running)" lines were printed last */
+    int nshown;
 } tree_ctx;
 
 static void tree_usage(FILE *f)
@@ -25,7 +28,10 @@ static void tree_usage(FILE *f)
                "  the transfers between them, children indented below their parent. Activities never\n"
                "  stopped show as such. Several files (parent and child processes) merge into one tree.\n"
                "  --name NAME   only activities named NAME (with their ancestors and descendants)\n"
-               "  --min-ms MS   only activities lasting at least MS (with their ancestors)\n");
+               "  --min-ms MS   only activities lasting at least MS (with their ancestors)\n"
+               "  --hold N      finished activities kept for ancestors still running (default %d); past\n"
+               "                that they are printed early under a '(running)' line for the ancestors,\n"
+               "                which keeps memory bounded under a long-lived root\n", AM_HOLD_DEFAULT);
 }
 
 static bool node_matches(const tree_ctx *c, const am_activity *a)
@@ -42,22 +48,28 @@ static bool subtree_matches(const tree_ctx *c, const am_activity *a)
     return false;
 }
 
+static void print_head(tree_ctx *c, const am_activity *a, int indent)
+{
+    am_buf *f = &c->out;
+    for (int i = 0; i < indent; i++) am_buf_mem(f, "  ", 2);
+    am_buf_str(f, a->name);
+    am_buf_chr(f, ' ');
+    am_buf_str(f, a->path);
+    if (c->multi && (!a->parent || a->parent->file != a->file)) {
+        am_buf_str(f, " pid ");
+        am_buf_u64(f, a->pid);
+    }
+    am_buf_str(f, "  start ");
+    am_buf_ms(f, a->start, 0);
+}
+
 static void print_node(tree_ctx *c, const am_activity *a, int indent, bool inside)
 {
     bool self = node_matches(c, a);
     /* inside: an ancestor matched --name, so descendants show (still subject to --min-ms) */
     if (!(inside && a->stop - a->start >= c->min_dur) && !subtree_matches(c, a)) return;
     am_buf *f = &c->out;
-    for (int i = 0; i < indent; i++) am_buf_mem(f, "  ", 2);
-    am_buf_str(f, a->name);
-    am_buf_chr(f, ' ');
-    am_buf_str(f, a->path);
-    if (c->multi && (!a->parent || a->parent->pid != a->pid)) {
-        am_buf_str(f, " pid ");
-        am_buf_u64(f, a->pid);
-    }
-    am_buf_str(f, "  start ");
-    am_buf_ms(f, a->start, 0);
+    print_head(c, a, indent);
     am_buf_str(f, a->stopped ? "  duration " : "  NEVER STOPPED (open ");
     am_buf_ms(f, a->stop - a->start, 0);
     am_buf_str(f, a->stopped ? " ms" : " ms at the end)");
@@ -96,7 +108,33 @@ static void print_node(tree_ctx *c, const am_activity *a, int indent, bool insid
 
 static void on_tree(void *vc, const am_activity *root)
 {
-    print_node(vc, root, 0, false);
+    tree_ctx *c = vc;
+    c->nshown = 0;
+    print_node(c, root, 0, false);
+}
+
+/* A finished subtree printed before its ancestors finished (see --hold): under "(running)" lines for
+ * those ancestors, printed again only when the chain changes. */
+static void on_spill(void *vc, const am_activity *sub)
+{
+    tree_ctx *c = vc;
+    const am_activity *chain[1024];
+    int n = 0;
+    bool inside = false;
+    for (const am_activity *p = sub->parent; p && n < 1024; p = p->parent) {
+        chain[n++] = p;
+        inside |= c->name && !strcmp(p->name, c->name);
+    }
+    if (!(inside && sub->stop - sub->start >= c->min_dur) && !subtree_matches(c, sub)) return;
+    for (int i = n - 1, d = 0; i >= 0; i--, d++) {
+        if (d < c->nshown && c->shown[d] == chain[i]->serial) continue;
+        print_head(c, chain[i], d);
+        am_buf_str(&c->out, "  (running; finished children so far:)\n");
+        c->shown[d] = chain[i]->serial;
+        c->nshown = d + 1;
+    }
+    c->nshown = n;
+    print_node(c, sub, n, inside);
 }
 
 int at_cmd_tree(int argc, char **argv)
@@ -115,6 +153,8 @@ int at_cmd_tree(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--name") && more) {
             c.name = argv[++i];
+        } else if (!strcmp(a, "--hold") && more) {
+            c.hold = strtoull(argv[++i], NULL, 10);
         } else if (!strcmp(a, "--min-ms") && more) {
             if (!am_parse_ms(argv[++i], &c.min_dur)) {
                 am_errorf("tree", "--min-ms wants a time in ms, not '%s'", argv[i]);
@@ -137,8 +177,8 @@ int at_cmd_tree(int argc, char **argv)
     }
     c.multi = nfiles > 1;
     char err[600];
-    am_options o = {.tree = true, .progress = true};
-    am_callbacks cb = {.tree = on_tree, .ctx = &c};
+    am_options o = {.tree = true, .progress = true, .hold = c.hold};
+    am_callbacks cb = {.tree = on_tree, .spill = on_spill, .ctx = &c};
     am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
     free(files);
     if (!m) {

@@ -33,6 +33,8 @@ START_TEST(requests_follow_their_connection_into_the_workers)
     for (long r = at_find(t, NULL, "RequestStart", 0); r >= 0;
          r = at_find(t, NULL, "RequestStart", (size_t)r + 1)) {
         const at_tev *e = &t->ev[r];
+        /* a stack on every Start by default (the program's frames, then the thread's start) */
+        ck_assert_uint_ge(e->nframes, 3);
         /* a child of a Connection, which is a child of Serve, started on the main thread */
         char conn[96];
         at_path_parent(e->act_path, conn, sizeof conn);
@@ -82,8 +84,35 @@ START_TEST(requests_follow_their_connection_into_the_workers)
         long m = at_find_field(t, start, idf, at_ev_field(e, idf), 0);
         ck_assert_msg(m >= 0 && m < (long)i, "%s %s=%s has no Start", e->name, idf, at_ev_field(e, idf));
         ck_assert_str_eq(t->ev[m].act_path, e->act_path);
+        ck_assert_uint_eq(e->nframes, 0); /* ACTTRACE_STACKS=start: none on Stops */
     }
     at_session_free(&s);
+}
+END_TEST
+
+/* ACTTRACE_STACKS=both puts stacks on Stops too; none takes none. */
+START_TEST(stack_settings)
+{
+    static const char *modes[] = {"ACTTRACE_STACKS=both", "ACTTRACE_STACKS=none"};
+    for (int m = 0; m < 2; m++) {
+        at_session s;
+        const char *argv[] = {"demo_server", "8", "2", "2", NULL};
+        const char *env[] = {modes[m], NULL};
+        ck_assert_int_eq(at_session_run(&s, "demostk", argv, env), 0);
+        char d[1024];
+        ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.load_rc == 0, "%s",
+                      at_session_describe(&s, d, sizeof d));
+        size_t with = 0, without = 0;
+        for (size_t i = 0; i < s.t.n; i++)
+            if (strcmp(s.t.ev[i].provider, "acttrace") == 0 && s.t.ev[i].opcode != 0)
+                *(s.t.ev[i].nframes ? &with : &without) += 1;
+        ck_assert_uint_gt(with + without, 8 * 8);
+        if (m == 0)
+            ck_assert_uint_eq(without, 0);
+        else
+            ck_assert_uint_eq(with, 0);
+        at_session_free(&s);
+    }
 }
 END_TEST
 
@@ -93,6 +122,7 @@ int main(void)
     TCase *c = tcase_create("demo_server");
     tcase_set_timeout(c, 0);
     tcase_add_test(c, requests_follow_their_connection_into_the_workers);
+    tcase_add_test(c, stack_settings);
     suite_add_tcase(s, c);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -165,6 +165,7 @@ START_TEST(test_connection_activity_per_handler)
     size_t nconn = at_count(t, NULL, "ConnectionStart");
     ck_assert_msg(nconn >= NREQ, "%zu connections for %d requests", nconn, NREQ);
     ck_assert_uint_eq(at_count(t, "acttrace-shim", "FdTagged"), nconn);
+    int unfinished = 0;
     for (long c = at_find(t, NULL, "ConnectionStart", 0); c >= 0;
          c = at_find(t, NULL, "ConnectionStart", (size_t)c + 1)) {
         const at_tev *cs = &t->ev[c];
@@ -184,7 +185,22 @@ START_TEST(test_connection_activity_per_handler)
         for (; stop >= 0; stop = at_find(t, NULL, "ConnectionStop", (size_t)stop + 1))
             if (at_guid_eq(&t->ev[stop].activity, &cs->activity))
                 break;
-        ck_assert_msg(stop >= 0, "Connection %s never stopped", cs->act_path);
+        if (stop < 0) {
+            /* The client sees EOF at the handler's shutdown(SHUT_WR), before its close(): the last
+             * handler can still be between the two when SIGINT ends the process. Python then ends
+             * that daemon thread with pthread_exit when it next wants the GIL (ExitKind 1), or
+             * not at all. Only a handler that did not return may leave its Connection open. */
+            bool ended = false;
+            for (long e = at_find(t, "acttrace-shim", "ThreadEnd", (size_t)b + 1); e >= 0;
+                 e = at_find(t, "acttrace-shim", "ThreadEnd", (size_t)e + 1)) {
+                uint64_t kind = 1;
+                ended |= t->ev[e].thread == handler && at_field_u64(&t->ev[e], "ExitKind", &kind) &&
+                         kind == 0;
+            }
+            ck_assert_msg(!ended, "Connection %s never stopped though its handler ended", cs->act_path);
+            unfinished++;
+            continue;
+        }
         ck_assert_msg(t->ev[stop].thread == handler, "Connection %s stopped on %llu, handler %llu",
                       cs->act_path, (unsigned long long)t->ev[stop].thread,
                       (unsigned long long)handler);
@@ -193,6 +209,7 @@ START_TEST(test_connection_activity_per_handler)
              o = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)o + 1))
             ck_assert(!at_guid_eq(&t->ev[o].activity, &cs->activity));
     }
+    ck_assert_msg(unfinished <= 1, "%d connections left open", unfinished);
     at_session_free(&s);
 }
 END_TEST

@@ -85,6 +85,21 @@ static void finish(void)
     _exit(0);
 }
 
+void at_gen_exec(const char *path)
+{
+    while (at_now_ns() <= gen_last + 1000000) {
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+    }
+    at_trace_stop();
+    at_trace_options o = {.path = path, .flush_interval_ms = 100000, .command_line = "tracegen exec"};
+    char err[256];
+    if (at_trace_start(&o, err, sizeof err) != 0) {
+        fprintf(stderr, "tracegen: %s\n", err);
+        _exit(1);
+    }
+}
+
 pid_t at_gen_fork(void (*fn)(void *ctx), void *ctx)
 {
     fflush(NULL);

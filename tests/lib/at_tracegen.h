@@ -27,6 +27,9 @@ uint64_t at_gen_sync_time(const char *path);
  * file, <path without .nettrace>-<pid>.nettrace, and its own sync time), then stops it and exits.
  * Waits for it; returns its pid (also stored in slot AT_GEN_SLOTS - 2) or -1. */
 pid_t at_gen_fork(void (*fn2)(void *ctx), void *ctx);
+/* In fn: what exec does to the trace: this file ends (its open activities never stop) and the same
+ * process goes on writing path, on the same time base. */
+void at_gen_exec(const char *path);
 /* In fn: record the calling thread's tid in slot k. */
 void at_gen_note_thread(int k);
 /* The activity-path id of "//1/5/1" in process pid (0 = this process). */

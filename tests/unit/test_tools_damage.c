@@ -114,6 +114,22 @@ START_TEST(good_file_passes)
 }
 END_TEST
 
+/* Files the .NET runtime wrote (no activity Start/Stop in them): every command runs clean. */
+START_TEST(runtime_samples)
+{
+    const char *samples[] = {"dotnet-5.0-SampleProfiler-single-thread.golden.nettrace",
+                             "eventpipe-dotnetcore3.0-win-x64-objver4.nettrace",
+                             "eventpipe-dotnetcore5.0-win-x64-arraytypes.nettrace",
+                             "eventpipe-dotnetcore6.0-win-x64-executioncheckpoints.nettrace",
+                             "mixed_managed_external_samples.nettrace", "only_managed_samples.nettrace"};
+    for (size_t k = 0; k < sizeof samples / sizeof samples[0]; k++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/tests/data/nettrace-samples/%s", AT_SOURCE_DIR, samples[k]);
+        for (size_t i = 0; i < NCMDS; i++) ck_assert_int_eq(run_cmd(i, path, samples[k]), 0);
+    }
+}
+END_TEST
+
 START_TEST(truncated)
 {
     char path[4200];
@@ -225,6 +241,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, good_file_passes);
+    tcase_add_test(tc, runtime_samples);
     tcase_add_test(tc, truncated);
     tcase_add_test(tc, corrupted);
     tcase_add_test(tc, not_traces);

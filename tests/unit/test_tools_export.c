@@ -4,6 +4,9 @@
  * ran, the DOM holds the expected timeline slices, transfer arrows, histograms and flame graphs, and a
  * screenshot is not blank. Also `acttrace run` with a stand-in shim. */
 #include <check.h>
+#include <fcntl.h>
+#include <pty.h>
+#include <sys/wait.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +281,96 @@ START_TEST(run_passes_status)
 }
 END_TEST
 
+/* Runs acttrace with args; returns its stdout normalised (T<k> for the generator's threads). */
+static char *tool_out(const char *const *args)
+{
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    ck_assert_msg(r.exited && r.status == 0, "acttrace %s: %s", args[0], r.err);
+    char *s = at_gen_normalize(r.out, AT_GEN_SLOTS, NULL, 0);
+    at_run_result_free(&r);
+    return s;
+}
+
+START_TEST(filters)
+{
+    char tid[32];
+    snprintf(tid, sizeof tid, "%llu", (unsigned long long)at_gen_tids[1]);
+    char *got = tool_out((const char *const[]){"events", "--thread", tid, trace, NULL});
+    ck_assert_str_eq(got, "       3.000  T2  acttrace-flow/Receive  //1  -\n"
+                          "       4.000  T2  acttrace/WorkStart  //1/1  //1  WorkId=11\n"
+                          "       4.500  T2  test-app/Sample  //1/1  -\n"
+                          "       5.000  T2  acttrace/WorkStop  //1/1  -  DURATION_MSEC=1.000  WorkId=11\n"
+                          "       5.500  T2  acttrace-flow/Send  //1  -\n");
+    free(got);
+    got = tool_out((const char *const[]){"events", "--from", "5.5", "--to", "8", "--activity", "//1", trace, NULL});
+    ck_assert_str_eq(got, "       5.500  T2  acttrace-flow/Send  //1  -\n"
+                          "       6.000  T1  acttrace-flow/Receive  //1  -\n"
+                          "       8.000  T1  acttrace/RequestStop  //1  -  DURATION_MSEC=7.000  RequestId=1\n");
+    free(got);
+    got = tool_out((const char *const[]){"stacks", "--name", "Work", trace, NULL});
+    ck_assert_str_eq(got, "Work;0x2001;0x2002 1\n");
+    free(got);
+    got = tool_out((const char *const[]){"stacks", trace, NULL});
+    ck_assert_str_eq(got, "Request;0x1001;0x1002;0x1003 1\nRequest;Work;0x2001;0x2002 1\n");
+    free(got);
+}
+END_TEST
+
+static void gen_many(void *ctx)
+{
+    (void)ctx;
+    for (int k = 1; k <= 3000; k++) {
+        char p[16];
+        snprintf(p, sizeof p, "//%d", k);
+        at_gen_start("Request", p, NULL, 1 + k * 0.01);
+        at_gen_stop("Request", p, 1 + k * 0.01 + 0.005);
+    }
+}
+
+/* The progress bar appears on a terminal only (the size threshold lowered for the test). */
+START_TEST(progress_on_tty_only)
+{
+    char big[4200];
+    snprintf(big, sizeof big, "%s/many.nettrace", dir);
+    ck_assert_int_gt(at_gen_trace(big, gen_many, NULL), 0);
+    char tool[4200];
+    snprintf(tool, sizeof tool, "%s/acttrace", at_build_dir());
+    int fd;
+    pid_t pid = forkpty(&fd, NULL, NULL, NULL);
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        setenv("ACTTRACE_PROGRESS_MIN", "1", 1);
+        execl(tool, tool, "stats", big, (char *)NULL);
+        _exit(127);
+    }
+    char buf[65536];
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf + n, sizeof buf - 1 - n);
+        if (k <= 0) break; /* EIO once the child closed the terminal */
+        n += (size_t)k;
+    }
+    buf[n] = 0;
+    int st;
+    waitpid(pid, &st, 0);
+    close(fd);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_msg(strstr(buf, "\racttrace: [") && strstr(buf, "%"), "no progress bar on the terminal: %s", buf);
+    /* stderr a pipe: nothing */
+    const char *argv[] = {tool, "stats", big, NULL};
+    const char *env[] = {"ACTTRACE_PROGRESS_MIN=1", NULL};
+    at_run_opts o = {.argv = argv, .env = env, .no_preload = true};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&o, &r), 0);
+    ck_assert(r.exited && r.status == 0);
+    ck_assert_str_eq(r.err, "");
+    at_run_result_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tools_export");
@@ -288,6 +381,8 @@ int main(void)
     tcase_add_test(tc, speedscope);
     tcase_add_test(tc, report_in_chromium);
     tcase_add_test(tc, run_passes_status);
+    tcase_add_test(tc, filters);
+    tcase_add_test(tc, progress_on_tty_only);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

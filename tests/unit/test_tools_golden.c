@@ -87,6 +87,9 @@ static void gen_nonnested(void *ctx)
     at_gen_stop("Session", "//1", 3);   /* the parent ends before its child */
     at_gen_stop("Upload", "//1/1", 6);
     at_gen_stop("Upload", "//9", 7);    /* a Stop that matches nothing */
+    at_gen_start("Session", "//2", NULL, 8);
+    at_gen_stop("Upload", "//2", 9);    /* EventSource's Stop with no live Upload: //2 keeps running */
+    at_gen_stop("Session", "//2", 10);
 }
 
 START_TEST(non_nested)
@@ -95,8 +98,9 @@ START_TEST(non_nested)
     ck_assert_int_gt(pids[0], 0);
     expect((const char *const[]){"tree", paths[0], NULL},
            "Session //1  start 1.000  duration 2.000 ms  threads T1\n"
-           "  Upload //1/1  start 2.000  duration 4.000 ms  threads T1\n");
-    expect((const char *const[]){"events", paths[0], NULL},
+           "  Upload //1/1  start 2.000  duration 4.000 ms  threads T1\n"
+           "Session //2  start 8.000  duration 2.000 ms  threads T1\n");
+    expect((const char *const[]){"events", "--to", "7", paths[0], NULL},
            "       0.000  T16  Microsoft-DotNETCore-EventPipe/ProcessInfo  -  -  CommandLine=\"tracegen\"  OSInformation=\"Linux\"  ArchInformation=\"x64\"\n"
            "       1.000  T1  acttrace/SessionStart  //1  -  SessionId=1\n"
            "       2.000  T1  acttrace/UploadStart  //1/1  //1  UploadId=11\n"
@@ -240,6 +244,80 @@ START_TEST(cross_process)
 }
 END_TEST
 
+/* An exec chain: each image starts Hop //1/1 again (same pid, so the same id) naming the previous
+ * image's as related, as the shim's exec hand-over does; the previous image's Hop never stops. */
+static void gen_exec(void *ctx)
+{
+    (void)ctx;
+    at_gen_note_thread(0);
+    at_gen_start("Hop", "//1", NULL, 1);
+    at_gen_start("Work", "//1/1", "//1", 2);
+    at_gen_exec(paths[1]);
+    at_gen_start("Hop", "//1", "//1", 10);
+    at_gen_exec(paths[2]);
+    at_gen_start("Hop", "//1", "//1", 20);
+    at_gen_stop("Hop", "//1", 21);
+}
+
+START_TEST(exec_chain)
+{
+    pids[0] = at_gen_trace(paths[0], gen_exec, NULL);
+    ck_assert_int_gt(pids[0], 0);
+    expect((const char *const[]){"tree", paths[0], paths[1], paths[2], NULL},
+           "Hop //1 pid P1  start 1.000  NEVER STOPPED (open 20.000 ms at the end)  threads T1\n"
+           "  Work //1/1  start 2.000  NEVER STOPPED (open 19.000 ms at the end)  threads T1\n"
+           "  Hop //1 pid P1  start 10.000  NEVER STOPPED (open 11.000 ms at the end)  threads T1\n"
+           "    Hop //1 pid P1  start 20.000  duration 1.000 ms  threads T1\n");
+}
+END_TEST
+
+/* A root that lives as long as the process, over five requests: with --hold 3, whenever more than 3
+ * finished activities wait for the root, they are printed before it ends under a "(running)" line
+ * (after Request 2 and Request 4 here), so memory does not grow with them. */
+static void gen_longroot(void *ctx)
+{
+    (void)ctx;
+    at_gen_note_thread(0);
+    at_gen_start("Main", "//1", NULL, 1);
+    for (int k = 1; k <= 5; k++) {
+        char p[16], q[20];
+        snprintf(p, sizeof p, "//1/%d", k);
+        snprintf(q, sizeof q, "//1/%d/1", k);
+        at_gen_start("Request", p, "//1", 10 * k);
+        at_gen_start("Parse", q, p, 10 * k + 1);
+        at_gen_stop("Parse", q, 10 * k + 2);
+        at_gen_stop("Request", p, 10 * k + 5);
+    }
+}
+
+START_TEST(long_lived_root)
+{
+    pids[0] = at_gen_trace(paths[0], gen_longroot, NULL);
+    ck_assert_int_gt(pids[0], 0);
+    expect((const char *const[]){"tree", "--hold", "3", paths[0], NULL},
+           "Main //1  start 1.000  (running; finished children so far:)\n"
+           "  Request //1/1  start 10.000  duration 5.000 ms  threads T1\n"
+           "    Parse //1/1/1  start 11.000  duration 1.000 ms  threads T1\n"
+           "  Request //1/2  start 20.000  duration 5.000 ms  threads T1\n"
+           "    Parse //1/2/1  start 21.000  duration 1.000 ms  threads T1\n"
+           "  Request //1/3  start 30.000  duration 5.000 ms  threads T1\n"
+           "    Parse //1/3/1  start 31.000  duration 1.000 ms  threads T1\n"
+           "  Request //1/4  start 40.000  duration 5.000 ms  threads T1\n"
+           "    Parse //1/4/1  start 41.000  duration 1.000 ms  threads T1\n"
+           "Main //1  start 1.000  NEVER STOPPED (open 54.000 ms at the end)  threads T1\n"
+           "  Request //1/5  start 50.000  duration 5.000 ms  threads T1\n"
+           "    Parse //1/5/1  start 51.000  duration 1.000 ms  threads T1\n");
+    /* by default everything fits: one tree */
+    expect((const char *const[]){"tree", "--name", "Main", "--min-ms", "50", paths[0], NULL},
+           "Main //1  start 1.000  NEVER STOPPED (open 54.000 ms at the end)  threads T1\n");
+    expect((const char *const[]){"stats", paths[0], NULL},
+           "NAME                        COUNT     P50_MS     P90_MS     P99_MS     MAX_MS THREADS   EVENTS NEVER_STOPPED\n"
+           "Main                            1      0.000      0.000      0.000      0.000       1        1             1\n"
+           "Parse                           5      1.000      1.000      1.000      1.000       1       10             0\n"
+           "Request                         5      5.000      5.000      5.000      5.000       1       10             0\n");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tools_golden");
@@ -251,6 +329,8 @@ int main(void)
     tcase_add_test(tc, recursive);
     tcase_add_test(tc, cross_thread);
     tcase_add_test(tc, cross_process);
+    tcase_add_test(tc, long_lived_root);
+    tcase_add_test(tc, exec_chain);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
