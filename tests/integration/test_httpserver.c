@@ -64,18 +64,29 @@ static int get(int port)
     return code;
 }
 
-/* Threads of process pid (its /proc/<pid>/task entries). */
+/* Threads of process pid but the shim's own (its /proc/<pid>/task entries, by name). */
 static int task_count(pid_t pid)
 {
-    char path[64];
+    char path[96];
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
     DIR *d = opendir(path);
     if (!d)
         return 0;
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)))
-        n += e->d_name[0] != '.';
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char comm[64] = "";
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/comm", (int)pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(comm, sizeof comm, f))
+                comm[0] = 0;
+            fclose(f);
+        }
+        n += strncmp(comm, "acttrace-", 9) != 0;
+    }
     closedir(d);
     return n;
 }
