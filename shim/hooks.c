@@ -375,9 +375,11 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
             if (a) {
                 at_activity_ref(a);
                 c->act = a;
-                c->started = 1;
-                if (hk_nlive < LIVE_MAX)
+                c->started = 2; /* 2: not listed (the list is full); 1: listed */
+                if (hk_nlive < LIVE_MAX) {
                     hk_live[hk_nlive++] = (live){c->sp, a, pr};
+                    c->started = 1;
+                }
             }
         } else if (pr->role == 1 && args && when_holds(p, args, 0)) {
             at_activity *a = kt_take(&r->keys, key_of(p, args, 0));
@@ -449,8 +451,17 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
         if (!e->paired) {
             if (!c->started)
                 break;
-            if (hk_nlive > 0 && hk_live[hk_nlive - 1].a == c->act && hk_live[hk_nlive - 1].sp == c->sp)
+            if (c->started == 1) {
+                /* listed: it is on top now (deeper ones were dropped above); if it is not, it
+                 * was taken for abandoned (a signal handler on another stack can make a live call
+                 * look so) and stopped then, with our reference */
+                if (!(hk_nlive > 0 && hk_live[hk_nlive - 1].a == c->act &&
+                      hk_live[hk_nlive - 1].sp == c->sp)) {
+                    c->started = 0;
+                    break;
+                }
                 hk_nlive--;
+            }
             c->started = 0;
             stop_single(r, h, c->act, p, args, ret, status);
         } else if (pr->role == 0 && status == AT_HOOK_RETURNED && args && when_holds(p, args, ret)) {
