@@ -74,6 +74,20 @@ int main(void)
                "%.1f)\t-\n", sh.typed - sh.plain3, sh.typed, sh.plain3);
     } else
         printf("hooked call via stub (ns added)\tfailed to run\t<= 80\n");
+    /* the floor: the same hooks as events the level filter drops (wrapper and hook logic only) */
+    char fconf[4300];
+    snprintf(fconf, sizeof fconf, "ACTTRACE_CONFIG=%s/tests/data/hooks/bench-floor.conf",
+             AT_SOURCE_DIR);
+    const char *fenv[] = {fconf, "ACTTRACE_OUTPUT=bench-%p.nettrace", NULL};
+    fig fl = {0};
+    if (best_of(argv, fenv, true, dir, &fl)) {
+        printf("  of the above, stub + hook logic with no event written (ns)\t%.1f\t-\n",
+               fl.stub - fl.plain);
+        printf("  of the above, libffi wrapper + hook logic, no event (ns)\t%.1f\t-\n",
+               fl.ffi - fl.ffi_plain);
+        printf("  of the above, typed stub + hook logic, no event (ns)\t%.1f\t-\n",
+               fl.typed - fl.plain3);
+    }
     if (have_sh && have_un)
         printf("unhooked function under the shim vs untraced (ns)\t%.2f (%.2f vs %.2f)\t0\n",
                sh.plain - un.plain, sh.plain, un.plain);
