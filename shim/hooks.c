@@ -324,6 +324,28 @@ static void abandon_below(uintptr_t sp, bool entering)
     }
 }
 
+/* The thread ends (thread.c): calls it never returned from are abandoned (pthread_exit inside a
+ * hooked function), and a keyed-flow adoption is left. */
+void at_hooks_thread_exit(void)
+{
+    if (!hk_nlive && !hk_adopting)
+        return;
+    int e = errno;
+    hk_busy++;
+    while (hk_nlive > 0) {
+        live *l = &hk_live[--hk_nlive];
+        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
+    }
+    if (hk_adopting) {
+        at_flow_leave(hk_adopt_prev);
+        at_flow_release(hk_adopt_cap);
+        hk_adopting = false;
+        hk_adopt_prev = hk_adopt_cap = NULL;
+    }
+    hk_busy--;
+    errno = e;
+}
+
 /* A callback flow: the program's callback and its argument, and the activity of the submitter.
  * The submitted (fn, arg) become (cb_run, this); the callback runs once, in that activity. */
 typedef struct cb_ctx {

@@ -86,6 +86,7 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
 /* hooks.c: the config file's hooks (issue 5) */
 struct at_hookconf;
 int at_hooks_install(const struct at_hookconf *hc, char *err, size_t n);
+void at_hooks_thread_exit(void); /* abandon the thread's unreturned hooked calls, leave adoptions */
 /* acttrace check: report how each entry would be hooked; 0 when all can be */
 int at_hooks_check(const struct at_hookconf *hc, FILE *out);
 
