@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "hook/hook.h"
 #include "hookconf.h"
@@ -631,9 +632,29 @@ static void install(probe *pr)
     snprintf(h->why, sizeof h->why, "%s", why);
 }
 
+/* Is the parent process traced too (this shim mapped in it)? Then this is a child it ran (a shell,
+ * a helper), where a config written for the parent usually names nothing. */
+static bool parent_traced(void)
+{
+    static int anchor;
+    Dl_info di;
+    if (!dladdr(&anchor, &di) || !di.dli_fname)
+        return false;
+    char path[64], line[4352];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)getppid());
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, di.dli_fname) != NULL;
+    fclose(f);
+    return found;
+}
+
 static void summary(void)
 {
-    int got = 0, entry = 0, skipped = 0;
+    int got = 0, entry = 0, skipped = 0, missing = 0;
     char skip[2048] = "";
     size_t off = 0;
     for (int i = 0; i < hk_nprobes; i++) {
@@ -644,12 +665,17 @@ static void summary(void)
             entry++;
         else {
             skipped++;
+            missing += hk_probes[i].pending;
             int k = snprintf(skip + off, sizeof skip - off, "%s%s (%s)", skipped > 1 ? "; " : "",
                              h->spec, h->why);
             if (k > 0 && off + (size_t)k < sizeof skip)
                 off += (size_t)k;
         }
     }
+    /* A child of a traced program (a shell, a helper it runs) stays quiet unless a function was
+     * found there and refused: the parent's line said what the config hooks. */
+    if (missing == skipped && parent_traced())
+        return;
     fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s\n", got + entry,
             hk_nprobes, got, entry, skipped ? "; skipped: " : "", skip);
 }

@@ -304,6 +304,32 @@ START_TEST(test_reentrant_libc_hooks)
 }
 END_TEST
 
+/* A traced program's children stay quiet unless something is refused there: a shell running the
+ * fixture prints one summary line (its own: nothing of the config is in sh), the fixture none (all
+ * hooked), and the fixture's trace still has its activities. */
+START_TEST(test_child_summary_quiet)
+{
+    char *conf = data_path("got.conf");
+    char *fx = at_fixture_path("hk_calls");
+    char cmd[4300], env0[4200];
+    snprintf(cmd, sizeof cmd, "%s; exit $?", fx);
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    const char *env[] = {env0, NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run(&s, "hkchild", argv, env), 0);
+    ck_assert_msg(s.r.exited && s.r.status == 3, "%s", s.r.err);
+    int lines = 0;
+    for (const char *q = s.r.err; (q = strstr(q, "acttrace:")); q++)
+        lines++;
+    ck_assert_msg(lines == 1, "%d lines: %s", lines, s.r.err);
+    ck_assert_msg(strstr(s.r.err, "acttrace: 0 of 7 functions hooked"), "%s", s.r.err);
+    at_session_free(&s);
+    free(fx);
+    free(conf);
+}
+END_TEST
+
 /* Without 'recursive' a Start of a live name stops it first (EventSource): no nesting. */
 START_TEST(test_not_recursive)
 {
@@ -732,6 +758,7 @@ int main(void)
     tcase_add_test(tc, test_names_and_trace_settings);
     tcase_add_test(tc, test_level_filter);
     tcase_add_test(tc, test_reentrant_libc_hooks);
+    tcase_add_test(tc, test_child_summary_quiet);
     tcase_add_test(tc, test_stripped_offset);
     tcase_add_test(tc, test_cxx_exception);
     tcase_add_test(tc, test_flow_rules);
