@@ -572,6 +572,13 @@ static void *call_target(const at_resolved *res, const char *spec)
     return p ? p : (void *)res->addr;
 }
 
+/* The version whose imports a GOT hook takes: the one asked for, else the definition's (a module
+ * importing an older version of the name calls another function). */
+static const char *hook_version(const at_resolved *r)
+{
+    return r->version[0] ? r->version : r->defver;
+}
+
 static void install(probe *pr)
 {
     at_hook *h = &pr->hook;
@@ -597,7 +604,7 @@ static void install(probe *pr)
      * (-fipa-stack-alignment), which libffi's closures do not survive: the register-saving stub
      * realigns and reads typed arguments from the registers it saved. */
     bool got = h->res.exported && !h->res.is_exe && h->res.sym[0] &&
-               at_got_patch(h->res.sym, NULL, NULL, NULL, 0) > 0;
+               at_got_patch(h->res.sym, hook_version(&h->res), NULL, NULL, 0) > 0;
     if (!h->wrapper) {
         if (got && h->sig ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
             snprintf(h->why, sizeof h->why, "%s", got && h->sig ? why : "no stub left (512 hooks at most)");
@@ -614,7 +621,7 @@ static void install(probe *pr)
                 o->res.addr == h->res.addr)
                 h->orig = o->wrapper;
         }
-        int n = at_got_patch(h->res.sym, h->wrapper, h->orig, why, sizeof why);
+        int n = at_got_patch(h->res.sym, hook_version(&h->res), h->wrapper, why, sizeof why);
         if (n > 0) {
             h->tier = 1;
             h->nslots = n;
@@ -812,13 +819,13 @@ static void hk_rescan(const char *file)
     hk_busy++;
     pthread_mutex_lock(&hk_install_lock);
     hk_adds_seen = adds;
-    at_got_patch("dlopen", (void *)at_hk_dlopen, NULL, NULL, 0);
+    at_got_patch("dlopen", NULL, (void *)at_hk_dlopen, NULL, 0);
     if (real_dlsym_fn)
-        at_got_patch("dlsym", (void *)at_hk_dlsym, NULL, NULL, 0);
+        at_got_patch("dlsym", NULL, (void *)at_hk_dlsym, NULL, 0);
     for (int i = 0; i < hk_nprobes; i++) {
         at_hook *h = &hk_probes[i].hook;
         if (h->tier == 1)
-            h->nslots += at_got_patch(h->res.sym, h->wrapper, h->orig, NULL, 0);
+            h->nslots += at_got_patch(h->res.sym, hook_version(&h->res), h->wrapper, NULL, 0);
         else if (h->tier == 0 && hk_probes[i].pending) {
             install(&hk_probes[i]);
             if (!hk_probes[i].pending)
@@ -923,11 +930,11 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
         install(&hk_probes[i]);
     real_dlopen_fn = dlsym(RTLD_DEFAULT, "dlopen");
     if (real_dlopen_fn && hk_nprobes)
-        at_got_patch("dlopen", (void *)at_hk_dlopen, NULL, NULL, 0);
+        at_got_patch("dlopen", NULL, (void *)at_hk_dlopen, NULL, 0);
     dl_iterate_phdr(adds_of, &hk_adds_seen);
     real_dlsym_fn = dlsym(RTLD_DEFAULT, "dlsym");
     if (real_dlsym_fn && hk_nprobes)
-        at_got_patch("dlsym", (void *)at_hk_dlsym, NULL, NULL, 0);
+        at_got_patch("dlsym", NULL, (void *)at_hk_dlsym, NULL, 0);
     pthread_mutex_unlock(&hk_install_lock);
     summary();
     return 0;
@@ -988,7 +995,7 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
             }
             int slots = 0;
             if (res.exported && !res.is_exe && res.sym[0])
-                slots = at_got_patch(res.sym, NULL, NULL, NULL, 0);
+                slots = at_got_patch(res.sym, hook_version(&res), NULL, NULL, 0);
             const char *wrap = !p->has_sig ? "signature-less stub"
                                : slots > 0 ? "typed wrapper (libffi)"
                                            : "typed stub (arguments from the saved registers)";

@@ -16,6 +16,7 @@
 
 typedef struct got_job {
     const char *sym;
+    const char *version; /* NULL or "": any */
     void *wrapper;
     int patched;
     int failed;
@@ -60,6 +61,27 @@ static void patch_slot(struct dl_phdr_info *info, uintptr_t slot, got_job *j)
     j->patched++;
 }
 
+/* The version name a module requires for version index idx (its DT_VERNEED list), or NULL. */
+static const char *import_version(unsigned idx, const ElfW(Verneed) *vn, size_t n, const char *strtab)
+{
+    if (idx < 2)
+        return NULL; /* local / unversioned */
+    for (size_t k = 0; vn && k < n; k++) {
+        const ElfW(Vernaux) *a = (const ElfW(Vernaux) *)((const char *)vn + vn->vn_aux);
+        for (unsigned m = 0; m < vn->vn_cnt; m++) {
+            if (a->vna_other == idx)
+                return strtab + a->vna_name;
+            if (!a->vna_next)
+                break;
+            a = (const ElfW(Vernaux) *)((const char *)a + a->vna_next);
+        }
+        if (!vn->vn_next)
+            break;
+        vn = (const ElfW(Verneed) *)((const char *)vn + vn->vn_next);
+    }
+    return NULL;
+}
+
 static int scan(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
@@ -81,6 +103,9 @@ static int scan(struct dl_phdr_info *info, size_t size, void *data)
     const char *strtab = NULL;
     const ElfW(Rela) *jmprel = NULL, *rela = NULL;
     size_t jmprelsz = 0, relasz = 0;
+    const ElfW(Half) *versym = NULL;
+    const ElfW(Verneed) *verneed = NULL;
+    size_t verneednum = 0;
     for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
         switch (d->d_tag) {
         case DT_SYMTAB: symtab = (const ElfW(Sym) *)dyn_ptr(d->d_un.d_ptr, base); break;
@@ -89,6 +114,9 @@ static int scan(struct dl_phdr_info *info, size_t size, void *data)
         case DT_PLTRELSZ: jmprelsz = d->d_un.d_val; break;
         case DT_RELA: rela = (const ElfW(Rela) *)dyn_ptr(d->d_un.d_ptr, base); break;
         case DT_RELASZ: relasz = d->d_un.d_val; break;
+        case DT_VERSYM: versym = (const ElfW(Half) *)dyn_ptr(d->d_un.d_ptr, base); break;
+        case DT_VERNEED: verneed = (const ElfW(Verneed) *)dyn_ptr(d->d_un.d_ptr, base); break;
+        case DT_VERNEEDNUM: verneednum = d->d_un.d_val; break;
         }
     }
     if (!symtab || !strtab)
@@ -110,16 +138,20 @@ static int scan(struct dl_phdr_info *info, size_t size, void *data)
              * GLOB_DAT of a data object of the same name is not a function */
             if (ELF64_ST_TYPE(symtab[si].st_info) == STT_OBJECT)
                 continue;
+            if (j->version && *j->version && versym && verneed) {
+                const char *v = import_version(versym[si] & 0x7fff, verneed, verneednum, strtab);
+                if (v && strcmp(v, j->version))
+                    continue; /* another version of the name: another function */
+            }
             patch_slot(info, base + r->r_offset, j);
         }
     }
     return 0;
 }
 
-int at_got_patch(const char *sym, void *wrapper, void *expect_orig, char *why, size_t n)
+int at_got_patch(const char *sym, const char *version, void *wrapper, char *why, size_t n)
 {
-    (void)expect_orig;
-    got_job j = {.sym = sym, .wrapper = wrapper};
+    got_job j = {.sym = sym, .version = version, .wrapper = wrapper};
     dl_iterate_phdr(scan, &j);
     if (j.failed && why)
         snprintf(why, n, "%s", j.err);

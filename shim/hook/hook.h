@@ -32,6 +32,7 @@ typedef struct at_resolved {
     bool exported;       /* in .dynsym with default visibility: other modules may import it */
     char sym[256];       /* the bare name (no lib!, no @VER); "" for module+offset */
     char version[64];    /* the @VERSION asked for, or "" */
+    char defver[64];     /* the version of the definition found in .dynsym, or "" */
 } at_resolved;
 
 /* Resolve spec among the loaded modules. Returns 0, or -1 with the reason in why. */
@@ -105,10 +106,11 @@ int at_ffi_make(at_hook *h, char *why, size_t n);
 
 /* ---------------- installing ---------------- */
 
-/* Rewrite every GOT slot importing sym in every loaded module but the shim (slots already holding
- * wrapper are left: the dlopen re-scan). Returns the number of slots rewritten; wrapper NULL only
+/* Rewrite every GOT slot importing sym (of that version, when one is given and the module's import
+ * names one) in every loaded module but the shim (slots already holding wrapper are left: the
+ * dlopen re-scan). Returns the number of slots rewritten; wrapper NULL only
  * counts them (acttrace check). */
-int at_got_patch(const char *sym, void *wrapper, void *expect_orig, char *why, size_t n);
+int at_got_patch(const char *sym, const char *version, void *wrapper, char *why, size_t n);
 /* Undo nothing: slots are never restored (a wrapper lives as long as the process). */
 
 /* Tier 2: patch h->res.addr to jump to h->wrapper; sets h->orig to the relocated entry.

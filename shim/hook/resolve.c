@@ -216,7 +216,7 @@ static bool version_hidden(Elf *e, size_t i)
 
 /* Look sym up in the tables of type want (SHT_DYNSYM or SHT_SYMTAB) of e. */
 static bool lookup(Elf *e, int want, const char *sym, const char *ver, GElf_Sym *out,
-                   bool *exported)
+                   bool *exported, char *defver)
 {
     Elf_Scn *s = NULL;
     while ((s = elf_nextscn(e, s))) {
@@ -244,6 +244,10 @@ static bool lookup(Elf *e, int want, const char *sym, const char *ver, GElf_Sym 
             *out = st;
             *exported = want == SHT_DYNSYM && GELF_ST_VISIBILITY(st.st_other) == STV_DEFAULT &&
                         GELF_ST_BIND(st.st_info) != STB_LOCAL;
+            if (defver) {
+                const char *v = want == SHT_DYNSYM ? version_of(e, i) : NULL;
+                snprintf(defver, 64, "%s", v ? v : "");
+            }
             return true;
         }
     }
@@ -299,14 +303,14 @@ static bool find_in_module(const module *m, const char *sym, const char *ver, at
         return false;
     GElf_Sym st;
     bool exported = false, found = false;
-    if (lookup(f.e, SHT_DYNSYM, sym, ver, &st, &exported))
+    if (lookup(f.e, SHT_DYNSYM, sym, ver, &st, &exported, r->defver))
         r->table = AT_SYM_DYNSYM, found = true;
-    else if (!(ver && *ver) && lookup(f.e, SHT_SYMTAB, sym, NULL, &st, &exported))
+    else if (!(ver && *ver) && lookup(f.e, SHT_SYMTAB, sym, NULL, &st, &exported, NULL))
         r->table = AT_SYM_SYMTAB, found = true, exported = false;
     else if (!(ver && *ver)) {
         elf_file d;
         if (debug_open(f.e, m->path, &d) == 0) {
-            if (lookup(d.e, SHT_SYMTAB, sym, NULL, &st, &exported))
+            if (lookup(d.e, SHT_SYMTAB, sym, NULL, &st, &exported, NULL))
                 r->table = AT_SYM_DEBUG, found = true, exported = false;
             elf_close(&d);
         }

@@ -17,6 +17,7 @@ START_TEST(test_libc_names)
     ck_assert_msg(strstr(r.module, "libc.so"), "%s", r.module);
     ck_assert(r.exported && !r.is_exe);
     ck_assert_str_eq(r.sym, "close");
+    ck_assert_str_eq(r.defver, "GLIBC_2.2.5"); /* the version GOT slots must import */
     ck_assert_uint_eq(r.addr, (uintptr_t)dlsym(RTLD_DEFAULT, "close"));
     ck_assert_uint_gt(r.size, 0);
 
