@@ -304,6 +304,30 @@ START_TEST(test_reentrant_libc_hooks)
 }
 END_TEST
 
+/* A callback flow hooked through the GOT (libffi wrapper): the job deferred inside Submit and run
+ * from inside Other (nested in Submit) is Submit's child, not Other's. */
+START_TEST(test_callback_flow_got)
+{
+    at_session s;
+    char *conf = data_path("defer.conf");
+    run_hk(&s, "hk_calls", conf);
+    const at_trace *t = &s.t;
+    ck_assert_msg(strstr(s.r.err, "acttrace: 4 of 4 functions hooked (1 GOT, 3 entry)"), "%s",
+                  s.r.err);
+    ck_assert_msg(strstr(s.r.out, "deferred 12\n"), "%s", s.r.out);
+    const at_tev *sub = find_ev(t, "SubmitStart", NULL, NULL);
+    const at_tev *oth = find_ev(t, "OtherStart", NULL, NULL);
+    const at_tev *job = find_ev(t, "DeferredStart", NULL, NULL);
+    ck_assert(at_path_is_below(oth->act_path, sub->act_path));
+    char parent[96];
+    at_path_parent(job->act_path, parent, sizeof parent);
+    ck_assert_msg(!strcmp(parent, sub->act_path), "job %s, submit %s, other %s", job->act_path,
+                  sub->act_path, oth->act_path);
+    at_session_free(&s);
+    free(conf);
+}
+END_TEST
+
 /* A traced program's children stay quiet unless something is refused there: a shell running the
  * fixture prints one summary line (its own: nothing of the config is in sh), the fixture none (all
  * hooked), and the fixture's trace still has its activities. */
@@ -759,6 +783,7 @@ int main(void)
     tcase_add_test(tc, test_level_filter);
     tcase_add_test(tc, test_reentrant_libc_hooks);
     tcase_add_test(tc, test_child_summary_quiet);
+    tcase_add_test(tc, test_callback_flow_got);
     tcase_add_test(tc, test_stripped_offset);
     tcase_add_test(tc, test_cxx_exception);
     tcase_add_test(tc, test_flow_rules);
