@@ -600,6 +600,25 @@ START_TEST(test_stripped_offset)
     expect_field(stop_of(&s.t, h, "HandleStop"), "Return", "43");
     at_session_free(&s);
 
+    /* acttrace check on an unguarded offset: it prints the build-id to pin */
+    if (!getenv("ACTTRACE_ASAN")) {
+        snprintf(text, sizeof text, "[activity Handle]\nfunction = hk_calls-stripped+0x%s\n", off);
+        char *unguarded = write_conf(dir, "unguarded.conf", text);
+        char acttrace[4200];
+        snprintf(acttrace, sizeof acttrace, "%s/acttrace", at_build_dir());
+        const char *cargv[] = {acttrace, "check", unguarded, "--", exe, NULL};
+        at_run_opts co = {.argv = cargv, .no_preload = true};
+        at_run_result cr;
+        ck_assert_int_eq(at_run(&co, &cr), 0);
+        char want[256];
+        snprintf(want, sizeof want, "(module+offset, +0x%s); unguarded: add 'build_id = %s'; hooked "
+                                    "by entry patching", off, id);
+        ck_assert_msg(cr.exited && cr.status == 0 && strstr(cr.out, want), "%s\nwant %s", cr.out,
+                      want);
+        at_run_result_free(&cr);
+        free(unguarded);
+    }
+
     snprintf(text, sizeof text, "[activity Handle]\nfunction = hk_calls-stripped+0x%s\n"
                                 "build_id = 00112233445566778899\n", off);
     char *bad = write_conf(dir, "bad.conf", text);
