@@ -591,6 +591,17 @@ static int entry_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         e->probe[role >= 0 ? role : 0].max_string = (unsigned)x;
         return 0;
     }
+    if (role < 0 && !strcmp(key, "tier")) {
+        if (!strcmp(v, "auto"))
+            e->tier = AT_HC_TIER_AUTO;
+        else if (!strcmp(v, "got"))
+            e->tier = AT_HC_TIER_GOT;
+        else if (!strcmp(v, "entry"))
+            e->tier = AT_HC_TIER_ENTRY;
+        else
+            return fail(p, vpos, "'%s': expected auto, got or entry", v);
+        return 0;
+    }
     if (role < 0 && !strcmp(key, "build_id")) {
         size_t len = strlen(v);
         if (len < 8 || len >= sizeof e->build_id || strspn(v, "0123456789abcdef") != len)
@@ -632,10 +643,11 @@ static int entry_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
     const char *expect =
         act ? (e->paired ? "start, stop, start_signature, start_capture, start_key, start_when, "
                            "stop_signature, stop_capture, stop_key, stop_when, recursive, stacks, "
-                           "level, keywords"
+                           "level, keywords, tier"
                          : "function, signature, capture, when, recursive, stacks, level, keywords, "
-                           "max_string, build_id (or start/stop pairs)")
-        : ev ? "function, signature, capture, when, stacks, level, keywords, max_string, build_id"
+                           "max_string, tier, build_id (or start/stop pairs)")
+        : ev ? "function, signature, capture, when, stacks, level, keywords, max_string, tier, "
+               "build_id"
         : e->kind == AT_HC_FLOW_KEYED
             ? "enqueue, enqueue_signature, enqueue_key, dequeue, dequeue_signature, dequeue_key"
             : "type, function, signature, callback, callback_arg";

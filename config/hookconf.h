@@ -45,6 +45,10 @@ typedef struct at_hc_probe {
     unsigned max_string;                /* bound of captured strings (UTF-16 code units) */
 } at_hc_probe;
 
+#define AT_HC_TIER_AUTO 0  /* GOT for a library's exported function some module imports, else entry */
+#define AT_HC_TIER_GOT 1
+#define AT_HC_TIER_ENTRY 2 /* every call, the library's own internal ones too */
+
 #define AT_HC_STACK_START 0x1u
 #define AT_HC_STACK_STOP 0x2u
 
@@ -65,6 +69,7 @@ typedef struct at_hc_entry {
     bool stacks_set; /* 'stacks' given (else ACTTRACE_STACKS decides) */
     uint8_t level;   /* 0 = info */
     uint64_t keywords;
+    int tier;           /* AT_HC_TIER_*: how its functions are hooked */
     char build_id[128]; /* hex; module+0xOFFSET names are hooked only in a module with this id */
     at_hc_pos build_id_pos;
     int callback;     /* flow callback: index of the function-pointer argument */

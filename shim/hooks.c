@@ -603,8 +603,13 @@ static void install(probe *pr)
      * them. Entry-patched functions may be called by their own file with the stack unaligned
      * (-fipa-stack-alignment), which libffi's closures do not survive: the register-saving stub
      * realigns and reads typed arguments from the registers it saved. */
-    bool got = h->res.exported && !h->res.is_exe && h->res.sym[0] &&
+    int tier = pr->r->e->tier;
+    bool got = tier != AT_HC_TIER_ENTRY && h->res.exported && !h->res.is_exe && h->res.sym[0] &&
                at_got_patch(h->res.sym, hook_version(&h->res), NULL, NULL, 0) > 0;
+    if (tier == AT_HC_TIER_GOT && !got) {
+        snprintf(h->why, sizeof h->why, "no module imports it through a GOT slot (tier = got)");
+        return;
+    }
     if (!h->wrapper) {
         if (got && h->sig ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
             snprintf(h->why, sizeof h->why, "%s", got && h->sig ? why : "no stub left (512 hooks at most)");
@@ -994,8 +999,12 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
                     fprintf(out, "unguarded: add 'build_id = %s'; ", id[0] ? id : "(none)");
             }
             int slots = 0;
-            if (res.exported && !res.is_exe && res.sym[0])
+            if (e->tier != AT_HC_TIER_ENTRY && res.exported && !res.is_exe && res.sym[0])
                 slots = at_got_patch(res.sym, hook_version(&res), NULL, NULL, 0);
+            if (e->tier == AT_HC_TIER_GOT && slots == 0) {
+                fprintf(out, "NOT hooked: no module imports it through a GOT slot (tier = got)\n");
+                continue;
+            }
             const char *wrap = !p->has_sig ? "signature-less stub"
                                : slots > 0 ? "typed wrapper (libffi)"
                                            : "typed stub (arguments from the saved registers)";

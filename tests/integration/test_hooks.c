@@ -328,6 +328,29 @@ START_TEST(test_callback_flow_got)
 }
 END_TEST
 
+/* tier = entry on a library function catches the library's own calls too (hkfx_step calls
+ * hkfx_recurse through its PLT, hkfx_recurse is patched itself); tier = got on a static function
+ * is refused with its reason. */
+START_TEST(test_tier_setting)
+{
+    char *dir = at_tmpdir("hktier");
+    char *conf = write_conf(dir, "tier.conf",
+                            "[activity Rec]\nfunction = hkfx_recurse\ntier = entry\nrecursive = yes\n"
+                            "[activity Handle]\nfunction = handle\ntier = got\n");
+    at_session s;
+    run_hk(&s, "hk_calls", conf);
+    ck_assert_msg(strstr(s.r.err, "acttrace: 1 of 2 functions hooked (0 GOT, 1 entry); skipped: "
+                                  "handle (no module imports it through a GOT slot (tier = got))"),
+                  "%s", s.r.err);
+    ck_assert_uint_eq(at_count(&s.t, NULL, "RecStart"), 4);
+    ck_assert_uint_eq(at_count(&s.t, NULL, "RecStop"), 4);
+    at_session_free(&s);
+    at_rmtree(dir);
+    free(dir);
+    free(conf);
+}
+END_TEST
+
 /* A traced program's children stay quiet unless something is refused there: a shell running the
  * fixture prints one summary line (its own: nothing of the config is in sh), the fixture none (all
  * hooked), and the fixture's trace still has its activities. */
@@ -803,6 +826,7 @@ int main(void)
     tcase_add_test(tc, test_reentrant_libc_hooks);
     tcase_add_test(tc, test_child_summary_quiet);
     tcase_add_test(tc, test_callback_flow_got);
+    tcase_add_test(tc, test_tier_setting);
     tcase_add_test(tc, test_stripped_offset);
     tcase_add_test(tc, test_cxx_exception);
     tcase_add_test(tc, test_flow_rules);

@@ -256,6 +256,7 @@ static const struct {
     {"[activity A]\nfunction = f\nsignature = int f(int a, ...)\n",
      "t.conf:3:26: a variadic function cannot take a signature"},
     {"[activity A]\nfunction = f\nkey = x\n", "t.conf:3:1: unknown key 'key'"},
+    {"[activity A]\nfunction = f\ntier = plt\n", "t.conf:3:8: 'plt': expected auto, got or entry"},
     {"[activity A]\nstart = f\nstart_signature = int f(void)\nstart_key = return\n"
      "stop = g\nstop_signature = int g(int k)\nstop_key = k\nstop_when = return == 0\n",
      "t.conf:8:13: stop_when: the Stop is written on entry"},
