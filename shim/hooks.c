@@ -887,6 +887,15 @@ void *at_hk_dlopen_c(const char *file, int mode)
     return r;
 }
 
+/* A fork child has one thread: locks another thread of the parent held stay held forever. */
+static void hk_atfork_child(void)
+{
+    pthread_mutex_init(&hk_install_lock, NULL);
+    for (int i = 0; hk_conf && i < hk_conf->nentries; i++)
+        if (hk_rules[i].keys.direct)
+            pthread_mutex_init(&hk_rules[i].keys.lock, NULL);
+}
+
 int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
 {
     hk_conf = hc;
@@ -930,6 +939,7 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
         if (at_stack_init((enum at_stack_mode)at_cfg.stack_walker, serr, sizeof serr) != 0)
             fprintf(stderr, "acttrace: stacks: %s\n", serr);
     }
+    pthread_atfork(NULL, NULL, hk_atfork_child);
     pthread_mutex_lock(&hk_install_lock);
     for (int i = 0; i < hk_nprobes; i++)
         install(&hk_probes[i]);
