@@ -91,7 +91,7 @@ void at_flush_locked(bool holdback, bool force_sp)
      * at_event_write_ts gave it. */
     uint64_t limit_ts = holdback ? at_now_ns() - HOLDBACK_NS : UINT64_MAX;
     uint32_t na = 0;
-    for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
+    for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
@@ -137,7 +137,7 @@ void at_flush_locked(bool holdback, bool force_sp)
      * thread whose last events were dropped must first appear in a sequence point, or a reader
      * would never learn about those drops. */
     uint32_t nr = 0;
-    for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
+    for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_RETIRED && !peek(r)) {
             active[nr++] = r;

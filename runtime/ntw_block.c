@@ -301,7 +301,7 @@ void at_ntw_write_sp(void)
     uint64_t ts = W.max_ts + 1; /* strictly after every earlier event (old readers drop the rest) */
     uint32_t n = 0;
     size_t len = 12;
-    for (uint32_t i = 0; i < at_pool_g.nrings && n < 512; i++) {
+    for (uint32_t i = 0, lim = at_ring_limit(); i < lim && n < 512; i++) {
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;

@@ -155,7 +155,7 @@ void at_pool_reset_child(void)
 uint64_t at_tbuf_total_drops(void)
 {
     uint64_t d = atomic_load(&at_drops_noring) + atomic_load(&at_drops_retired);
-    for (uint32_t i = 0; i < at_pool_g.nrings; i++)
+    for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++)
         d += atomic_load_explicit(&at_pool_g.rings[i].drops, memory_order_relaxed);
     return d;
 }
@@ -172,6 +172,9 @@ static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
             continue;
         if (!atomic_compare_exchange_strong(&r->state, &expect, AT_RING_USED))
             continue;
+        uint32_t hw = atomic_load_explicit(&at_pool_g.hiwater, memory_order_relaxed);
+        while (hw < i + 1 && !atomic_compare_exchange_weak(&at_pool_g.hiwater, &hw, i + 1))
+            ;
         r->tid = thr.tid;
         r->wchunk = -1;
         r->wpos = AT_CHUNK_SIZE;

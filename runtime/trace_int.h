@@ -87,6 +87,9 @@ typedef struct at_pool {
     _Atomic int32_t nfree;
     at_ring *rings;             /* AT_MAX_THREADS */
     uint32_t nrings;
+    /* One past the highest ring ever claimed: the flusher's scans stop there, so a program with a few
+     * threads (or many short-lived ones reusing low rings) is not scanned 4096 rings deep. */
+    _Atomic uint32_t hiwater;
     size_t map_len;
     void *map;
 } at_pool;
@@ -97,6 +100,11 @@ static inline at_chunk *at_chunk_at(const at_pool *p, int32_t i)
 }
 
 extern at_pool at_pool_g;
+
+static inline uint32_t at_ring_limit(void)
+{
+    return atomic_load_explicit(&at_pool_g.hiwater, memory_order_acquire);
+}
 extern _Atomic uint32_t at_sess_gen;   /* bumped at start/stop/fork: thread buffers go stale */
 extern _Atomic int at_sess_active;
 extern _Atomic uint64_t at_drops_noring; /* events dropped with no buffer (cap reached, no session) */
