@@ -34,6 +34,7 @@ typedef struct parser {
     at_hc_entry *e; /* the entry of the open section, NULL in [trace] or before any */
     probe_raw pr[2];
     raw type, callback, callback_arg;
+    at_hc_pos fd_key_pos;
 } parser;
 
 static int fail(parser *p, at_hc_pos pos, const char *fmt, ...)
@@ -362,6 +363,15 @@ static int section_finish(parser *p)
                 return fail(p, p->pr[1].capture.pos, "stop_capture: the Stop is written on entry, "
                                                      "before the return value exists");
     }
+    if (e->kind == AT_HC_ACTIVITY && e->fd_key) {
+        if (!e->paired)
+            return fail(p, p->fd_key_pos, "fd_key belongs to a start/stop pair");
+        at_ctype kt = e->probe[0].key == AT_HC_RETURN ? e->probe[0].sig.ret
+                                                       : e->probe[0].sig.p[e->probe[0].key].type;
+        if (kt != AT_CT_I32)
+            return fail(p, p->fd_key_pos, "fd_key: the start key is a %s; a file descriptor is an "
+                                          "int", at_ctype_name(kt));
+    }
     if (e->kind == AT_HC_ACTIVITY && !e->paired) {
         if (e->probe[0].key != AT_HC_NONE)
             return fail(p, r[0].key.pos, "'key' pairs a start/stop activity; this one has "
@@ -418,6 +428,7 @@ static int section_open(parser *p, char *name, at_hc_pos pos)
     memset(&p->type, 0, sizeof p->type);
     memset(&p->callback, 0, sizeof p->callback);
     memset(&p->callback_arg, 0, sizeof p->callback_arg);
+    memset(&p->fd_key_pos, 0, sizeof p->fd_key_pos);
     char *sp = name + strcspn(name, " \t");
     char *arg = sp;
     while (isspace((unsigned char)*arg))
@@ -591,6 +602,12 @@ static int entry_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         e->probe[role >= 0 ? role : 0].max_string = (unsigned)x;
         return 0;
     }
+    if (role < 0 && act && !strcmp(key, "fd_key")) {
+        if (parse_bool(p, &r, &e->fd_key) < 0)
+            return -1;
+        p->fd_key_pos = kpos;
+        return 0;
+    }
     if (role < 0 && !strcmp(key, "tier")) {
         if (!strcmp(v, "auto"))
             e->tier = AT_HC_TIER_AUTO;
@@ -643,7 +660,7 @@ static int entry_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
     const char *expect =
         act ? (e->paired ? "start, stop, start_signature, start_capture, start_key, start_when, "
                            "stop_signature, stop_capture, stop_key, stop_when, recursive, stacks, "
-                           "level, keywords, tier"
+                           "level, keywords, tier, fd_key"
                          : "function, signature, capture, when, recursive, stacks, level, keywords, "
                            "max_string, tier, build_id (or start/stop pairs)")
         : ev ? "function, signature, capture, when, stacks, level, keywords, max_string, tier, "

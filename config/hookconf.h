@@ -70,6 +70,7 @@ typedef struct at_hc_entry {
     uint8_t level;   /* 0 = info */
     uint64_t keywords;
     int tier;           /* AT_HC_TIER_*: how its functions are hooked */
+    bool fd_key;        /* a pair's key is a file descriptor: the fd hand-off carries the activity */
     char build_id[128]; /* hex; module+0xOFFSET names are hooked only in a module with this id */
     at_hc_pos build_id_pos;
     int callback;     /* flow callback: index of the function-pointer argument */

@@ -106,7 +106,7 @@ typedef struct rule {
     at_activity_kind *kind; /* activities */
     at_event_type *event;   /* events */
     keytab keys;            /* pairs and keyed flows */
-    bool key_is_fd;         /* a pair keyed by an int: the fd hand-off carries it */
+    bool key_is_fd;         /* fd_key: the fd hand-off carries the pair's activity */
     bool event_on_return;
     unsigned stacks;        /* AT_HC_STACK_*: which events carry a stack */
     at_field *fields;       /* owned: start (or event) fields then stop fields */
@@ -711,9 +711,7 @@ static int rule_make(rule *r, const at_hc_entry *e, const char *provider, char *
         if (e->paired) {
             ns = add_fields(sf, 0, &e->probe[0], 2);
             nt = add_fields(tf, 0, &e->probe[1], 0);
-            at_ctype kt = e->probe[0].key == AT_HC_RETURN ? e->probe[0].sig.ret
-                                                           : e->probe[0].sig.p[e->probe[0].key].type;
-            r->key_is_fd = kt == AT_CT_I32;
+            r->key_is_fd = e->fd_key;
             if (kt_init(&r->keys) < 0) {
                 snprintf(err, n, "cannot map the key table of %s", e->name);
                 return -1;

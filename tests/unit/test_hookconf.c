@@ -257,6 +257,10 @@ static const struct {
      "t.conf:3:26: a variadic function cannot take a signature"},
     {"[activity A]\nfunction = f\nkey = x\n", "t.conf:3:1: unknown key 'key'"},
     {"[activity A]\nfunction = f\ntier = plt\n", "t.conf:3:8: 'plt': expected auto, got or entry"},
+    {"[activity A]\nfunction = f\nfd_key = yes\n", "t.conf:3:1: fd_key belongs to a start/stop pair"},
+    {"[activity A]\nstart = f\nstart_signature = void *f(void)\nstart_key = return\n"
+     "stop = g\nstop_signature = int g(void *k)\nstop_key = k\nfd_key = yes\n",
+     "t.conf:8:1: fd_key: the start key is a pointer"},
     {"[activity A]\nstart = f\nstart_signature = int f(void)\nstart_key = return\n"
      "stop = g\nstop_signature = int g(int k)\nstop_key = k\nstop_when = return == 0\n",
      "t.conf:8:13: stop_when: the Stop is written on entry"},
