@@ -3,8 +3,10 @@
  *   resolve.c  a name (sym, lib!sym, sym@VER, module+0xOFF) -> the loaded module and address (libelf)
  *   got.c      tier 1: rewrite the GOT slots of every module importing the symbol (RELRO too)
  *   entry.c    tier 2: patch the function's first instructions (Zydis), relocating what they displace
- *   stub_asm.S     the signature-less wrapper (all argument registers kept, CFI, a personality for unwinds)
- *   ffiwrap.c  the typed wrapper: a libffi closure built from the signature
+ *   stub_asm.S the register-saving wrapper (all argument registers kept, stack realigned, CFI, a
+ *   stub.c     personality for unwinds); with a signature it reads typed arguments from the saved
+ *              registers (entry tier: callers in the same file may leave the stack unaligned)
+ *   ffiwrap.c  the typed wrapper of GOT slots: a libffi closure built from the signature
  * A wrapper calls h->orig to run the original: the definition itself (GOT tier) or the relocated
  * first instructions followed by a jump back (entry tier). */
 #ifndef AT_HOOK_H
@@ -99,7 +101,8 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 /* ---------------- wrappers ---------------- */
 
 #define AT_STUB_MAX 512
-/* Give h a signature-less stub wrapper (h->wrapper). 0, or -1 when all stubs are taken. */
+/* Give h a register-saving stub wrapper (h->wrapper; typed when h->sig is set). 0, or -1 when all
+ * stubs are taken. */
 int at_stub_make(at_hook *h);
 /* Give h a libffi closure built from h->sig. 0 or -1 with why. */
 int at_ffi_make(at_hook *h, char *why, size_t n);
@@ -111,7 +114,7 @@ int at_ffi_make(at_hook *h, char *why, size_t n);
  * dlopen re-scan). Returns the number of slots rewritten; wrapper NULL only
  * counts them (acttrace check). */
 int at_got_patch(const char *sym, const char *version, void *wrapper, char *why, size_t n);
-/* Undo nothing: slots are never restored (a wrapper lives as long as the process). */
+/* Nothing is undone: slots are never restored (a wrapper lives as long as the process). */
 
 /* Tier 2: patch h->res.addr to jump to h->wrapper; sets h->orig to the relocated entry.
  * 0, or -1 with the reason (too short, jump back into the patched bytes, ...) in why. */
