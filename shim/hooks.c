@@ -664,6 +664,8 @@ static bool parent_traced(void)
     return found;
 }
 
+extern int at_exec_generation; /* process.c: execs of this pid before this image */
+
 static void summary(void)
 {
     int got = 0, entry = 0, skipped = 0, missing = 0;
@@ -684,9 +686,10 @@ static void summary(void)
                 off += (size_t)k;
         }
     }
-    /* A child of a traced program (a shell, a helper it runs) stays quiet unless a function was
-     * found there and refused: the parent's line said what the config hooks. */
-    if (missing == skipped && parent_traced())
+    /* A child of a traced program (a shell, a helper it runs) or a later image of an exec chain
+     * (wrapper scripts) stays quiet unless a function was found there and refused: the first
+     * image's line said what the config hooks. */
+    if (missing == skipped && (at_exec_generation > 0 || parent_traced()))
         return;
     fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s\n", got + entry,
             hk_nprobes, got, entry, skipped ? "; skipped: " : "", skip);
