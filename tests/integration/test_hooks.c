@@ -155,7 +155,7 @@ START_TEST(test_entry_tier)
     char *conf = data_path("entry.conf");
     run_hk(&s, variants[_i], conf);
     const at_trace *t = &s.t;
-    ck_assert_msg(strstr(s.r.err, "acttrace: 10 of 13 functions hooked (1 GOT, 9 entry)"), "%s",
+    ck_assert_msg(strstr(s.r.err, "acttrace: 11 of 14 functions hooked (1 GOT, 10 entry)"), "%s",
                   s.r.err);
     ck_assert_msg(strstr(s.r.err, "ident (function too short to patch (3 bytes, 5 needed))"), "%s",
                   s.r.err);
@@ -206,6 +206,14 @@ START_TEST(test_entry_tier)
     expect_field(stop_of(t, find_ev(t, "JccStart", "x", "0"), "JccStop"), "Return", "-1");
     expect_field(stop_of(t, find_ev(t, "JccStart", "x", "4"), "JccStop"), "Return", "5");
     expect_field(stop_of(t, find_ev(t, "EndbrStart", "x", "40"), "EndbrStop"), "Return", "42");
+    /* the typed stub reads stack arguments from the caller's frame */
+    ck_assert_msg(strstr(s.r.out, "wide 61\n"), "%s", s.r.out);
+    const at_tev *wd = find_ev(t, "WideStart", "a", "1");
+    expect_field(wd, "f", "6");
+    expect_field(wd, "g", "7"); /* on the stack */
+    expect_field(wd, "x0", "1");
+    expect_field(wd, "x8", "2.5"); /* on the stack */
+    expect_field(stop_of(t, wd, "WideStop"), "Return", "61");
     ck_assert_uint_eq(at_count(t, NULL, "IdentStart"), 0);
     ck_assert_uint_eq(at_count(t, NULL, "BackStart"), 0);
     at_session_free(&s);
@@ -727,7 +735,7 @@ START_TEST(test_check_command)
     ck_assert_msg(strstr(r.out, "NOT hooked: function too short to patch (3 bytes, 5 needed)"),
                   "%s", r.out);
     ck_assert_msg(strstr(r.out, "[activity Plug] hkplug_run: not found now"), "%s", r.out);
-    ck_assert_msg(strstr(r.out, "10 of 13 functions can be hooked"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "11 of 14 functions can be hooked"), "%s", r.out);
     /* main never ran */
     ck_assert_msg(!strstr(r.out, "add 5"), "%s", r.out);
     at_run_result_free(&r);
