@@ -25,8 +25,16 @@ static sem_t flusher_ready;
 
 static at_ring *active[AT_MAX_THREADS];
 
-/* The next published record of r, or NULL. Chunks the reader has left behind go back to the pool. */
-static const at_rec *peek(at_ring *r)
+/* Flush passes: the chunk a thread is writing is read up to where its `used` said at the first look
+ * of the pass. Chasing the writer within a pass (re-reading `used` each time we catch up) would pull
+ * the line it stores to at every event away from it each time: on two cores that doubled the cost of
+ * an event while the flusher drained. */
+static uint32_t flush_pass = 1;
+
+/* The next published record of r, or NULL. Chunks the reader has left behind go back to the pool.
+ * fresh: look at `used` again even if this pass already did (sequence points and recycling must
+ * know whether anything at all is left). */
+static const at_rec *peek_ex(at_ring *r, bool fresh)
 {
     if (r->rchunk < 0) {
         int32_t f = atomic_load_explicit(&r->first, memory_order_acquire);
@@ -34,6 +42,7 @@ static const at_rec *peek(at_ring *r)
             return NULL;
         r->rchunk = f;
         r->rpos = r->rused = AT_CHUNK_HDR;
+        r->rused_pass = 0;
     }
     for (;;) {
         at_chunk *c = at_chunk_at(&at_pool_g, r->rchunk);
@@ -41,9 +50,12 @@ static const at_rec *peek(at_ring *r)
          * seen last time is consumed, not per record */
         if (r->rpos < r->rused)
             return (const at_rec *)((const uint8_t *)c + r->rpos);
-        r->rused = atomic_load_explicit(&c->used, memory_order_acquire);
-        if (r->rpos < r->rused)
-            return (const at_rec *)((const uint8_t *)c + r->rpos);
+        if (fresh || r->rused_pass != flush_pass) {
+            r->rused_pass = flush_pass;
+            r->rused = atomic_load_explicit(&c->used, memory_order_acquire);
+            if (r->rpos < r->rused)
+                return (const at_rec *)((const uint8_t *)c + r->rpos);
+        }
         int32_t n = atomic_load_explicit(&c->next, memory_order_acquire);
         if (n < 0)
             return NULL;
@@ -53,7 +65,13 @@ static const at_rec *peek(at_ring *r)
         at_chunk_free(r->rchunk);
         r->rchunk = n;
         r->rpos = r->rused = AT_CHUNK_HDR;
+        r->rused_pass = 0;
     }
+}
+
+static inline const at_rec *peek(at_ring *r)
+{
+    return peek_ex(r, false);
 }
 
 /* The sequence number a sequence point may list for r: everything up to it is in the file or was
@@ -62,7 +80,7 @@ static const at_rec *peek(at_ring *r)
 uint32_t at_ring_sp_seq(at_ring *r)
 {
     uint32_t s = atomic_load_explicit(&r->seq_pub, memory_order_acquire);
-    if (peek(r) != NULL)
+    if (peek_ex(r, true) != NULL)
         return r->last_seq;
     /* seq_pub may lag the last record consumed (stored just after publishing it) */
     return (int32_t)(s - r->last_seq) > 0 ? s : r->last_seq;
@@ -86,6 +104,8 @@ void at_flush_locked(bool holdback, bool force_sp)
     if (at_out.fd < 0 && !at_out.failed)
         return;
     bool ok = !at_out.failed;
+    if (++flush_pass == 0)
+        flush_pass = 1;
     /* The periodic flush takes what was written before now minus the hold-back; an explicit flush
      * (at_trace_flush, stop, emergency) takes everything published, whatever timestamp a caller of
      * at_event_write_ts gave it. */
@@ -139,7 +159,8 @@ void at_flush_locked(bool holdback, bool force_sp)
     uint32_t nr = 0;
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {
         at_ring *r = &at_pool_g.rings[i];
-        if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_RETIRED && !peek(r)) {
+        if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_RETIRED &&
+            !peek_ex(r, true)) {
             active[nr++] = r;
             if (atomic_load(&r->seq_pub) != r->last_seq)
                 force_sp = true;

@@ -72,6 +72,7 @@ typedef struct at_ring {
     int32_t rchunk;            /* chunk being read (-1: the owner has none yet) */
     uint32_t rpos;
     uint32_t rused;            /* `used` of rchunk as last read */
+    uint32_t rused_pass;       /* the flush pass that read it (once per pass while the writer writes) */
     uint32_t last_seq;         /* seq of the last record written to the file */
     _Atomic int32_t first;     /* owner -> flusher: the first chunk, set once */
     char pad2[64];
