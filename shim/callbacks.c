@@ -1,0 +1,635 @@
+/* callbacks.c: the current activity flows through callback APIs. One mechanism for all of them:
+ * at submit the current activity is captured (a reference) into a small context that replaces the
+ * API's (function, data) pair; the trampoline the API calls enters the captured activity on whatever
+ * thread runs it, calls the program's function with the program's data, and restores what that
+ * thread had before. The context lives as long as the API can still call it: it is released by the
+ * API's own destroy notification, by the one-shot completion, or by the call that removes it.
+ *
+ * Where an API lets the program look the data up again (g_idle_remove_by_data,
+ * g_source_remove_by_user_data, GThreadPool items), the program's own pointer is kept: either the
+ * lookup is translated (a registry from data to context), or the pointer is not wrapped at all and
+ * the capture is found by (owner, data) in the registry (thread pool items).
+ *
+ * Fast path: with no current activity nothing is wrapped; the real function is called as it is
+ * (thread pools and libuv async handles, whose trampolines are installed at creation, then run their
+ * items in no activity, so a pool thread carries nothing from one item to the next).
+ *
+ * Covered: GLib (g_idle_add*, g_timeout_add*, g_main_context_invoke*, GThreadPool), POSIX
+ * SIGEV_THREAD (timer_create, mq_notify), libuv (uv_queue_work, uv_timer_start, uv_async_init/send).
+ * Not covered yet: libevent and OpenMP. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <mqueue.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shim.h"
+
+/* ---------------- the real functions (resolved on first use: the libraries may be absent) ------ */
+
+#define REAL(name, ret, args)                                                                      \
+    typedef ret(*name##_fn) args;                                                                  \
+    static name##_fn real_##name(void)                                                             \
+    {                                                                                              \
+        static void *p;                                                                            \
+        void *f = __atomic_load_n(&p, __ATOMIC_ACQUIRE);                                           \
+        if (!f) {                                                                                  \
+            f = dlsym(RTLD_NEXT, #name);                                                           \
+            __atomic_store_n(&p, f, __ATOMIC_RELEASE);                                             \
+        }                                                                                          \
+        return (name##_fn)f;                                                                       \
+    }
+
+typedef int gboolean;
+typedef unsigned guint;
+typedef int (*GSourceFunc)(void *);
+typedef void (*GSourceOnceFunc)(void *);
+typedef void (*GDestroyNotify)(void *);
+typedef void (*GFunc)(void *data, void *user_data);
+
+REAL(g_idle_add_full, guint, (int, GSourceFunc, void *, GDestroyNotify))
+REAL(g_timeout_add_full, guint, (int, guint, GSourceFunc, void *, GDestroyNotify))
+REAL(g_timeout_add_seconds_full, guint, (int, guint, GSourceFunc, void *, GDestroyNotify))
+REAL(g_main_context_invoke_full, void, (void *, int, GSourceFunc, void *, GDestroyNotify))
+REAL(g_idle_add_once, guint, (GSourceOnceFunc, void *))
+REAL(g_idle_remove_by_data, gboolean, (void *))
+REAL(g_source_remove_by_user_data, gboolean, (void *))
+REAL(g_thread_pool_new_full, void *, (GFunc, void *, GDestroyNotify, int, gboolean, void **))
+REAL(g_thread_pool_push, gboolean, (void *, void *, void **))
+
+REAL(timer_create, int, (clockid_t, struct sigevent *, timer_t *))
+REAL(timer_delete, int, (timer_t))
+REAL(mq_notify, int, (mqd_t, const struct sigevent *))
+
+typedef void (*uv_work_cb)(void *req);
+typedef void (*uv_after_work_cb)(void *req, int status);
+typedef void (*uv_timer_cb)(void *handle);
+typedef void (*uv_async_cb)(void *handle);
+typedef void (*uv_close_cb)(void *handle);
+REAL(uv_queue_work, int, (void *, void *, uv_work_cb, uv_after_work_cb))
+REAL(uv_timer_start, int, (void *, uv_timer_cb, uint64_t, uint64_t))
+REAL(uv_async_init, int, (void *, void *, uv_async_cb))
+REAL(uv_close, void, (void *, uv_close_cb))
+REAL(uv_async_send, int, (void *))
+
+#define G_PRIORITY_DEFAULT 0
+#define G_PRIORITY_DEFAULT_IDLE 200
+
+/* ---------------- contexts ---------------- */
+
+typedef struct cb_ctx {
+    void *fn;            /* the program's function */
+    void *data;          /* the program's data */
+    void *fn2;           /* a second function (uv after_work) */
+    GDestroyNotify destroy;
+    at_activity *cap;    /* the captured activity (a reference) */
+    uint64_t tid;        /* the submitting thread: a run elsewhere is a transfer */
+    int once;            /* GSourceOnceFunc: call fn without using a return value */
+} cb_ctx;
+
+static cb_ctx *ctx_new(at_activity *cap, void *fn, void *data)
+{
+    int e = errno;
+    cb_ctx *c = calloc(1, sizeof *c);
+    errno = e;
+    if (!c)
+        return NULL;
+    c->fn = fn;
+    c->data = data;
+    c->cap = cap;
+    c->tid = (uint64_t)at_tid();
+    at_flow_transfer_send(cap);
+    return c;
+}
+
+static void ctx_free(cb_ctx *c)
+{
+    at_flow_release(c->cap);
+    free(c);
+}
+
+/* Enter c's activity on this thread; records the hop when the thread is not the submitter's. */
+static at_activity *ctx_enter(at_activity *cap, uint64_t from_tid)
+{
+    at_activity *cur = at_activity_current();
+    at_guid prev = cur ? *at_activity_id(cur) : (at_guid){{0}};
+    at_activity *p = at_flow_enter(cap);
+    if (cap && (uint64_t)at_tid() != from_tid)
+        at_flow_transfer_receive(cap, &prev);
+    return p;
+}
+
+/* ---------------- registry: (owner, key) -> contexts, for lookups by the program's pointers ---- */
+
+typedef struct reg_ent {
+    struct reg_ent *next;
+    const void *owner, *key;
+    void *val;
+} reg_ent;
+
+#define REG_BUCKETS 1024u
+static reg_ent *reg_tab[REG_BUCKETS];
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t reg_count; /* atomic: 0 lets trampolines skip the lock */
+
+static inline uint32_t reg_hash(const void *owner, const void *key)
+{
+    uint64_t h = ((uintptr_t)owner * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)key * 0xC2B2AE3D27D4EB4Full);
+    return (uint32_t)(h >> 40) & (REG_BUCKETS - 1);
+}
+
+/* Append (FIFO per key: an item pushed twice runs its captures in push order). */
+static bool reg_put(const void *owner, const void *key, void *val)
+{
+    int e = errno;
+    reg_ent *n = malloc(sizeof *n);
+    errno = e;
+    if (!n)
+        return false;
+    n->next = NULL;
+    n->owner = owner;
+    n->key = key;
+    n->val = val;
+    pthread_mutex_lock(&reg_lock);
+    reg_ent **pp = &reg_tab[reg_hash(owner, key)];
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = n;
+    __atomic_add_fetch(&reg_count, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&reg_lock);
+    return true;
+}
+
+/* Remove and return the first value for (owner, key) (or for that value when val is given). */
+static void *reg_take(const void *owner, const void *key, const void *val)
+{
+    if (__atomic_load_n(&reg_count, __ATOMIC_RELAXED) == 0)
+        return NULL;
+    void *v = NULL;
+    pthread_mutex_lock(&reg_lock);
+    for (reg_ent **pp = &reg_tab[reg_hash(owner, key)]; *pp; pp = &(*pp)->next) {
+        reg_ent *n = *pp;
+        if (n->owner == owner && n->key == key && (!val || n->val == val)) {
+            *pp = n->next;
+            v = n->val;
+            free(n);
+            __atomic_sub_fetch(&reg_count, 1, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return v;
+}
+
+static void *reg_get(const void *owner, const void *key)
+{
+    if (__atomic_load_n(&reg_count, __ATOMIC_RELAXED) == 0)
+        return NULL;
+    void *v = NULL;
+    pthread_mutex_lock(&reg_lock);
+    for (reg_ent *n = reg_tab[reg_hash(owner, key)]; n; n = n->next)
+        if (n->owner == owner && n->key == key) {
+            v = n->val;
+            break;
+        }
+    pthread_mutex_unlock(&reg_lock);
+    return v;
+}
+
+/* Owners (the kinds of keys) */
+static const char OWN_GSOURCE[] = "gsource"; /* program data -> ctx of a wrapped source */
+static const char OWN_UVWORK[] = "uvwork";   /* uv_work_t -> ctx */
+static const char OWN_UVTIMER[] = "uvtimer"; /* uv_timer_t -> ctx */
+static const char OWN_UVASYNC[] = "uvasync"; /* uv_async_t -> ctx (cap swapped at each send) */
+static const char OWN_TIMER[] = "timer";     /* timer_t -> ctx */
+
+/* ---------------- GLib main-loop sources ---------------- */
+
+static int src_tramp(void *p)
+{
+    cb_ctx *c = p;
+    int e = errno;
+    at_activity *prev = ctx_enter(c->cap, c->tid);
+    errno = e;
+    int r = 0;
+    if (c->once)
+        ((GSourceOnceFunc)c->fn)(c->data);
+    else
+        r = ((GSourceFunc)c->fn)(c->data);
+    e = errno;
+    at_flow_leave(prev);
+    errno = e;
+    return r;
+}
+
+static void src_destroy(void *p)
+{
+    cb_ctx *c = p;
+    reg_take(OWN_GSOURCE, c->data, c);
+    if (c->destroy)
+        c->destroy(c->data);
+    int e = errno;
+    ctx_free(c);
+    errno = e;
+}
+
+/* Wrap (fn, data, notify) for a source when an activity is current; false: call through as is. */
+static bool src_wrap(GSourceFunc *fn, void **data, GDestroyNotify *notify, int once)
+{
+    if (!at_on())
+        return false;
+    at_activity *cap = at_flow_capture();
+    if (!cap)
+        return false;
+    cb_ctx *c = ctx_new(cap, (void *)*fn, *data);
+    if (!c || !reg_put(OWN_GSOURCE, *data, c)) {
+        if (c)
+            free(c);
+        at_flow_release(cap);
+        return false;
+    }
+    c->destroy = *notify;
+    c->once = once;
+    *fn = src_tramp;
+    *data = c;
+    *notify = src_destroy;
+    return true;
+}
+
+AT_EXPORT guint g_idle_add_full(int prio, GSourceFunc fn, void *data, GDestroyNotify notify)
+{
+    src_wrap(&fn, &data, &notify, 0);
+    return real_g_idle_add_full()(prio, fn, data, notify);
+}
+
+AT_EXPORT guint g_idle_add(GSourceFunc fn, void *data)
+{
+    return g_idle_add_full(G_PRIORITY_DEFAULT_IDLE, fn, data, NULL);
+}
+
+AT_EXPORT guint g_idle_add_once(GSourceOnceFunc fn, void *data)
+{
+    /* GLib runs a once function through a source that removes itself: the same with ours */
+    GSourceFunc f = (GSourceFunc)(void *)fn;
+    GDestroyNotify n = NULL;
+    if (src_wrap(&f, &data, &n, 1))
+        return real_g_idle_add_full()(G_PRIORITY_DEFAULT_IDLE, f, data, n);
+    return real_g_idle_add_once()(fn, data);
+}
+
+AT_EXPORT guint g_timeout_add_full(int prio, guint ms, GSourceFunc fn, void *data,
+                                   GDestroyNotify notify)
+{
+    src_wrap(&fn, &data, &notify, 0);
+    return real_g_timeout_add_full()(prio, ms, fn, data, notify);
+}
+
+AT_EXPORT guint g_timeout_add(guint ms, GSourceFunc fn, void *data)
+{
+    return g_timeout_add_full(G_PRIORITY_DEFAULT, ms, fn, data, NULL);
+}
+
+AT_EXPORT guint g_timeout_add_seconds_full(int prio, guint s, GSourceFunc fn, void *data,
+                                           GDestroyNotify notify)
+{
+    src_wrap(&fn, &data, &notify, 0);
+    return real_g_timeout_add_seconds_full()(prio, s, fn, data, notify);
+}
+
+AT_EXPORT guint g_timeout_add_seconds(guint s, GSourceFunc fn, void *data)
+{
+    return g_timeout_add_seconds_full(G_PRIORITY_DEFAULT, s, fn, data, NULL);
+}
+
+AT_EXPORT void g_main_context_invoke_full(void *ctx, int prio, GSourceFunc fn, void *data,
+                                          GDestroyNotify notify)
+{
+    src_wrap(&fn, &data, &notify, 0);
+    real_g_main_context_invoke_full()(ctx, prio, fn, data, notify);
+}
+
+AT_EXPORT void g_main_context_invoke(void *ctx, GSourceFunc fn, void *data)
+{
+    g_main_context_invoke_full(ctx, G_PRIORITY_DEFAULT, fn, data, NULL);
+}
+
+/* Removal by the program's data: look for a source we wrapped for it first. */
+static cb_ctx *src_by_data(void *data)
+{
+    return reg_get(OWN_GSOURCE, data);
+}
+
+AT_EXPORT gboolean g_idle_remove_by_data(void *data)
+{
+    cb_ctx *c = src_by_data(data);
+    if (c && real_g_idle_remove_by_data()(c))
+        return 1;
+    return real_g_idle_remove_by_data()(data);
+}
+
+AT_EXPORT gboolean g_source_remove_by_user_data(void *data)
+{
+    cb_ctx *c = src_by_data(data);
+    if (c && real_g_source_remove_by_user_data()(c))
+        return 1;
+    return real_g_source_remove_by_user_data()(data);
+}
+
+/* ---------------- GLib thread pools ---------------- */
+
+/* GThreadPool's public head: { func, user_data, exclusive }. Pools we create run pool_tramp with a
+ * pool_ctx as user_data; items are the program's own pointers, their captures in the registry. */
+typedef struct gpool_head {
+    GFunc func;
+    void *user_data;
+    gboolean exclusive;
+} gpool_head;
+
+typedef struct pool_ctx {
+    GFunc func;
+    void *user_data;
+    GDestroyNotify item_free;
+} pool_ctx; /* items a g_thread_pool_free drops unrun keep their capture (a documented leak) */
+
+static void pool_tramp(void *data, void *p)
+{
+    pool_ctx *pc = p;
+    cb_ctx *c = reg_take(pc, data, NULL);
+    int e = errno;
+    /* an item with nothing captured runs in no activity, whatever the previous item left */
+    at_activity *prev = ctx_enter(c ? c->cap : NULL, c ? c->tid : 0);
+    errno = e;
+    pc->func(data, pc->user_data);
+    e = errno;
+    at_flow_leave(prev);
+    if (c)
+        ctx_free(c);
+    errno = e;
+}
+
+AT_EXPORT void *g_thread_pool_new_full(GFunc func, void *user_data, GDestroyNotify item_free,
+                                       int max_threads, gboolean exclusive, void **error)
+{
+    if (!at_on())
+        return real_g_thread_pool_new_full()(func, user_data, item_free, max_threads, exclusive, error);
+    int e = errno;
+    pool_ctx *pc = malloc(sizeof *pc); /* lives as long as the process: pools can outlive free */
+    errno = e;
+    if (!pc)
+        return real_g_thread_pool_new_full()(func, user_data, item_free, max_threads, exclusive, error);
+    pc->func = func;
+    pc->user_data = user_data;
+    pc->item_free = item_free;
+    at_thread_noflow++; /* an exclusive pool starts its threads now: they belong to the pool */
+    void *pool = real_g_thread_pool_new_full()(pool_tramp, pc, item_free, max_threads, exclusive,
+                                               error);
+    at_thread_noflow--;
+    return pool;
+}
+
+AT_EXPORT void *g_thread_pool_new(GFunc func, void *user_data, int max_threads, gboolean exclusive,
+                                  void **error)
+{
+    return g_thread_pool_new_full(func, user_data, NULL, max_threads, exclusive, error);
+}
+
+AT_EXPORT gboolean g_thread_pool_push(void *pool, void *data, void **error)
+{
+    gpool_head *h = pool;
+    cb_ctx *c = NULL;
+    if (at_on() && h && h->func == pool_tramp) {
+        at_activity *cap = at_flow_capture();
+        if (cap) {
+            c = ctx_new(cap, NULL, data);
+            if (!c || !reg_put(h->user_data, data, c)) {
+                if (c)
+                    free(c);
+                at_flow_release(cap);
+                c = NULL;
+            }
+        }
+    }
+    at_thread_noflow++; /* GLib creates pool threads lazily, here, on the pool's behalf */
+    gboolean ok = real_g_thread_pool_push()(pool, data, error);
+    at_thread_noflow--;
+    if (!ok && c && reg_take(h->user_data, data, c) == c)
+        ctx_free(c);
+    return ok;
+}
+
+/* ---------------- POSIX SIGEV_THREAD ---------------- */
+
+typedef struct sigev_ctx {
+    cb_ctx c;
+    void (*fn)(union sigval);
+    union sigval value;
+    int one_shot; /* mq_notify: released after its run */
+} sigev_ctx;
+
+static void sigev_tramp(union sigval v)
+{
+    sigev_ctx *s = v.sival_ptr;
+    at_activity *prev = ctx_enter(s->c.cap, s->c.tid);
+    s->fn(s->value);
+    int e = errno;
+    at_flow_leave(prev);
+    if (s->one_shot)
+        ctx_free(&s->c);
+    errno = e;
+}
+
+static sigev_ctx *sigev_wrap(const struct sigevent *in, struct sigevent *out, int one_shot)
+{
+    if (!at_on() || !in || in->sigev_notify != SIGEV_THREAD || !in->sigev_notify_function)
+        return NULL;
+    at_activity *cap = at_flow_capture();
+    if (!cap)
+        return NULL;
+    int e = errno;
+    sigev_ctx *s = calloc(1, sizeof *s);
+    errno = e;
+    if (!s) {
+        at_flow_release(cap);
+        return NULL;
+    }
+    s->c.cap = cap;
+    s->c.tid = (uint64_t)at_tid();
+    s->fn = in->sigev_notify_function;
+    s->value = in->sigev_value;
+    s->one_shot = one_shot;
+    at_flow_transfer_send(cap);
+    *out = *in;
+    out->sigev_notify_function = sigev_tramp;
+    out->sigev_value.sival_ptr = s;
+    return s;
+}
+
+AT_EXPORT int timer_create(clockid_t clock, struct sigevent *sev, timer_t *id)
+{
+    struct sigevent mine;
+    sigev_ctx *s = sigev_wrap(sev, &mine, 0);
+    if (!s)
+        return real_timer_create()(clock, sev, id);
+    int r = real_timer_create()(clock, &mine, id);
+    if (r != 0 || !reg_put(OWN_TIMER, *id, s)) {
+        int e = errno;
+        ctx_free(&s->c);
+        errno = e;
+    }
+    return r;
+}
+
+AT_EXPORT int timer_delete(timer_t id)
+{
+    int r = real_timer_delete()(id);
+    if (r == 0) {
+        /* a notification thread already started may still be running the function: glibc gives
+         * no way to wait for it, so the context is kept (a few bytes per deleted timer) */
+        reg_take(OWN_TIMER, id, NULL);
+    }
+    return r;
+}
+
+AT_EXPORT int mq_notify(mqd_t q, const struct sigevent *sev)
+{
+    struct sigevent mine;
+    sigev_ctx *s = sigev_wrap(sev, &mine, 1);
+    if (!s)
+        return real_mq_notify()(q, sev);
+    int r = real_mq_notify()(q, &mine);
+    if (r != 0) {
+        int e = errno;
+        ctx_free(&s->c);
+        errno = e;
+    }
+    return r;
+}
+
+/* ---------------- libuv ---------------- */
+
+static void uv_work_tramp(void *req)
+{
+    cb_ctx *c = reg_get(OWN_UVWORK, req);
+    at_activity *prev = ctx_enter(c ? c->cap : NULL, c ? c->tid : 0);
+    if (c)
+        ((uv_work_cb)c->fn)(req);
+    at_flow_leave(prev);
+}
+
+static void uv_after_tramp(void *req, int status)
+{
+    cb_ctx *c = reg_take(OWN_UVWORK, req, NULL);
+    if (!c)
+        return;
+    at_activity *prev = ctx_enter(c->cap, c->tid);
+    if (c->fn2)
+        ((uv_after_work_cb)c->fn2)(req, status);
+    at_flow_leave(prev);
+    ctx_free(c);
+}
+
+AT_EXPORT int uv_queue_work(void *loop, void *req, uv_work_cb work, uv_after_work_cb after)
+{
+    at_activity *cap = at_on() && work ? at_flow_capture() : NULL;
+    cb_ctx *c = cap ? ctx_new(cap, (void *)work, req) : NULL;
+    if (c && !reg_put(OWN_UVWORK, req, c)) {
+        ctx_free(c);
+        c = NULL;
+    } else if (!c && cap) {
+        at_flow_release(cap);
+    }
+    at_thread_noflow++; /* libuv starts its thread pool at the first submit */
+    int r = c ? real_uv_queue_work()(loop, req, uv_work_tramp, uv_after_tramp)
+              : real_uv_queue_work()(loop, req, work, after);
+    at_thread_noflow--;
+    if (c) {
+        c->fn2 = (void *)after;
+        if (r != 0 && reg_take(OWN_UVWORK, req, c) == c)
+            ctx_free(c);
+    }
+    return r;
+}
+
+static void uv_timer_tramp(void *handle)
+{
+    cb_ctx *c = reg_get(OWN_UVTIMER, handle);
+    if (!c)
+        return;
+    at_activity *prev = ctx_enter(c->cap, c->tid);
+    ((uv_timer_cb)c->fn)(handle);
+    at_flow_leave(prev);
+}
+
+AT_EXPORT int uv_timer_start(void *handle, uv_timer_cb cb, uint64_t timeout, uint64_t repeat)
+{
+    cb_ctx *old = reg_take(OWN_UVTIMER, handle, NULL); /* a restart replaces the capture */
+    at_activity *cap = at_on() && cb ? at_flow_capture() : NULL;
+    cb_ctx *c = cap ? ctx_new(cap, (void *)cb, handle) : NULL;
+    if (c && !reg_put(OWN_UVTIMER, handle, c)) {
+        ctx_free(c);
+        c = NULL;
+    } else if (!c && cap) {
+        at_flow_release(cap);
+    }
+    int r = real_uv_timer_start()(handle, c ? uv_timer_tramp : cb, timeout, repeat);
+    if (old)
+        ctx_free(old); /* after the restart: the loop thread no longer runs through old */
+    return r;
+}
+
+static void uv_async_tramp(void *handle)
+{
+    cb_ctx *c = reg_get(OWN_UVASYNC, handle);
+    if (!c)
+        return;
+    at_activity *cap = __atomic_exchange_n(&c->cap, NULL, __ATOMIC_ACQ_REL);
+    uint64_t tid = __atomic_load_n(&c->tid, __ATOMIC_RELAXED);
+    at_activity *prev = ctx_enter(cap, tid);
+    ((uv_async_cb)c->fn)(handle);
+    at_flow_leave(prev);
+    at_flow_release(cap);
+}
+
+AT_EXPORT int uv_async_init(void *loop, void *async, uv_async_cb cb)
+{
+    cb_ctx *c = at_on() && cb ? ctx_new(NULL, (void *)cb, async) : NULL;
+    if (c && !reg_put(OWN_UVASYNC, async, c)) {
+        free(c);
+        c = NULL;
+    }
+    int r = real_uv_async_init()(loop, async, c ? uv_async_tramp : cb);
+    if (r != 0 && c && reg_take(OWN_UVASYNC, async, c) == c)
+        free(c);
+    return r;
+}
+
+AT_EXPORT int uv_async_send(void *async)
+{
+    cb_ctx *c = at_on() ? reg_get(OWN_UVASYNC, async) : NULL;
+    if (c) {
+        /* sends coalesce into one callback: it runs in the newest sender's activity */
+        at_activity *cap = at_flow_capture();
+        if (cap)
+            at_flow_transfer_send(cap);
+        __atomic_store_n(&c->tid, (uint64_t)at_tid(), __ATOMIC_RELAXED);
+        at_activity *old = __atomic_exchange_n(&c->cap, cap, __ATOMIC_ACQ_REL);
+        at_flow_release(old);
+    }
+    return real_uv_async_send()(async);
+}
+
+AT_EXPORT void uv_close(void *handle, uv_close_cb cb)
+{
+    cb_ctx *t = reg_take(OWN_UVTIMER, handle, NULL);
+    cb_ctx *a = reg_take(OWN_UVASYNC, handle, NULL);
+    real_uv_close()(handle, cb);
+    /* uv_close stops the handle at once: its callback cannot run any more */
+    if (t)
+        ctx_free(t);
+    if (a)
+        ctx_free(a);
+}

@@ -1,0 +1,140 @@
+/* test_callbacks: the current activity flows through callback APIs of real Debian libraries (GLib,
+ * libuv) and POSIX SIGEV_THREAD, read back from the trace: each callback runs in the activity current
+ * where it was submitted, on the thread the API runs it on; a pool thread carries nothing from one
+ * item to the next; the APIs' own semantics (destroy notify once, removal by data, sigev values,
+ * repeated timeouts) are unchanged. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_testlib.h"
+
+static void run(at_session *s, const char *fixture, const char *tag)
+{
+    const char *argv[] = {fixture, NULL};
+    ck_assert_int_eq(at_session_run(s, tag, argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s->r.exited && s->r.status == 0 && s->has_trace && s->load_rc == 0, "%s",
+                  at_session_describe(s, d, sizeof d));
+}
+
+/* The path of the first Start named name ("" if none). */
+static const char *start_path(const at_trace *t, const char *name)
+{
+    long i = at_find(t, NULL, name, 0);
+    ck_assert_msg(i >= 0, "no %s", name);
+    return t->ev[i].act_path;
+}
+
+/* The marks named name with Value v, all in path, on thread tid (0: any but main). */
+static int marks_in(const at_trace *t, const char *name, const char *v, const char *path,
+                    uint64_t not_tid, uint64_t *tid_out)
+{
+    int n = 0;
+    for (long i = at_find_field(t, name, "Value", v, 0); i >= 0;
+         i = at_find_field(t, name, "Value", v, (size_t)i + 1)) {
+        ck_assert_msg(strcmp(t->ev[i].act_path, path) == 0, "%s %s ran in '%s', want '%s'", name, v,
+                      t->ev[i].act_path, path);
+        if (not_tid)
+            ck_assert_uint_ne(t->ev[i].thread, not_tid);
+        if (tid_out)
+            *tid_out = t->ev[i].thread;
+        n++;
+    }
+    return n;
+}
+
+START_TEST(glib_sources_and_thread_pool)
+{
+    at_session s;
+    run(&s, "glib_flow", "glib");
+    const at_trace *t = &s.t;
+    ck_assert_str_eq(s.r.out, "removed 1 destroyed 1 ran 3\n"); /* semantics unchanged */
+    ck_assert_uint_eq(at_count(t, NULL, "Ran") , 5);
+    long job = at_find(t, NULL, "JobStart", 0);
+    uint64_t main_tid = t->ev[job].thread;
+    const char *jp = t->ev[job].act_path;
+    uint64_t loop_tid = 0;
+    ck_assert_int_eq(marks_in(t, "Ran", "1", jp, main_tid, &loop_tid), 1);  /* g_idle_add */
+    ck_assert_int_eq(marks_in(t, "Ran", "2", jp, main_tid, NULL), 3);       /* g_timeout_add x3 */
+    ck_assert_int_eq(marks_in(t, "Ran", "3", jp, main_tid, NULL), 1);       /* invoke */
+    ck_assert_int_eq(marks_in(t, "Ran", "-1", "", 0, NULL), 0);
+    /* the pool: one thread ran all three items, each in its own submitter's activity or none */
+    uint64_t pool_tid = 0, t2 = 0, t3 = 0;
+    ck_assert_int_eq(marks_in(t, "Item", "1", start_path(t, "P1Start"), main_tid, &pool_tid), 1);
+    ck_assert_int_eq(marks_in(t, "Item", "2", "", main_tid, &t2), 1);
+    ck_assert_int_eq(marks_in(t, "Item", "3", start_path(t, "P3Start"), main_tid, &t3), 1);
+    ck_assert_uint_eq(pool_tid, t2);
+    ck_assert_uint_eq(pool_tid, t3);
+    ck_assert_uint_ne(pool_tid, loop_tid);
+    /* GLib made the pool thread lazily inside the push under P1: it began in no activity */
+    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
+         i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1))
+        if (t->ev[i].thread == pool_tid)
+            ck_assert_str_eq(t->ev[i].act_path, "");
+    /* each hop is a transfer: a Receive on the running thread naming the activity */
+    bool recv = false;
+    for (long i = at_find(t, "acttrace-flow", "TransferReceive", 0); i >= 0;
+         i = at_find(t, "acttrace-flow", "TransferReceive", (size_t)i + 1))
+        recv |= t->ev[i].thread == loop_tid && strcmp(t->ev[i].act_path, jp) == 0;
+    ck_assert(recv);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(sigev_thread_timer_and_mq_notify)
+{
+    at_session s;
+    run(&s, "sigev_flow", "sigev");
+    const at_trace *t = &s.t;
+    ck_assert_str_eq(s.r.out, "ok\n");
+    long tm = at_find(t, NULL, "TimerStart", 0);
+    uint64_t main_tid = t->ev[tm].thread;
+    ck_assert_int_eq(marks_in(t, "Tick", "42", t->ev[tm].act_path, main_tid, NULL), 1);
+    ck_assert_int_eq(marks_in(t, "Notified", "7", start_path(t, "QueueStart"), main_tid, NULL), 1);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(libuv_work_timer_async)
+{
+    at_session s;
+    run(&s, "uv_flow", "uv");
+    const at_trace *t = &s.t;
+    ck_assert_str_eq(s.r.out, "ok\n");
+    long job = at_find(t, NULL, "JobStart", 0);
+    uint64_t main_tid = t->ev[job].thread;
+    const char *jp = t->ev[job].act_path;
+    uint64_t w = 0, a = 0, tm = 0, as = 0;
+    ck_assert_int_eq(marks_in(t, "Work", "1", jp, main_tid, &w), 1);   /* on a pool thread */
+    ck_assert_int_eq(marks_in(t, "After", "0", jp, 0, &a), 1);         /* on the loop thread */
+    ck_assert_uint_eq(a, main_tid);
+    ck_assert_int_eq(marks_in(t, "Timer", "1", jp, 0, &tm), 1);
+    ck_assert_uint_eq(tm, main_tid);
+    ck_assert_int_eq(marks_in(t, "Async", "1", start_path(t, "SenderStart"), 0, &as), 1);
+    ck_assert_uint_eq(as, main_tid);
+    /* libuv's pool threads, created at the first submit inside Job, began in none */
+    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
+         i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1))
+        if (t->ev[i].thread == w)
+            ck_assert_str_eq(t->ev[i].act_path, "");
+    at_session_free(&s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("callbacks");
+    TCase *tc = tcase_create("apis");
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, glib_sources_and_thread_pool);
+    tcase_add_test(tc, sigev_thread_timer_and_mq_notify);
+    tcase_add_test(tc, libuv_work_timer_async);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
