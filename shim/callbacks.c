@@ -15,8 +15,10 @@
  * items in no activity, so a pool thread carries nothing from one item to the next).
  *
  * Covered: GLib (g_idle_add*, g_timeout_add*, g_main_context_invoke*, GThreadPool), POSIX
- * SIGEV_THREAD (timer_create, mq_notify), libuv (uv_queue_work, uv_timer_start, uv_async_init/send).
- * Not covered yet: libevent and OpenMP. */
+ * SIGEV_THREAD (timer_create, mq_notify), libuv (uv_queue_work, uv_timer_start, uv_async_init/send),
+ * libevent (event_new/event_assign + event_add, event_base_once), OpenMP (GOMP_parallel,
+ * GOMP_parallel_loop_*, GOMP_task: the task's data block is extended, not replaced by a pointer,
+ * because libgomp copies it). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <mqueue.h>
@@ -206,6 +208,7 @@ static const char OWN_UVWORK[] = "uvwork";   /* uv_work_t -> ctx */
 static const char OWN_UVTIMER[] = "uvtimer"; /* uv_timer_t -> ctx */
 static const char OWN_UVASYNC[] = "uvasync"; /* uv_async_t -> ctx (cap swapped at each send) */
 static const char OWN_TIMER[] = "timer";     /* timer_t -> ctx */
+static const char OWN_EVENT[] = "event";     /* an event_assign'ed struct event -> ev_ctx */
 
 /* ---------------- GLib main-loop sources ---------------- */
 
@@ -632,4 +635,286 @@ AT_EXPORT void uv_close(void *handle, uv_close_cb cb)
         ctx_free(t);
     if (a)
         ctx_free(a);
+}
+
+/* ---------------- libevent ---------------- */
+
+typedef void (*ev_cb)(int fd, short what, void *arg);
+REAL(event_new, void *, (void *, int, short, ev_cb, void *))
+REAL(event_assign, int, (void *, void *, int, short, ev_cb, void *))
+REAL(event_add, int, (void *, const void *))
+REAL(event_free, void, (void *))
+REAL(event_base_once, int, (void *, int, short, ev_cb, void *, const void *))
+REAL(event_get_callback, ev_cb, (const void *))
+REAL(event_get_callback_arg, void *, (const void *))
+REAL(event_self_cbarg, void *, (void))
+
+/* An event keeps one context for its life: event_add stores the activity current there (each add
+ * re-arms it: a persistent event runs every time in the activity of its latest add). */
+typedef struct ev_ctx {
+    ev_cb cb;
+    void *arg;           /* the program's argument (the event itself for event_self_cbarg()) */
+    at_activity *cap;    /* atomic: swapped by event_add */
+    uint64_t tid;
+    int once;            /* event_base_once: freed after its run */
+} ev_ctx;
+
+static void ev_tramp(int fd, short what, void *p)
+{
+    ev_ctx *c = p;
+    at_activity *cap = __atomic_load_n(&c->cap, __ATOMIC_ACQUIRE);
+    at_activity *prev = ctx_enter(cap, c->tid);
+    c->cb(fd, what, c->arg);
+    int e = errno;
+    at_flow_leave(prev);
+    if (c->once) {
+        at_flow_release(c->cap);
+        free(c);
+    }
+    errno = e;
+}
+
+static ev_ctx *ev_ctx_of(const void *ev)
+{
+    if (!ev || real_event_get_callback()(ev) != ev_tramp)
+        return NULL;
+    return real_event_get_callback_arg()(ev);
+}
+
+static ev_ctx *ev_ctx_new(ev_cb cb, void *arg)
+{
+    int e = errno;
+    ev_ctx *c = calloc(1, sizeof *c);
+    errno = e;
+    if (c) {
+        c->cb = cb;
+        c->arg = arg;
+    }
+    return c;
+}
+
+AT_EXPORT void *event_new(void *base, int fd, short what, ev_cb cb, void *arg)
+{
+    ev_ctx *c = at_on() && cb ? ev_ctx_new(cb, arg) : NULL;
+    if (!c)
+        return real_event_new()(base, fd, what, cb, arg);
+    void *ev = real_event_new()(base, fd, what, ev_tramp, c);
+    if (!ev) {
+        free(c);
+        return NULL;
+    }
+    if (arg == real_event_self_cbarg()())
+        c->arg = ev;
+    return ev;
+}
+
+AT_EXPORT int event_assign(void *ev, void *base, int fd, short what, ev_cb cb, void *arg)
+{
+    /* libevent's own event_new and event_base_once call event_assign through the PLT: already ours */
+    if (cb == ev_tramp)
+        return real_event_assign()(ev, base, fd, what, cb, arg);
+    /* a re-assigned event (the program reuses its struct) drops the old context */
+    ev_ctx *old = reg_take(OWN_EVENT, ev, NULL);
+    ev_ctx *c = at_on() && cb ? ev_ctx_new(cb, arg == real_event_self_cbarg()() ? ev : arg) : NULL;
+    if (c && !reg_put(OWN_EVENT, ev, c)) {
+        free(c);
+        c = NULL;
+    }
+    int r = c ? real_event_assign()(ev, base, fd, what, ev_tramp, c)
+              : real_event_assign()(ev, base, fd, what, cb, arg);
+    if (r != 0 && c && reg_take(OWN_EVENT, ev, c) == c)
+        free(c);
+    if (old) {
+        at_flow_release(old->cap);
+        free(old);
+    }
+    return r;
+}
+
+AT_EXPORT int event_add(void *ev, const void *tv)
+{
+    ev_ctx *c = at_on() ? ev_ctx_of(ev) : NULL;
+    if (c) {
+        at_activity *cap = at_flow_capture();
+        if (cap)
+            at_flow_transfer_send(cap);
+        __atomic_store_n(&c->tid, (uint64_t)at_tid(), __ATOMIC_RELAXED);
+        at_flow_release(__atomic_exchange_n(&c->cap, cap, __ATOMIC_ACQ_REL));
+    }
+    return real_event_add()(ev, tv);
+}
+
+AT_EXPORT void event_free(void *ev)
+{
+    ev_ctx *c = ev_ctx_of(ev);
+    real_event_free()(ev); /* deletes the event: its callback cannot run any more */
+    if (c) {
+        reg_take(OWN_EVENT, ev, c);
+        at_flow_release(c->cap);
+        free(c);
+    }
+}
+
+AT_EXPORT ev_cb event_get_callback(const void *ev)
+{
+    ev_ctx *c = ev_ctx_of(ev);
+    return c ? c->cb : real_event_get_callback()(ev);
+}
+
+AT_EXPORT void *event_get_callback_arg(const void *ev)
+{
+    ev_ctx *c = ev_ctx_of(ev);
+    return c ? c->arg : real_event_get_callback_arg()(ev);
+}
+
+AT_EXPORT int event_base_once(void *base, int fd, short what, ev_cb cb, void *arg, const void *tv)
+{
+    at_activity *cap = at_on() && cb ? at_flow_capture() : NULL;
+    ev_ctx *c = cap ? ev_ctx_new(cb, arg) : NULL;
+    if (!c) {
+        at_flow_release(cap);
+        return real_event_base_once()(base, fd, what, cb, arg, tv);
+    }
+    c->cap = cap;
+    c->tid = (uint64_t)at_tid();
+    c->once = 1;
+    at_flow_transfer_send(cap);
+    int r = real_event_base_once()(base, fd, what, ev_tramp, c, tv);
+    if (r != 0) {
+        at_flow_release(cap);
+        free(c);
+    }
+    return r; /* a once-event whose base is freed before it fires keeps its context (libevent
+                 gives no notification) */
+}
+
+/* ---------------- OpenMP (libgomp) ---------------- */
+
+typedef void (*omp_fn)(void *);
+
+typedef struct omp_env {
+    omp_fn fn;
+    void *data;
+    at_activity *cap;
+    uint64_t tid;
+} omp_env;
+
+/* Every thread of the team (the caller included) runs the region in the caller's activity. */
+static void omp_tramp(void *p)
+{
+    omp_env *env = p;
+    at_activity *prev = ctx_enter(env->cap, env->tid);
+    env->fn(env->data);
+    at_flow_leave(prev);
+}
+
+#define OMP_WRAP(call_real, fn, data)                                                              \
+    do {                                                                                           \
+        at_activity *cap_ = at_on() ? at_flow_capture() : NULL;                                    \
+        omp_env env_ = {fn, data, cap_, (uint64_t)at_tid()};                                       \
+        if (cap_) {                                                                                \
+            fn = omp_tramp;                                                                        \
+            data = &env_;                                                                          \
+        }                                                                                          \
+        at_thread_noflow++; /* libgomp's team threads are the runtime's, not the caller's */      \
+        call_real;                                                                                 \
+        at_thread_noflow--;                                                                        \
+        at_flow_release(cap_);                                                                     \
+    } while (0)
+
+REAL(GOMP_parallel, void, (omp_fn, void *, unsigned, unsigned))
+AT_EXPORT void GOMP_parallel(omp_fn fn, void *data, unsigned nthreads, unsigned flags)
+{
+    OMP_WRAP(real_GOMP_parallel()(fn, data, nthreads, flags), fn, data);
+}
+
+#define OMP_LOOP(name)                                                                             \
+    REAL(name, void, (omp_fn, void *, unsigned, long, long, long, long, unsigned))                 \
+    AT_EXPORT void name(omp_fn fn, void *data, unsigned n, long start, long end, long incr,        \
+                        long chunk, unsigned flags)                                                \
+    {                                                                                              \
+        OMP_WRAP(real_##name()(fn, data, n, start, end, incr, chunk, flags), fn, data);            \
+    }
+OMP_LOOP(GOMP_parallel_loop_static)
+OMP_LOOP(GOMP_parallel_loop_dynamic)
+OMP_LOOP(GOMP_parallel_loop_guided)
+OMP_LOOP(GOMP_parallel_loop_nonmonotonic_dynamic)
+OMP_LOOP(GOMP_parallel_loop_nonmonotonic_guided)
+
+#define OMP_LOOP_RT(name)                                                                          \
+    REAL(name, void, (omp_fn, void *, unsigned, long, long, long, unsigned))                       \
+    AT_EXPORT void name(omp_fn fn, void *data, unsigned n, long start, long end, long incr,        \
+                        unsigned flags)                                                            \
+    {                                                                                              \
+        OMP_WRAP(real_##name()(fn, data, n, start, end, incr, flags), fn, data);                   \
+    }
+OMP_LOOP_RT(GOMP_parallel_loop_runtime)
+OMP_LOOP_RT(GOMP_parallel_loop_nonmonotonic_runtime)
+OMP_LOOP_RT(GOMP_parallel_loop_maybe_nonmonotonic_runtime)
+
+/* GOMP_task: libgomp copies the data block (arg_size bytes, or through cpyfn) when it defers the
+ * task, and runs fn on the copy. The block is extended in front with a header (the program's fn and
+ * cpyfn, the capture) so every copy carries it; the program's data follows at its own alignment. */
+typedef struct omp_task_hdr {
+    omp_fn fn;
+    void (*cpyfn)(void *, void *);
+    void *src;           /* the program's data, for its cpyfn */
+    at_activity *cap;
+    uint64_t tid;
+    long off;            /* where the program's data starts in the block */
+} omp_task_hdr;
+
+static void omp_task_tramp(void *p)
+{
+    omp_task_hdr *h = p;
+    at_activity *prev = ctx_enter(h->cap, h->tid);
+    h->fn((char *)p + h->off);
+    at_flow_leave(prev);
+    at_flow_release(h->cap); /* one capture per task, run once */
+}
+
+static void omp_task_copy(void *dst, void *src)
+{
+    omp_task_hdr *s = src;
+    memcpy(dst, s, sizeof *s);
+    s->cpyfn((char *)dst + s->off, s->src);
+}
+
+REAL(GOMP_task, void, (omp_fn, void *, void (*)(void *, void *), long, long, _Bool, unsigned,
+                       void **, int, void *))
+AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, void *), long size, long align,
+                         _Bool if_clause, unsigned flags, void **depend, int priority, void *detach)
+{
+    at_activity *cap = at_on() ? at_flow_capture() : NULL;
+    if (!cap || align <= 0 || (align & (align - 1)) || size < 0 || size > (1l << 20)) {
+        at_flow_release(cap);
+        real_GOMP_task()(fn, data, cpyfn, size, align, if_clause, flags, depend, priority, detach);
+        return;
+    }
+    long a = align < (long)_Alignof(omp_task_hdr) ? (long)_Alignof(omp_task_hdr) : align;
+    long off = ((long)sizeof(omp_task_hdr) + a - 1) & ~(a - 1);
+    long total = off + size;
+    int e = errno;
+    void *raw = malloc((size_t)(total + a));
+    errno = e;
+    if (!raw) {
+        at_flow_release(cap);
+        real_GOMP_task()(fn, data, cpyfn, size, align, if_clause, flags, depend, priority, detach);
+        return;
+    }
+    char *blk = (char *)(((uintptr_t)raw + (uintptr_t)a - 1) & ~((uintptr_t)a - 1));
+    omp_task_hdr *h = (omp_task_hdr *)blk;
+    h->fn = fn;
+    h->cpyfn = cpyfn;
+    h->src = data;
+    h->cap = cap;
+    h->tid = (uint64_t)at_tid();
+    h->off = off;
+    if (!cpyfn && size)
+        memcpy(blk + off, data, (size_t)size);
+    at_flow_transfer_send(cap);
+    /* an undeferred task runs fn(data) on this very block with cpyfn applied first by libgomp */
+    real_GOMP_task()(omp_task_tramp, blk, cpyfn ? omp_task_copy : NULL, total, a, if_clause, flags,
+                     depend, priority, detach);
+    free(raw);
 }

@@ -1,5 +1,5 @@
 /* test_callbacks: the current activity flows through callback APIs of real Debian libraries (GLib,
- * libuv) and POSIX SIGEV_THREAD, read back from the trace: each callback runs in the activity current
+ * libuv, libevent, gcc's libgomp) and POSIX SIGEV_THREAD, read back from the trace: each callback runs in the activity current
  * where it was submitted, on the thread the API runs it on; a pool thread carries nothing from one
  * item to the next; the APIs' own semantics (destroy notify once, removal by data, sigev values,
  * repeated timeouts) are unchanged. */
@@ -123,6 +123,54 @@ START_TEST(libuv_work_timer_async)
 }
 END_TEST
 
+START_TEST(libevent_add_and_once)
+{
+    at_session s;
+    run(&s, "ev_flow", "ev");
+    const at_trace *t = &s.t;
+    ck_assert_str_eq(s.r.out, "ok 1\n"); /* event_get_callback(_arg) still give the program's */
+    long rd = at_find(t, NULL, "ReaderStart", 0);
+    uint64_t main_tid = t->ev[rd].thread;
+    /* the loop thread began in no activity; each callback ran in the activity of its add / once,
+     * with its own argument (event_self_cbarg() gave the event itself) */
+    ck_assert_int_eq(marks_in(t, "Read", "1", t->ev[rd].act_path, main_tid, NULL), 1);
+    ck_assert_int_eq(marks_in(t, "Once", "1", start_path(t, "OnceStart"), main_tid, NULL), 1);
+    at_session_free(&s);
+}
+END_TEST
+
+START_TEST(openmp_regions_loops_tasks)
+{
+    at_session s;
+    run(&s, "omp_flow", "omp");
+    const at_trace *t = &s.t;
+    ck_assert_str_eq(s.r.out, "ok\n");
+    const char *rp = start_path(t, "RegionStart");
+    char v[8];
+    for (int i = 0; i < 4; i++) {
+        snprintf(v, sizeof v, "%d", i);
+        ck_assert_int_eq(marks_in(t, "Par", v, rp, 0, NULL), 1);
+        ck_assert_int_eq(marks_in(t, "Bare", v, "", 0, NULL), 1); /* reused threads carry nothing */
+    }
+    for (int i = 0; i < 8; i++) {
+        snprintf(v, sizeof v, "%d", i);
+        ck_assert_int_eq(marks_in(t, "Iter", v, start_path(t, "LoopStart"), 0, NULL), 1);
+        snprintf(v, sizeof v, "%d", i * 10); /* the task's firstprivate copy arrived intact */
+        ck_assert_int_eq(marks_in(t, "Task", v, start_path(t, "TasksStart"), 0, NULL), 1);
+    }
+    /* the team ran on more than one thread, and its threads began in no activity */
+    uint64_t main_tid = t->ev[at_find(t, NULL, "RegionStart", 0)].thread;
+    int others = 0;
+    for (long i = at_find(t, NULL, "Par", 0); i >= 0; i = at_find(t, NULL, "Par", (size_t)i + 1))
+        others += t->ev[i].thread != main_tid;
+    ck_assert_int_ge(others, 1);
+    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
+         i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1))
+        ck_assert_str_eq(t->ev[i].act_path, "");
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("callbacks");
@@ -131,6 +179,8 @@ int main(void)
     tcase_add_test(tc, glib_sources_and_thread_pool);
     tcase_add_test(tc, sigev_thread_timer_and_mq_notify);
     tcase_add_test(tc, libuv_work_timer_async);
+    tcase_add_test(tc, libevent_add_and_once);
+    tcase_add_test(tc, openmp_regions_loops_tasks);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
