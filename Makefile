@@ -121,6 +121,7 @@ $(BUILD)/fixtures/glib_%: FIX_LIBS = $(shell pkg-config --cflags --libs glib-2.0
 $(BUILD)/fixtures/uv_%: FIX_LIBS = $(shell pkg-config --cflags --libs libuv)
 $(BUILD)/fixtures/ev_%: FIX_LIBS = $(shell pkg-config --cflags --libs libevent libevent_pthreads)
 $(BUILD)/fixtures/omp_%: FIX_LIBS = -fopenmp
+$(BUILD)/fixtures/glib_cbbench: FIX_LIBS = $(shell pkg-config --cflags --libs glib-2.0) -fopenmp
 $(BUILD)/fixtures/mhd_%: FIX_LIBS = $(shell pkg-config --cflags --libs libmicrohttpd)
 # hook fixtures: linked with libhkfx.so (GOT calls), built again with -z now, non-PIE and stripped
 $(BUILD)/fixtures/lib%.so: tests/fixtures/lib%.c

@@ -133,8 +133,11 @@ typedef struct reg_ent {
     void *val;
 } reg_ent;
 
-#define REG_BUCKETS 1024u
-static reg_ent *reg_tab[REG_BUCKETS];
+#define REG_BUCKETS 16384u
+typedef struct reg_bucket {
+    reg_ent *head, *tail; /* FIFO: queued items are taken in the order they were put */
+} reg_bucket;
+static reg_bucket reg_tab[REG_BUCKETS];
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t reg_count; /* atomic: 0 lets trampolines skip the lock */
 
@@ -157,10 +160,12 @@ static bool reg_put(const void *owner, const void *key, void *val)
     n->key = key;
     n->val = val;
     pthread_mutex_lock(&reg_lock);
-    reg_ent **pp = &reg_tab[reg_hash(owner, key)];
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = n;
+    reg_bucket *b = &reg_tab[reg_hash(owner, key)];
+    if (b->tail)
+        b->tail->next = n;
+    else
+        b->head = n;
+    b->tail = n;
     __atomic_add_fetch(&reg_count, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&reg_lock);
     return true;
@@ -173,10 +178,15 @@ static void *reg_take(const void *owner, const void *key, const void *val)
         return NULL;
     void *v = NULL;
     pthread_mutex_lock(&reg_lock);
-    for (reg_ent **pp = &reg_tab[reg_hash(owner, key)]; *pp; pp = &(*pp)->next) {
-        reg_ent *n = *pp;
+    reg_bucket *b = &reg_tab[reg_hash(owner, key)];
+    for (reg_ent *prev = NULL, *n = b->head; n; prev = n, n = n->next) {
         if (n->owner == owner && n->key == key && (!val || n->val == val)) {
-            *pp = n->next;
+            if (prev)
+                prev->next = n->next;
+            else
+                b->head = n->next;
+            if (b->tail == n)
+                b->tail = prev;
             v = n->val;
             free(n);
             __atomic_sub_fetch(&reg_count, 1, __ATOMIC_RELAXED);
@@ -193,7 +203,7 @@ static void *reg_get(const void *owner, const void *key)
         return NULL;
     void *v = NULL;
     pthread_mutex_lock(&reg_lock);
-    for (reg_ent *n = reg_tab[reg_hash(owner, key)]; n; n = n->next)
+    for (reg_ent *n = reg_tab[reg_hash(owner, key)].head; n; n = n->next)
         if (n->owner == owner && n->key == key) {
             v = n->val;
             break;
