@@ -2,7 +2,7 @@
  * 4, 5 and 8) over a per-thread current activity that flows like AsyncLocal.
  *
  * Ownership: an activity is reference counted. References are held by
- *   - the thread whose current activity it is (one, in at_cur),
+ *   - the thread whose current activity it is (one, in at_act_cur),
  *   - each child (its creator pointer), so a chain from any activity to its root stays valid,
  *   - captures (at_flow_capture) and explicit at_activity_ref.
  * An activity is freed when the last reference goes, stopped or not: an unstopped activity nobody can
@@ -27,25 +27,12 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { ACT_LIVE = 0, ACT_STOPPED = 1, ACT_KILLED = 2 };
 
 struct at_activity_kind {
     at_activity_kind *next;     /* registry list */
     char *provider, *name;
     unsigned flags;
     at_event_type *start_ev, *stop_ev;
-};
-
-struct at_activity {
-    uint32_t refs;              /* atomic */
-    uint8_t stopped;            /* atomic: ACT_* */
-    int8_t path_end;            /* AddIdToGuid offset after this id; > 12 once the path overflowed */
-    uint16_t level;             /* 0 for a root */
-    uint32_t last_child;        /* atomic: the last child number handed out */
-    at_activity *creator;       /* holds a reference */
-    at_activity_kind *kind;
-    uint64_t unique;            /* the <Name>Id payload value */
-    at_guid id;
 };
 
 /* --- process-wide state --- */
@@ -63,10 +50,8 @@ static at_event_type *g_send_ev, *g_recv_ev;
 /* --- per-thread state --- */
 #define UNIQUE_BLOCK 1024u
 #define CACHE_MAX 256u
-static AT_TLS at_activity *at_cur;          /* holds a reference, unless at_cur_borrowed */
-/* at_flow_enter borrows the caller's capture instead of taking a reference of its own (the caller
- * keeps the capture until it leaves): the thread then owns no reference on at_cur. */
-static AT_TLS bool at_cur_borrowed;
+AT_TLS at_activity *at_act_cur; /* holds a reference, unless at_act_borrowed (activity_inline.h) */
+AT_TLS bool at_act_borrowed;
 static AT_TLS at_activity *at_free_list;    /* freed activities, linked through creator */
 static AT_TLS uint32_t at_free_count;
 static AT_TLS uint64_t at_unique_next, at_unique_end;
@@ -125,18 +110,8 @@ static inline void act_free(at_activity *a)
     free(a);
 }
 
-static inline bool is_live(const at_activity *a)
-{
-    return __atomic_load_n(&a->stopped, __ATOMIC_RELAXED) == ACT_LIVE;
-}
-
-/* Nearest live activity from a up its creator chain (a itself if live); NULL if none. */
-static inline at_activity *live_from(at_activity *a)
-{
-    while (a && !is_live(a))
-        a = a->creator;
-    return a;
-}
+#define is_live at_act_is_live
+#define live_from at_act_live_from
 
 void at_activity_ref(at_activity *a)
 {
@@ -163,11 +138,11 @@ static inline bool sole_ref(const at_activity *a)
 static void thread_exit(void *unused)
 {
     (void)unused;
-    at_activity *c = at_cur;
-    at_cur = NULL;
-    if (!at_cur_borrowed)
+    at_activity *c = at_act_cur;
+    at_act_cur = NULL;
+    if (!at_act_borrowed)
         at_activity_unref(c);
-    at_cur_borrowed = false;
+    at_act_borrowed = false;
     at_thread_registered = false; /* from here on act_free frees */
     while (at_free_list) {
         at_activity *a = at_free_list;
@@ -332,14 +307,14 @@ static void kill_between(at_activity *from, at_activity *to)
 /* Make 'next' the thread's current activity (taking a reference) and drop the old one. */
 static inline void set_current(at_activity *next)
 {
-    at_activity *old = at_cur;
-    if (next == old && !at_cur_borrowed)
+    at_activity *old = at_act_cur;
+    if (next == old && !at_act_borrowed)
         return;
     at_activity_ref(next);
-    at_cur = next;
-    if (!at_cur_borrowed)
+    at_act_cur = next;
+    if (!at_act_borrowed)
         at_activity_unref(old);
-    at_cur_borrowed = false;
+    at_act_borrowed = false;
 }
 
 static inline const at_guid *id_or_null(const at_activity *a)
@@ -353,7 +328,7 @@ at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t 
     if (AT_UNLIKELY(!k))
         return NULL;
     ensure_init();
-    at_activity *cur = at_cur;
+    at_activity *cur = at_act_cur;
     at_activity *parent = live_from(cur);
     const at_guid *related = id_or_null(parent);
     if (!related && g_have_process_parent)
@@ -393,10 +368,10 @@ at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t 
     write_activity_event(k->start_ev, &a->id, related, a->unique, extra, extra_len, ips, nips);
     /* The child's creator reference on parent replaces the thread's reference on cur when they are
      * the same activity (the common case): no atomic operation. */
-    at_cur = a;
-    if (AT_UNLIKELY(at_cur_borrowed)) {
+    at_act_cur = a;
+    if (AT_UNLIKELY(at_act_borrowed)) {
         at_activity_ref(parent);
-        at_cur_borrowed = false;
+        at_act_borrowed = false;
     } else if (parent != cur) {
         at_activity_ref(parent);
         at_activity_unref(cur);
@@ -409,20 +384,20 @@ at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t 
 static inline void pop_to_creator(at_activity *a)
 {
     at_activity *next = live_from(a->creator);
-    if (AT_UNLIKELY(at_cur_borrowed)) {
+    if (AT_UNLIKELY(at_act_borrowed)) {
         at_activity_ref(next);
-        at_cur = next;
-        at_cur_borrowed = false;
+        at_act_cur = next;
+        at_act_borrowed = false;
         return;
     }
     if (AT_LIKELY(next == a->creator && sole_ref(a))) {
         /* Only the thread held a: hand a's reference on its creator to the thread and free a. */
-        at_cur = next;
+        at_act_cur = next;
         act_free(a);
         return;
     }
     at_activity_ref(next);
-    at_cur = next;
+    at_act_cur = next;
     at_activity_unref(a);
 }
 
@@ -432,7 +407,7 @@ bool at_activity_stop(at_activity_kind *k, const void *extra, uint32_t extra_len
     if (AT_UNLIKELY(!k))
         return false;
     for (;;) {
-        at_activity *cur = at_cur;
+        at_activity *cur = at_act_cur;
         at_activity *t = cur;
         while (t && !(t->kind == k && is_live(t)))
             t = t->creator;
@@ -443,7 +418,7 @@ bool at_activity_stop(at_activity_kind *k, const void *extra, uint32_t extra_len
             return false;
         }
         uint8_t live = ACT_LIVE;
-        if (t == cur && !at_cur_borrowed && sole_ref(t)) {
+        if (t == cur && !at_act_borrowed && sole_ref(t)) {
             __atomic_store_n(&t->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
         } else {
             if (!__atomic_compare_exchange_n(&t->stopped, &live, ACT_STOPPED, false, __ATOMIC_ACQ_REL,
@@ -472,14 +447,14 @@ bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,
                                      __ATOMIC_RELAXED))
         return false;
     write_activity_event(a->kind->stop_ev, &a->id, NULL, a->unique, extra, extra_len, ips, nips);
-    if (at_cur == a)
+    if (at_act_cur == a)
         set_current(live_from(a->creator));
     return true;
 }
 
 at_activity *at_activity_current(void)
 {
-    return live_from(at_cur);
+    return live_from(at_act_cur);
 }
 
 const at_guid *at_activity_id(const at_activity *a)
@@ -513,48 +488,11 @@ int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
 {
     if (!t || !at_event_enabled(t))
         return 0;
-    at_activity *cur = live_from(at_cur);
+    at_activity *cur = live_from(at_act_cur);
     return at_event_write(t, id_or_null(cur), NULL, payload, len, ips, nips);
 }
 
 /* --- flow --- */
-
-at_activity *at_flow_capture(void)
-{
-    at_activity *c = at_cur;
-    if (AT_LIKELY(!c))
-        return NULL;
-    c = live_from(c);
-    at_activity_ref(c);
-    return c;
-}
-
-/* What enter returns: the previous current activity, its low bit set when it was borrowed. The
- * thread's reference on it (if any) moves to the caller until leave. */
-at_activity *at_flow_enter(at_activity *captured)
-{
-    at_activity *prev = at_cur;
-    if (!captured && !prev)
-        return NULL;
-    uintptr_t tagged = (uintptr_t)prev | (uintptr_t)at_cur_borrowed;
-    at_cur = live_from(captured); /* borrowed: captured's chain keeps it alive until leave */
-    at_cur_borrowed = true;
-    return (at_activity *)tagged;
-}
-
-void at_flow_leave(at_activity *prev)
-{
-    at_activity *old = at_cur;
-    if (!at_cur_borrowed && old)
-        at_activity_unref(old);
-    at_cur = (at_activity *)((uintptr_t)prev & ~(uintptr_t)1);
-    at_cur_borrowed = ((uintptr_t)prev & 1) != 0;
-}
-
-void at_flow_release(at_activity *captured)
-{
-    at_activity_unref(captured);
-}
 
 /* --- transfers --- */
 

@@ -72,14 +72,13 @@ int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
  * enter may be called many times on one capture (timers, repeated callbacks). If the captured
  * activity stopped meanwhile, the work runs in its nearest live ancestor (as EventSource does).
  * Whatever the work starts and leaves unstopped does not leak out: leave restores prev exactly. */
-at_activity *at_flow_capture(void);
-at_activity *at_flow_enter(at_activity *captured);
-void at_flow_leave(at_activity *prev);
-void at_flow_release(at_activity *captured);
 
 /* Transfers (WCF model): record that work moved between threads. send: on the giving side, opcode 9,
  * ActivityId = a's id. receive: on the taking side, opcode 240, ActivityId = a's id, RelatedActivityId
  * = the id that was current on this thread before. Under a flow provider/keyword users can turn off. */
+/* at_flow_capture, at_flow_enter, at_flow_leave, at_flow_release: inline, in activity_inline.h */
+#include "activity_inline.h"
+
 #define AT_FLOW_PROVIDER "acttrace-flow"
 #define AT_KEYWORD_FLOW 0x1ull
 void at_flow_transfer_send(at_activity *a);

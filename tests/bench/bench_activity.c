@@ -72,6 +72,18 @@ static double capture_enter_leave(void)
     return (double)(at_now_ns() - t) / BATCH;
 }
 
+/* The floor of a hop: the capture's reference taken and dropped (two locked instructions). */
+static double two_atomics(void)
+{
+    static uint32_t refs = 1;
+    uint64_t t = at_now_ns();
+    for (int i = 0; i < BATCH; i++) {
+        __atomic_fetch_add(&refs, 1, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&refs, 1, __ATOMIC_ACQ_REL);
+    }
+    return (double)(at_now_ns() - t) / BATCH;
+}
+
 static double enter_leave(void)
 {
     uint64_t t = at_now_ns();
@@ -122,6 +134,7 @@ int main(void)
     cap = at_flow_capture();
     printf("activity Start+Stop pair, ids, no events (ns)\t%.1f\t<= 30\n", best_of(start_stop));
     printf("activity capture+enter+leave+release (ns)\t%.1f\t<= 15\n", best_of(capture_enter_leave));
+    printf("  of which the reference's two atomic operations (ns)\t%.1f\t-\n", best_of(two_atomics));
     printf("activity enter+leave of a held capture (ns)\t%.1f\t-\n", best_of(enter_leave));
     printf("activity Start+Stop pair with both events written (ns)\t%.1f\t<= 80\n",
            best_of(start_stop_events));
