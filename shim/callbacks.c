@@ -64,7 +64,6 @@ REAL(g_thread_pool_new_full, void *, (GFunc, void *, GDestroyNotify, int, gboole
 REAL(g_thread_pool_push, gboolean, (void *, void *, void **))
 
 REAL(timer_create, int, (clockid_t, struct sigevent *, timer_t *))
-REAL(timer_delete, int, (timer_t))
 REAL(mq_notify, int, (mqd_t, const struct sigevent *))
 
 typedef void (*uv_work_cb)(void *req);
@@ -217,7 +216,6 @@ static const char OWN_GSOURCE[] = "gsource"; /* program data -> ctx of a wrapped
 static const char OWN_UVWORK[] = "uvwork";   /* uv_work_t -> ctx */
 static const char OWN_UVTIMER[] = "uvtimer"; /* uv_timer_t -> ctx */
 static const char OWN_UVASYNC[] = "uvasync"; /* uv_async_t -> ctx (cap swapped at each send) */
-static const char OWN_TIMER[] = "timer";     /* timer_t -> ctx */
 static const char OWN_EVENT[] = "event";     /* an event_assign'ed struct event -> ev_ctx */
 
 /* ---------------- GLib main-loop sources ---------------- */
@@ -481,6 +479,9 @@ static sigev_ctx *sigev_wrap(const struct sigevent *in, struct sigevent *out, in
     return s;
 }
 
+/* A timer's context lives as long as the process: a notification thread already started may still
+ * be running the function when timer_delete returns, and glibc gives no way to wait for it (a few
+ * bytes per timer). */
 AT_EXPORT int timer_create(clockid_t clock, struct sigevent *sev, timer_t *id)
 {
     struct sigevent mine;
@@ -488,21 +489,10 @@ AT_EXPORT int timer_create(clockid_t clock, struct sigevent *sev, timer_t *id)
     if (!s)
         return real_timer_create()(clock, sev, id);
     int r = real_timer_create()(clock, &mine, id);
-    if (r != 0 || !reg_put(OWN_TIMER, *id, s)) {
+    if (r != 0) {
         int e = errno;
         ctx_free(&s->c);
         errno = e;
-    }
-    return r;
-}
-
-AT_EXPORT int timer_delete(timer_t id)
-{
-    int r = real_timer_delete()(id);
-    if (r == 0) {
-        /* a notification thread already started may still be running the function: glibc gives
-         * no way to wait for it, so the context is kept (a few bytes per deleted timer) */
-        reg_take(OWN_TIMER, id, NULL);
     }
     return r;
 }
