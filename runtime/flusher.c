@@ -59,9 +59,14 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
         int32_t n = atomic_load_explicit(&c->next, memory_order_acquire);
         if (n < 0)
             return NULL;
-        /* next is linked only after the chunk's last record was published: used is final now */
-        if (r->rpos < atomic_load_explicit(&c->used, memory_order_acquire))
+        /* next is linked only after the chunk's last record was published: used is final now.
+         * Records published after this pass first looked are taken too (keeping the stale look
+         * here made this loop spin for ever) */
+        uint32_t used = atomic_load_explicit(&c->used, memory_order_acquire);
+        if (r->rpos < used) {
+            r->rused = used;
             continue;
+        }
         at_chunk_free(r->rchunk);
         r->rchunk = n;
         r->rpos = r->rused = AT_CHUNK_HDR;
