@@ -124,6 +124,11 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         if (rc == 0)
             c->stack_walker = (enum at_cfg_walker)w;
     }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_CLOCK")) && *v) {
+        rc = parse_word("ACTTRACE_CLOCK", v, "auto|monotonic|tsc", &w, err, errlen);
+        if (rc == 0)
+            c->clock = w;
+    }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_STACK_DEPTH")) && *v) {
         rc = parse_uint("ACTTRACE_STACK_DEPTH", v, 256, &x, err, errlen);
         if (rc == 0)

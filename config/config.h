@@ -30,6 +30,9 @@ typedef struct at_config {
     enum at_cfg_walker stack_walker; /* ACTTRACE_STACK_WALKER=shared|libunwind|fp (default shared) */
     unsigned stack_depth;   /* ACTTRACE_STACK_DEPTH: frames per stack, up to 256 (default 32;
                                0 = no stacks, as ACTTRACE_STACKS=none) */
+    int clock;              /* ACTTRACE_CLOCK=auto|monotonic|tsc: the event clock, as runtime/trace.h's
+                               enum at_clock_kind (default auto: the TSC when the machine keeps it
+                               one clock for every CPU) */
     bool symbols;           /* ACTTRACE_SYMBOLS=0|1: symbol rundown in the file (default 1; 0 keeps
                                PerfView's "Thread Time (with StartStop Activities)" view) */
 } at_config;

@@ -524,6 +524,14 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         if (parse_u64(p, &r, 3600000, &x) < 0)
             return -1;
         c->flush_ms = (unsigned)x;
+    } else if (!strcmp(key, "clock")) {
+        static const char *const kinds[] = {"auto", "monotonic", "tsc"};
+        c->clock = 0;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(v, kinds[i]))
+                c->clock = i + 1;
+        if (!c->clock)
+            return fail(p, vpos, "'%s': expected auto, monotonic or tsc", v);
     } else if (!strcmp(key, "level")) {
         uint8_t l;
         if (parse_level(p, &r, &l) < 0)
@@ -535,7 +543,7 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         c->has_keywords = true;
     } else
         return fail(p, kpos, "unknown key '%s' in [trace]; expected provider, output, mode, "
-                             "buffer, flush_ms, level or keywords", key);
+                             "buffer, flush_ms, clock, level or keywords", key);
     return 0;
 }
 

@@ -86,6 +86,7 @@ typedef struct at_hookconf {
     uint64_t mode_size;
     uint64_t buffer_bytes;
     unsigned flush_ms;
+    int clock;           /* enum at_clock_kind + 1; 0 = not set */
     int level;           /* -1 = not set */
     uint64_t keywords;
     bool has_keywords;

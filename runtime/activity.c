@@ -511,14 +511,16 @@ static void init_transfer_events(void)
 
 static pthread_once_t g_transfer_once = PTHREAD_ONCE_INIT;
 
-static void write_transfer(at_event_type *t, at_activity *a, const at_guid *related)
+static void write_transfer(at_event_type *t, at_activity *a, const at_guid *related, bool receive)
 {
     if (!t || !at_event_enabled(t))
         return;
     if (AT_UNLIKELY(!at_tid_cached))
         at_tid_cached = (uint64_t)gettid();
     uint64_t pl[2] = {a->unique, at_tid_cached};
-    at_event_write(t, &a->id, related, pl, sizeof pl, NULL, 0);
+    /* a Receive follows what the sending thread published: its clock read must not run ahead */
+    at_event_write_ts(receive ? at_ticks_ordered() : at_ticks(), t, &a->id, related, pl, sizeof pl,
+                      NULL, 0);
 }
 
 void at_flow_transfer_send(at_activity *a)
@@ -526,7 +528,7 @@ void at_flow_transfer_send(at_activity *a)
     if (!a)
         return;
     pthread_once(&g_transfer_once, init_transfer_events);
-    write_transfer(g_send_ev, a, NULL);
+    write_transfer(g_send_ev, a, NULL, false);
 }
 
 void at_flow_transfer_receive(at_activity *a, const at_guid *previous)
@@ -534,7 +536,7 @@ void at_flow_transfer_receive(at_activity *a, const at_guid *previous)
     if (!a)
         return;
     pthread_once(&g_transfer_once, init_transfer_events);
-    write_transfer(g_recv_ev, a, previous && !at_guid_is_zero(previous) ? previous : NULL);
+    write_transfer(g_recv_ev, a, previous && !at_guid_is_zero(previous) ? previous : NULL, true);
 }
 
 /* --- process --- */

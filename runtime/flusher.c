@@ -114,7 +114,7 @@ void at_flush_locked(bool holdback, bool force_sp)
     /* The periodic flush takes what was written before now minus the hold-back; an explicit flush
      * (at_trace_flush, stop, emergency) takes everything published, whatever timestamp a caller of
      * at_event_write_ts gave it. */
-    uint64_t limit_ts = holdback ? at_now_ns() - HOLDBACK_NS : UINT64_MAX;
+    uint64_t limit_ts = holdback ? at_ticks() - at_clock_ns_to_ticks(HOLDBACK_NS) : UINT64_MAX;
     uint32_t na = 0;
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {
         at_ring *r = &at_pool_g.rings[i];

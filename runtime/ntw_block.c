@@ -69,6 +69,8 @@ static struct {
     uint32_t pi_len;
     size_t pi_cap;
     int32_t nprocs;
+    uint64_t freq_off;      /* file offset of the Trace object's QPC frequency */
+    uint64_t freq_written;  /* and the value there */
 } W;
 
 static void *map(size_t n)
@@ -390,11 +392,12 @@ static void put_metadata(at_event_type *t, uint64_t ts, uint64_t tid)
 /* ---- file level ---- */
 static void write_trace_object(uint64_t sync_qpc)
 {
-    struct timespec rt, mo;
+    struct timespec rt;
+    uint64_t now = at_ticks();
     clock_gettime(CLOCK_REALTIME, &rt);
-    clock_gettime(CLOCK_MONOTONIC, &mo);
-    uint64_t mono = (uint64_t)mo.tv_sec * 1000000000u + (uint64_t)mo.tv_nsec;
-    int64_t real_ns = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - (int64_t)(mono - sync_qpc);
+    /* the wall-clock time of the tick sync_qpc (which is at most a little in the past) */
+    int64_t ago = now > sync_qpc ? (int64_t)at_clock_ticks_to_ns(now - sync_qpc) : 0;
+    int64_t real_ns = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - ago;
     int y, mon, d, hh, mi, s, dow;
     int64_t secs = real_ns / 1000000000;
     at_civil_from_unix(secs, &y, &mon, &d, &hh, &mi, &s, &dow);
@@ -402,7 +405,7 @@ static void write_trace_object(uint64_t sync_qpc)
     uint16_t st[8] = {(uint16_t)y, (uint16_t)mon, (uint16_t)dow, (uint16_t)d, (uint16_t)hh,
                       (uint16_t)mi, (uint16_t)s, (uint16_t)(real_ns % 1000000000 / 1000000)};
     memcpy(p, st, 16);
-    int64_t q = (int64_t)sync_qpc, f = 1000000000;
+    int64_t q = (int64_t)sync_qpc, f = (int64_t)at_clock_freq();
     int32_t ps = 8, pid = (int32_t)getpid(), rate = 0;
     memcpy(p + 16, &q, 8);
     memcpy(p + 24, &f, 8);
@@ -411,6 +414,8 @@ static void write_trace_object(uint64_t sync_qpc)
     memcpy(p + 40, &W.nprocs, 4);
     memcpy(p + 44, &rate, 4);
     obj_begin(NT_NAME_TRACE, NT_TRACE_OBJECT_VERSION, NT_TRACE_OBJECT_MIN_VERSION);
+    W.freq_off = ob_pos() + 24;
+    W.freq_written = (uint64_t)f;
     ob_put(p, sizeof p);
     ob_u8(NT_TAG_END_OBJECT);
 }
@@ -586,6 +591,14 @@ int at_ntw_flush_end(bool force_sp)
         at_ntw_write_sp();
     int rc = finish_file_part();
     W.hold = false;
+    /* the TSC's frequency, measured over a longer run each time: durations in the file stay exact */
+    uint64_t f = at_clock_refine();
+    uint64_t dv = f > W.freq_written ? f - W.freq_written : W.freq_written - f;
+    if (dv > W.freq_written / 100000000u && W.freq_off && !at_out.failed) { /* > 10 ppb */
+        int64_t v = (int64_t)f;
+        if (at_output_pwrite(&at_out, &v, 8, W.freq_off) == 0)
+            W.freq_written = f;
+    }
     if (W.rotate_due && !at_out.failed) {
         rotate();
         rc = finish_file_part();

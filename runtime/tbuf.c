@@ -307,7 +307,7 @@ drop_noring:
 int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
-    return at_event_write_ts(at_now_ns(), t, activity, related, payload, payload_len, ips, nips);
+    return at_event_write_ts(at_ticks(), t, activity, related, payload, payload_len, ips, nips);
 }
 
 /* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap). */

@@ -107,7 +107,7 @@ static void fork_child(void)
         return;
     }
     pthread_mutex_lock(&at_flush_lock);
-    at_ntw_file_begin(at_now_ns());
+    at_ntw_file_begin(at_ticks());
     pthread_mutex_unlock(&at_flush_lock);
 }
 
@@ -139,6 +139,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         return -1;
     }
     at_tbuf_init_key();
+    at_clock_select(o->clock);
     pthread_once(&atfork_once, register_atfork);
     if (at_pool_init(o->buffer_cap, errbuf, errlen) < 0)
         goto fail;
@@ -182,7 +183,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         at_output_close(&at_out);
         goto fail;
     }
-    if (at_ntw_file_begin(at_now_ns()) < 0) {
+    if (at_ntw_file_begin(at_ticks()) < 0) {
         pthread_mutex_unlock(&at_flush_lock);
         at_flusher_stop();
         snprintf(errbuf, errlen, "cannot write %s", at_out.path);

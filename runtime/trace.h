@@ -54,7 +54,8 @@ at_event_type *at_event_type_register(const at_event_desc *d);
  * drops are counted and the per-thread sequence number still advances, so readers see the gap. */
 int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips);
-/* The same with a timestamp taken by the caller (at_now_ns()); ts must not go backwards per thread. */
+/* The same with a timestamp taken by the caller (at_ticks(), in the
+ * units of the file: see at_common.h); ts must not go backwards per thread. */
 int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips);
@@ -89,6 +90,13 @@ enum at_output_mode {
     AT_OUTPUT_CIRCULAR = 2, /* a ring of complete segment files holding the last mode_size bytes */
 };
 
+/* The event clock (clock.c). */
+enum at_clock_kind {
+    AT_CLOCK_AUTO = 0,      /* the TSC when trusted (see clock.c), else CLOCK_MONOTONIC */
+    AT_CLOCK_MONOTONIC = 1, /* ticks are CLOCK_MONOTONIC ns, frequency 1e9 */
+    AT_CLOCK_TSC = 2,       /* ticks are the TSC, frequency calibrated */
+};
+
 typedef struct at_trace_options {
     const char *path;          /* pattern: %p = pid, %t = start time (YYYYMMDD-HHMMSS), %% = % */
     enum at_output_mode mode;
@@ -98,6 +106,7 @@ typedef struct at_trace_options {
     uint8_t level;             /* events above this level are filtered out; 0 = everything */
     uint64_t keywords;         /* 0 = everything; else an event passes if it has no keywords or shares one */
     const char *command_line;  /* for the ProcessInfo event; NULL = read /proc/self/cmdline */
+    enum at_clock_kind clock;  /* AT_CLOCK_AUTO: the TSC when it can be trusted */
     bool no_symbols;           /* true: no Universal.System symbol rundown (ProcessMapping/ProcessSymbol
                                   events naming the stacks' addresses). Note that PerfView shows a file
                                   with these events in its "universal" views only (no "Thread Time (with

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "trace.h"
+#include "clock.h"
 
 /* ---- event types (event_type.c) ---- */
 #define AT_MAX_TYPES 65536

@@ -63,6 +63,8 @@ static void hookconf_apply(const at_hookconf *hc, at_config *c)
         c->buffer_bytes = hc->buffer_bytes;
     if (hc->flush_ms && !getenv("ACTTRACE_FLUSH_MS"))
         c->flush_ms = hc->flush_ms;
+    if (hc->clock && !getenv("ACTTRACE_CLOCK"))
+        c->clock = hc->clock - 1;
 }
 
 static void at_preload_fail(const char *what, const char *why)
@@ -115,6 +117,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         .buffer_cap = at_cfg.buffer_bytes,
         .flush_interval_ms = at_cfg.flush_ms,
         .no_symbols = !at_cfg.symbols,
+        .clock = (enum at_clock_kind)at_cfg.clock,
     };
     if (have_hc) {
         if (hc.mode)

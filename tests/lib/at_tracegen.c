@@ -54,7 +54,8 @@ pid_t at_gen_trace_at(const char *path, uint64_t base, void (*fn)(void *ctx), vo
         if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
         return pid;
     }
-    at_trace_options o = {.path = path, .flush_interval_ms = 100000, .command_line = "tracegen"};
+    at_trace_options o = {.path = path, .flush_interval_ms = 100000, .command_line = "tracegen",
+                         .clock = AT_CLOCK_MONOTONIC}; /* times given in ns */
     char err[256];
     if (at_trace_start(&o, err, sizeof err) != 0) {
         fprintf(stderr, "tracegen: %s\n", err);
@@ -92,7 +93,8 @@ void at_gen_exec(const char *path)
         nanosleep(&d, NULL);
     }
     at_trace_stop();
-    at_trace_options o = {.path = path, .flush_interval_ms = 100000, .command_line = "tracegen exec"};
+    at_trace_options o = {.path = path, .flush_interval_ms = 100000, .command_line = "tracegen exec",
+                         .clock = AT_CLOCK_MONOTONIC};
     char err[256];
     if (at_trace_start(&o, err, sizeof err) != 0) {
         fprintf(stderr, "tracegen: %s\n", err);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "trace.h"
 
 static const char *const *fake_env;
 
@@ -40,6 +41,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.stack_walker, AT_CFG_WALKER_SHARED);
     ck_assert_uint_eq(c.stack_depth, 32);
     ck_assert(c.symbols);
+    ck_assert_int_eq(c.clock, AT_CLOCK_AUTO);
 }
 END_TEST
 
@@ -60,6 +62,12 @@ START_TEST(test_stack_settings)
     const char *bad2[] = {"ACTTRACE_STACK_DEPTH=257", NULL};
     ck_assert_int_eq(load(&c, bad2, err, sizeof err), -1);
     ck_assert_str_eq(err, "ACTTRACE_STACK_DEPTH=257: expected a number from 0 to 256");
+    const char *clk[] = {"ACTTRACE_CLOCK=tsc", NULL};
+    ck_assert_int_eq(load(&c, clk, err, sizeof err), 0);
+    ck_assert_int_eq(c.clock, AT_CLOCK_TSC);
+    const char *bad4[] = {"ACTTRACE_CLOCK=rdtsc", NULL};
+    ck_assert_int_eq(load(&c, bad4, err, sizeof err), -1);
+    ck_assert_str_eq(err, "ACTTRACE_CLOCK=rdtsc: expected one of auto|monotonic|tsc");
     const char *bad3[] = {"ACTTRACE_STACK_WALKER=dwarf", NULL};
     ck_assert_int_eq(load(&c, bad3, err, sizeof err), -1);
     ck_assert_str_eq(err, "ACTTRACE_STACK_WALKER=dwarf: expected one of shared|libunwind|fp");

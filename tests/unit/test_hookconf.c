@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hookconf.h"
+#include "trace.h"
 #include "nt_format.h"
 #include "signature.h"
 
@@ -97,6 +98,7 @@ static const char *full =
     "mode = circular 64M\n"
     "buffer = 8M   ; inline comment\n"
     "flush_ms = 50\n"
+    "clock = monotonic\n"
     "level = verbose\n"
     "keywords = 0xff\n"
     "\n"
@@ -150,6 +152,7 @@ START_TEST(test_full)
     ck_assert_uint_eq(c.mode_size, 64ull << 20);
     ck_assert_uint_eq(c.buffer_bytes, 8ull << 20);
     ck_assert_uint_eq(c.flush_ms, 50);
+    ck_assert_int_eq(c.clock, AT_CLOCK_MONOTONIC + 1);
     ck_assert_int_eq(c.level, 5);
     ck_assert_uint_eq(c.keywords, 0xff);
     ck_assert_int_eq(c.nentries, 5);
@@ -205,6 +208,7 @@ static const struct {
 } bad[] = {
     {"[activity A]\nfunction = f\nfuction = g\n", "t.conf:3:1: unknown key 'fuction' in [activity A]"},
     {"[trace]\nproviderr = x\n", "t.conf:2:1: unknown key 'providerr' in [trace]"},
+    {"[trace]\nclock = hpet\n", "t.conf:2:9: 'hpet': expected auto, monotonic or tsc"},
     {"[probe A]\n", "t.conf:1:2: unknown section [probe]"},
     {"[activity]\n", "t.conf:1:10: [activity] needs a name"},
     {"[activity A]\nfunction f\n", "t.conf:2:1: expected 'key = value'"},

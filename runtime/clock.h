@@ -1,0 +1,19 @@
+/* clock.h: choosing and calibrating the event clock (at_ticks() in at_common.h). */
+#ifndef AT_CLOCK_H
+#define AT_CLOCK_H
+
+#include <stdatomic.h>
+#include "trace.h"
+
+
+/* Choose the event clock; only while no session is writing. Returns the clock chosen. */
+enum at_clock_kind at_clock_select(enum at_clock_kind want);
+/* Ticks per second of the event clock: 1e9, or the TSC's best estimate so far. */
+uint64_t at_clock_freq(void);
+/* Measure again against CLOCK_MONOTONIC over the whole run so far and return the new estimate.
+ * Async-signal-safe. */
+uint64_t at_clock_refine(void);
+uint64_t at_clock_ticks_to_ns(uint64_t ticks);
+uint64_t at_clock_ns_to_ticks(uint64_t ns);
+
+#endif
