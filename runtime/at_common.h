@@ -51,7 +51,7 @@ static inline uint64_t at_now_ns(void)
 extern int at_clock_tsc; /* 1: the event clock is the TSC */
 static inline uint64_t at_ticks(void)
 {
-    if (AT_LIKELY(at_clock_tsc)) {
+    if (AT_LIKELY(__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))) {
         uint32_t lo, hi;
         __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
         return ((uint64_t)hi << 32) | lo;
@@ -64,7 +64,7 @@ static inline uint64_t at_ticks(void)
  * Receive side), so that it never appears older than its cause. ~18 ns. */
 static inline uint64_t at_ticks_ordered(void)
 {
-    if (AT_LIKELY(at_clock_tsc)) {
+    if (AT_LIKELY(__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))) {
         uint32_t lo, hi;
         __asm__ volatile("lfence; rdtsc" : "=a"(lo), "=d"(hi)::"memory");
         return ((uint64_t)hi << 32) | lo;

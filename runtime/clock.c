@@ -103,18 +103,20 @@ enum at_clock_kind at_clock_select(enum at_clock_kind want)
         if (atomic_load(&C.freq) == 0) /* a TSC that does not advance */
             want = AT_CLOCK_MONOTONIC;
     }
-    at_clock_tsc = want == AT_CLOCK_TSC;
+    __atomic_store_n(&at_clock_tsc, want == AT_CLOCK_TSC, __ATOMIC_RELAXED);
     return want;
 }
 
 uint64_t at_clock_freq(void)
 {
-    return at_clock_tsc ? atomic_load_explicit(&C.freq, memory_order_relaxed) : 1000000000u;
+    return __atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED)
+               ? atomic_load_explicit(&C.freq, memory_order_relaxed)
+               : 1000000000u;
 }
 
 uint64_t at_clock_refine(void)
 {
-    if (!at_clock_tsc)
+    if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))
         return 1000000000u;
     uint64_t t, n;
     clock_pair(&t, &n);
