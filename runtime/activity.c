@@ -437,6 +437,34 @@ bool at_activity_stop(at_activity_kind *k, const void *extra, uint32_t extra_len
     }
 }
 
+at_activity *at_activity_start_held(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                                    const uintptr_t *ips, uint32_t nips)
+{
+    at_activity *a = at_activity_start(k, extra, extra_len, ips, nips);
+    if (a) /* only this thread can reach it so far: the thread's reference and the caller's */
+        __atomic_store_n(&a->refs, 2, __ATOMIC_RELAXED);
+    return a;
+}
+
+bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len,
+                           const uintptr_t *ips, uint32_t nips)
+{
+    /* refs == 2: nobody but this thread (current) and the caller holds it, and no other thread can
+     * take a reference without holding one: no one can stop, capture or free it meanwhile */
+    if (!a || a != at_act_cur || at_act_borrowed || !is_live(a)
+        || __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2)
+        return false;
+    at_activity *next = live_from(a->creator);
+    if (AT_UNLIKELY(next != a->creator))
+        return false;
+    __atomic_store_n(&a->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
+    write_activity_event(a->kind->stop_ev, &a->id, NULL, a->unique, extra, extra_len, ips, nips);
+    /* a's reference on its creator becomes the thread's */
+    at_act_cur = next;
+    act_free(a);
+    return true;
+}
+
 bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,
                           const uintptr_t *ips, uint32_t nips)
 {

@@ -38,6 +38,19 @@ at_activity_kind *at_activity_kind_register(const at_activity_kind_desc *d);
 at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t extra_len,
                                const uintptr_t *ips, uint32_t nips);
 
+/* The same, and the caller gets a reference of its own (as at_activity_ref, without its atomic
+ * operation: nobody else can see the new activity yet). For a hooked call that keeps its activity
+ * until the function returns; end it with at_activity_stop_held or the reference with
+ * at_activity_unref. */
+at_activity *at_activity_start_held(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                                    const uintptr_t *ips, uint32_t nips);
+/* The common end of such a call, without atomic operations: when a is still the thread's current
+ * activity, live, and held only by the thread and the caller, write its Stop, make its creator
+ * current, drop both references and return true. Otherwise change nothing and return false (the
+ * caller stops it by kind or with at_activity_stop_ref, then drops its reference). */
+bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len,
+                           const uintptr_t *ips, uint32_t nips);
+
 /* Stop by name, EventSource rules: current is of this kind -> stop it, restore its creator; else the
  * newest live activity of this kind on the current chain is stopped and those passed over are killed
  * (no Stop events); none -> a Stop event with the current id is logged and nothing changes.

@@ -303,6 +303,9 @@ static void stop_single(const rule *r, const at_hook *h, at_activity *a, const a
     at_payload_u32(&pl, (uint32_t)status);
     uintptr_t ips[AT_STACK_MAX_DEPTH];
     uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
+    /* the common case: still current and held by the thread and us alone: no atomic operation */
+    if (at_activity_stop_held(a, buf, (uint32_t)(pl.p - buf), ips, nips))
+        return;
     if (at_activity_current() == a) {
         /* the common case: still current, so the thread's reference keeps it alive without ours,
          * and the engine's stop-by-kind takes its fast path (current, sole reference) */
@@ -394,9 +397,9 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
             put_captures(&pl, p, args, 0, false, 0);
             uintptr_t ips[AT_STACK_MAX_DEPTH];
             uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h) : 0;
-            at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
+            /* started with our reference on it, without an atomic operation */
+            at_activity *a = at_activity_start_held(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
             if (a) {
-                at_activity_ref(a);
                 c->act = a;
                 c->started = 2; /* 2: not listed (the list is full); 1: listed */
                 if (hk_nlive < LIVE_MAX) {

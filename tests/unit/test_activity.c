@@ -631,6 +631,57 @@ START_TEST(stop_ref_from_another_thread)
 }
 END_TEST
 
+/* A hooked call's own reference: start_held/stop_held end it without atomics when only the thread
+ * and the caller hold it, and refuse (changing nothing) otherwise. */
+START_TEST(held_start_stop)
+{
+    begin("held");
+    at_activity_kind *job = kind("Job", 0), *call = kind("Call", AT_ACT_RECURSIVE);
+    at_activity *j = at_activity_start(job, NULL, 0, NULL, 0);
+    /* the common case: current, nobody else holds it */
+    at_activity *a = at_activity_start_held(call, NULL, 0, NULL, 0);
+    ck_assert_ptr_eq(at_activity_current(), a);
+    ck_assert(at_activity_stop_held(a, NULL, 0, NULL, 0));
+    ck_assert_ptr_eq(at_activity_current(), j);
+    /* captured by work meanwhile: not sole, refused; the caller's way still works */
+    at_activity *b = at_activity_start_held(call, NULL, 0, NULL, 0);
+    at_activity *capb = at_flow_capture();
+    ck_assert(!at_activity_stop_held(b, NULL, 0, NULL, 0));
+    ck_assert_ptr_eq(at_activity_current(), b);
+    ck_assert(at_activity_stop_ref(b, NULL, 0, NULL, 0));
+    at_activity_unref(b);
+    ck_assert_ptr_eq(at_activity_current(), j);
+    ck_assert(at_activity_is_stopped(capb)); /* the capture keeps it readable */
+    at_flow_release(capb);
+    /* not current (a child started inside the call): refused */
+    at_activity *c = at_activity_start_held(call, NULL, 0, NULL, 0);
+    at_activity_kind *ik = kind("Inner", 0);
+    at_activity *inner = at_activity_start(ik, NULL, 0, NULL, 0);
+    ck_assert(!at_activity_stop_held(c, NULL, 0, NULL, 0));
+    ck_assert_ptr_eq(at_activity_current(), inner);
+    at_activity_stop(ik, NULL, 0, NULL, 0);
+    ck_assert(at_activity_stop_held(c, NULL, 0, NULL, 0));
+    at_activity_stop(job, NULL, 0, NULL, 0);
+    ck_assert_ptr_null(at_activity_current());
+    at_trace t;
+    end(&t);
+    /* three Calls, each Start matched by a Stop with its id, children of the Job */
+    long js = at_find(&t, NULL, "JobStart", 0), s = -1, e = -1;
+    ck_assert(js >= 0);
+    for (int i = 0; i < 3; i++) {
+        s = at_find(&t, NULL, "CallStart", (size_t)(s + 1));
+        e = at_find(&t, NULL, "CallStop", (size_t)(e + 1));
+        ck_assert(s >= 0 && e > s);
+        ck_assert_str_eq(at_ev_field(&t.ev[s], "CallId"), at_ev_field(&t.ev[e], "CallId"));
+        ck_assert_str_eq(t.ev[s].act_path, t.ev[e].act_path);
+        ck_assert_str_eq(t.ev[s].rel_path, t.ev[js].act_path);
+    }
+    ck_assert_int_lt(at_find(&t, NULL, "CallStart", (size_t)(s + 1)), 0);
+    ck_assert_int_lt(at_find(&t, NULL, "CallStop", (size_t)(e + 1)), 0);
+    finish(&t);
+}
+END_TEST
+
 /* ---- what PerfView needs (spec 8), transfers, process links ---- */
 
 static void *receiver(void *c)
@@ -928,6 +979,7 @@ int main(void)
     tcase_add_test(c, overflow_siblings_unique);
     tcase_add_test(c, flow_into_live_and_stopped);
     tcase_add_test(c, stop_ref_from_another_thread);
+    tcase_add_test(c, held_start_stop);
     tcase_add_test(c, perfview_fields_and_transfers);
     tcase_add_test(c, process_parent_and_fork);
     tcase_add_test(c, concurrent_unique);
