@@ -11,7 +11,6 @@
 #include "trace_int.h"
 
 #define HOLDBACK_NS 1000000ull
-#define POLL_NS 1000000l
 
 pthread_mutex_t at_flush_lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t at_stat_written, at_stat_dropped_io, at_stat_bytes, at_stat_files;
@@ -22,6 +21,11 @@ static pthread_t flusher;
 static bool flusher_running;
 static _Atomic int flusher_stop;
 static sem_t flusher_ready;
+/* The flusher sleeps until its interval is due, or until a writer taking a chunk finds the buffers
+ * filling (at_flusher_kick): no polling, so a traced program's cores are not woken a thousand times
+ * a second (on a server busy with syscalls each wake-up took a core from the program). */
+static sem_t flusher_wake;
+_Atomic int at_flusher_armed;
 
 static at_ring *active[AT_MAX_THREADS];
 
@@ -179,7 +183,7 @@ void at_flush_locked(bool holdback, bool force_sp)
         recycle(active[i]);
 }
 
-static bool rings_filling(void)
+bool at_rings_filling(void)
 {
     int32_t used = (int32_t)at_pool_g.nchunks - atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed);
     int32_t thr = (int32_t)at_pool_g.nchunks / 4;
@@ -200,21 +204,31 @@ static void *flusher_main(void *arg)
     sem_post(&flusher_ready);
     pthread_setname_np(pthread_self(), "acttrace-flush");
     uint64_t last = at_now_ns();
-    int32_t prev_free = atomic_load(&at_pool_g.nfree);
-    long poll = POLL_NS;
     while (!atomic_load(&flusher_stop)) {
-        struct timespec d = {0, poll};
-        nanosleep(&d, NULL);
-        /* poll every millisecond while the backlog grows, every 10 ms when idle */
-        int32_t nfree = atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed);
-        poll = nfree < prev_free ? POLL_NS : 10 * POLL_NS;
-        prev_free = nfree;
         uint64_t now = at_now_ns();
-        if (now - last >= (uint64_t)at_flush_interval_ms * 1000000u || rings_filling()) {
-            pthread_mutex_lock(&at_flush_lock);
-            at_flush_locked(true, false);
-            pthread_mutex_unlock(&at_flush_lock);
-            last = now;
+        uint64_t due = last + (uint64_t)at_flush_interval_ms * 1000000u;
+        if (now < due && !at_rings_filling()) {
+            atomic_store(&at_flusher_armed, 1);
+            /* a writer that found the buffers filling before we armed did not post: look again */
+            if (!at_rings_filling() && !atomic_load(&flusher_stop)) {
+                struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+                while (sem_clockwait(&flusher_wake, CLOCK_MONOTONIC, &ts) < 0 && errno == EINTR)
+                    ;
+            }
+            atomic_store(&at_flusher_armed, 0);
+            while (sem_trywait(&flusher_wake) == 0)
+                ;
+            continue;
+        }
+        pthread_mutex_lock(&at_flush_lock);
+        at_flush_locked(true, false);
+        pthread_mutex_unlock(&at_flush_lock);
+        last = now;
+        /* the hold-back leaves the last millisecond: when the buffers were filling, come back
+         * soon rather than a whole interval later */
+        if (at_rings_filling() && !atomic_load(&flusher_stop)) {
+            struct timespec d = {0, 1000000};
+            nanosleep(&d, NULL);
         }
     }
     return NULL;
@@ -223,7 +237,9 @@ static void *flusher_main(void *arg)
 int at_flusher_start(void)
 {
     atomic_store(&flusher_stop, 0);
+    atomic_store(&at_flusher_armed, 0);
     sem_init(&flusher_ready, 0, 0);
+    sem_init(&flusher_wake, 0, 0);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old); /* no signal may land on the new thread before it masks */
@@ -244,11 +260,20 @@ void at_flusher_stop(void)
     if (!flusher_running)
         return;
     atomic_store(&flusher_stop, 1);
+    sem_post(&flusher_wake);
     if (!pthread_equal(pthread_self(), flusher))
         pthread_join(flusher, NULL);
     else
         pthread_detach(flusher);
     flusher_running = false;
+}
+
+/* A writer took a chunk and the buffers are filling: wake the flusher if it sleeps. Async-signal-safe
+ * (sem_post). */
+void at_flusher_kick(void)
+{
+    if (atomic_exchange_explicit(&at_flusher_armed, 0, memory_order_acq_rel))
+        sem_post(&flusher_wake);
 }
 
 /* In a fork child the parent's flusher does not exist. */

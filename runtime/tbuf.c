@@ -201,6 +201,8 @@ static AT_NOINLINE bool next_chunk(at_ring *r)
         atomic_store_explicit(&r->first, n, memory_order_release);
     r->wchunk = n;
     r->wpos = AT_CHUNK_HDR;
+    if (atomic_load_explicit(&at_flusher_armed, memory_order_relaxed) && at_rings_filling())
+        at_flusher_kick();
     return true;
 }
 

@@ -170,6 +170,10 @@ bool at_ntw_ready(void);
 int at_flusher_start(void);
 void at_flusher_stop(void);
 void at_flusher_forget(void);
+/* Writers: the buffers are filling (a quarter of the chunks, at most 64, in use); wake the flusher. */
+bool at_rings_filling(void);
+extern _Atomic int at_flusher_armed;
+void at_flusher_kick(void);
 uint32_t at_ring_sp_seq(at_ring *r);
 extern unsigned at_flush_interval_ms;
 extern uint64_t at_last_ts_written;
