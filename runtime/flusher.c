@@ -71,7 +71,7 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
             r->rused = used;
             continue;
         }
-        at_chunk_free(r->rchunk);
+        at_chunk_retire(r->rchunk);
         r->rchunk = n;
         r->rpos = r->rused = AT_CHUNK_HDR;
         r->rused_pass = 0;
@@ -98,7 +98,7 @@ uint32_t at_ring_sp_seq(at_ring *r)
 static void recycle(at_ring *r)
 {
     if (r->rchunk >= 0)
-        at_chunk_free(r->rchunk);
+        at_chunk_retire(r->rchunk);
     r->rchunk = -1;
     atomic_store(&r->first, -1);
     atomic_fetch_add(&at_drops_retired, atomic_load(&r->drops));
@@ -181,11 +181,14 @@ void at_flush_locked(bool holdback, bool force_sp)
     }
     for (uint32_t i = 0; i < nr; i++)
         recycle(active[i]);
+    if (!holdback) /* an explicit flush, stop or exit: every chunk back on the free list */
+        at_chunk_cool_drain();
 }
 
 bool at_rings_filling(void)
 {
-    int32_t used = (int32_t)at_pool_g.nchunks - atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed);
+    int32_t used = (int32_t)at_pool_g.nchunks - atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed)
+                   - (int32_t)at_chunks_cooling();
     int32_t thr = (int32_t)at_pool_g.nchunks / 4;
     if (thr > 64)
         thr = 64;

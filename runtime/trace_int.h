@@ -116,6 +116,11 @@ int at_pool_init(size_t cap, char *err, size_t errlen);
 /* After fork in the child: forget every buffered event and every buffer owner. */
 void at_pool_reset_child(void);
 void at_chunk_free(int32_t i);
+/* The flusher's way to free a chunk it has read: after a few newer ones (tbuf.c, cool). */
+void at_chunk_retire(int32_t i);
+/* Free every cooling chunk (explicit flushes and stop leave none). */
+void at_chunk_cool_drain(void);
+uint32_t at_chunks_cooling(void);
 void at_tbuf_init_key(void);
 uint64_t at_tbuf_total_drops(void);
 void at_tbuf_test_set_seq(uint32_t seq);

@@ -581,6 +581,10 @@ START_TEST(stress_default_cap)
         pthread_create(&th[i], NULL, stress_thread, NULL);
     for (int i = 0; i < STRESS_THREADS; i++)
         pthread_join(th[i], NULL);
+    /* an explicit flush leaves no chunk cooling (tbuf.c): the exited threads' buffers all free */
+    at_trace_flush();
+    ck_assert_uint_eq(at_chunks_cooling(), 0);
+    ck_assert_int_eq(atomic_load(&at_pool_g.nfree), (int32_t)at_pool_g.nchunks);
     at_trace_stop();
     at_trace_stats s;
     at_trace_get_stats(&s);
