@@ -60,6 +60,7 @@ REAL(g_main_context_invoke_full, void, (void *, int, GSourceFunc, void *, GDestr
 REAL(g_idle_add_once, guint, (GSourceOnceFunc, void *))
 REAL(g_idle_remove_by_data, gboolean, (void *))
 REAL(g_source_remove_by_user_data, gboolean, (void *))
+REAL(g_source_set_callback, void, (void *, GSourceFunc, void *, GDestroyNotify))
 REAL(g_thread_pool_new_full, void *, (GFunc, void *, GDestroyNotify, int, gboolean, void **))
 REAL(g_thread_pool_push, gboolean, (void *, void *, void **))
 
@@ -326,6 +327,32 @@ AT_EXPORT void g_main_context_invoke_full(void *ctx, int prio, GSourceFunc fn, v
 AT_EXPORT void g_main_context_invoke(void *ctx, GSourceFunc fn, void *data)
 {
     g_main_context_invoke_full(ctx, G_PRIORITY_DEFAULT, fn, data, NULL);
+}
+
+/* An idle or timeout source made by hand and given its callback: how GIO hands work back to a main
+ * context (g_task_return from a GTask's thread: g_idle_source_new + g_source_set_callback +
+ * g_source_attach), and how programs do the same. Only those two kinds of source call the callback
+ * as a GSourceFunc(data); others (I/O watches, child watches...) call it with their own arguments,
+ * so they are left alone. GSource's third member is its GSourceFuncs (public struct, stable ABI). */
+static bool src_is_idle_or_timeout(void *src)
+{
+    static const void *idle, *timeout;
+    static bool looked;
+    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&idle, dlsym(RTLD_DEFAULT, "g_idle_funcs"), __ATOMIC_RELAXED);
+        __atomic_store_n(&timeout, dlsym(RTLD_DEFAULT, "g_timeout_funcs"), __ATOMIC_RELAXED);
+        __atomic_store_n(&looked, true, __ATOMIC_RELEASE);
+    }
+    const void *funcs = ((void *const *)src)[2];
+    return funcs && (funcs == __atomic_load_n(&idle, __ATOMIC_RELAXED)
+                     || funcs == __atomic_load_n(&timeout, __ATOMIC_RELAXED));
+}
+
+AT_EXPORT void g_source_set_callback(void *src, GSourceFunc fn, void *data, GDestroyNotify notify)
+{
+    if (src && fn && src_is_idle_or_timeout(src))
+        src_wrap(&fn, &data, &notify, 0);
+    real_g_source_set_callback()(src, fn, data, notify);
 }
 
 /* Removal by the program's data: look for a source we wrapped for it first. */

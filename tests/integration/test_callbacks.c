@@ -83,6 +83,43 @@ START_TEST(glib_sources_and_thread_pool)
 }
 END_TEST
 
+/* g_task_run_in_thread (GIO): the task function runs on GIO's pool thread in the activity current
+ * at submit, and its completion comes back to main's context (an idle source GIO makes by hand) in
+ * that same activity; the task submitted in none runs and completes in none. main runs its loop in
+ * no activity, so nothing here can be in T1 or T2 except by flow. */
+START_TEST(glib_gtask_run_in_thread)
+{
+    at_session s;
+    run(&s, "glib_gtask", "gtask");
+    const at_trace *t = &s.t;
+    ck_assert_str_eq(s.r.out, "ok 60\n");
+    long t1 = at_find(t, NULL, "T1Start", 0);
+    uint64_t main_tid = t->ev[t1].thread;
+    const char *p1 = t->ev[t1].act_path, *p2 = start_path(t, "T2Start");
+    uint64_t w1 = 0, w2 = 0, w3 = 0, d1 = 0, d2 = 0, d3 = 0;
+    ck_assert_int_eq(marks_in(t, "Work", "1", p1, main_tid, &w1), 1);
+    ck_assert_int_eq(marks_in(t, "Work", "2", p2, main_tid, &w2), 1);
+    ck_assert_int_eq(marks_in(t, "Work", "3", "", main_tid, &w3), 1);
+    ck_assert_int_eq(marks_in(t, "Done", "1", p1, 0, &d1), 1);
+    ck_assert_int_eq(marks_in(t, "Done", "2", p2, 0, &d2), 1);
+    ck_assert_int_eq(marks_in(t, "Done", "3", "", 0, &d3), 1);
+    ck_assert_uint_eq(d1, main_tid); /* back on main's context */
+    ck_assert_uint_eq(d2, main_tid);
+    ck_assert_uint_eq(d3, main_tid);
+    /* each hop is a transfer: Receive on the pool thread, then on main, naming T1 */
+    int recv_pool = 0, recv_main = 0;
+    for (long i = at_find(t, "acttrace-flow", "TransferReceive", 0); i >= 0;
+         i = at_find(t, "acttrace-flow", "TransferReceive", (size_t)i + 1))
+        if (strcmp(t->ev[i].act_path, p1) == 0) {
+            recv_pool += t->ev[i].thread == w1;
+            recv_main += t->ev[i].thread == main_tid;
+        }
+    ck_assert_int_eq(recv_pool, 1);
+    ck_assert_int_eq(recv_main, 1);
+    at_session_free(&s);
+}
+END_TEST
+
 START_TEST(sigev_thread_timer_and_mq_notify)
 {
     at_session s;
@@ -177,6 +214,7 @@ int main(void)
     TCase *tc = tcase_create("apis");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, glib_sources_and_thread_pool);
+    tcase_add_test(tc, glib_gtask_run_in_thread);
     tcase_add_test(tc, sigev_thread_timer_and_mq_notify);
     tcase_add_test(tc, libuv_work_timer_async);
     tcase_add_test(tc, libevent_add_and_once);
