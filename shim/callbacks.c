@@ -921,9 +921,15 @@ AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, void *), l
     long a = align < (long)_Alignof(omp_task_hdr) ? (long)_Alignof(omp_task_hdr) : align;
     long off = ((long)sizeof(omp_task_hdr) + a - 1) & ~(a - 1);
     long total = off + size;
-    int e = errno;
-    void *raw = malloc((size_t)(total + a));
-    errno = e;
+    /* the block only has to live through the call (libgomp copies it when it defers the task, and
+     * runs an undeferred one on it before returning): small ones on the stack, no malloc/free */
+    _Alignas(64) char local[512];
+    void *raw = local;
+    if (total + a > (long)sizeof local) {
+        int e = errno;
+        raw = malloc((size_t)(total + a));
+        errno = e;
+    }
     if (!raw) {
         at_flow_release(cap);
         real_GOMP_task()(fn, data, cpyfn, size, align, if_clause, flags, depend, priority, detach);
@@ -943,5 +949,6 @@ AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, void *), l
     /* an undeferred task runs fn(data) on this very block with cpyfn applied first by libgomp */
     real_GOMP_task()(omp_task_tramp, blk, cpyfn ? omp_task_copy : NULL, total, a, if_clause, flags,
                      depend, priority, detach);
-    free(raw);
+    if (raw != local)
+        free(raw);
 }
