@@ -380,33 +380,95 @@ AT_EXPORT gboolean g_source_remove_by_user_data(void *data)
 /* ---------------- GLib thread pools ---------------- */
 
 /* GThreadPool's public head: { func, user_data, exclusive }. Pools we create run pool_tramp with a
- * pool_ctx as user_data; items are the program's own pointers, their captures in the registry. */
+ * pool_ctx as user_data. An item pushed in an activity is wrapped in a pool_item slot (slots.c): no
+ * lock and no malloc per item, and the worker tells a wrapped item from the program's own pointer by
+ * its address. Everywhere GLib hands an item back to the program it is unwrapped first: the pool's
+ * function, the item-free function of g_thread_pool_new_full (also called for the items
+ * g_thread_pool_free drops unrun, which releases their captures), the sort function; and
+ * g_thread_pool_move_to_front finds the wrapper of the program's pointer. */
 typedef struct gpool_head {
     GFunc func;
     void *user_data;
     gboolean exclusive;
 } gpool_head;
 
+typedef int (*GCompareDataFunc)(const void *, const void *, void *);
+typedef struct pool_sort {
+    GCompareDataFunc fn;
+    void *user_data;
+} pool_sort;
+
 typedef struct pool_ctx {
     GFunc func;
     void *user_data;
     GDestroyNotify item_free;
-} pool_ctx; /* items a g_thread_pool_free drops unrun keep their capture (a documented leak) */
+    pool_sort *sort; /* under pool_sort_lock */
+} pool_ctx;
 
-static void pool_tramp(void *data, void *p)
+/* A wrapped item. Freed slots overlay the first 20 bytes only: pc stays NULL in a free slot, which
+ * is what g_thread_pool_move_to_front's scan relies on. */
+typedef struct pool_item {
+    at_activity *cap; /* NULL: pushed in no activity (wrapped only because the pool has an item_free) */
+    void *data;       /* the program's item */
+    uint64_t tid;     /* the submitting thread */
+    pool_ctx *pc;     /* atomic; NULL once freed */
+} pool_item;
+_Static_assert(sizeof(pool_item) <= AT_SLOT_SIZE, "a pool item fits a slot");
+
+static AT_TLS pool_item *tl_last_item; /* the thread's last wrapped push (GTask moves it to front) */
+static pthread_mutex_t pool_sort_lock = PTHREAD_MUTEX_INITIALIZER;
+
+REAL(g_thread_pool_set_sort_function, void, (void *, GCompareDataFunc, void *))
+REAL(g_thread_pool_move_to_front, gboolean, (void *, void *))
+
+static inline void *item_data(const void *p)
 {
-    pool_ctx *pc = p;
-    cb_ctx *c = reg_take(pc, data, NULL);
+    return at_is_slot(p) ? ((const pool_item *)p)->data : (void *)p;
+}
+
+static void item_done(pool_item *it)
+{
+    at_flow_release(it->cap);
+    __atomic_store_n(&it->pc, NULL, __ATOMIC_RELAXED);
+    at_slot_free(it);
+}
+
+static void pool_tramp(void *p, void *arg)
+{
+    pool_ctx *pc = arg;
+    pool_item *it = at_is_slot(p) ? p : NULL;
+    void *data = it ? it->data : p;
     int e = errno;
     /* an item with nothing captured runs in no activity, whatever the previous item left */
-    at_activity *prev = ctx_enter(c ? c->cap : NULL, c ? c->tid : 0);
+    at_activity *prev = ctx_enter(it ? it->cap : NULL, it ? it->tid : 0);
     errno = e;
     pc->func(data, pc->user_data);
     e = errno;
     at_flow_leave(prev);
-    if (c)
-        ctx_free(c);
+    if (it)
+        item_done(it);
     errno = e;
+}
+
+/* The queue's item-free function, always ours: a wrapped item is released, and the program's own
+ * function (if any) gets the program's pointer. A pool with an item-free function has all its items
+ * wrapped, so a bare pointer here belongs to a pool without one. */
+static void pool_item_free(void *p)
+{
+    if (!at_is_slot(p))
+        return;
+    pool_item *it = p;
+    pool_ctx *pc = it->pc;
+    void *data = it->data;
+    item_done(it);
+    if (pc && pc->item_free)
+        pc->item_free(data);
+}
+
+static int pool_sort_tramp(const void *a, const void *b, void *p)
+{
+    pool_sort *s = p;
+    return s->fn(item_data(a), item_data(b), s->user_data);
 }
 
 AT_EXPORT void *g_thread_pool_new_full(GFunc func, void *user_data, GDestroyNotify item_free,
@@ -415,7 +477,7 @@ AT_EXPORT void *g_thread_pool_new_full(GFunc func, void *user_data, GDestroyNoti
     if (!at_on())
         return real_g_thread_pool_new_full()(func, user_data, item_free, max_threads, exclusive, error);
     int e = errno;
-    pool_ctx *pc = malloc(sizeof *pc); /* lives as long as the process: pools can outlive free */
+    pool_ctx *pc = calloc(1, sizeof *pc); /* lives as long as the process: pools can outlive free */
     errno = e;
     if (!pc)
         return real_g_thread_pool_new_full()(func, user_data, item_free, max_threads, exclusive, error);
@@ -423,7 +485,7 @@ AT_EXPORT void *g_thread_pool_new_full(GFunc func, void *user_data, GDestroyNoti
     pc->user_data = user_data;
     pc->item_free = item_free;
     at_thread_noflow++; /* an exclusive pool starts its threads now: they belong to the pool */
-    void *pool = real_g_thread_pool_new_full()(pool_tramp, pc, item_free, max_threads, exclusive,
+    void *pool = real_g_thread_pool_new_full()(pool_tramp, pc, pool_item_free, max_threads, exclusive,
                                                error);
     at_thread_noflow--;
     return pool;
@@ -438,25 +500,86 @@ AT_EXPORT void *g_thread_pool_new(GFunc func, void *user_data, int max_threads, 
 AT_EXPORT gboolean g_thread_pool_push(void *pool, void *data, void **error)
 {
     gpool_head *h = pool;
-    cb_ctx *c = NULL;
+    void *item = data;
     if (at_on() && h && h->func == pool_tramp) {
+        pool_ctx *pc = h->user_data;
         at_activity *cap = at_flow_capture();
-        if (cap) {
-            c = ctx_new(cap, NULL, data);
-            if (!c || !reg_put(h->user_data, data, c)) {
-                if (c)
-                    free(c);
-                at_flow_release(cap);
-                c = NULL;
+        if (cap || pc->item_free) {
+            pool_item *it = at_slot_alloc();
+            if (it) {
+                it->cap = cap;
+                it->data = data;
+                it->tid = cap ? (uint64_t)at_tid() : 0;
+                __atomic_store_n(&it->pc, pc, __ATOMIC_RELAXED);
+                tl_last_item = it;
+                item = it;
+                at_flow_transfer_send(cap);
+            } else {
+                at_flow_release(cap); /* no slot: the item runs in no activity */
             }
         }
     }
     at_thread_noflow++; /* GLib creates pool threads lazily, here, on the pool's behalf */
-    gboolean ok = real_g_thread_pool_push()(pool, data, error);
+    /* FALSE (a thread could not be started) still queues the item: the slot is the queue's now */
+    gboolean ok = real_g_thread_pool_push()(pool, item, error);
     at_thread_noflow--;
-    if (!ok && c && reg_take(h->user_data, data, c) == c)
-        ctx_free(c);
     return ok;
+}
+
+AT_EXPORT void g_thread_pool_set_sort_function(void *pool, GCompareDataFunc fn, void *user_data)
+{
+    gpool_head *h = pool;
+    if (!h || h->func != pool_tramp) {
+        real_g_thread_pool_set_sort_function()(pool, fn, user_data);
+        return;
+    }
+    pool_ctx *pc = h->user_data;
+    pool_sort *s = NULL;
+    if (fn) {
+        int e = errno;
+        s = malloc(sizeof *s);
+        errno = e;
+        if (!s) { /* sorting the wrappers by address is no order at all: keep the old one */
+            return;
+        }
+        s->fn = fn;
+        s->user_data = user_data;
+    }
+    /* GLib swaps and uses the function under the queue's lock: once set, the old one is unused */
+    pthread_mutex_lock(&pool_sort_lock);
+    real_g_thread_pool_set_sort_function()(pool, s ? pool_sort_tramp : NULL, s);
+    pool_sort *old = pc->sort;
+    pc->sort = s;
+    pthread_mutex_unlock(&pool_sort_lock);
+    free(old);
+}
+
+/* The program names its own pointer; the queue holds the wrapper. The thread's last push is tried
+ * first (GTask pushes, then moves the same task to the front), then a bare item, then every live
+ * wrapper of this pool with this data (rare: a scan of the slots). */
+AT_EXPORT gboolean g_thread_pool_move_to_front(void *pool, void *data)
+{
+    gpool_head *h = pool;
+    if (!h || h->func != pool_tramp)
+        return real_g_thread_pool_move_to_front()(pool, data);
+    pool_ctx *pc = h->user_data;
+    pool_item *last = tl_last_item;
+    if (last && __atomic_load_n(&last->pc, __ATOMIC_RELAXED) == pc &&
+        __atomic_load_n(&last->data, __ATOMIC_RELAXED) == data &&
+        real_g_thread_pool_move_to_front()(pool, last))
+        return 1;
+    if (real_g_thread_pool_move_to_front()(pool, data))
+        return 1;
+    uintptr_t lo = __atomic_load_n(&at_slot_lo, __ATOMIC_ACQUIRE);
+    size_t used = __atomic_load_n(&at_slot_used, __ATOMIC_ACQUIRE);
+    for (size_t off = 0; off < used; off += AT_SLOT_SIZE) {
+        pool_item *it = (pool_item *)(lo + off);
+        if (it != last && __atomic_load_n(&it->pc, __ATOMIC_RELAXED) == pc &&
+            __atomic_load_n(&it->data, __ATOMIC_RELAXED) == data &&
+            real_g_thread_pool_move_to_front()(pool, it))
+            return 1;
+    }
+    return 0;
 }
 
 /* ---------------- POSIX SIGEV_THREAD ---------------- */

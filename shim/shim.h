@@ -90,6 +90,20 @@ void at_hooks_thread_exit(void); /* abandon the thread's unreturned hooked calls
 /* acttrace check: report how each entry would be hooked; 0 when all can be */
 int at_hooks_check(const struct at_hookconf *hc, FILE *out);
 
+/* slots.c: 64-byte contexts for items handed between threads; NULL when none can be had. Any thread
+ * may free a slot another allocated. at_is_slot tells a slot from any other pointer. */
+#define AT_SLOT_SIZE 64u
+extern uintptr_t at_slot_lo;
+extern size_t at_slot_used;
+void *at_slot_alloc(void);
+void at_slot_free(void *slot);
+void at_slots_thread_exit(void); /* the ending thread's cached free slots go back */
+static inline bool at_is_slot(const void *p)
+{
+    return (uintptr_t)p - __atomic_load_n(&at_slot_lo, __ATOMIC_RELAXED) <
+           __atomic_load_n(&at_slot_used, __ATOMIC_RELAXED);
+}
+
 /* Write one of the shim's events in the current activity (errno preserved). */
 void at_shim_event(const at_event_type *t, const void *payload, uint32_t len);
 

@@ -48,6 +48,7 @@ static void thread_end(uint32_t kind)
     at_thread_ours = false;
     at_fdflow_thread_exit();
     at_hooks_thread_exit();
+    at_slots_thread_exit();
     if (at_cfg.thread_events && at_on()) {
         uint8_t buf[4];
         at_payload pl;

@@ -50,7 +50,10 @@ START_TEST(glib_sources_and_thread_pool)
     at_session s;
     run(&s, "glib_flow", "glib");
     const at_trace *t = &s.t;
-    ck_assert_str_eq(s.r.out, "removed 1 destroyed 1 ran 3\n"); /* semantics unchanged */
+    /* semantics unchanged: removal by data, destroy notify once, a timeout three times; a pool's
+     * sort function, item-free function and move-to-front see the program's own pointers */
+    ck_assert_str_eq(s.r.out, "removed 1 destroyed 1 ran 3\n"
+                              "sorted 14,11,12,13 moved 1 freed 43 bad 0\n");
     ck_assert_uint_eq(at_count(t, NULL, "Ran") , 5);
     long job = at_find(t, NULL, "JobStart", 0);
     uint64_t main_tid = t->ev[job].thread;
@@ -79,6 +82,17 @@ START_TEST(glib_sources_and_thread_pool)
          i = at_find(t, "acttrace-flow", "TransferReceive", (size_t)i + 1))
         recv |= t->ev[i].thread == loop_tid && strcmp(t->ev[i].act_path, jp) == 0;
     ck_assert(recv);
+    /* the sorted pool's items ran in their own submitter's activity or none; the dropped ones were
+     * given to the item-free function without running */
+    const char *sp = start_path(t, "SStart");
+    ck_assert_int_eq(marks_in(t, "Item", "13", sp, main_tid, NULL), 1);
+    ck_assert_int_eq(marks_in(t, "Item", "12", sp, main_tid, NULL), 1);
+    ck_assert_int_eq(marks_in(t, "Item", "14", sp, main_tid, NULL), 1);
+    ck_assert_int_eq(marks_in(t, "Item", "11", "", main_tid, NULL), 1);
+    ck_assert_uint_eq(at_count(t, NULL, "Item"), 7);
+    ck_assert_int_eq(at_find_field(t, "Item", "Value", "21", 0), -1);
+    ck_assert_int_eq(at_find_field(t, "Item", "Value", "22", 0), -1);
+    ck_assert_uint_eq(at_count(t, NULL, "Freed"), 2);
     at_session_free(&s);
 }
 END_TEST
@@ -92,7 +106,7 @@ START_TEST(glib_gtask_run_in_thread)
     at_session s;
     run(&s, "glib_gtask", "gtask");
     const at_trace *t = &s.t;
-    ck_assert_str_eq(s.r.out, "ok 60\n");
+    ck_assert_str_eq(s.r.out, "ok 100\n");
     long t1 = at_find(t, NULL, "T1Start", 0);
     uint64_t main_tid = t->ev[t1].thread;
     const char *p1 = t->ev[t1].act_path, *p2 = start_path(t, "T2Start");
@@ -116,6 +130,8 @@ START_TEST(glib_gtask_run_in_thread)
         }
     ck_assert_int_eq(recv_pool, 1);
     ck_assert_int_eq(recv_main, 1);
+    /* run_in_thread_sync: on a pool thread, in T4 */
+    ck_assert_int_eq(marks_in(t, "Work", "4", start_path(t, "T4Start"), main_tid, NULL), 1);
     at_session_free(&s);
 }
 END_TEST
