@@ -135,6 +135,42 @@ void at_chunk_cool_drain(void)
     }
 }
 
+/* Free rings: a tagged stack like the chunks' (lowest index on top). A new thread pops one instead of
+ * scanning the rings for a free one: exited threads' rings wait for the flusher at the low indexes,
+ * and a thread-per-connection server paid a cache miss per waiting ring at every thread start. */
+static uint32_t ring_next[AT_MAX_THREADS];
+static _Atomic uint64_t ring_head; /* tag << 32 | (index + 1) */
+
+static at_ring *ring_pop(void)
+{
+    uint64_t h = atomic_load_explicit(&ring_head, memory_order_acquire);
+    for (;;) {
+        uint32_t idx = (uint32_t)h;
+        if (idx == 0)
+            return NULL;
+        uint32_t next = ring_next[idx - 1];
+        uint64_t nh = ((h >> 32) + 1) << 32 | next;
+        if (atomic_compare_exchange_weak_explicit(&ring_head, &h, nh, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return &at_pool_g.rings[idx - 1];
+    }
+}
+
+static void ring_push(uint32_t i)
+{
+    uint64_t h = atomic_load_explicit(&ring_head, memory_order_relaxed);
+    do {
+        ring_next[i] = (uint32_t)h;
+    } while (!atomic_compare_exchange_weak_explicit(&ring_head, &h,
+                                                    ((h >> 32) + 1) << 32 | (i + 1),
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+void at_ring_free(at_ring *r)
+{
+    ring_push((uint32_t)(r - at_pool_g.rings));
+}
+
 static void pool_reset(void)
 {
     at_pool *p = &at_pool_g;
@@ -153,6 +189,9 @@ static void pool_reset(void)
         atomic_store(&r->seq_pub, 0);
         atomic_store(&r->drops, 0);
     }
+    atomic_store(&ring_head, 0);
+    for (uint32_t i = p->nrings; i-- > 0;)
+        ring_push(i);
 }
 
 int at_pool_init(size_t cap, char *err, size_t errlen)
@@ -214,13 +253,10 @@ static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
 {
     if (thr.tid == 0)
         thr.tid = (uint64_t)syscall(SYS_gettid);
-    for (uint32_t i = 0; i < at_pool_g.nrings; i++) {
-        at_ring *r = &at_pool_g.rings[i];
-        uint32_t expect = AT_RING_FREE;
-        if (atomic_load_explicit(&r->state, memory_order_relaxed) != AT_RING_FREE)
-            continue;
-        if (!atomic_compare_exchange_strong(&r->state, &expect, AT_RING_USED))
-            continue;
+    at_ring *r = ring_pop();
+    if (r) {
+        uint32_t i = (uint32_t)(r - at_pool_g.rings);
+        atomic_store_explicit(&r->state, AT_RING_USED, memory_order_relaxed);
         uint32_t hw = atomic_load_explicit(&at_pool_g.hiwater, memory_order_relaxed);
         while (hw < i + 1 && !atomic_compare_exchange_weak(&at_pool_g.hiwater, &hw, i + 1))
             ;

@@ -112,10 +112,13 @@ extern _Atomic int at_sess_active;
 extern _Atomic uint64_t at_drops_noring; /* events dropped with no buffer (cap reached, no session) */
 extern _Atomic uint64_t at_drops_retired;
 
+
 int at_pool_init(size_t cap, char *err, size_t errlen);
 /* After fork in the child: forget every buffered event and every buffer owner. */
 void at_pool_reset_child(void);
 void at_chunk_free(int32_t i);
+/* A recycled ring (its state already FREE) goes back on the free-ring stack. */
+void at_ring_free(at_ring *r);
 /* The flusher's way to free a chunk it has read: after a few newer ones (tbuf.c, cool). */
 void at_chunk_retire(int32_t i);
 /* Free every cooling chunk (explicit flushes and stop leave none). */

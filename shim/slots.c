@@ -32,7 +32,10 @@ size_t at_slot_used; /* atomic: bytes carved so far (slots below lo+used may be 
 
 static size_t slot_committed;
 static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
-static free_slot *slot_batches; /* under slot_lock */
+static free_slot *slot_batches; /* under slot_lock: full batches */
+static free_slot *slot_loose;   /* under slot_lock: short remainders of ended threads' caches */
+static free_slot *slot_loose_tail;
+static unsigned slot_nloose;
 static bool slot_failed;        /* under slot_lock: no range (mmap refused) or the range is full */
 
 static AT_TLS free_slot *tl_cache;
@@ -84,6 +87,11 @@ static void refill(void)
     if (b) {
         slot_batches = b->next_batch;
         n = b->n;
+    } else if (slot_loose) {
+        b = slot_loose;
+        n = slot_nloose;
+        slot_loose = slot_loose_tail = NULL;
+        slot_nloose = 0;
     } else {
         b = carve_locked(AT_SLOT_BATCH);
     }
@@ -140,18 +148,37 @@ void at_slot_free(void *p)
         give_batch();
 }
 
-/* The ending thread's cache goes back: full batches as they are, the rest as one short batch. */
+/* The ending thread's cache goes back: full batches as they are, the rest onto the loose list (a
+ * short-lived thread frees one slot, its start context: a batch of one each would make every later
+ * refill take the lock for a single slot). */
 void at_slots_thread_exit(void)
 {
     while (tl_ncache >= AT_SLOT_BATCH)
         give_batch();
     if (!tl_cache)
         return;
-    free_slot *first = tl_cache;
+    free_slot *first = tl_cache, *last = first;
+    while (last->next)
+        last = last->next;
     unsigned n = tl_ncache;
     tl_cache = NULL;
     tl_ncache = 0;
-    put_batch(first, n);
+    int e = errno;
+    pthread_mutex_lock(&slot_lock);
+    last->next = slot_loose;
+    if (!slot_loose)
+        slot_loose_tail = last;
+    slot_loose = first;
+    slot_nloose += n;
+    if (slot_nloose >= AT_SLOT_BATCH) { /* the loose list becomes one batch */
+        slot_loose->n = slot_nloose;
+        slot_loose->next_batch = slot_batches;
+        slot_batches = slot_loose;
+        slot_loose = slot_loose_tail = NULL;
+        slot_nloose = 0;
+    }
+    pthread_mutex_unlock(&slot_lock);
+    errno = e;
 }
 
 /* A fork child must not inherit the lock held by a thread that does not exist there. */

@@ -69,10 +69,21 @@ static void cancelled(void *unused)
     thread_end(2);
 }
 
+/* The start context is a slot (slots.c), not malloc'd: the new thread frees it, and a free() there
+ * would give a thread that never mallocs a tcache of its own (set up on an arena, torn down at its
+ * exit), a cost a thread-per-connection server pays per connection. */
+static void start_free(void *p)
+{
+    if (at_is_slot(p))
+        at_slot_free(p);
+    else
+        free(p);
+}
+
 static void *posix_trampoline(void *p)
 {
     at_thread_start s = *(at_thread_start *)p;
-    free(p);
+    start_free(p);
     thread_begin(&s);
     void *r;
     pthread_cleanup_push(cancelled, NULL);
@@ -85,7 +96,7 @@ static void *posix_trampoline(void *p)
 static int c11_trampoline(void *p)
 {
     at_thread_start s = *(at_thread_start *)p;
-    free(p);
+    start_free(p);
     thread_begin(&s);
     int r;
     pthread_cleanup_push(cancelled, NULL);
@@ -97,9 +108,13 @@ static int c11_trampoline(void *p)
 
 static at_thread_start *start_new(void)
 {
-    int e = errno;
-    at_thread_start *s = malloc(sizeof *s);
-    errno = e;
+    _Static_assert(sizeof(at_thread_start) <= AT_SLOT_SIZE, "a start context fits a slot");
+    at_thread_start *s = at_slot_alloc();
+    if (!s) {
+        int e = errno;
+        s = malloc(sizeof *s);
+        errno = e;
+    }
     if (!s)
         return NULL; /* run the thread untraced rather than fail the program's call */
     s->cap = at_thread_noflow ? NULL : at_flow_capture();
@@ -111,7 +126,7 @@ static void start_abandon(at_thread_start *s)
 {
     int e = errno;
     at_flow_release(s->cap);
-    free(s);
+    start_free(s);
     errno = e;
 }
 
