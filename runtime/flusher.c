@@ -45,6 +45,7 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
         if (f < 0)
             return NULL;
         r->rchunk = f;
+        r->rtid = r->tid; /* written before first was published */
         r->rpos = r->rused = AT_CHUNK_HDR;
         r->rused_pass = 0;
     }
@@ -153,7 +154,7 @@ void at_flush_locked(bool holdback, bool force_sp)
         const at_rec *rec = peek(r);
         do {
             if (ok)
-                at_ntw_event(rec, (const uint8_t *)(rec + 1), r->tid);
+                at_ntw_event(rec, (const uint8_t *)(rec + 1), r->rtid);
             else
                 atomic_fetch_add(&at_stat_dropped_io, 1);
             r->last_seq = rec->seq;

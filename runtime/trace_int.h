@@ -76,6 +76,9 @@ typedef struct at_ring {
     uint32_t rused_pass;       /* the flush pass that read it (once per pass while the writer writes) */
     uint32_t last_seq;         /* seq of the last record written to the file */
     _Atomic int32_t first;     /* owner -> flusher: the first chunk, set once */
+    uint64_t rtid;             /* tid, copied when first is taken: the flusher reads it per record,
+                                * and reading the writer's line then would take it away from the
+                                * writer at each event */
     char pad2[64];
 } at_ring;
 
