@@ -452,7 +452,8 @@ static void pool_tramp(void *p, void *arg)
 
 /* The queue's item-free function, always ours: a wrapped item is released, and the program's own
  * function (if any) gets the program's pointer. A pool with an item-free function has all its items
- * wrapped, so a bare pointer here belongs to a pool without one. */
+ * wrapped, so a bare pointer here belongs to a pool without one (or is an item pushed when no slot
+ * could be had, 16 Mi live items or no address space: its item-free function is then not called). */
 static void pool_item_free(void *p)
 {
     if (!at_is_slot(p))
