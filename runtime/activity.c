@@ -52,11 +52,16 @@ static at_event_type *g_send_ev, *g_recv_ev;
 #define CACHE_MAX 256u
 AT_TLS at_activity *at_act_cur; /* holds a reference, unless at_act_borrowed (activity_inline.h) */
 AT_TLS bool at_act_borrowed;
+AT_TLS at_activity *at_pre_act;
+AT_TLS uint32_t at_pre_n;
+AT_TLS at_activity *at_rel_act;
+AT_TLS uint32_t at_rel_n;
+AT_TLS uint32_t at_refc_busy;
+#define REFC_EXITED 0x10000u /* at_refc_busy after the thread's exit: no caching any more */
 static AT_TLS at_activity *at_free_list;    /* freed activities, linked through creator */
 static AT_TLS uint32_t at_free_count;
 static AT_TLS uint64_t at_unique_next, at_unique_end;
 static AT_TLS bool at_thread_registered;
-static AT_TLS uint64_t at_tid_cached; /* for transfer payloads; cleared in a fork child */
 
 static void thread_exit(void *unused);
 
@@ -128,16 +133,112 @@ void at_activity_unref(at_activity *a)
     }
 }
 
+/* n references at once (the flow caches' settlements) */
+static void unref_n(at_activity *a, uint32_t n)
+{
+    if (n && __atomic_sub_fetch(&a->refs, n, __ATOMIC_ACQ_REL) == 0) {
+        at_activity *c = a->creator;
+        act_free(a);
+        at_activity_unref(c);
+    }
+}
+
+static void refc_register(void)
+{
+    if (AT_UNLIKELY(!at_thread_registered)) {
+        ensure_init();
+        register_thread(); /* thread_exit settles what the caches hold */
+    }
+}
+
+at_activity *at_flow_capture_slow(at_activity *c)
+{
+    if (at_refc_busy) { /* inside a cache update (a signal handler), or the thread has ended */
+        __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
+        return c;
+    }
+    at_refc_busy = 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_activity *old = at_pre_act;
+    uint32_t n = at_pre_n;
+    __atomic_fetch_add(&c->refs, AT_PREPAY, __ATOMIC_RELAXED);
+    at_pre_act = c;
+    at_pre_n = AT_PREPAY - 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_refc_busy = 0;
+    refc_register();
+    if (old)
+        unref_n(old, n);
+    return c;
+}
+
+void at_flow_release_slow(at_activity *a)
+{
+    if (at_refc_busy) {
+        at_activity_unref(a);
+        return;
+    }
+    at_refc_busy = 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_activity *old = at_rel_act;
+    uint32_t n = at_rel_n;
+    at_rel_act = a;
+    at_rel_n = 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_refc_busy = 0;
+    refc_register();
+    if (old)
+        unref_n(old, n); /* a itself when its count was full */
+}
+
+/* Settle what this thread's flow caches hold on a (all of it when a is NULL). */
+static void refc_settle(at_activity *a)
+{
+    if (at_refc_busy)
+        return;
+    at_refc_busy = 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_activity *p = NULL, *r = NULL;
+    uint32_t pn = 0, rn = 0;
+    if (at_pre_act && (!a || at_pre_act == a)) {
+        p = at_pre_act;
+        pn = at_pre_n;
+        at_pre_act = NULL;
+        at_pre_n = 0;
+    }
+    if (at_rel_act && (!a || at_rel_act == a)) {
+        r = at_rel_act;
+        rn = at_rel_n;
+        at_rel_act = NULL;
+        at_rel_n = 0;
+    }
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_refc_busy = 0;
+    if (p)
+        unref_n(p, pn);
+    if (r)
+        unref_n(r, rn);
+}
+
+static inline bool refc_holds(const at_activity *a)
+{
+    return (a == at_pre_act && at_pre_n) || (a == at_rel_act && at_rel_n);
+}
+
 /* True when the caller's reference is the only one: nobody else can take one meanwhile (references
  * are only made from references). */
-static inline bool sole_ref(const at_activity *a)
+static inline bool sole_ref(at_activity *a)
 {
+    if (AT_UNLIKELY(refc_holds(a)))
+        refc_settle(a);
     return __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) == 1;
 }
 
 static void thread_exit(void *unused)
 {
     (void)unused;
+    refc_settle(NULL);
+    at_refc_busy = REFC_EXITED; /* a release after this (a later destructor) goes straight through */
     at_activity *c = at_act_cur;
     at_act_cur = NULL;
     if (!at_act_borrowed)
@@ -451,8 +552,11 @@ bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len
 {
     /* refs == 2: nobody but this thread (current) and the caller holds it, and no other thread can
      * take a reference without holding one: no one can stop, capture or free it meanwhile */
-    if (!a || a != at_act_cur || at_act_borrowed || !is_live(a)
-        || __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2)
+    if (!a || a != at_act_cur || at_act_borrowed || !is_live(a))
+        return false;
+    if (AT_UNLIKELY(refc_holds(a)))
+        refc_settle(a);
+    if (__atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2)
         return false;
     at_activity *next = live_from(a->creator);
     if (AT_UNLIKELY(next != a->creator))
@@ -539,32 +643,45 @@ static void init_transfer_events(void)
 
 static pthread_once_t g_transfer_once = PTHREAD_ONCE_INIT;
 
-static void write_transfer(at_event_type *t, at_activity *a, const at_guid *related, bool receive)
+static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *related,
+                               uint64_t ts)
 {
     if (!t || !at_event_enabled(t))
-        return;
-    if (AT_UNLIKELY(!at_tid_cached))
-        at_tid_cached = (uint64_t)gettid();
-    uint64_t pl[2] = {a->unique, at_tid_cached};
-    /* a Receive follows what the sending thread published: its clock read must not run ahead */
-    at_event_write_ts(receive ? at_ticks_ordered() : at_ticks(), t, &a->id, related, pl, sizeof pl,
-                      NULL, 0);
+        return 0;
+    uint64_t pl[2] = {a->unique, (uint64_t)at_tid()};
+    return at_event_write_ts(ts, t, &a->id, related, pl, sizeof pl, NULL, 0) == 0 ? ts : 0;
 }
 
-void at_flow_transfer_send(at_activity *a)
+uint64_t at_flow_transfer_send(at_activity *a)
 {
     if (!a)
-        return;
+        return 0;
     pthread_once(&g_transfer_once, init_transfer_events);
-    write_transfer(g_send_ev, a, NULL, false);
+    return write_transfer(g_send_ev, a, NULL, at_ticks());
 }
 
 void at_flow_transfer_receive(at_activity *a, const at_guid *previous)
 {
+    at_flow_transfer_receive_after(a, previous, 0);
+}
+
+void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uint64_t send_ts)
+{
     if (!a)
         return;
     pthread_once(&g_transfer_once, init_transfer_events);
-    write_transfer(g_recv_ev, a, previous && !at_guid_is_zero(previous) ? previous : NULL, true);
+    /* a Receive follows what the sending thread published: its clock read must not run ahead of
+     * the Send's. Knowing the Send's time, a plain read kept after it does; otherwise the read waits
+     * for the loads before it (lfence). */
+    uint64_t ts;
+    if (send_ts) {
+        ts = at_ticks();
+        if (ts <= send_ts)
+            ts = send_ts + 1;
+    } else {
+        ts = at_ticks_ordered();
+    }
+    write_transfer(g_recv_ev, a, previous && !at_guid_is_zero(previous) ? previous : NULL, ts);
 }
 
 /* --- process --- */
@@ -581,7 +698,7 @@ void at_activity_set_process_parent(const at_guid *parent_id)
 
 void at_activity_after_fork_child(void)
 {
-    at_tid_cached = 0;
+    at_tid_cache = 0;
     __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
 }
 
@@ -591,6 +708,11 @@ void at_activity_test_set_pid(uint32_t pid)
 {
     ensure_init();
     __atomic_store_n(&g_pid, pid ? pid : (uint32_t)getpid(), __ATOMIC_RELEASE);
+}
+
+uint32_t at_activity_test_refs(const at_activity *a)
+{
+    return __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE);
 }
 
 void at_activity_test_set_last_child(at_activity *a, uint32_t last)

@@ -35,15 +35,43 @@ static inline at_activity *at_act_live_from(at_activity *a)
     return a;
 }
 
+/* Flow references without an atomic per hop. A thread capturing the same activity again and again
+ * (a loop submitting tasks) takes AT_PREPAY references with one atomic and hands them out one by
+ * one; a thread releasing captures of the same activity (a pool thread running its tasks) owes them
+ * and pays AT_PREPAY with one atomic. Otherwise submitter and runner would each write the activity's
+ * line at every task, taking it from each other's cache. The thread's cached references are real
+ * ones: they keep the activity's memory (never its state) a little longer, and go back when the
+ * thread moves to another activity, when a stop wants to know whether it holds the only reference,
+ * and at thread exit. at_refc_busy is non-zero inside a cache update (a signal handler that captures
+ * then goes straight to the atomics) and after the thread's exit. */
+#define AT_PREPAY 64u
+extern AT_TLS at_activity *at_pre_act; /* prepaid references on it: at_pre_n */
+extern AT_TLS uint32_t at_pre_n;
+extern AT_TLS at_activity *at_rel_act; /* releases owed to it: at_rel_n */
+extern AT_TLS uint32_t at_rel_n;
+extern AT_TLS uint32_t at_refc_busy;
+at_activity *at_flow_capture_slow(at_activity *c);
+void at_flow_release_slow(at_activity *a);
+
 static inline at_activity *at_flow_capture(void)
 {
     at_activity *c = at_act_cur;
     if (AT_LIKELY(!c))
         return NULL;
     c = at_act_live_from(c);
-    if (c)
-        __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
-    return c;
+    if (!c)
+        return NULL;
+    at_refc_busy++;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (AT_LIKELY(at_refc_busy == 1 && c == at_pre_act && at_pre_n)) {
+        at_pre_n--;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        at_refc_busy--;
+        return c;
+    }
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_refc_busy--;
+    return at_flow_capture_slow(c);
 }
 
 /* What enter returns: the previous current activity, its low bit set when it was borrowed. The
@@ -70,8 +98,27 @@ static inline void at_flow_leave(at_activity *prev)
 
 static inline void at_flow_release(at_activity *captured)
 {
-    if (captured)
-        at_activity_unref(captured);
+    if (!captured)
+        return;
+    at_refc_busy++;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (AT_LIKELY(at_refc_busy == 1)) {
+        if (captured == at_rel_act && at_rel_n < AT_PREPAY) {
+            at_rel_n++;
+            goto done;
+        }
+        if (captured == at_pre_act && at_pre_n < AT_PREPAY) { /* back to this thread's own prepaid */
+            at_pre_n++;
+            goto done;
+        }
+    }
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_refc_busy--;
+    at_flow_release_slow(captured);
+    return;
+done:
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_refc_busy--;
 }
 
 #endif

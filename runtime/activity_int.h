@@ -11,4 +11,7 @@ void at_activity_test_set_pid(uint32_t pid);
 /* The last child number a handed out (a == NULL: the process-wide root counter). */
 void at_activity_test_set_last_child(at_activity *a, uint32_t last);
 
+/* a's reference count as it stands (the flow caches' references included). */
+uint32_t at_activity_test_refs(const at_activity *a);
+
 #endif

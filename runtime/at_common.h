@@ -17,6 +17,17 @@
 #define AT_NOINLINE __attribute__((noinline))
 #define AT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The calling thread's kernel id, cached once per thread for the writer, the engine and the shim
+ * (one gettid per thread, not one per user; a fork child clears it). Defined in tbuf.c. */
+#include <sys/types.h>
+extern AT_TLS pid_t at_tid_cache;
+pid_t at_tid_slow(void);
+static inline pid_t at_tid(void)
+{
+    pid_t t = at_tid_cache;
+    return AT_LIKELY(t != 0) ? t : at_tid_slow();
+}
+
 /* 16 bytes in .NET Guid memory order (Data1 LE, Data2 LE, Data3 LE, Data4[8]), as nettrace stores it. */
 typedef struct at_guid {
     uint8_t b[16];

@@ -43,6 +43,14 @@ static inline uint32_t seq_next(void)
     return v + 1;
 }
 
+AT_TLS pid_t at_tid_cache;
+
+pid_t at_tid_slow(void)
+{
+    at_tid_cache = (pid_t)syscall(SYS_gettid);
+    return at_tid_cache;
+}
+
 static pthread_key_t thr_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
@@ -236,6 +244,7 @@ void at_pool_reset_child(void)
     atomic_store(&at_drops_retired, 0);
     thr.ring = NULL;
     thr.tid = 0; /* the child's only thread has a new tid */
+    at_tid_cache = 0;
     thr.seq = 0;
     thr.busy = 0;
 }
@@ -252,7 +261,7 @@ uint64_t at_tbuf_total_drops(void)
 static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
 {
     if (thr.tid == 0)
-        thr.tid = (uint64_t)syscall(SYS_gettid);
+        thr.tid = (uint64_t)at_tid();
     at_ring *r = ring_pop();
     if (r) {
         uint32_t i = (uint32_t)(r - at_pool_g.rings);

@@ -90,6 +90,7 @@ typedef struct cb_ctx {
     GDestroyNotify destroy;
     at_activity *cap;    /* the captured activity (a reference) */
     uint64_t tid;        /* the submitting thread: a run elsewhere is a transfer */
+    uint64_t send_ts;    /* the Send's timestamp (0: none written) */
     int once;            /* GSourceOnceFunc: call fn without using a return value */
 } cb_ctx;
 
@@ -104,7 +105,7 @@ static cb_ctx *ctx_new(at_activity *cap, void *fn, void *data)
     c->data = data;
     c->cap = cap;
     c->tid = (uint64_t)at_tid();
-    at_flow_transfer_send(cap);
+    c->send_ts = at_flow_transfer_send(cap);
     return c;
 }
 
@@ -115,13 +116,13 @@ static void ctx_free(cb_ctx *c)
 }
 
 /* Enter c's activity on this thread; records the hop when the thread is not the submitter's. */
-static at_activity *ctx_enter(at_activity *cap, uint64_t from_tid)
+static at_activity *ctx_enter(at_activity *cap, uint64_t from_tid, uint64_t send_ts)
 {
     at_activity *cur = at_activity_current();
     at_guid prev = cur ? *at_activity_id(cur) : (at_guid){{0}};
     at_activity *p = at_flow_enter(cap);
     if (cap && (uint64_t)at_tid() != from_tid)
-        at_flow_transfer_receive(cap, &prev);
+        at_flow_transfer_receive_after(cap, &prev, send_ts);
     return p;
 }
 
@@ -225,7 +226,7 @@ static int src_tramp(void *p)
 {
     cb_ctx *c = p;
     int e = errno;
-    at_activity *prev = ctx_enter(c->cap, c->tid);
+    at_activity *prev = ctx_enter(c->cap, c->tid, c->send_ts);
     errno = e;
     int r = 0;
     if (c->once)
@@ -412,6 +413,7 @@ typedef struct pool_item {
     void *data;       /* the program's item */
     uint64_t tid;     /* the submitting thread */
     pool_ctx *pc;     /* atomic; NULL once freed */
+    uint64_t send_ts; /* the Send's timestamp (0: none written) */
 } pool_item;
 _Static_assert(sizeof(pool_item) <= AT_SLOT_SIZE, "a pool item fits a slot");
 
@@ -440,7 +442,7 @@ static void pool_tramp(void *p, void *arg)
     void *data = it ? it->data : p;
     int e = errno;
     /* an item with nothing captured runs in no activity, whatever the previous item left */
-    at_activity *prev = ctx_enter(it ? it->cap : NULL, it ? it->tid : 0);
+    at_activity *prev = ctx_enter(it ? it->cap : NULL, it ? it->tid : 0, it ? it->send_ts : 0);
     errno = e;
     pc->func(data, pc->user_data);
     e = errno;
@@ -514,7 +516,7 @@ AT_EXPORT gboolean g_thread_pool_push(void *pool, void *data, void **error)
                 __atomic_store_n(&it->pc, pc, __ATOMIC_RELAXED);
                 tl_last_item = it;
                 item = it;
-                at_flow_transfer_send(cap);
+                it->send_ts = at_flow_transfer_send(cap);
             } else {
                 at_flow_release(cap); /* no slot: the item runs in no activity */
             }
@@ -595,7 +597,7 @@ typedef struct sigev_ctx {
 static void sigev_tramp(union sigval v)
 {
     sigev_ctx *s = v.sival_ptr;
-    at_activity *prev = ctx_enter(s->c.cap, s->c.tid);
+    at_activity *prev = ctx_enter(s->c.cap, s->c.tid, s->c.send_ts);
     s->fn(s->value);
     int e = errno;
     at_flow_leave(prev);
@@ -623,7 +625,7 @@ static sigev_ctx *sigev_wrap(const struct sigevent *in, struct sigevent *out, in
     s->fn = in->sigev_notify_function;
     s->value = in->sigev_value;
     s->one_shot = one_shot;
-    at_flow_transfer_send(cap);
+    s->c.send_ts = at_flow_transfer_send(cap);
     *out = *in;
     out->sigev_notify_function = sigev_tramp;
     out->sigev_value.sival_ptr = s;
@@ -668,7 +670,7 @@ AT_EXPORT int mq_notify(mqd_t q, const struct sigevent *sev)
 static void uv_work_tramp(void *req)
 {
     cb_ctx *c = reg_get(OWN_UVWORK, req);
-    at_activity *prev = ctx_enter(c ? c->cap : NULL, c ? c->tid : 0);
+    at_activity *prev = ctx_enter(c ? c->cap : NULL, c ? c->tid : 0, c ? c->send_ts : 0);
     if (c)
         ((uv_work_cb)c->fn)(req);
     at_flow_leave(prev);
@@ -679,7 +681,7 @@ static void uv_after_tramp(void *req, int status)
     cb_ctx *c = reg_take(OWN_UVWORK, req, NULL);
     if (!c)
         return;
-    at_activity *prev = ctx_enter(c->cap, c->tid);
+    at_activity *prev = ctx_enter(c->cap, c->tid, c->send_ts);
     if (c->fn2)
         ((uv_after_work_cb)c->fn2)(req, status);
     at_flow_leave(prev);
@@ -713,7 +715,7 @@ static void uv_timer_tramp(void *handle)
     cb_ctx *c = reg_get(OWN_UVTIMER, handle);
     if (!c)
         return;
-    at_activity *prev = ctx_enter(c->cap, c->tid);
+    at_activity *prev = ctx_enter(c->cap, c->tid, c->send_ts);
     ((uv_timer_cb)c->fn)(handle);
     at_flow_leave(prev);
 }
@@ -742,7 +744,7 @@ static void uv_async_tramp(void *handle)
         return;
     at_activity *cap = __atomic_exchange_n(&c->cap, NULL, __ATOMIC_ACQ_REL);
     uint64_t tid = __atomic_load_n(&c->tid, __ATOMIC_RELAXED);
-    at_activity *prev = ctx_enter(cap, tid);
+    at_activity *prev = ctx_enter(cap, tid, 0);
     ((uv_async_cb)c->fn)(handle);
     at_flow_leave(prev);
     at_flow_release(cap);
@@ -814,7 +816,7 @@ static void ev_tramp(int fd, short what, void *p)
 {
     ev_ctx *c = p;
     at_activity *cap = __atomic_load_n(&c->cap, __ATOMIC_ACQUIRE);
-    at_activity *prev = ctx_enter(cap, c->tid);
+    at_activity *prev = ctx_enter(cap, c->tid, 0);
     c->cb(fd, what, c->arg);
     int e = errno;
     at_flow_leave(prev);
@@ -954,7 +956,7 @@ typedef struct omp_env {
 static void omp_tramp(void *p)
 {
     omp_env *env = p;
-    at_activity *prev = ctx_enter(env->cap, env->tid);
+    at_activity *prev = ctx_enter(env->cap, env->tid, 0);
     env->fn(env->data);
     at_flow_leave(prev);
 }
@@ -1012,13 +1014,14 @@ typedef struct omp_task_hdr {
     void *src;           /* the program's data, for its cpyfn */
     at_activity *cap;
     uint64_t tid;
+    uint64_t send_ts;    /* the Send's timestamp (0: none written) */
     long off;            /* where the program's data starts in the block */
 } omp_task_hdr;
 
 static void omp_task_tramp(void *p)
 {
     omp_task_hdr *h = p;
-    at_activity *prev = ctx_enter(h->cap, h->tid);
+    at_activity *prev = ctx_enter(h->cap, h->tid, h->send_ts);
     h->fn((char *)p + h->off);
     at_flow_leave(prev);
     at_flow_release(h->cap); /* one capture per task, run once */
@@ -1069,7 +1072,7 @@ AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, void *), l
     h->off = off;
     if (!cpyfn && size)
         memcpy(blk + off, data, (size_t)size);
-    at_flow_transfer_send(cap);
+    h->send_ts = at_flow_transfer_send(cap);
     /* an undeferred task runs fn(data) on this very block with cpyfn applied first by libgomp */
     real_GOMP_task()(omp_task_tramp, blk, cpyfn ? omp_task_copy : NULL, total, a, if_clause, flags,
                      depend, priority, detach);

@@ -9,14 +9,7 @@
 #include "shim.h"
 
 at_shim_events at_ev;
-AT_TLS pid_t at_tid_cache;
 AT_TLS int at_internal;
-
-pid_t at_tid_slow(void)
-{
-    at_tid_cache = (pid_t)syscall(SYS_gettid);
-    return at_tid_cache;
-}
 
 static at_event_type *reg(const char *name, uint8_t level, uint64_t kw, uint32_t n, const at_field *f)
 {

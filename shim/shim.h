@@ -59,15 +59,6 @@ extern AT_TLS int at_internal;
  * submitter, so they begin in no activity and each work item brings its own. */
 extern AT_TLS int at_thread_noflow;
 
-/* The calling thread's kernel id, cached (reset in a fork child). */
-extern AT_TLS pid_t at_tid_cache;
-pid_t at_tid_slow(void);
-static inline pid_t at_tid(void)
-{
-    pid_t t = at_tid_cache;
-    return AT_LIKELY(t != 0) ? t : at_tid_slow();
-}
-
 /* process.c */
 void at_signals_install(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */

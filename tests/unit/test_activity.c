@@ -10,6 +10,8 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -682,6 +684,79 @@ START_TEST(held_start_stop)
 }
 END_TEST
 
+/* Flow references come in prepaid blocks on the capturing thread and are owed in blocks by the
+ * releasing one: the count stays exact (taken = given + what the caches hold), a thread that ends
+ * settles what it owed, a stop asking whether it holds the only reference gets the true answer, and
+ * a signal handler capturing and releasing in the middle of the thread's own cache updates leaves
+ * the count exact. */
+#define NCAP 1000
+static at_activity *g_caps[NCAP];
+static void *releaser(void *unused)
+{
+    (void)unused;
+    for (int i = 0; i < NCAP; i++)
+        at_flow_release(g_caps[i]);
+    return NULL;
+}
+
+static volatile sig_atomic_t g_sig_hops;
+static void on_prof_hop(int sig)
+{
+    (void)sig;
+    at_activity *c = at_flow_capture();
+    at_activity *c2 = at_flow_capture();
+    at_flow_release(c);
+    at_flow_release(c2);
+    g_sig_hops++;
+}
+
+static uint32_t cached_on(const at_activity *a)
+{
+    return (at_pre_act == a ? at_pre_n : 0) + (at_rel_act == a ? at_rel_n : 0);
+}
+
+START_TEST(flow_reference_cache)
+{
+    begin("refc");
+    at_activity_kind *job = kind("Job", 0);
+    at_activity *j = at_activity_start_held(job, NULL, 0, NULL, 0); /* the thread's and ours: 2 */
+    for (int i = 0; i < NCAP; i++) {
+        g_caps[i] = at_flow_capture();
+        ck_assert_ptr_eq(g_caps[i], j);
+    }
+    ck_assert_ptr_eq(at_pre_act, j);
+    ck_assert_uint_lt(at_pre_n, AT_PREPAY);
+    ck_assert_uint_eq(at_activity_test_refs(j), 2 + NCAP + at_pre_n);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, releaser, NULL), 0);
+    pthread_join(t, NULL);
+    ck_assert_uint_eq(at_activity_test_refs(j), 2 + at_pre_n);
+
+    /* a profiling signal captures and releases while this thread does the same */
+    struct sigaction sa = {.sa_handler = on_prof_hop}, old;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPROF, &sa, &old);
+    struct itimerval it = {{0, 50}, {0, 50}}, off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_PROF, &it, NULL);
+    for (long i = 0; i < 20000000 && g_sig_hops < 200; i++) {
+        at_activity *c = at_flow_capture();
+        at_flow_release(c);
+    }
+    setitimer(ITIMER_PROF, &off, NULL);
+    sigaction(SIGPROF, &old, NULL);
+    ck_assert_int_ge(g_sig_hops, 1);
+    ck_assert_uint_eq(at_activity_test_refs(j), 2 + cached_on(j));
+
+    /* only this thread and the caller hold it, whatever the caches held: the held stop succeeds */
+    ck_assert(at_activity_stop_held(j, NULL, 0, NULL, 0));
+    ck_assert_ptr_null(at_activity_current());
+    ck_assert(at_pre_act != j && at_rel_act != j);
+    at_trace tr;
+    end(&tr);
+    finish(&tr);
+}
+END_TEST
+
 /* ---- what PerfView needs (spec 8), transfers, process links ---- */
 
 static void *receiver(void *c)
@@ -980,6 +1055,7 @@ int main(void)
     tcase_add_test(c, flow_into_live_and_stopped);
     tcase_add_test(c, stop_ref_from_another_thread);
     tcase_add_test(c, held_start_stop);
+    tcase_add_test(c, flow_reference_cache);
     tcase_add_test(c, perfview_fields_and_transfers);
     tcase_add_test(c, process_parent_and_fork);
     tcase_add_test(c, concurrent_unique);
