@@ -45,6 +45,27 @@ static int marks_in(const at_trace *t, const char *name, const char *v, const ch
     return n;
 }
 
+/* Every Receive in path comes after a Send in path, on another thread, by the file's timestamps: a
+ * hop never looks as if it arrived before it left. Returns the Receives seen. */
+static int receives_after_sends(const at_trace *t, const char *path)
+{
+    int n = 0;
+    for (long r = at_find(t, "acttrace-flow", "TransferReceive", 0); r >= 0;
+         r = at_find(t, "acttrace-flow", "TransferReceive", (size_t)r + 1)) {
+        if (strcmp(t->ev[r].act_path, path) != 0)
+            continue;
+        bool before = false;
+        for (long s = at_find(t, "acttrace-flow", "TransferSend", 0); s >= 0;
+             s = at_find(t, "acttrace-flow", "TransferSend", (size_t)s + 1))
+            before |= strcmp(t->ev[s].act_path, path) == 0 && t->ev[s].thread != t->ev[r].thread &&
+                      t->ev[s].timestamp < t->ev[r].timestamp;
+        ck_assert_msg(before, "Receive in %s at %llu has no earlier Send", path,
+                      (unsigned long long)t->ev[r].timestamp);
+        n++;
+    }
+    return n;
+}
+
 START_TEST(glib_sources_and_thread_pool)
 {
     at_session s;
@@ -93,6 +114,8 @@ START_TEST(glib_sources_and_thread_pool)
     ck_assert_int_eq(at_find_field(t, "Item", "Value", "21", 0), -1);
     ck_assert_int_eq(at_find_field(t, "Item", "Value", "22", 0), -1);
     ck_assert_uint_eq(at_count(t, NULL, "Freed"), 2);
+    ck_assert_int_ge(receives_after_sends(t, sp), 3);
+    ck_assert_int_ge(receives_after_sends(t, start_path(t, "P1Start")), 1);
     at_session_free(&s);
 }
 END_TEST
