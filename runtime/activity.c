@@ -649,7 +649,9 @@ static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *
     if (!t || !at_event_enabled(t))
         return 0;
     uint64_t pl[2] = {a->unique, (uint64_t)at_tid()};
-    return at_event_write_ts(ts, t, &a->id, related, pl, sizeof pl, NULL, 0) == 0 ? ts : 0;
+    /* the time the event got (raised when the thread's previous event was later) */
+    return at_event_write_ts(ts, t, &a->id, related, pl, sizeof pl, NULL, 0) == 0 ? at_event_last_ts()
+                                                                                  : 0;
 }
 
 uint64_t at_flow_transfer_send(at_activity *a)

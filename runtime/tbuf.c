@@ -407,6 +407,11 @@ drop_noring:
     return -1;
 }
 
+uint64_t at_event_last_ts(void)
+{
+    return thr.last_ts;
+}
+
 int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {

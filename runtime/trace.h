@@ -59,6 +59,9 @@ int at_event_write(const at_event_type *t, const at_guid *activity, const at_gui
 int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips);
+/* The timestamp the calling thread's last written event got (a caller's ts is raised to keep each
+ * thread's events in order). */
+uint64_t at_event_last_ts(void);
 
 /* --- payload building (a bounded cursor over a caller's buffer) --- */
 typedef struct at_payload {
