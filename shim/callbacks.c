@@ -504,9 +504,9 @@ AT_EXPORT gboolean g_thread_pool_push(void *pool, void *data, void **error)
 {
     gpool_head *h = pool;
     void *item = data;
-    if (at_on() && h && h->func == pool_tramp) {
+    if (h && h->func == pool_tramp) { /* our pool: its item-free function expects wrappers */
         pool_ctx *pc = h->user_data;
-        at_activity *cap = at_flow_capture();
+        at_activity *cap = at_on() ? at_flow_capture() : NULL;
         if (cap || pc->item_free) {
             pool_item *it = at_slot_alloc();
             if (it) {
