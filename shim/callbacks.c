@@ -118,12 +118,14 @@ static void ctx_free(cb_ctx *c)
 /* Enter c's activity on this thread; records the hop when the thread is not the submitter's. */
 static at_activity *ctx_enter(at_activity *cap, uint64_t from_tid, uint64_t send_ts)
 {
-    at_activity *cur = at_activity_current();
-    at_guid prev = cur ? *at_activity_id(cur) : (at_guid){{0}};
-    at_activity *p = at_flow_enter(cap);
-    if (cap && (uint64_t)at_tid() != from_tid)
+    if (cap && (uint64_t)at_tid() != from_tid) {
+        at_activity *cur = at_act_live_from(at_act_cur); /* what the Receive names as before */
+        at_guid prev = cur ? *at_activity_id(cur) : (at_guid){{0}};
+        at_activity *p = at_flow_enter(cap);
         at_flow_transfer_receive_after(cap, &prev, send_ts);
-    return p;
+        return p;
+    }
+    return at_flow_enter(cap);
 }
 
 /* ---------------- registry: (owner, key) -> contexts, for lookups by the program's pointers ---- */
