@@ -4,6 +4,8 @@
  * independent decoder of §2-§5 of nettrace-v5.md, kept here so these tests do not depend on the
  * reader under test elsewhere. */
 #include <check.h>
+
+#include "at_testlib.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -310,6 +312,15 @@ static size_t count_meta(const walk *w, uint32_t meta)
 
 /* ------------------------------------------------------------------ helpers */
 static char dir[256];
+
+/* After each test (in its own process): the folder it wrote its traces to goes. A failing test's
+ * folder stays, for a look at the file. */
+static void rm_tmp(void)
+{
+    if (dir[0])
+        at_rmtree(dir);
+    dir[0] = 0;
+}
 
 static void mkdir_tmp(void)
 {
@@ -1042,6 +1053,7 @@ static Suite *suite(void)
     Suite *s = suite_create("writer");
     TCase *tc = tcase_create("writer");
     tcase_set_timeout(tc, 0);
+    tcase_add_checked_fixture(tc, NULL, rm_tmp); /* a passing test leaves nothing in /tmp */
     tcase_add_test(tc, header_bytes);
     tcase_add_test(tc, metadata_encoding);
     tcase_add_test(tc, payload_builders);

@@ -15,6 +15,7 @@
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "at_testlib.h"
 #include "ntreader.h"
 #include "trace_int.h"
 #include <stdint.h>
@@ -48,6 +49,15 @@
     } while (0)
 
 static char dir[256];
+
+/* After each test (in its own process): the folder it wrote its traces to goes. A failing test's
+ * folder stays, for a look at the file. */
+static void rm_tmp(void)
+{
+    if (dir[0])
+        at_rmtree(dir);
+    dir[0] = 0;
+}
 static unsigned problems;
 static char first_problem[512];
 
@@ -857,6 +867,7 @@ static Suite *suite(void)
     Suite *s = suite_create("writer_roundtrip");
     TCase *tc = tcase_create("roundtrip");
     tcase_set_timeout(tc, 0);
+    tcase_add_checked_fixture(tc, NULL, rm_tmp); /* a passing test leaves nothing in /tmp */
     tcase_add_test(tc, every_field_type);
     tcase_add_test(tc, process_info_and_header);
     tcase_add_test(tc, tsc_clock_durations);
