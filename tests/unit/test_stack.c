@@ -27,6 +27,7 @@ char *at_tmpdir(const char *tag);
 char **at_trace_files(const char *dir);
 void at_strv_free(char **v);
 size_t at_strv_len(char *const *v);
+void at_rmtree(const char *dir);
 
 #define NOINL __attribute__((noinline))
 #define KEEP_FRAME() __asm__ volatile("" ::: "memory") /* after a call: no tail call */
@@ -178,6 +179,14 @@ static void expect_names(const frames *f, const char *const *names, size_t nn)
 static void finish(void)
 {
     at_trace_stop();
+}
+
+/* After each test (in its own process): its folder goes; a failing test's stays for a look. */
+static void rm_dir(void)
+{
+    at_rmtree(g_dir);
+    free(g_dir);
+    g_dir = NULL;
 }
 
 /* ---- a plain chain in this binary ---- */
@@ -748,6 +757,7 @@ static Suite *suite(void)
     Suite *s = suite_create("stack");
     TCase *c = tcase_create("stack");
     tcase_set_timeout(c, 0);
+    tcase_add_checked_fixture(c, NULL, rm_dir);
     tcase_add_test(c, chain_shared);
     tcase_add_test(c, chain_libunwind);
     tcase_add_test(c, source_lines);
