@@ -141,6 +141,8 @@ static void give_batch(void)
 void at_slot_free(void *p)
 {
     free_slot *s = p;
+    ((void **)p)[3] = NULL; /* bytes 24-31 of a free slot are NULL: callbacks.c's scan for a pool's
+                             * live items reads them as the owner (pool_item.pc) */
     s->next = tl_cache;
     s->next_batch = NULL;
     tl_cache = s;
