@@ -37,6 +37,8 @@ struct at_activity_kind {
 
 /* --- process-wide state --- */
 static uint32_t g_pid;            /* the pid in checksums; set lazily and after fork */
+static at_guid g_root_prefix;     /* "//1" (the AppDomain) encoded, set in init_once before g_pid */
+static int g_root_off;
 static uint32_t g_root_next;      /* atomic: EventSource's static m_nextId (wraps, by design) */
 static uint64_t g_unique_next = 1;/* atomic: per-thread blocks of <Name>Id values are taken from it */
 static at_guid g_process_parent;  /* RelatedActivityId of root Starts (exec chains) */
@@ -72,6 +74,8 @@ static void after_fork_child(void)
 
 static void init_once(void)
 {
+    memset(&g_root_prefix, 0, sizeof g_root_prefix);
+    g_root_off = at_actpath_add_id(&g_root_prefix, 0, 1, false, (uint32_t)getpid());
     pthread_key_create(&g_thread_key, thread_exit);
     pthread_atfork(NULL, NULL, after_fork_child);
     __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE); /* last: the fast check reads it */
@@ -368,9 +372,10 @@ static void make_id(at_activity *a, at_activity *parent)
     uint32_t pid = g_pid;
     if (!parent) {
         uint32_t n = __atomic_add_fetch(&g_root_next, 1, __ATOMIC_RELAXED);
-        memset(&a->id, 0, sizeof a->id);
-        int off = at_actpath_add_id(&a->id, 0, 1, false, pid); /* the AppDomain: always 1 */
-        a->path_end = (int8_t)at_actpath_add_id(&a->id, off, n, false, pid);
+        /* every root path starts with the AppDomain, always 1: encoded once in init_once (the
+         * checksum, the only pid-dependent part, is rewritten by the next id) */
+        a->id = g_root_prefix;
+        a->path_end = (int8_t)at_actpath_add_id(&a->id, g_root_off, n, false, pid);
         return;
     }
     uint32_t n = __atomic_add_fetch(&parent->last_child, 1, __ATOMIC_RELAXED);
@@ -701,7 +706,9 @@ void at_activity_set_process_parent(const at_guid *parent_id)
 void at_activity_after_fork_child(void)
 {
     at_tid_cache = 0;
-    __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
+    /* only once initialized: g_pid != 0 is what tells ensure_init that init_once has run */
+    if (__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) != 0)
+        __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
 }
 
 /* --- test hooks (activity_int.h) --- */

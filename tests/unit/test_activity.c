@@ -684,6 +684,32 @@ START_TEST(held_start_stop)
 }
 END_TEST
 
+/* A process whose engine was never used forks (the shim's fork wrapper resets the child's engine):
+ * the child's first root activity is still //1/1 for the child's pid. */
+START_TEST(fork_before_first_use)
+{
+    pid_t p = fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+        at_activity_after_fork_child();
+        at_activity_kind_desc d = {.name = "Root"};
+        at_activity_kind *k = at_activity_kind_register(&d);
+        at_activity *a = k ? at_activity_start(k, NULL, 0, NULL, 0) : NULL;
+        char buf[64] = "";
+        if (a)
+            at_actpath_format(at_activity_id(a), (uint32_t)getpid(), buf, sizeof buf);
+        if (strcmp(buf, "//1/1") != 0) {
+            fprintf(stderr, "child's first root: '%s'\n", buf);
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's root id is wrong");
+}
+END_TEST
+
 /* Flow references come in prepaid blocks on the capturing thread and are owed in blocks by the
  * releasing one: the count stays exact (taken = given + what the caches hold), a thread that ends
  * settles what it owed, a stop asking whether it holds the only reference gets the true answer, and
@@ -1056,6 +1082,7 @@ int main(void)
     tcase_add_test(c, stop_ref_from_another_thread);
     tcase_add_test(c, held_start_stop);
     tcase_add_test(c, flow_reference_cache);
+    tcase_add_test(c, fork_before_first_use);
     tcase_add_test(c, perfview_fields_and_transfers);
     tcase_add_test(c, process_parent_and_fork);
     tcase_add_test(c, concurrent_unique);
