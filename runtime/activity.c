@@ -352,7 +352,7 @@ static AT_NOINLINE void write_activity_event_slow(const at_event_type *t, const 
         extra_len = 0;
     memcpy(buf, &unique, 8);
     if (extra_len)
-        memcpy(buf + 8, extra, extra_len);
+        at_copy_small(buf + 8, extra, extra_len);
     at_event_write(t, id, related, buf, 8 + extra_len, ips, nips);
 }
 

@@ -28,6 +28,46 @@ static inline pid_t at_tid(void)
     return AT_LIKELY(t != 0) ? t : at_tid_slow();
 }
 
+/* memcpy for the few bytes of an event payload: inline moves instead of a call into libc for every
+ * event (a variable-length memcpy is not inlined). */
+static inline void at_copy_small(void *dst, const void *src, size_t n)
+{
+    unsigned char *d = (unsigned char *)dst;
+    const unsigned char *s = (const unsigned char *)src;
+    if (n >= 8 && n <= 32) {
+        uint64_t a, b;
+        while (n > 16) { /* 17..32: one or two 8-byte moves, then the last 16 below */
+            __builtin_memcpy(&a, s, 8);
+            __builtin_memcpy(d, &a, 8);
+            s += 8, d += 8, n -= 8;
+        }
+        if (n > 8) { /* 9..16: two overlapping 8-byte moves */
+            __builtin_memcpy(&a, s, 8);
+            __builtin_memcpy(&b, s + n - 8, 8);
+            __builtin_memcpy(d, &a, 8);
+            __builtin_memcpy(d + n - 8, &b, 8);
+        } else {
+            __builtin_memcpy(&a, s, 8);
+            __builtin_memcpy(d, &a, 8);
+        }
+        return;
+    }
+    if (n >= 4 && n < 8) {
+        uint32_t a, b;
+        __builtin_memcpy(&a, s, 4);
+        __builtin_memcpy(&b, s + n - 4, 4);
+        __builtin_memcpy(d, &a, 4);
+        __builtin_memcpy(d + n - 4, &b, 4);
+        return;
+    }
+    if (n < 4) {
+        for (size_t i = 0; i < n; i++)
+            d[i] = s[i];
+        return;
+    }
+    __builtin_memcpy(d, s, n);
+}
+
 /* 16 bytes in .NET Guid memory order (Data1 LE, Data2 LE, Data3 LE, Data4[8]), as nettrace stores it. */
 typedef struct at_guid {
     uint8_t b[16];

@@ -397,7 +397,7 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
         p += (size_t)nips * 8;
     }
     if (payload_len)
-        memcpy(p, payload, payload_len);
+        at_copy_small(p, payload, payload_len);
     r->wpos += size;
     atomic_store_explicit(&c->used, r->wpos, memory_order_release);
     return 0;

@@ -355,6 +355,24 @@ static void path_of(char *out, size_t cap, const char *file)
 }
 
 /* ------------------------------------------------------------------ tests */
+/* The payload copy every event makes: each length from 0 to 80 at every alignment copies exactly
+ * its bytes and nothing beyond. */
+START_TEST(small_copy_exact)
+{
+    unsigned char src[128], dst[160], want[160];
+    for (int i = 0; i < 128; i++)
+        src[i] = (unsigned char)(i * 37 + 11);
+    for (size_t n = 0; n <= 80; n++)
+        for (size_t off = 0; off < 8; off++) {
+            memset(dst, 0xA5, sizeof dst);
+            memset(want, 0xA5, sizeof want);
+            memcpy(want + 16 + off, src + off, n);
+            at_copy_small(dst + 16 + off, src + off, n);
+            ck_assert_msg(memcmp(dst, want, sizeof dst) == 0, "length %zu offset %zu", n, off);
+        }
+}
+END_TEST
+
 START_TEST(header_bytes)
 {
     mkdir_tmp();
@@ -1054,6 +1072,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("writer");
     tcase_set_timeout(tc, 0);
     tcase_add_checked_fixture(tc, NULL, rm_tmp); /* a passing test leaves nothing in /tmp */
+    tcase_add_test(tc, small_copy_exact);
     tcase_add_test(tc, header_bytes);
     tcase_add_test(tc, metadata_encoding);
     tcase_add_test(tc, payload_builders);
