@@ -237,7 +237,7 @@ static void blob_put(evblock *b, const blob_hdr *h, const void *payload, bool so
         flags |= NT_EV_DATA_LENGTH;
         p = var_u64(p, h->plen);
     }
-    memcpy(p, payload, h->plen);
+    at_copy_small(p, payload, h->plen);
     p += h->plen;
     *p0 = flags;
     b->len = (size_t)(p - b->buf);
