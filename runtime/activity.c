@@ -647,6 +647,19 @@ static void init_transfer_events(void)
 }
 
 static pthread_once_t g_transfer_once = PTHREAD_ONCE_INIT;
+static int g_transfer_ready; /* atomic: set once the types are registered (no libc call per event) */
+
+static void init_transfer_once(void)
+{
+    init_transfer_events();
+    __atomic_store_n(&g_transfer_ready, 1, __ATOMIC_RELEASE);
+}
+
+static inline void transfer_types(void)
+{
+    if (AT_UNLIKELY(!__atomic_load_n(&g_transfer_ready, __ATOMIC_ACQUIRE)))
+        pthread_once(&g_transfer_once, init_transfer_once);
+}
 
 static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *related,
                                uint64_t ts)
@@ -663,7 +676,7 @@ uint64_t at_flow_transfer_send(at_activity *a)
 {
     if (!a)
         return 0;
-    pthread_once(&g_transfer_once, init_transfer_events);
+    transfer_types();
     return write_transfer(g_send_ev, a, NULL, at_ticks());
 }
 
@@ -676,7 +689,7 @@ void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uin
 {
     if (!a)
         return;
-    pthread_once(&g_transfer_once, init_transfer_events);
+    transfer_types();
     /* a Receive follows what the sending thread published: its clock read must not run ahead of
      * the Send's. Knowing the Send's time, a plain read kept after it does; otherwise the read waits
      * for the loads before it (lfence). */
