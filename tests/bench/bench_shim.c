@@ -11,7 +11,7 @@
 #include "at_testlib.h"
 
 static bool run_op(const char *op, const char *n, bool traced, const char *dir, double *wrap,
-                   double *real)
+                   double *real, double *added)
 {
     char *fx = at_fixture_path("bench_ops");
     const char *argv[] = {fx, op, n, NULL};
@@ -20,7 +20,7 @@ static bool run_op(const char *op, const char *n, bool traced, const char *dir, 
     at_run_result r;
     bool ok = false;
     if (at_run(&o, &r) == 0 && r.exited && r.status == 0)
-        ok = sscanf(r.out, "%*s %lf %lf", wrap, real) == 2;
+        ok = sscanf(r.out, "%*s %lf %lf %lf", wrap, real, added) == 3;
     at_run_result_free(&r);
     free(fx);
     return ok;
@@ -29,13 +29,13 @@ static bool run_op(const char *op, const char *n, bool traced, const char *dir, 
 static void measure(const char *op, const char *n, const char *metric, const char *target,
                     double unit, const char *unit_name, const char *dir)
 {
-    double w, r, uw, ur;
-    if (!run_op(op, n, true, dir, &w, &r) || !run_op(op, n, false, dir, &uw, &ur)) {
+    double w, r, a, uw, ur, ua;
+    if (!run_op(op, n, true, dir, &w, &r, &a) || !run_op(op, n, false, dir, &uw, &ur, &ua)) {
         printf("%s\tfailed to run\t%s\n", metric, target);
         return;
     }
-    printf("%s\t%.2f %s (%.1f vs %.1f ns in one run; untraced program %.1f ns)\t%s\n", metric,
-           (w - r) / unit, unit_name, w, r, uw, target);
+    printf("%s\t%.2f %s (median of pairs in one run: %.1f vs %.1f ns; untraced program %.1f ns)\t%s\n",
+           metric, a / unit, unit_name, w, r, ur, target);
 }
 
 /* Requests per second of tests/fixtures/queue_server under a loopback load, traced or not (separate
