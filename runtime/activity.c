@@ -92,7 +92,8 @@ static inline void ensure_init(void)
 static AT_NOINLINE void register_thread(void)
 {
     at_thread_registered = true;
-    pthread_setspecific(g_thread_key, (void *)1);
+    if (!at_thread_managed) /* otherwise at_activity_thread_exit is called at the thread's end */
+        pthread_setspecific(g_thread_key, (void *)1);
 }
 
 static inline at_activity *act_alloc(void)
@@ -255,6 +256,12 @@ static void thread_exit(void *unused)
         free(a);
     }
     at_free_count = 0;
+}
+
+void at_activity_thread_exit(void)
+{
+    if (at_thread_registered)
+        thread_exit(NULL);
 }
 
 static inline uint64_t next_unique(void)

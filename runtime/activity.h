@@ -105,5 +105,8 @@ void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uin
 void at_activity_set_process_parent(const at_guid *parent_id);
 /* After fork in the child: reset per-process counters' pid binding (checksums use the new pid). */
 void at_activity_after_fork_child(void);
+/* The end of a thread with at_thread_managed set: release its activities and caches now (what the
+ * thread key's destructor does for other threads). */
+void at_activity_thread_exit(void);
 
 #endif

@@ -68,6 +68,11 @@ static inline void at_copy_small(void *dst, const void *src, size_t n)
     __builtin_memcpy(d, s, n);
 }
 
+/* Set by the shim's thread start trampoline: this thread's end runs at_thread_exit_now() itself, so
+ * the writer and the engine leave their thread-specific keys unset (a thread with any key value set
+ * makes glibc walk every key slot at its exit: ~700 instructions per thread). Defined in tbuf.c. */
+extern AT_TLS bool at_thread_managed;
+
 /* 16 bytes in .NET Guid memory order (Data1 LE, Data2 LE, Data3 LE, Data4[8]), as nettrace stores it. */
 typedef struct at_guid {
     uint8_t b[16];

@@ -45,6 +45,7 @@ static inline uint32_t seq_next(void)
 }
 
 AT_TLS pid_t at_tid_cache;
+AT_TLS bool at_thread_managed;
 
 pid_t at_tid_slow(void)
 {
@@ -64,6 +65,13 @@ static void thr_exit(void *p)
 }
 
 static void make_key(void) { pthread_key_create(&thr_key, thr_exit); }
+
+/* The end of a thread that its creator's trampoline manages (at_thread_managed): what thr_exit does
+ * for the others. */
+void at_tbuf_thread_exit(void)
+{
+    thr_exit(thr.ring);
+}
 void at_tbuf_init_key(void) { pthread_once(&key_once, make_key); }
 
 static int32_t chunk_pop(void)
@@ -275,7 +283,8 @@ static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
         r->wpos = AT_CHUNK_SIZE;
         thr.ring = r;
         thr.gen = gen;
-        pthread_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor: no allocation */
+        if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
+            pthread_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
         return r;
     }
     return NULL;

@@ -28,6 +28,7 @@ AT_TLS int at_thread_noflow;
 
 static void thread_begin(at_thread_start *s)
 {
+    at_thread_managed = true; /* thread_end does the writer's and the engine's exit work */
     at_thread_cap = s->cap;
     at_thread_prev = at_flow_enter(s->cap);
     at_thread_ours = true;
@@ -59,6 +60,11 @@ static void thread_end(uint32_t kind)
     at_flow_leave(at_thread_prev);
     at_flow_release(at_thread_cap);
     at_thread_cap = at_thread_prev = NULL;
+    /* the thread keys' destructors would do this later; with no key value set glibc skips them.
+     * Whatever runs after (another library's destructor) goes back to the keys. */
+    at_activity_thread_exit();
+    at_tbuf_thread_exit();
+    at_thread_managed = false;
 }
 
 /* A cancelled thread unwinds through its cleanup handlers only: end it there (pthread_exit has
