@@ -68,8 +68,8 @@ static inline void at_copy_small(void *dst, const void *src, size_t n)
     __builtin_memcpy(d, s, n);
 }
 
-/* Set by the shim's thread start trampoline: this thread's end runs at_thread_exit_now() itself, so
- * the writer and the engine leave their thread-specific keys unset (a thread with any key value set
+/* Set by the shim's thread start trampoline: the thread's end calls at_activity_thread_exit() and
+ * at_tbuf_thread_exit() itself, so the writer and the engine leave their thread-specific keys unset (a thread with any key value set
  * makes glibc walk every key slot at its exit: ~700 instructions per thread). Defined in tbuf.c. */
 extern AT_TLS bool at_thread_managed;
 

@@ -74,35 +74,44 @@ void at_tbuf_thread_exit(void)
 }
 void at_tbuf_init_key(void) { pthread_once(&key_once, make_key); }
 
-static int32_t chunk_pop(void)
+/* A lock-free LIFO of indexes (free chunks, free rings): head is tag << 32 | (index + 1), 0 in the
+ * index part when empty; next[i] links index i to the one below it. The tag changes at every
+ * update, so a pop that read a stale link (another thread popped meanwhile) fails its CAS. */
+static int32_t istack_pop(_Atomic uint64_t *head, const uint32_t *next)
 {
-    at_pool *p = &at_pool_g;
-    uint64_t h = atomic_load_explicit(&p->free_head, memory_order_acquire);
+    uint64_t h = atomic_load_explicit(head, memory_order_acquire);
     for (;;) {
         uint32_t idx = (uint32_t)h;
         if (idx == 0)
             return -1;
-        /* may read a stale link if another thread pops concurrently; the tag makes that CAS fail */
-        uint32_t next = p->free_next[idx - 1];
-        uint64_t nh = ((h >> 32) + 1) << 32 | next;
-        if (atomic_compare_exchange_weak_explicit(&p->free_head, &h, nh, memory_order_acq_rel,
-                                                  memory_order_acquire)) {
-            atomic_fetch_sub_explicit(&p->nfree, 1, memory_order_relaxed);
+        uint64_t nh = ((h >> 32) + 1) << 32 | next[idx - 1];
+        if (atomic_compare_exchange_weak_explicit(head, &h, nh, memory_order_acq_rel,
+                                                  memory_order_acquire))
             return (int32_t)idx - 1;
-        }
     }
+}
+
+static void istack_push(_Atomic uint64_t *head, uint32_t *next, uint32_t i)
+{
+    uint64_t h = atomic_load_explicit(head, memory_order_relaxed);
+    do {
+        next[i] = (uint32_t)h;
+    } while (!atomic_compare_exchange_weak_explicit(head, &h, ((h >> 32) + 1) << 32 | (i + 1),
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+static int32_t chunk_pop(void)
+{
+    int32_t i = istack_pop(&at_pool_g.free_head, at_pool_g.free_next);
+    if (i >= 0)
+        atomic_fetch_sub_explicit(&at_pool_g.nfree, 1, memory_order_relaxed);
+    return i;
 }
 
 void at_chunk_free(int32_t i)
 {
-    at_pool *p = &at_pool_g;
-    uint64_t h = atomic_load_explicit(&p->free_head, memory_order_relaxed);
-    do {
-        p->free_next[i] = (uint32_t)h;
-    } while (!atomic_compare_exchange_weak_explicit(&p->free_head, &h,
-                                                    ((h >> 32) + 1) << 32 | (uint32_t)(i + 1),
-                                                    memory_order_release, memory_order_relaxed));
-    atomic_fetch_add_explicit(&p->nfree, 1, memory_order_relaxed);
+    istack_push(&at_pool_g.free_head, at_pool_g.free_next, (uint32_t)i);
+    atomic_fetch_add_explicit(&at_pool_g.nfree, 1, memory_order_relaxed);
 }
 
 /* Chunks the flusher has just read wait here before writers get them again. A chunk freed and taken
@@ -152,35 +161,21 @@ void at_chunk_cool_drain(void)
     }
 }
 
-/* Free rings: a tagged stack like the chunks' (lowest index on top). A new thread pops one instead of
- * scanning the rings for a free one: exited threads' rings wait for the flusher at the low indexes,
- * and a thread-per-connection server paid a cache miss per waiting ring at every thread start. */
+/* Free rings, on an index stack like the chunks' (lowest index on top). A new thread pops one instead
+ * of scanning the rings for a free one: exited threads' rings wait for the flusher at the low
+ * indexes, and a thread-per-connection server paid a cache miss per waiting ring at every start. */
 static uint32_t ring_next[AT_MAX_THREADS];
-static _Atomic uint64_t ring_head; /* tag << 32 | (index + 1) */
+static _Atomic uint64_t ring_head;
 
 static at_ring *ring_pop(void)
 {
-    uint64_t h = atomic_load_explicit(&ring_head, memory_order_acquire);
-    for (;;) {
-        uint32_t idx = (uint32_t)h;
-        if (idx == 0)
-            return NULL;
-        uint32_t next = ring_next[idx - 1];
-        uint64_t nh = ((h >> 32) + 1) << 32 | next;
-        if (atomic_compare_exchange_weak_explicit(&ring_head, &h, nh, memory_order_acq_rel,
-                                                  memory_order_acquire))
-            return &at_pool_g.rings[idx - 1];
-    }
+    int32_t i = istack_pop(&ring_head, ring_next);
+    return i < 0 ? NULL : &at_pool_g.rings[i];
 }
 
 static void ring_push(uint32_t i)
 {
-    uint64_t h = atomic_load_explicit(&ring_head, memory_order_relaxed);
-    do {
-        ring_next[i] = (uint32_t)h;
-    } while (!atomic_compare_exchange_weak_explicit(&ring_head, &h,
-                                                    ((h >> 32) + 1) << 32 | (i + 1),
-                                                    memory_order_release, memory_order_relaxed));
+    istack_push(&ring_head, ring_next, i);
 }
 
 void at_ring_free(at_ring *r)

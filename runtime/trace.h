@@ -59,11 +59,11 @@ int at_event_write(const at_event_type *t, const at_guid *activity, const at_gui
 int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips);
-/* The timestamp the calling thread's last written event got (a caller's ts is raised to keep each
- * thread's events in order). */
 /* The end of a thread with at_thread_managed set: its buffer goes to the flusher now (what the
  * thread key's destructor does for other threads). Events written after it take a new buffer. */
 void at_tbuf_thread_exit(void);
+/* The timestamp the calling thread's last written event got (a caller's ts is raised to keep each
+ * thread's events in order). */
 uint64_t at_event_last_ts(void);
 
 /* --- payload building (a bounded cursor over a caller's buffer) --- */

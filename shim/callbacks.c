@@ -6,9 +6,8 @@
  * API's own destroy notification, by the one-shot completion, or by the call that removes it.
  *
  * Where an API lets the program look the data up again (g_idle_remove_by_data,
- * g_source_remove_by_user_data, GThreadPool items), the program's own pointer is kept: either the
- * lookup is translated (a registry from data to context), or the pointer is not wrapped at all and
- * the capture is found by (owner, data) in the registry (thread pool items).
+ * g_source_remove_by_user_data), the lookup is translated by a registry from data to context.
+ * GThreadPool items are wrapped in slots (slots.c) and unwrapped wherever GLib hands them back.
  *
  * Fast path: with no current activity nothing is wrapped; the real function is called as it is
  * (thread pools and libuv async handles, whose trampolines are installed at creation, then run their
@@ -24,6 +23,7 @@
 #include <mqueue.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,16 +408,17 @@ typedef struct pool_ctx {
     pool_sort *sort; /* under pool_sort_lock */
 } pool_ctx;
 
-/* A wrapped item. Freed slots overlay the first 20 bytes only: pc stays NULL in a free slot, which
- * is what g_thread_pool_move_to_front's scan relies on. */
+/* A wrapped item. A free slot reads pc == NULL (at_slot_free clears it), which is what
+ * g_thread_pool_move_to_front's scan relies on. */
 typedef struct pool_item {
     at_activity *cap; /* NULL: pushed in no activity (wrapped only because the pool has an item_free) */
     void *data;       /* the program's item */
     uint64_t tid;     /* the submitting thread */
-    pool_ctx *pc;     /* atomic; NULL once freed */
+    pool_ctx *pc;     /* atomic; NULL once freed (at offset 24: see at_slot_free) */
     uint64_t send_ts; /* the Send's timestamp (0: none written) */
 } pool_item;
 _Static_assert(sizeof(pool_item) <= AT_SLOT_SIZE, "a pool item fits a slot");
+_Static_assert(offsetof(pool_item, pc) == 3 * sizeof(void *), "at_slot_free clears pc");
 
 static AT_TLS pool_item *tl_last_item; /* the thread's last wrapped push (GTask moves it to front) */
 static pthread_mutex_t pool_sort_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -433,7 +434,6 @@ static inline void *item_data(const void *p)
 static void item_done(pool_item *it)
 {
     at_flow_release(it->cap);
-    __atomic_store_n(&it->pc, NULL, __ATOMIC_RELAXED);
     at_slot_free(it);
 }
 

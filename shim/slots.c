@@ -34,7 +34,6 @@ static size_t slot_committed;
 static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
 static free_slot *slot_batches; /* under slot_lock: full batches */
 static free_slot *slot_loose;   /* under slot_lock: short remainders of ended threads' caches */
-static free_slot *slot_loose_tail;
 static unsigned slot_nloose;
 static bool slot_failed;        /* under slot_lock: no range (mmap refused) or the range is full */
 
@@ -90,7 +89,7 @@ static void refill(void)
     } else if (slot_loose) {
         b = slot_loose;
         n = slot_nloose;
-        slot_loose = slot_loose_tail = NULL;
+        slot_loose = NULL;
         slot_nloose = 0;
     } else {
         b = carve_locked(AT_SLOT_BATCH);
@@ -141,10 +140,10 @@ static void give_batch(void)
 void at_slot_free(void *p)
 {
     free_slot *s = p;
-    ((void **)p)[3] = NULL; /* bytes 24-31 of a free slot are NULL: callbacks.c's scan for a pool's
-                             * live items reads them as the owner (pool_item.pc) */
+    /* bytes 24-31 of a free slot are NULL: callbacks.c's scan for a pool's live items reads them
+     * as the owner (pool_item.pc), whatever used the slot before */
+    __atomic_store_n(&((void **)p)[3], NULL, __ATOMIC_RELAXED);
     s->next = tl_cache;
-    s->next_batch = NULL;
     tl_cache = s;
     if (AT_UNLIKELY(++tl_ncache > AT_SLOT_CACHE))
         give_batch();
@@ -168,15 +167,13 @@ void at_slots_thread_exit(void)
     int e = errno;
     pthread_mutex_lock(&slot_lock);
     last->next = slot_loose;
-    if (!slot_loose)
-        slot_loose_tail = last;
     slot_loose = first;
     slot_nloose += n;
     if (slot_nloose >= AT_SLOT_BATCH) { /* the loose list becomes one batch */
         slot_loose->n = slot_nloose;
         slot_loose->next_batch = slot_batches;
         slot_batches = slot_loose;
-        slot_loose = slot_loose_tail = NULL;
+        slot_loose = NULL;
         slot_nloose = 0;
     }
     pthread_mutex_unlock(&slot_lock);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../fixtures/fx_median.h"
 #include "at_testlib.h"
 
 static bool run_op(const char *op, const char *n, bool traced, const char *dir, double *wrap,
@@ -56,12 +57,6 @@ static double server_rps(const char *workers, bool traced, const char *dir)
     return secs > 0 ? n / secs : 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Rounds of one untraced and one traced run back to back (which goes first alternates), each round
  * giving the traced run's loss against its own neighbour; the row is the median round, with the
  * quartiles. A best-of-N per side was tried first: one lucky untraced run moved it by 10 points
@@ -90,7 +85,7 @@ static void measure_server(const char *workers, const char *metric, const char *
         printf("%s\tfailed to run\t<= 5%%\n", metric);
         return;
     }
-    qsort(loss, (size_t)n, sizeof loss[0], cmp_double);
+    qsort(loss, (size_t)n, sizeof loss[0], fx_cmp_double);
     printf("%s\t%.1f%% (median of %d rounds; quartiles %.1f%%..%.1f%%; mean %.0f vs %.0f req/s)\t<= 5%%\n",
            metric, loss[n / 2], n, loss[n / 4], loss[(3 * n) / 4], traced_sum / n, base_sum / n);
 }
