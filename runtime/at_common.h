@@ -18,10 +18,15 @@
 #define AT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The calling thread's kernel id, cached once per thread for the writer, the engine and the shim
- * (one gettid per thread, not one per user; a fork child clears it). Defined in tbuf.c. */
+ * (one look-up per thread, not one per user; a fork child clears it). Threads the shim's trampoline
+ * started read it from glibc's thread descriptor instead of making a system call (tid.c). */
 #include <sys/types.h>
 extern AT_TLS pid_t at_tid_cache;
 pid_t at_tid_slow(void);
+/* Where in glibc's thread descriptor the id was found (bytes from pthread_self()), -1 until two
+ * threads that made the system call agreed on one place (tests, acttrace check). */
+int at_tid_offset(void);
+unsigned at_tid_syscalls(void); /* how many look-ups made the system call (tests) */
 static inline pid_t at_tid(void)
 {
     pid_t t = at_tid_cache;

@@ -5,7 +5,6 @@
  * publishing its event rarely arrives after newer events of other threads have been written. */
 #include <errno.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <semaphore.h>
 #include <unistd.h>
 #include "trace_int.h"
@@ -209,7 +208,7 @@ static void *flusher_main(void *arg)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the program's threads, never here */
-    at_flusher_tid = (uint64_t)syscall(SYS_gettid);
+    at_flusher_tid = (uint64_t)at_tid(); /* the second thread to look: tid.c learns here */
     sem_post(&flusher_ready);
     pthread_setname_np(pthread_self(), "acttrace-flush");
     uint64_t last = at_now_ns();

@@ -9,7 +9,6 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <stdio.h>
 #include "trace_int.h"
@@ -42,15 +41,6 @@ static inline uint32_t seq_next(void)
     uint32_t v = 1;
     __asm__ volatile("xaddl %0, %1" : "+r"(v), "+m"(thr.seq));
     return v + 1;
-}
-
-AT_TLS pid_t at_tid_cache;
-AT_TLS bool at_thread_managed;
-
-pid_t at_tid_slow(void)
-{
-    at_tid_cache = (pid_t)syscall(SYS_gettid);
-    return at_tid_cache;
 }
 
 static pthread_key_t thr_key;
