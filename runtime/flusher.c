@@ -5,6 +5,7 @@
  * publishing its event rarely arrives after newer events of other threads have been written. */
 #include <errno.h>
 #include <signal.h>
+#include <string.h>
 #include <semaphore.h>
 #include <unistd.h>
 #include "trace_int.h"
@@ -52,13 +53,23 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
         at_chunk *c = at_chunk_at(&at_pool_g, r->rchunk);
         /* `used` is on the line the writer stores to at every event: read it only when what was
          * seen last time is consumed, not per record */
-        if (r->rpos < r->rused)
-            return (const at_rec *)((const uint8_t *)c + r->rpos);
-        if (fresh || r->rused_pass != flush_pass) {
-            r->rused_pass = flush_pass;
-            r->rused = atomic_load_explicit(&c->used, memory_order_acquire);
-            if (r->rpos < r->rused)
-                return (const at_rec *)((const uint8_t *)c + r->rpos);
+        if (r->rpos < r->rused || fresh || r->rused_pass != flush_pass) {
+            if (r->rpos >= r->rused) {
+                r->rused_pass = flush_pass;
+                r->rused = atomic_load_explicit(&c->used, memory_order_acquire);
+            }
+            if (r->rpos < r->rused) {
+                const at_rec *rec = (const at_rec *)((const uint8_t *)c + r->rpos);
+                if (AT_LIKELY(rec->type_index != AT_REC_OWNER_TYPE))
+                    return rec;
+                /* the ring changed hands (tbuf.c): what follows is the new owner's, whose
+                 * sequence numbers start again */
+                memcpy(&r->rtid, rec + 1, 8);
+                r->last_seq = 0;
+                r->rowners++;
+                r->rpos += rec->size;
+                continue;
+            }
         }
         int32_t n = atomic_load_explicit(&c->next, memory_order_acquire);
         if (n < 0)
@@ -89,8 +100,12 @@ static inline const at_rec *peek(at_ring *r)
 uint32_t at_ring_sp_seq(at_ring *r)
 {
     uint32_t s = atomic_load_explicit(&r->seq_pub, memory_order_acquire);
-    if (peek_ex(r, true) != NULL)
+    uint32_t owners = r->rowners;
+    /* an owner record taken by this look: s may be the last owner's count */
+    if (peek_ex(r, true) != NULL || r->rowners != owners)
         return r->last_seq;
+    if (r->rchunk < 0) /* nothing ever written (its events all dropped): its only owner's count */
+        r->rtid = r->tid;
     /* seq_pub may lag the last record consumed (stored just after publishing it) */
     return (int32_t)(s - r->last_seq) > 0 ? s : r->last_seq;
 }
@@ -104,6 +119,7 @@ static void recycle(at_ring *r)
     atomic_fetch_add(&at_drops_retired, atomic_load(&r->drops));
     atomic_store(&r->drops, 0);
     r->last_seq = 0;
+    r->rowners = 0;
     atomic_store_explicit(&r->seq_pub, 0, memory_order_relaxed);
     atomic_store_explicit(&r->state, AT_RING_FREE, memory_order_release);
     at_ring_free(r);
@@ -120,6 +136,7 @@ void at_flush_locked(bool holdback, bool force_sp)
      * (at_trace_flush, stop, emergency) takes everything published, whatever timestamp a caller of
      * at_event_write_ts gave it. */
     uint64_t limit_ts = holdback ? at_ticks() - at_clock_ns_to_ticks(HOLDBACK_NS) : UINT64_MAX;
+    at_rings_sweep_warm(!holdback); /* retired here, recycled below once drained */
     uint32_t na = 0;
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {
         at_ring *r = &at_pool_g.rings[i];

@@ -310,7 +310,7 @@ void at_ntw_write_sp(void)
         uint32_t seq = at_ring_sp_seq(r);
         if (seq == 0)
             continue;
-        memcpy(buf + len, &r->tid, 8);
+        memcpy(buf + len, &r->rtid, 8); /* the owner whose records were read: it changes hands */
         memcpy(buf + len + 8, &seq, 4);
         len += 12;
         n++;

@@ -27,6 +27,7 @@ typedef struct at_thr {
     at_ring *ring;
     uint32_t gen;
     uint32_t seq; /* per-thread sequence number: +1 per event tried, written or dropped */
+    uint32_t seq_written; /* that of the last event written: seq != seq_written after a drop */
     uint64_t tid;
     uint64_t last_ts;
     uint8_t busy; /* inside at_event_write: a signal handler writing now must not interleave */
@@ -46,11 +47,22 @@ static inline uint32_t seq_next(void)
 static pthread_key_t thr_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
+static void ring_hand_over(at_ring *r);
+
 static void thr_exit(void *p)
 {
     at_ring *r = p;
-    if (r && thr.ring == r && thr.gen == atomic_load(&at_sess_gen))
-        atomic_store_explicit(&r->state, AT_RING_RETIRED, memory_order_release);
+    if (r && thr.ring == r && thr.gen == atomic_load(&at_sess_gen)) {
+        /* Its last event written: the next thread to start goes on in this ring (ring_hand_over).
+         * Its last events dropped: the flusher must first list them in a sequence point under this
+         * thread's id, which it does for a retired ring before recycling it. */
+        if (thr.seq == thr.seq_written) {
+            r->hand_ts = thr.last_ts;
+            ring_hand_over(r);
+        } else {
+            atomic_store_explicit(&r->state, AT_RING_RETIRED, memory_order_release);
+        }
+    }
     thr.ring = NULL; /* an event written after this (a later destructor) claims a new descriptor */
 }
 
@@ -168,6 +180,45 @@ static void ring_push(uint32_t i)
     istack_push(&ring_head, ring_next, i);
 }
 
+/* Rings handed from a thread that ended to the next thread that writes (a ring is on this stack or
+ * on the free one, never both: they share ring_next). The new owner writes an owner record, after
+ * which the flusher names the ring's records after it, and goes on in the chunk the last owner left.
+ * Otherwise each connection of a thread-per-connection server took a ring, a cold 64 KiB chunk for
+ * its three events and a recycle by the flusher, and a few dozen such chunks woke the flusher. */
+static _Atomic uint64_t warm_head;
+
+static void ring_hand_over(at_ring *r)
+{
+    r->warm_seen = 0;
+    istack_push(&warm_head, ring_next, (uint32_t)(r - at_pool_g.rings));
+}
+
+static at_ring *ring_pop_warm(void)
+{
+    int32_t i = istack_pop(&warm_head, ring_next);
+    return i < 0 ? NULL : &at_pool_g.rings[i];
+}
+
+/* The flusher, at every flush: a handed-over ring keeps its chunk only while new threads keep coming.
+ * One that has waited since the last periodic flush (all of them at an explicit flush) retires: the
+ * flusher drains it and its chunk goes back to the pool, so threads that ended long ago hold no
+ * buffer a live thread could need. Whoever pops a ring owns it, so warm_seen needs no atomics. */
+void at_rings_sweep_warm(bool all)
+{
+    uint32_t keep[64], nkeep = 0;
+    at_ring *r;
+    while ((r = ring_pop_warm()) != NULL) {
+        if (all || r->warm_seen || nkeep == AT_ARRAY_LEN(keep)) {
+            atomic_store_explicit(&r->state, AT_RING_RETIRED, memory_order_release);
+        } else {
+            r->warm_seen = 1;
+            keep[nkeep++] = (uint32_t)(r - at_pool_g.rings);
+        }
+    }
+    while (nkeep)
+        istack_push(&warm_head, ring_next, keep[--nkeep]);
+}
+
 void at_ring_free(at_ring *r)
 {
     ring_push((uint32_t)(r - at_pool_g.rings));
@@ -192,6 +243,7 @@ static void pool_reset(void)
         atomic_store(&r->drops, 0);
     }
     atomic_store(&ring_head, 0);
+    atomic_store(&warm_head, 0);
     for (uint32_t i = p->nrings; i-- > 0;)
         ring_push(i);
 }
@@ -239,7 +291,7 @@ void at_pool_reset_child(void)
     thr.ring = NULL;
     thr.tid = 0; /* the child's only thread has a new tid */
     at_tid_cache = 0;
-    thr.seq = 0;
+    thr.seq = thr.seq_written = 0;
     thr.busy = 0;
 }
 
@@ -251,13 +303,44 @@ uint64_t at_tbuf_total_drops(void)
     return d;
 }
 
-/* Slow path of the first event of a thread (or after a new session/fork). */
+static bool next_chunk(at_ring *r);
+
+/* Slow path of the first event of a thread (or after a new session/fork). A ring an ended thread
+ * handed over comes first: this thread's owner record goes into it (the flusher then names what
+ * follows after this thread) and its timestamps continue from the last owner's, so the ring's
+ * records stay in time order for the merge. */
 static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
 {
     if (thr.tid == 0)
         thr.tid = (uint64_t)at_tid();
-    at_ring *r = ring_pop();
+    at_ring *r = ring_pop_warm();
     if (r) {
+        if (thr.last_ts < r->hand_ts)
+            thr.last_ts = r->hand_ts;
+        /* r->tid stays the first owner's: the flusher names the ring's first records after it if
+         * it has not looked at the ring yet; later owners are named by their owner records */
+        /* the last owner's count must not be read as this thread's: reset before the owner record
+         * is published (the release store of `used` orders it) */
+        atomic_store_explicit(&r->seq_pub, 0, memory_order_relaxed);
+        uint32_t size = (uint32_t)sizeof(at_rec) + 8;
+        if (r->wpos + size > AT_CHUNK_SIZE && !next_chunk(r)) {
+            /* no room for the owner record: this ring cannot be this thread's */
+            atomic_store_explicit(&r->state, AT_RING_RETIRED, memory_order_release);
+            r = NULL;
+        } else {
+            at_chunk *c = at_chunk_at(&at_pool_g, r->wchunk);
+            at_rec *rec = (at_rec *)((uint8_t *)c + r->wpos);
+            *rec = (at_rec){.size = size, .type_index = AT_REC_OWNER_TYPE, .ts = thr.last_ts,
+                            .payload_len = 8};
+            memcpy(rec + 1, &thr.tid, 8);
+            r->wpos += size;
+            atomic_store_explicit(&c->used, r->wpos, memory_order_release);
+        }
+    }
+    if (!r) {
+        r = ring_pop();
+        if (!r)
+            return NULL;
         uint32_t i = (uint32_t)(r - at_pool_g.rings);
         atomic_store_explicit(&r->state, AT_RING_USED, memory_order_relaxed);
         uint32_t hw = atomic_load_explicit(&at_pool_g.hiwater, memory_order_relaxed);
@@ -266,13 +349,12 @@ static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
         r->tid = thr.tid;
         r->wchunk = -1;
         r->wpos = AT_CHUNK_SIZE;
-        thr.ring = r;
-        thr.gen = gen;
-        if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
-            pthread_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
-        return r;
     }
-    return NULL;
+    thr.ring = r;
+    thr.gen = gen;
+    if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
+        pthread_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
+    return r;
 }
 
 /* The current chunk is full (or there is none): chain a new one. false when the cap is reached. */
@@ -394,6 +476,7 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
         at_copy_small(p, payload, payload_len);
     r->wpos += size;
     atomic_store_explicit(&c->used, r->wpos, memory_order_release);
+    thr.seq_written = seq;
     return 0;
 
 drop_noring:

@@ -47,6 +47,9 @@ typedef struct at_rec {
 } at_rec;
 #define AT_REC_ACT 1u
 #define AT_REC_REL 2u
+/* type_index of an owner record: a ring changed hands (tbuf.c, ring_acquire); payload: the new
+ * owner's tid (8 bytes). The flusher consumes it; it is not an event. Event types start at 1. */
+#define AT_REC_OWNER_TYPE 0u
 
 /* Buffer memory is a pool of fixed-size chunks; a thread's buffer is a chain of chunks. The owner
  * appends records and publishes them with a release store of `used`; it links the next chunk with a
@@ -66,7 +69,9 @@ typedef struct at_ring {
     uint32_t wpos;
     _Atomic uint32_t seq_pub;  /* last sequence number the thread used (written or dropped) */
     _Atomic uint64_t drops;
-    uint64_t tid;
+    uint64_t tid;              /* the ring's first owner (later ones: owner records) */
+    uint64_t hand_ts;          /* the last owner's last timestamp, when it handed the ring over */
+    uint8_t warm_seen;         /* owned by whoever popped it from the warm stack (tbuf.c) */
     char pad1[64];
     /* written by the flusher */
     _Atomic uint32_t state;
@@ -76,9 +81,10 @@ typedef struct at_ring {
     uint32_t rused_pass;       /* the flush pass that read it (once per pass while the writer writes) */
     uint32_t last_seq;         /* seq of the last record written to the file */
     _Atomic int32_t first;     /* owner -> flusher: the first chunk, set once */
-    uint64_t rtid;             /* tid, copied when first is taken: the flusher reads it per record,
-                                * and reading the writer's line then would take it away from the
-                                * writer at each event */
+    uint64_t rtid;             /* tid, copied when first is taken and from owner records: the
+                                * flusher reads it per record, and reading the writer's line then
+                                * would take it away from the writer at each event */
+    uint32_t rowners;          /* owner records consumed (at_ring_sp_seq: did the owner change?) */
     char pad2[64];
 } at_ring;
 
@@ -120,6 +126,8 @@ int at_pool_init(size_t cap, char *err, size_t errlen);
 /* After fork in the child: forget every buffered event and every buffer owner. */
 void at_pool_reset_child(void);
 void at_chunk_free(int32_t i);
+/* Retire handed-over rings that found no new owner since the last sweep (all: every one). */
+void at_rings_sweep_warm(bool all);
 /* A recycled ring (its state already FREE) goes back on the free-ring stack. */
 void at_ring_free(at_ring *r);
 /* The flusher's way to free a chunk it has read: after a few newer ones (tbuf.c, cool). */
