@@ -96,6 +96,30 @@ static inline void at_flow_leave(at_activity *prev)
     at_act_borrowed = ((uintptr_t)prev & 1) != 0;
 }
 
+/* One of the references this thread's caches hold on a (prepaid or owed), taken without an atomic:
+ * true when it had one, and the caller then owns it (release it with at_flow_release). A thread
+ * that keeps adopting the same activity (a worker taking connections of one server activity) then
+ * pays one atomic per AT_PREPAY hops. Holding references on a also means a pointer read from shared
+ * state that equals a is a itself: it cannot have been freed and reused. */
+static inline bool at_flow_take(at_activity *a)
+{
+    bool ok = false;
+    at_refc_busy++;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (AT_LIKELY(at_refc_busy == 1)) {
+        if (a == at_pre_act && at_pre_n) {
+            at_pre_n--;
+            ok = true;
+        } else if (a == at_rel_act && at_rel_n) {
+            at_rel_n--;
+            ok = true;
+        }
+    }
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    at_refc_busy--;
+    return ok;
+}
+
 static inline void at_flow_release(at_activity *captured)
 {
     if (!captured)

@@ -76,10 +76,8 @@ static void adoption_leave(void)
     at_adopt_act = at_adopt_base = NULL;
     at_flow_leave(at_adopt_prev);
     at_adopt_prev = NULL;
-    if (a)
-        at_activity_unref(a);
-    if (base)
-        at_flow_release(base);
+    at_flow_release(a); /* into this thread's caches: the next adoption of it takes it back */
+    at_flow_release(base);
 }
 
 void at_fdflow_thread_exit(void)
@@ -98,9 +96,13 @@ static inline void fd_wait(void)
         at_fdflow_thread_exit();
 }
 
-/* Our own reference on fd's tag, or NULL. */
+/* Our own reference on fd's tag, or NULL. One this thread's flow caches hold needs no atomic, nor
+ * the reader count: the tag cannot be freed while we hold references on it. */
 static at_activity *tag_acquire(at_fd_slot *s)
 {
+    at_activity *t = __atomic_load_n(&s->act, __ATOMIC_ACQUIRE);
+    if (t && at_flow_take(t))
+        return t;
     __atomic_add_fetch(&s->readers, 1, __ATOMIC_SEQ_CST);
     at_activity *a = __atomic_load_n(&s->act, __ATOMIC_SEQ_CST);
     if (a)
@@ -159,26 +161,38 @@ AT_NOINLINE static void fd_io_slow(at_fd_slot *s, int fd)
 {
     if (!at_on())
         return;
+    /* The tag is what this thread is in already (adopted, or inherited from the thread that
+     * accepted): nothing changes, and no reference is taken. Comparing pointers is safe: the thread
+     * holds a reference on what it adopted or is in. */
+    at_activity *t = __atomic_load_n(&s->act, __ATOMIC_ACQUIRE);
+    if (!t)
+        return;
+    if (at_adopting && at_adopt_act == t) { /* the same activity through another fd */
+        at_adopt_fd = fd;
+        return;
+    }
+    if (!at_adopting && t == at_act_live_from(at_act_cur))
+        return;
     int e = errno;
     at_activity *a = tag_acquire(s);
     if (!a)
         goto out;
     if (at_adopting) {
-        if (at_adopt_act == a) { /* the same activity through another fd: nothing changes */
+        if (at_adopt_act == a) { /* retagged meanwhile with the activity adopted here */
             at_adopt_fd = fd;
-            at_activity_unref(a);
+            at_flow_release(a);
             goto out;
         }
         adoption_leave(); /* I/O on another tagged fd ends the previous adoption */
     }
     at_activity *cur = at_activity_current();
     if (cur == a || (cur && act_within(cur, a))) { /* already inside it (inherited, or accepted here) */
-        at_activity_unref(a);
+        at_flow_release(a);
         goto out;
     }
     if (cur && !act_within(a, cur)) { /* busy with something unrelated: do not guess */
         report_ambiguous(s, fd, a, cur);
-        at_activity_unref(a);
+        at_flow_release(a);
         goto out;
     }
     at_guid prev_id = {{0}};

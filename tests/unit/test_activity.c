@@ -783,6 +783,51 @@ START_TEST(flow_reference_cache)
 }
 END_TEST
 
+/* at_flow_take: a reference from the thread's own caches, no atomic, exact counts kept. */
+START_TEST(flow_take_from_caches)
+{
+    begin("take");
+    at_activity_kind *job = kind("Job", 0);
+    at_activity *j = at_activity_start_held(job, NULL, 0, NULL, 0); /* the thread's and ours: 2 */
+    at_activity *c = at_flow_capture(); /* prepays AT_PREPAY: one handed out, the rest cached */
+    ck_assert_ptr_eq(c, j);
+    uint32_t refs = at_activity_test_refs(j);
+    uint32_t pre = at_pre_n;
+    ck_assert_uint_gt(pre, 0);
+    /* from the prepaid cache: the count does not move, the cache gives one up */
+    ck_assert(at_flow_take(j));
+    ck_assert_uint_eq(at_pre_n, pre - 1);
+    ck_assert_uint_eq(at_activity_test_refs(j), refs);
+    at_flow_release(j); /* back where it came from */
+    ck_assert_uint_eq(at_pre_n, pre);
+    /* owed releases are references too: a take uses one of them first when nothing is prepaid */
+    at_pre_n = 0;
+    __atomic_sub_fetch(&j->refs, pre, __ATOMIC_RELAXED); /* as if the prepaid ones went elsewhere */
+    at_flow_release_slow(c); /* owes one on j */
+    ck_assert_ptr_eq(at_rel_act, j);
+    ck_assert_uint_eq(at_rel_n, 1);
+    ck_assert(at_flow_take(j));
+    ck_assert_uint_eq(at_rel_n, 0);
+    ck_assert(!at_flow_take(j)); /* nothing cached: the caller must take a reference itself */
+    at_activity_kind *other = kind("Other", 0);
+    at_activity *o = at_activity_start(other, NULL, 0, NULL, 0);
+    ck_assert(!at_flow_take(o)); /* never another activity's */
+    at_activity_stop(other, NULL, 0, NULL, 0);
+    /* inside a cache update (a signal handler's view) nothing is taken */
+    at_flow_release(j);
+    ck_assert_uint_eq(at_rel_n, 1);
+    at_refc_busy++;
+    ck_assert(!at_flow_take(j));
+    at_refc_busy--;
+    ck_assert_uint_eq(at_rel_n, 1);
+    ck_assert_uint_eq(at_activity_test_refs(j), 2 + cached_on(j));
+    ck_assert(at_activity_stop_held(j, NULL, 0, NULL, 0));
+    at_trace tr;
+    end(&tr);
+    finish(&tr);
+}
+END_TEST
+
 /* ---- what PerfView needs (spec 8), transfers, process links ---- */
 
 static void *receiver(void *c)
@@ -1082,6 +1127,7 @@ int main(void)
     tcase_add_test(c, stop_ref_from_another_thread);
     tcase_add_test(c, held_start_stop);
     tcase_add_test(c, flow_reference_cache);
+    tcase_add_test(c, flow_take_from_caches);
     tcase_add_test(c, fork_before_first_use);
     tcase_add_test(c, perfview_fields_and_transfers);
     tcase_add_test(c, process_parent_and_fork);
