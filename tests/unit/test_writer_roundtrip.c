@@ -615,6 +615,77 @@ static void *tiny_thread(void *a)
     return NULL;
 }
 
+/* Threads that end hand their ring to the next thread that writes (tbuf.c): a run of short-lived
+ * threads (half ended by the trampoline's call, half by the thread key) shares one ring and one
+ * chunk, every event keeps its own thread's id with sequence numbers from 1, nothing is counted lost,
+ * a first event stamped older than the last owner's last one is kept after it, and an explicit
+ * flush gives every chunk back. */
+#define HAND_THREADS 300
+#define HAND_EVENTS 3
+static at_event_type *hand_t;
+static uint64_t hand_last_ts[HAND_THREADS];
+
+static void *hand_thread(void *p)
+{
+    int k = (int)(intptr_t)p;
+    at_thread_managed = (k & 1) != 0;
+    uint64_t tid = (uint64_t)at_tid();
+    for (int i = 0; i < HAND_EVENTS; i++) {
+        uint64_t v[2] = {tid, (uint64_t)k};
+        /* the first event stamped in the past: after the last owner's events all the same */
+        at_event_write_ts(i == 0 && k > 0 ? 1 : at_ticks(), hand_t, NULL, NULL, v, sizeof v, NULL, 0);
+    }
+    hand_last_ts[k] = at_event_last_ts();
+    if (at_thread_managed)
+        at_tbuf_thread_exit(); /* what thread.c's trampoline does; the others: the thread key */
+    return NULL;
+}
+
+START_TEST(ended_threads_hand_over_their_rings)
+{
+    mkdir_tmp();
+    at_trace_options o = {0};
+    start("hand.nettrace", &o);
+    at_field f[] = {{"Tid", NT_TYPE_UINT64}, {"K", NT_TYPE_UINT64}};
+    at_event_desc d = {.provider = "Test-Roundtrip", .name = "Hand", .level = NT_LEVEL_INFO,
+                       .nfields = 2, .fields = f};
+    hand_t = at_event_type_register(&d);
+    for (int k = 0; k < HAND_THREADS; k++) {
+        pthread_t t;
+        ck_assert_int_eq(pthread_create(&t, NULL, hand_thread, (void *)(intptr_t)k), 0);
+        pthread_join(t, NULL);
+    }
+    /* one ring went from thread to thread (the flusher ran no pass: nothing was recycled) */
+    ck_assert_int_le(at_ring_limit(), 2);
+    ck_assert_int_le((int32_t)at_pool_g.nchunks - atomic_load(&at_pool_g.nfree), 2);
+    at_trace_flush();
+    ck_assert_int_eq(atomic_load(&at_pool_g.nfree), (int32_t)at_pool_g.nchunks);
+    at_trace_stop();
+    rfile rf;
+    read_file(pathf("hand.nettrace"), &rf, true);
+    ck_assert_int_eq(rf.nev, HAND_THREADS * HAND_EVENTS);
+    ck_assert_int_eq(rf.counts.events_lost, 0);
+    int seen[HAND_THREADS] = {0};
+    for (size_t i = 0; i < rf.nev; i++) {
+        rev *v = &rf.ev[i];
+        uint64_t tid, k;
+        memcpy(&tid, v->payload, 8);
+        memcpy(&k, v->payload + 8, 8);
+        ck_assert_int_lt(k, HAND_THREADS);
+        ck_assert_int_eq(v->tid, tid);         /* named after the thread that wrote it */
+        ck_assert_int_eq(v->cap, tid);
+        ck_assert_int_eq(v->seq, ++seen[k]);   /* each thread's own numbers, from 1 */
+        if (k > 0 && seen[k] == 1)             /* the back-dated first event: after the last owner */
+            ck_assert_int_ge(v->ts, hand_last_ts[k - 1]);
+        if (i > 0)
+            ck_assert_int_ge(v->ts, rf.ev[i - 1].ts);
+    }
+    for (int k = 0; k < HAND_THREADS; k++)
+        ck_assert_int_eq(seen[k], HAND_EVENTS);
+    free(rf.ev);
+}
+END_TEST
+
 START_TEST(tiny_cap_drops_agree)
 {
     mkdir_tmp();
@@ -877,6 +948,7 @@ static Suite *suite(void)
     tcase_add_test(tc, rotate_files_each_complete);
     tcase_add_test(tc, circular_keeps_last_segments);
     tcase_add_test(tc, stress_default_cap);
+    tcase_add_test(tc, ended_threads_hand_over_their_rings);
     tcase_add_test(tc, tiny_cap_drops_agree);
     tcase_add_test(tc, sigkill_leaves_readable_file);
     tcase_add_test(tc, emergency_flush_from_signal_handler);
