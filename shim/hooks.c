@@ -127,15 +127,44 @@ static int hk_nprobes;
 static pthread_mutex_t hk_install_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Threads' live calls that started an activity, by frame: a longjmp over them leaves entries
- * deeper than the frame the program is in, stopped (Status 2) at the next hooked call or return. */
+ * deeper than the frame the program is in, stopped (Status 2) at the next hooked call or return.
+ * The first LIVE_INLINE are in the thread's TLS, the rest in a mapping made when a thread first
+ * nests that deep: glibc zeroes the static TLS of every new thread, and a 3 KiB array there cost
+ * every thread of a thread-per-connection server 48 cache lines whether it used hooks or not. */
 #define LIVE_MAX 128
+#define LIVE_INLINE 8
 typedef struct live {
     uintptr_t sp;
     at_activity *a;
     probe *pr;
 } live;
-static AT_TLS live hk_live[LIVE_MAX];
+static AT_TLS live hk_live_in[LIVE_INLINE];
+static AT_TLS live *hk_live_more; /* LIVE_MAX - LIVE_INLINE entries, or NULL */
 static AT_TLS int hk_nlive;
+
+static inline live *live_at(int i)
+{
+    return i < LIVE_INLINE ? &hk_live_in[i] : &hk_live_more[i - LIVE_INLINE];
+}
+
+/* Where the next entry goes, or NULL when the list is full (or no room could be mapped). */
+static live *live_push_slot(void)
+{
+    if (hk_nlive < LIVE_INLINE)
+        return &hk_live_in[hk_nlive];
+    if (hk_nlive >= LIVE_MAX)
+        return NULL;
+    if (!hk_live_more) {
+        int e = errno;
+        void *m = mmap(NULL, (LIVE_MAX - LIVE_INLINE) * sizeof(live), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        errno = e;
+        if (m == MAP_FAILED)
+            return NULL;
+        hk_live_more = m;
+    }
+    return &hk_live_more[hk_nlive - LIVE_INLINE];
+}
 /* Set while this thread runs the hooks' own code: a configured function that code reaches itself
  * (close in libelf, malloc in libunwind as a stack is taken) only calls through. */
 static AT_TLS int hk_busy;
@@ -321,9 +350,9 @@ static void stop_single(const rule *r, const at_hook *h, at_activity *a, const a
  * returned) that are still listed were jumped over. */
 static void abandon_below(uintptr_t sp, bool entering)
 {
-    while (hk_nlive > 0 && (hk_live[hk_nlive - 1].sp < sp ||
-                            (entering && hk_live[hk_nlive - 1].sp == sp))) {
-        live *l = &hk_live[--hk_nlive];
+    while (hk_nlive > 0 && (live_at(hk_nlive - 1)->sp < sp ||
+                            (entering && live_at(hk_nlive - 1)->sp == sp))) {
+        live *l = live_at(--hk_nlive);
         stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
     }
 }
@@ -332,12 +361,12 @@ static void abandon_below(uintptr_t sp, bool entering)
  * hooked function), and a keyed-flow adoption is left. */
 void at_hooks_thread_exit(void)
 {
-    if (!hk_nlive && !hk_adopting)
+    if (!hk_nlive && !hk_adopting && !hk_live_more)
         return;
     int e = errno;
     hk_busy++;
     while (hk_nlive > 0) {
-        live *l = &hk_live[--hk_nlive];
+        live *l = live_at(--hk_nlive);
         stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
     }
     if (hk_adopting) {
@@ -345,6 +374,10 @@ void at_hooks_thread_exit(void)
         at_flow_release(hk_adopt_cap);
         hk_adopting = false;
         hk_adopt_prev = hk_adopt_cap = NULL;
+    }
+    if (hk_live_more) {
+        munmap(hk_live_more, (LIVE_MAX - LIVE_INLINE) * sizeof(live));
+        hk_live_more = NULL;
     }
     hk_busy--;
     errno = e;
@@ -402,8 +435,10 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
             if (a) {
                 c->act = a;
                 c->started = 2; /* 2: not listed (the list is full); 1: listed */
-                if (hk_nlive < LIVE_MAX) {
-                    hk_live[hk_nlive++] = (live){c->sp, a, pr};
+                live *l = live_push_slot();
+                if (l) {
+                    *l = (live){c->sp, a, pr};
+                    hk_nlive++;
                     c->started = 1;
                 }
             }
@@ -481,8 +516,8 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
                 /* listed: it is on top now (deeper ones were dropped above); if it is not, it
                  * was taken for abandoned (a signal handler on another stack can make a live call
                  * look so) and stopped then, with our reference */
-                if (!(hk_nlive > 0 && hk_live[hk_nlive - 1].a == c->act &&
-                      hk_live[hk_nlive - 1].sp == c->sp)) {
+                if (!(hk_nlive > 0 && live_at(hk_nlive - 1)->a == c->act &&
+                      live_at(hk_nlive - 1)->sp == c->sp)) {
                     c->started = 0;
                     break;
                 }

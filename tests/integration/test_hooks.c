@@ -155,7 +155,7 @@ START_TEST(test_entry_tier)
     char *conf = data_path("entry.conf");
     run_hk(&s, variants[_i], conf);
     const at_trace *t = &s.t;
-    ck_assert_msg(strstr(s.r.err, "acttrace: 11 of 14 functions hooked (1 GOT, 10 entry)"), "%s",
+    ck_assert_msg(strstr(s.r.err, "acttrace: 12 of 15 functions hooked (1 GOT, 11 entry)"), "%s",
                   s.r.err);
     ck_assert_msg(strstr(s.r.err, "ident (function too short to patch (3 bytes, 5 needed))"), "%s",
                   s.r.err);
@@ -191,6 +191,24 @@ START_TEST(test_entry_tier)
     const at_tev *j = find_ev(t, "JumperStart", NULL, NULL);
     const at_tev *js = stop_of(t, j, "JumperStop");
     expect_field(js, "Status", "2");
+    /* 20 live at once, all jumped over: each stopped as abandoned, innermost first, each inside
+     * the one that called it */
+    ck_assert_uint_eq(at_count(t, NULL, "DeepStart"), 20);
+    ck_assert_uint_eq(at_count(t, NULL, "DeepStop"), 20);
+    long deep[20];
+    deep[0] = at_find(t, NULL, "DeepStart", 0);
+    for (int k = 1; k < 20; k++) {
+        deep[k] = at_find(t, NULL, "DeepStart", (size_t)deep[k - 1] + 1);
+        ck_assert(at_path_is_below(t->ev[deep[k]].act_path, t->ev[deep[k - 1]].act_path));
+    }
+    const at_tev *prev_stop = NULL;
+    for (int k = 19; k >= 0; k--) {
+        const at_tev *st = stop_of(t, &t->ev[deep[k]], "DeepStop");
+        expect_field(st, "Status", "2");
+        if (prev_stop)
+            ck_assert(prev_stop < st); /* innermost first */
+        prev_stop = st;
+    }
     const at_tev *add2 = &t->ev[at_find(t, NULL, "AddStart", (size_t)(j - t->ev))];
     ck_assert(js < add2);
     ck_assert_msg(!at_path_is_below(add2->act_path, j->act_path), "the call after the longjmp "
@@ -735,7 +753,7 @@ START_TEST(test_check_command)
     ck_assert_msg(strstr(r.out, "NOT hooked: function too short to patch (3 bytes, 5 needed)"),
                   "%s", r.out);
     ck_assert_msg(strstr(r.out, "[activity Plug] hkplug_run: not found now"), "%s", r.out);
-    ck_assert_msg(strstr(r.out, "11 of 14 functions can be hooked"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "12 of 15 functions can be hooked"), "%s", r.out);
     /* main never ran */
     ck_assert_msg(!strstr(r.out, "add 5"), "%s", r.out);
     at_run_result_free(&r);
