@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <uchar.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -219,17 +220,27 @@ static inline void fd_io(int fd)
 
 /* ---------------- tagging ---------------- */
 
-static void tag_event(int fd, const char *source)
+/* What tagged an fd, as the event's Source field: UTF-16 with its NUL already (the literals are the
+ * payload; converting the name at every accept cost as much as the rest of the event). */
+typedef struct tag_source {
+    const char16_t *utf16;
+    uint32_t bytes;
+} tag_source;
+#define TAG_SOURCE(s) ((tag_source){u##s, sizeof(u##s)})
+#define SRC_ACCEPT TAG_SOURCE("accept")
+#define SRC_CONNECT TAG_SOURCE("connect")
+#define SRC_HOOK TAG_SOURCE("hook")
+
+static void tag_event(int fd, tag_source src)
 {
-    uint8_t buf[64];
-    at_payload pl;
-    at_payload_init(&pl, buf, sizeof buf);
-    at_payload_i32(&pl, fd);
-    at_payload_str(&pl, source, 16);
-    at_shim_event(at_ev.fd_tag, buf, (uint32_t)(pl.p - buf));
+    uint8_t buf[4 + 16];
+    _Static_assert(sizeof(u"connect") <= 16, "the longest source fits");
+    memcpy(buf, &fd, 4);
+    memcpy(buf + 4, src.utf16, src.bytes);
+    at_shim_event(at_ev.fd_tag, buf, 4 + src.bytes);
 }
 
-static void fd_tag(int fd, const char *source, bool accepted)
+static void fd_tag(int fd, tag_source source, bool accepted)
 {
     at_fd_slot *s;
     if (fd < 0 || !at_on() || !at_cfg.fdflow || !(s = slot_of(fd)))
@@ -329,7 +340,7 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
             ;
         s->owns = false; /* the hook's own stop symbol stops it */
         __atomic_store_n(&s->act, tag, __ATOMIC_RELEASE);
-        tag_event(fd, "hook");
+        tag_event(fd, SRC_HOOK);
         at_flow_transfer_send(tag);
     }
     tag_drop(old, old_owns);
@@ -341,7 +352,7 @@ AT_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
     fd_wait(); /* accept blocks for the next connection: a wait point of its own */
     int r = AT_REAL(accept)(fd, addr, len);
-    fd_tag(r, "accept", true);
+    fd_tag(r, SRC_ACCEPT, true);
     return r;
 }
 
@@ -349,7 +360,7 @@ AT_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
     fd_wait();
     int r = AT_REAL(accept4)(fd, addr, len, flags);
-    fd_tag(r, "accept", true);
+    fd_tag(r, SRC_ACCEPT, true);
     return r;
 }
 
@@ -358,7 +369,7 @@ AT_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     int r = AT_REAL(connect)(fd, addr, len);
     /* a non-blocking connect in progress is as much a connection of this activity */
     if (r == 0 || errno == EINPROGRESS)
-        fd_tag(fd, "connect", false);
+        fd_tag(fd, SRC_CONNECT, false);
     return r;
 }
 

@@ -54,6 +54,14 @@ START_TEST(test_queue_server_shared_activity)
     const char *sp = t->ev[serve].act_path;
     ck_assert_uint_eq(at_count(t, NULL, "Handled"), NREQ);
     ck_assert_uint_eq(at_count(t, "acttrace-shim", "FdTagged"), NREQ); /* the client side is untagged */
+    /* each tag says what made it and names the fd the program marked as accepted */
+    for (long i = at_find(t, "acttrace-shim", "FdTagged", 0); i >= 0;
+         i = at_find(t, "acttrace-shim", "FdTagged", (size_t)i + 1)) {
+        const char *src = at_ev_field(&t->ev[i], "Source"), *fd = at_ev_field(&t->ev[i], "Fd");
+        ck_assert_msg(src && strcmp(src, "\"accept\"") == 0, "Source %s", src ? src : "(none)");
+        ck_assert_msg(fd && at_find_field(t, "Accepted", "Value", fd, (size_t)i) >= 0,
+                      "no Accepted mark of fd %s after its tag", fd ? fd : "(none)");
+    }
     for (long i = at_find(t, NULL, "Handled", 0); i >= 0; i = at_find(t, NULL, "Handled", (size_t)i + 1)) {
         const at_tev *e = &t->ev[i];
         ck_assert_msg(e->thread != main_tid, "Handled on the main thread");
