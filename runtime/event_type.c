@@ -90,6 +90,37 @@ static bool valid_type(uint32_t t)
     }
 }
 
+/* The V5 metadata payload of d under metadata id index and event id (nettrace-v5.md §4.4). */
+static void encode_meta(mbuf *b, uint32_t index, uint32_t event_id, const at_event_desc *d)
+{
+    mb_u32(b, index);
+    mb_str(b, d->provider);
+    mb_u32(b, event_id);
+    mb_str(b, d->name);
+    mb_put(b, &d->keywords, 8);
+    mb_u32(b, d->version);
+    mb_u32(b, d->level);
+    mb_u32(b, d->nfields);
+    for (uint32_t i = 0; i < d->nfields; i++) {
+        mb_u32(b, d->fields[i].type);
+        mb_str(b, d->fields[i].name);
+    }
+    if (d->opcode != 0) {
+        uint8_t tag[6] = {1, 0, 0, 0, NT_META_TAG_OPCODE, d->opcode};
+        mb_put(b, tag, sizeof tag);
+    }
+}
+
+/* Is t what d describes (fields, level, keywords, opcode: everything its metadata says)? */
+static bool same_shape(const at_event_type *t, const at_event_desc *d)
+{
+    mbuf b = {0};
+    encode_meta(&b, t->index, t->event_id, d);
+    bool same = !b.oom && b.len == t->meta_len && memcmp(b.p, t->meta, b.len) == 0;
+    free(b.p);
+    return same;
+}
+
 at_event_type *at_event_type_register(const at_event_desc *d)
 {
     if (!d || !d->provider || !d->provider[0] || !d->name || (d->nfields && !d->fields)) {
@@ -108,7 +139,10 @@ at_event_type *at_event_type_register(const at_event_desc *d)
         at_event_type *t = at_types[i];
         if (strcmp(t->provider, d->provider) != 0)
             continue;
-        if (strcmp(t->name, d->name) == 0 && t->version == d->version) {
+        /* the same name with other fields (a program marking "Tick" with an integer here and a
+         * string there) is another type with its own event id: sharing the first one's metadata
+         * would have readers decode one shape's payload as the other's */
+        if (strcmp(t->name, d->name) == 0 && t->version == d->version && same_shape(t, d)) {
             pthread_mutex_unlock(&reg_lock);
             return t;
         }
@@ -132,25 +166,8 @@ at_event_type *at_event_type_register(const at_event_desc *d)
     t->name = strdup(d->name);
     if (!t->provider || !t->name)
         goto oom;
-
-    /* V5 metadata payload (nettrace-v5.md §4.4) */
     mbuf b = {0};
-    mb_u32(&b, t->index);
-    mb_str(&b, d->provider);
-    mb_u32(&b, t->event_id);
-    mb_str(&b, d->name);
-    mb_put(&b, &d->keywords, 8);
-    mb_u32(&b, d->version);
-    mb_u32(&b, d->level);
-    mb_u32(&b, d->nfields);
-    for (uint32_t i = 0; i < d->nfields; i++) {
-        mb_u32(&b, d->fields[i].type);
-        mb_str(&b, d->fields[i].name);
-    }
-    if (d->opcode != 0) {
-        uint8_t tag[6] = {1, 0, 0, 0, NT_META_TAG_OPCODE, d->opcode};
-        mb_put(&b, tag, sizeof tag);
-    }
+    encode_meta(&b, t->index, t->event_id, d);
     if (b.oom) {
         free(b.p);
         goto oom;

@@ -196,12 +196,51 @@ START_TEST(test_calls_before_constructor)
 }
 END_TEST
 
+/* The acttrace.h API takes names by pointer: names that change under the same pointer (a reused
+ * buffer) mark and start under what the buffer holds at each call. */
+START_TEST(test_api_names_by_content)
+{
+    at_session s;
+    const char *argv[] = {"api_names", NULL};
+    ck_assert_int_eq(at_session_run(&s, "apinames", argv, NULL), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.load_rc == 0, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "marks 30\n");
+    const at_trace *t = &s.t;
+    for (int i = 0; i < 12; i++) {
+        char name[16], v[16];
+        snprintf(name, sizeof name, "Mark%d", i % 3);
+        snprintf(v, sizeof v, "%d", i);
+        ck_assert_msg(at_find_field(t, name, "Value", v, 0) >= 0, "no %s with Value %s", name, v);
+        ck_assert_msg(at_find_field(t, "Lit", "Value", v, 0) >= 0, "no Lit with Value %s", v);
+    }
+    ck_assert_uint_eq(at_count(t, NULL, "Mark0"), 4 + 3);
+    ck_assert_uint_eq(at_count(t, NULL, "Mark1"), 4);
+    ck_assert_uint_eq(at_count(t, NULL, "Mark2"), 4);
+    ck_assert(at_find_field(t, "Mark0", "Text", "\"hello\"", 0) >= 0);
+    ck_assert(at_find_field(t, "Mark0", "Value", "102", 0) >= 0);
+    for (int k = 0; k < 3; k++) {
+        char start[16], stop[16], v[16];
+        snprintf(start, sizeof start, "Job%dStart", k);
+        snprintf(stop, sizeof stop, "Job%dStop", k);
+        snprintf(v, sizeof v, "%d", 1000 + k);
+        long a = at_find(t, NULL, start, 0), e = at_find_field(t, "Lit", "Value", v, 0);
+        ck_assert_msg(a >= 0 && e > a, "%s", start);
+        ck_assert_str_eq(t->ev[e].act_path, t->ev[a].act_path); /* the mark inside the job */
+        ck_assert_msg(at_find(t, NULL, stop, (size_t)e) >= 0, "%s", stop);
+    }
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("preload");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_same_output_and_status);
+    tcase_add_test(tc, test_api_names_by_content);
     tcase_add_test(tc, test_default_file_in_cwd);
     tcase_add_test(tc, test_output_setting);
     tcase_add_test(tc, test_config_file_missing);

@@ -467,6 +467,26 @@ START_TEST(metadata_encoding)
     at_event_type *t2 = at_event_type_register(&d2);
     ck_assert_int_eq(t2->event_id, 8);
     ck_assert_int_eq(t2->meta_len, 4 + 4 + 4 + 4 + 8 + 12); /* no tag for opcode 0 */
+    /* the same name with another shape is another type (a payload read with the first one's fields
+     * would be garbage), with its own event id; the same shape again is the same type */
+    at_field fs[] = {{"Id", NT_TYPE_UINT64}, {"Name", NT_TYPE_INT32}};
+    at_event_desc d3 = d;
+    d3.fields = fs;
+    at_event_type *t3 = at_event_type_register(&d3);
+    ck_assert_ptr_nonnull(t3);
+    ck_assert_ptr_ne(t3, t);
+    ck_assert_int_eq(t3->event_id, 7); /* asked for explicitly */
+    ck_assert_ptr_eq(at_event_type_register(&d3), t3);
+    ck_assert_ptr_eq(at_event_type_register(&d), t);
+    at_event_desc d4 = d2;
+    d4.nfields = 1;
+    d4.fields = f;
+    at_event_type *t4 = at_event_type_register(&d4);
+    ck_assert_ptr_ne(t4, t2);
+    ck_assert_int_eq(t4->event_id, 9); /* and a fresh id when none was asked for */
+    at_event_desc d5 = d2;
+    d5.level = 2; /* other metadata than fields: another type too */
+    ck_assert_ptr_ne(at_event_type_register(&d5), t2);
     /* invalid input */
     errno = 0;
     at_event_desc bad = {.provider = "P", .name = "C", .nfields = 1,
