@@ -47,16 +47,63 @@ static bool key_eq(const char *key, const char *a, const char *b, int tag)
 
 typedef void *(*make_fn)(const char *a, const char *b, int tag, unsigned flags);
 
+/* This thread's last few look-ups, by the caller's pointers: programs mark with string literals, so
+ * the same pointers come back. The text is still compared (a reused buffer may hold another name
+ * now) but neither hashed nor looked up in the table: ~50 instructions instead of ~220 per mark. An
+ * entry is filled with its a pointer cleared and published last, so a signal handler of this
+ * thread never takes half an entry. */
+#define RECENT 4
+typedef struct recent {
+    const char *a, *b; /* the caller's pointers (a NULL: empty) */
+    const char *ka, *kb; /* the table's copies of their text */
+    void *obj;
+    int tag;
+} recent;
+static AT_TLS recent at_api_recent[RECENT];
+static AT_TLS unsigned at_api_recent_next;
+
+static void *recent_get(const char *a, const char *b, int tag)
+{
+    for (unsigned i = 0; i < RECENT; i++) {
+        recent *r = &at_api_recent[i];
+        if (r->a == a && r->b == b && r->tag == tag) {
+            __atomic_signal_fence(__ATOMIC_ACQUIRE);
+            if (strcmp(r->ka, a) == 0 && strcmp(r->kb, b ? b : "") == 0)
+                return r->obj;
+        }
+    }
+    return NULL;
+}
+
+static void recent_put(const char *a, const char *b, int tag, const char *key, void *obj)
+{
+    recent *r = &at_api_recent[at_api_recent_next++ % RECENT];
+    r->a = NULL;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    r->b = b;
+    r->tag = tag;
+    r->ka = key + 1;
+    r->kb = key + 2 + strlen(key + 1);
+    r->obj = obj;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    r->a = a;
+}
+
 static void *lookup(const char *a, const char *b, int tag, unsigned flags, make_fn make)
 {
+    void *hit = recent_get(a, b, tag);
+    if (hit)
+        return hit;
     uint64_t h = hash_key(a, b, tag);
     for (uint32_t i = 0; i < NSLOTS; i++) {
         api_slot *s = &at_api_table[(h + i) & (NSLOTS - 1)];
         const char *k = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
         if (!k)
             break;
-        if (s->hash == h && key_eq(k, a, b, tag))
+        if (s->hash == h && key_eq(k, a, b, tag)) {
+            recent_put(a, b, tag, k, s->obj);
             return s->obj;
+        }
     }
     /* Miss: register under the lock (it allocates), then publish. */
     pthread_mutex_lock(&at_api_lock);
