@@ -28,6 +28,7 @@ static sem_t flusher_wake;
 _Atomic int at_flusher_armed;
 
 static at_ring *active[AT_MAX_THREADS];
+static uint64_t active_ts[AT_MAX_THREADS]; /* the next record's timestamp of each active ring */
 
 /* Flush passes: the chunk a thread is writing is read up to where its `used` said at the first look
  * of the pass. Chasing the writer within a pass (re-reading `used` each time we catch up) would pull
@@ -142,17 +143,21 @@ void at_flush_locked(bool holdback, bool force_sp)
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
-        if (peek(r))
+        const at_rec *rec = peek(r);
+        if (rec) {
+            active_ts[na] = rec->ts;
             active[na++] = r;
+        }
     }
     if (ok)
         at_ntw_flush_begin();
     while (na) {
-        /* the buffer with the oldest next record, and the next-oldest timestamp among the others */
+        /* the buffer with the oldest next record, and the next-oldest timestamp among the others
+         * (from the copies in active_ts: no look at the rings themselves) */
         uint32_t best = 0;
-        uint64_t best_ts = peek(active[0])->ts, second = UINT64_MAX;
+        uint64_t best_ts = active_ts[0], second = UINT64_MAX;
         for (uint32_t i = 1; i < na; i++) {
-            uint64_t ts = peek(active[i])->ts;
+            uint64_t ts = active_ts[i];
             if (ts < best_ts) {
                 second = best_ts;
                 best_ts = ts;
@@ -177,8 +182,12 @@ void at_flush_locked(bool holdback, bool force_sp)
             r->rpos += rec->size;
             rec = peek(r);
         } while (rec && rec->ts <= second);
-        if (!rec)
+        if (rec) {
+            active_ts[best] = rec->ts;
+        } else {
             active[best] = active[--na];
+            active_ts[best] = active_ts[na];
+        }
     }
     /* Exited threads: once everything they published is written, their buffer can be reused. A
      * thread whose last events were dropped must first appear in a sequence point, or a reader

@@ -186,8 +186,32 @@ static void eb_reset(evblock *b)
     memset(&b->last, 0, sizeof b->last);
 }
 
+/* Unsigned LEB128. Up to four bytes (timestamp deltas, thread ids, lengths: nearly every field)
+ * without a loop; the loop cost ~60 instructions per event. */
 static inline uint8_t *var_u64(uint8_t *p, uint64_t v)
 {
+    if (v < 0x80) {
+        p[0] = (uint8_t)v;
+        return p + 1;
+    }
+    if (v < 0x4000) {
+        p[0] = (uint8_t)(v | 0x80);
+        p[1] = (uint8_t)(v >> 7);
+        return p + 2;
+    }
+    if (v < 0x200000) {
+        p[0] = (uint8_t)(v | 0x80);
+        p[1] = (uint8_t)((v >> 7) | 0x80);
+        p[2] = (uint8_t)(v >> 14);
+        return p + 3;
+    }
+    if (v < 0x10000000) {
+        p[0] = (uint8_t)(v | 0x80);
+        p[1] = (uint8_t)((v >> 7) | 0x80);
+        p[2] = (uint8_t)((v >> 14) | 0x80);
+        p[3] = (uint8_t)(v >> 21);
+        return p + 4;
+    }
     while (v >= 0x80) {
         *p++ = (uint8_t)(v | 0x80);
         v >>= 7;

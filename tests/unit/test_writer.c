@@ -621,6 +621,41 @@ START_TEST(compression_cases)
 }
 END_TEST
 
+/* Header fields are LEB128: every length boundary (1 to 9 bytes) round-trips, as a timestamp delta
+ * and as a payload length. */
+START_TEST(varint_boundaries)
+{
+    mkdir_tmp();
+    at_trace_options o = {0};
+    start("v.nettrace", &o);
+    at_event_type *a = type_plain("A");
+    static const uint64_t deltas[] = {1, 0x7f, 0x80, 0x3fff, 0x4000, 0x1fffff, 0x200000, 0xfffffff,
+                                      0x10000000, 0x7ffffffffull, 0x800000000ull,
+                                      0x3ffffffffffffull, 0x100000000000000ull};
+    enum { N = sizeof deltas / sizeof deltas[0] };
+    uint64_t ts[N], t = at_ticks();
+    static uint8_t pay[200];
+    for (int i = 0; i < N; i++) {
+        t += deltas[i];
+        ts[i] = t;
+        /* payload lengths across the one/two byte boundary as well */
+        uint32_t len = i % 3 == 0 ? 127 : i % 3 == 1 ? 128 : 0;
+        at_event_write_ts(t, a, NULL, NULL, pay, len, NULL, 0);
+    }
+    at_trace_stop();
+    char p[512];
+    path_of(p, sizeof p, "v.nettrace");
+    walk w;
+    ck_assert_msg(walk_file(&w, p) == 0, "%s", w.err);
+    ck_assert_int_eq(w.nev, 1 + N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_uint_eq(w.ev[1 + i].ts, ts[i]);
+        ck_assert_uint_eq(w.ev[1 + i].plen, i % 3 == 0 ? 127u : i % 3 == 1 ? 128u : 0u);
+    }
+    walk_free(&w);
+}
+END_TEST
+
 START_TEST(exact_blob_bytes)
 {
     /* steady state of payload-less events: flags byte + 1-byte delta = 2 bytes per event */
@@ -1097,6 +1132,7 @@ static Suite *suite(void)
     tcase_add_test(tc, metadata_encoding);
     tcase_add_test(tc, payload_builders);
     tcase_add_test(tc, compression_cases);
+    tcase_add_test(tc, varint_boundaries);
     tcase_add_test(tc, exact_blob_bytes);
     tcase_add_test(tc, filter_sets_enabled);
     tcase_add_test(tc, metadata_lazy_and_once);
