@@ -15,6 +15,9 @@
 #define AT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define AT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define AT_NOINLINE __attribute__((noinline))
+/* Code on the path of every interposed system call: the compiler groups it (.text.hot), so the calls
+ * between two system calls (whose kernel may empty the TLB each time) touch few code pages. */
+#define AT_HOT_FN __attribute__((hot))
 #define AT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The calling thread's kernel id, cached once per thread for the writer, the engine and the shim

@@ -24,15 +24,10 @@
 
 #define AT_FD_LIMIT (1 << 20)
 
-typedef struct at_fd_slot {
-    at_activity *act;   /* the tag: a reference (at_flow_capture), or NULL */
-    uint32_t readers;   /* threads between loading act and holding their own reference */
-    uint8_t reported;   /* an ambiguity of this tag was reported already */
-    uint8_t owns;       /* the tag is a Connection activity the shim started: stop it at close */
-} at_fd_slot;
+/* at_fd_slot and the slots of the lowest fds: real.h (the hot page) */
 
-static at_fd_slot *at_fd_tab;
-static int at_fd_max; /* 0 until the table exists: every fd is then "untagged" */
+/* the table and its size live on the hot page (real.h: at_hot.fd_tab, fd_max; 0 until the table
+ * exists: every fd is then "untagged") */
 static int at_fd_high = -1; /* highest fd ever tagged: bounds the scans of close_range */
 
 /* This thread's adoption (or the Connection it accepted), undone at its next wait point. */
@@ -56,15 +51,17 @@ int at_fdflow_init(char *err, size_t n)
                  strerror(errno));
         return -1;
     }
-    at_fd_tab = p;
-    __atomic_store_n(&at_fd_max, (int)max, __ATOMIC_RELEASE);
+    at_hot.fd_tab = p;
+    __atomic_store_n(&at_hot.fd_max, (int)max, __ATOMIC_RELEASE);
     return 0;
 }
 
 static inline at_fd_slot *slot_of(int fd)
 {
-    int max = __atomic_load_n(&at_fd_max, __ATOMIC_ACQUIRE);
-    return AT_LIKELY((unsigned)fd >= (unsigned)max) ? NULL : &at_fd_tab[fd];
+    int max = __atomic_load_n(&at_hot.fd_max, __ATOMIC_ACQUIRE);
+    if (AT_LIKELY((unsigned)fd < AT_FD_LOW))
+        return max ? &at_hot.fd_low[fd] : NULL;
+    return AT_LIKELY((unsigned)fd >= (unsigned)max) ? NULL : &at_hot.fd_tab[fd];
 }
 
 /* ---------------- adoption ---------------- */
@@ -114,7 +111,7 @@ static at_activity *tag_acquire(at_fd_slot *s)
 
 /* Remove a tag; returns the reference the slot held (NULL if none) once no reader can still be
  * about to take its own. */
-static at_activity *tag_take(at_fd_slot *s, bool *owns)
+AT_HOT_FN static at_activity *tag_take(at_fd_slot *s, bool *owns)
 {
     at_activity *old = __atomic_exchange_n(&s->act, NULL, __ATOMIC_SEQ_CST);
     *owns = s->owns;
@@ -158,7 +155,7 @@ static void report_ambiguous(at_fd_slot *s, int fd, const at_activity *tag, cons
     at_shim_event(at_ev.fd_ambiguous, buf, (uint32_t)(pl.p - buf));
 }
 
-AT_NOINLINE static void fd_io_slow(at_fd_slot *s, int fd)
+AT_NOINLINE AT_HOT_FN static void fd_io_slow(at_fd_slot *s, int fd)
 {
     if (!at_on())
         return;
@@ -240,7 +237,7 @@ static void tag_event(int fd, tag_source src)
     at_shim_event(at_ev.fd_tag, buf, 4 + src.bytes);
 }
 
-static void fd_tag(int fd, tag_source source, bool accepted)
+AT_HOT_FN static void fd_tag(int fd, tag_source source, bool accepted)
 {
     at_fd_slot *s;
     if (fd < 0 || !at_on() || !at_cfg.fdflow || !(s = slot_of(fd)))
@@ -292,7 +289,7 @@ static void fd_tag(int fd, tag_source source, bool accepted)
     errno = e;
 }
 
-static void fd_untag(int fd)
+AT_HOT_FN static void fd_untag(int fd)
 {
     at_fd_slot *s = slot_of(fd);
     if (!s || !__atomic_load_n(&s->act, __ATOMIC_RELAXED))
@@ -348,7 +345,7 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
     return true;
 }
 
-AT_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+AT_EXPORT AT_HOT_FN int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
     fd_wait(); /* accept blocks for the next connection: a wait point of its own */
     int r = AT_REAL(accept)(fd, addr, len);
@@ -356,7 +353,7 @@ AT_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
     return r;
 }
 
-AT_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+AT_EXPORT AT_HOT_FN int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
     fd_wait();
     int r = AT_REAL(accept4)(fd, addr, len, flags);
@@ -364,7 +361,7 @@ AT_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
     return r;
 }
 
-AT_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+AT_EXPORT AT_HOT_FN int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
     int r = AT_REAL(connect)(fd, addr, len);
     /* a non-blocking connect in progress is as much a connection of this activity */
@@ -373,7 +370,7 @@ AT_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     return r;
 }
 
-AT_EXPORT int close(int fd)
+AT_EXPORT AT_HOT_FN int close(int fd)
 {
     if (at_fd_is_trace(fd) && !at_internal)
         return 0; /* the trace's own file: the program never had it (fdguard.c) */
@@ -381,21 +378,21 @@ AT_EXPORT int close(int fd)
     return AT_REAL(close)(fd);
 }
 
-AT_EXPORT int dup2(int from, int to)
+AT_EXPORT AT_HOT_FN int dup2(int from, int to)
 {
     if (from != to)
         fd_untag(to);
     return AT_REAL(dup2)(from, to);
 }
 
-AT_EXPORT int dup3(int from, int to, int flags)
+AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
 {
     fd_untag(to);
     return AT_REAL(dup3)(from, to, flags);
 }
 
 #define AT_IO1(ret, name, params, args, fd)                                                        \
-    AT_EXPORT ret name params                                                                      \
+    AT_EXPORT AT_HOT_FN ret name params                                                            \
     {                                                                                              \
         fd_io(fd);                                                                                 \
         return AT_REAL(name) args;                                                                 \
@@ -433,21 +430,21 @@ AT_IO1(ssize_t, __recvfrom_chk,
        (fd, b, n, bl, f, a, l), fd)
 
 /* Two fds: the socket is usually the output of sendfile and either end of splice. */
-AT_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
+AT_EXPORT AT_HOT_FN ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
     fd_io(out);
     fd_io(in);
     return AT_REAL(sendfile)(out, in, off, n);
 }
 
-AT_EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
+AT_EXPORT AT_HOT_FN ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
 {
     fd_io(out);
     fd_io(in);
     return AT_REAL(sendfile64)(out, in, off, n);
 }
 
-AT_EXPORT ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f)
+AT_EXPORT AT_HOT_FN ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f)
 {
     fd_io(in);
     fd_io(out);
@@ -457,7 +454,7 @@ AT_EXPORT ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n,
 /* ---------------- wait points ---------------- */
 
 #define AT_WAIT(ret, name, params, args)                                                           \
-    AT_EXPORT ret name params                                                                      \
+    AT_EXPORT AT_HOT_FN ret name params                                                            \
     {                                                                                              \
         fd_wait();                                                                                 \
         return AT_REAL(name) args;                                                                 \

@@ -15,7 +15,6 @@
 #include "real.h"
 #include "shim.h"
 
-int at_shim_on;
 at_config at_cfg;
 pid_t at_pid;
 
@@ -128,7 +127,7 @@ __attribute__((constructor)) static void at_preload_init(void)
             o.keywords = hc.keywords;
     }
     /* Hooks go in before the trace's flusher thread exists: entry patching rewrites code while
-     * nothing else can be running it (the wrappers stay inert until at_shim_on) */
+     * nothing else can be running it (the wrappers stay inert until at_hot.shim_on) */
     if (have_hc && at_hooks_install(&hc, err, sizeof err) != 0)
         fprintf(stderr, "acttrace: hooks disabled: %s\n", err);
     if (at_trace_start(&o, err, sizeof err) != 0) {
@@ -143,7 +142,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     }
     if (at_cfg.fatal_signals)
         at_signals_install();
-    __atomic_store_n(&at_shim_on, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&at_hot.shim_on, 1, __ATOMIC_RELEASE);
 out:
     errno = saved_errno;
 }

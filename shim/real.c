@@ -11,7 +11,8 @@
 #include <string.h>
 #include <sys/syscall.h>
 
-at_real_fns at_real;
+at_hot_page at_hot __attribute__((aligned(4096)));
+_Static_assert(sizeof(at_hot_page) <= 4096, "the hot state fits one page");
 
 static AT_TLS int at_resolving;
 

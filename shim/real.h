@@ -55,7 +55,33 @@ typedef struct at_real_fns {
 #undef AT_REAL_MEMBER
 } at_real_fns;
 
-extern at_real_fns at_real;
+/* What every interposed call reads before it calls the real function, on one page (real.c): the
+ * shim's on flag, the fd table's bounds and the real functions' addresses. On a kernel that isolates
+ * page tables without PCID each system call empties the TLB, and each page touched before the next
+ * costs a page walk: the untagged read() path touched four (its code, two pages of variables and the
+ * fd table), ~15 ns each on this VM. */
+/* An fd's tag (fdflow.c), one cache line each: the accepting thread writes a slot and the worker
+ * that takes the connection writes it again at close; four to a line, neighbouring connections (fds
+ * are reused lowest first) bounced each other's slots between the cores as well. */
+typedef struct at_fd_slot {
+    struct at_activity *act; /* the tag: a reference (at_flow_capture), or NULL */
+    uint32_t readers;        /* threads between loading act and holding their own reference */
+    uint8_t reported;        /* an ambiguity of this tag was reported already */
+    uint8_t owns;            /* the tag is a Connection activity the shim started: stop it at close */
+} __attribute__((aligned(64))) at_fd_slot;
+
+/* The slots of the lowest fds are on the hot page too: a program's untagged fds (files, pipes, the
+ * eventfd a server wakes its workers with) then cost no page of the table. */
+#define AT_FD_LOW 48
+typedef struct at_hot_page {
+    int shim_on;                /* 0 until the constructor succeeded (shim.h: at_on) */
+    int fd_max;                 /* fds below it have a slot (0: no table yet) */
+    at_fd_slot *fd_tab;         /* slots of fds from AT_FD_LOW up (index: the fd) */
+    at_real_fns real;
+    at_fd_slot fd_low[AT_FD_LOW];
+} at_hot_page;
+extern at_hot_page at_hot;
+#define at_real (at_hot.real)
 
 /* Resolve every pointer (constructor). */
 void at_real_init(void);

@@ -7,15 +7,15 @@
 #include <sys/types.h>
 
 #include "activity.h"
+#include "real.h"
 #include "config.h"
 #include "trace.h"
 
 /* 0 until the constructor succeeded (and forever in secure-execution mode or after a failure):
- * every interposed function then only calls the real one. */
-extern int at_shim_on;
+ * every interposed function then only calls the real one. On the hot page (real.h). */
 static inline bool at_on(void)
 {
-    return AT_LIKELY(__atomic_load_n(&at_shim_on, __ATOMIC_RELAXED) != 0);
+    return AT_LIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 0);
 }
 
 extern at_config at_cfg;

@@ -43,11 +43,20 @@ static bool has_transfer(const at_trace *t, const char *name, uint64_t thread, c
     return false;
 }
 
-START_TEST(test_queue_server_shared_activity)
+/* Every request lands in Serve, on a worker, with its transfers; high: the connections' fds were
+ * all above 100 (the shim keeps the lowest fds' tags apart from the rest). */
+static void check_shared_activity(const char *const *env, bool high)
 {
     at_session s;
-    run_server(&s, NULL);
+    run_server(&s, env);
     const at_trace *t = &s.t;
+    if (high)
+        for (long i = at_find(t, NULL, "Accepted", 0); i >= 0;
+             i = at_find(t, NULL, "Accepted", (size_t)i + 1)) {
+            uint64_t fd = 0;
+            ck_assert(at_field_u64(&t->ev[i], "Value", &fd));
+            ck_assert_uint_ge(fd, 100);
+        }
     long serve = at_find(t, NULL, "ServeStart", 0);
     ck_assert(serve >= 0);
     uint64_t main_tid = t->ev[serve].thread;
@@ -72,6 +81,18 @@ START_TEST(test_queue_server_shared_activity)
     }
     ck_assert(has_transfer(t, "Send", main_tid, &t->ev[serve].activity));
     at_session_free(&s);
+}
+
+START_TEST(test_queue_server_shared_activity)
+{
+    check_shared_activity(NULL, false);
+}
+END_TEST
+
+START_TEST(test_queue_server_high_fds)
+{
+    const char *env[] = {"QS_LOW_FDS_TAKEN=1", NULL};
+    check_shared_activity(env, true);
 }
 END_TEST
 
@@ -214,6 +235,7 @@ int main(void)
     TCase *tc = tcase_create("handoff");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_queue_server_shared_activity);
+    tcase_add_test(tc, test_queue_server_high_fds);
     tcase_add_test(tc, test_queue_server_connection_activity);
     tcase_add_test(tc, test_thread_per_connection);
     tcase_add_test(tc, test_fdflow_off);
