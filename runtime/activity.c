@@ -47,7 +47,8 @@ static pthread_mutex_t g_kinds_lock = PTHREAD_MUTEX_INITIALIZER;
 static at_activity_kind *g_kinds;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_thread_key;
-static at_event_type *g_send_ev, *g_recv_ev;
+#define g_send_ev (at_rt_hot.send_ev) /* at_common.h: on the runtime's hot line */
+#define g_recv_ev (at_rt_hot.recv_ev)
 
 /* --- per-thread state --- */
 #define UNIQUE_BLOCK 1024u
@@ -156,7 +157,7 @@ static void refc_register(void)
     }
 }
 
-at_activity *at_flow_capture_slow(at_activity *c)
+AT_HOT_FN at_activity *at_flow_capture_slow(at_activity *c)
 {
     if (at_refc_busy) { /* inside a cache update (a signal handler), or the thread has ended */
         __atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
@@ -177,7 +178,7 @@ at_activity *at_flow_capture_slow(at_activity *c)
     return c;
 }
 
-void at_flow_release_slow(at_activity *a)
+AT_HOT_FN void at_flow_release_slow(at_activity *a)
 {
     if (at_refc_busy) {
         at_activity_unref(a);
@@ -627,7 +628,7 @@ int at_activity_path(const at_activity *a, char *buf, size_t n)
     return at_actpath_format(&a->id, at_actpath_pid(&a->id), buf, n);
 }
 
-int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
+AT_HOT_FN int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
                       const uintptr_t *ips, uint32_t nips)
 {
     if (!t || !at_event_enabled(t))
@@ -654,7 +655,7 @@ static void init_transfer_events(void)
 }
 
 static pthread_once_t g_transfer_once = PTHREAD_ONCE_INIT;
-static int g_transfer_ready; /* atomic: set once the types are registered (no libc call per event) */
+#define g_transfer_ready (at_rt_hot.transfer_ready) /* atomic: set once the types are registered */
 
 static void init_transfer_once(void)
 {
@@ -668,7 +669,7 @@ static inline void transfer_types(void)
         pthread_once(&g_transfer_once, init_transfer_once);
 }
 
-static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *related,
+AT_HOT_FN static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *related,
                                uint64_t ts)
 {
     if (!t || !at_event_enabled(t))
@@ -679,7 +680,7 @@ static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *
                                                                                   : 0;
 }
 
-uint64_t at_flow_transfer_send(at_activity *a)
+AT_HOT_FN uint64_t at_flow_transfer_send(at_activity *a)
 {
     if (!a)
         return 0;
@@ -692,7 +693,7 @@ void at_flow_transfer_receive(at_activity *a, const at_guid *previous)
     at_flow_transfer_receive_after(a, previous, 0);
 }
 
-void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uint64_t send_ts)
+AT_HOT_FN void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uint64_t send_ts)
 {
     if (!a)
         return;

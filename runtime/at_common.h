@@ -112,7 +112,21 @@ static inline uint64_t at_now_ns(void)
  * ~12 ns against clock_gettime's ~28 here) and the frequency is calibrated against CLOCK_MONOTONIC
  * over the whole run, the header being rewritten as the estimate improves; otherwise the ticks are
  * CLOCK_MONOTONIC ns (frequency 1e9), as the .NET runtime writes on Linux. */
-extern int at_clock_tsc; /* 1: the event clock is the TSC */
+/* The runtime's words every event reads, on one cache line (tbuf.c): after a system call on a
+ * kernel that isolates page tables without PCID, each page an event touches costs a page walk, and
+ * these lived on three (clock.c's, tbuf.c's and activity.c's variables). */
+struct at_event_type;
+typedef struct at_rt_hot {
+    int clock_tsc;                 /* clock.c: 1 when the event clock is the TSC */
+    _Atomic int sess_active;       /* tbuf.c: a session is writing */
+    _Atomic uint32_t sess_gen;     /* bumped at start/stop/fork: thread buffers go stale */
+    _Atomic int flusher_armed;     /* flusher.c: it sleeps and wants a kick when buffers fill */
+    int transfer_ready;            /* activity.c: the transfer types are registered */
+    struct at_event_type *send_ev, *recv_ev; /* activity.c: TransferSend / TransferReceive */
+    uint8_t *chunks;               /* tbuf.c: the buffer pool's chunks (at_pool_g.chunks) */
+} at_rt_hot_t;
+extern at_rt_hot_t at_rt_hot;
+#define at_clock_tsc (at_rt_hot.clock_tsc) /* 1: the event clock is the TSC */
 static inline uint64_t at_ticks(void)
 {
     if (AT_LIKELY(__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))) {

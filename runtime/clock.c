@@ -14,7 +14,6 @@
 #include <unistd.h>
 #include "clock.h"
 
-int at_clock_tsc;
 
 static struct {
     bool based;

@@ -25,7 +25,6 @@ static sem_t flusher_ready;
  * filling (at_flusher_kick): no polling, so a traced program's cores are not woken a thousand times
  * a second (on a server busy with syscalls each wake-up took a core from the program). */
 static sem_t flusher_wake;
-_Atomic int at_flusher_armed;
 
 static at_ring *active[AT_MAX_THREADS];
 static uint64_t active_ts[AT_MAX_THREADS]; /* the next record's timestamp of each active ring */

@@ -18,8 +18,7 @@
 #define AT_MAX_IPS 1024u           /* with the largest payload a record still fits one chunk */
 
 at_pool at_pool_g;
-_Atomic uint32_t at_sess_gen;
-_Atomic int at_sess_active;
+at_rt_hot_t at_rt_hot __attribute__((aligned(64)));
 _Atomic uint64_t at_drops_noring;
 _Atomic uint64_t at_drops_retired;
 
@@ -276,6 +275,7 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     at_pool_g.nrings = AT_MAX_THREADS;
     at_pool_g.free_next = (uint32_t *)((uint8_t *)m + sizeof(at_ring) * AT_MAX_THREADS);
     at_pool_g.chunks = (uint8_t *)m + ring_bytes;
+    at_rt_hot.chunks = at_pool_g.chunks;
     at_pool_g.nchunks = n;
     at_pool_g.map = m;
     at_pool_g.map_len = len;
@@ -309,7 +309,7 @@ static bool next_chunk(at_ring *r);
  * handed over comes first: this thread's owner record goes into it (the flusher then names what
  * follows after this thread) and its timestamps continue from the last owner's, so the ring's
  * records stay in time order for the merge. */
-static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
+AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
 {
     if (thr.tid == 0)
         thr.tid = (uint64_t)at_tid();
@@ -328,7 +328,7 @@ static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
             atomic_store_explicit(&r->state, AT_RING_RETIRED, memory_order_release);
             r = NULL;
         } else {
-            at_chunk *c = at_chunk_at(&at_pool_g, r->wchunk);
+            at_chunk *c = at_wchunk(r->wchunk);
             at_rec *rec = (at_rec *)((uint8_t *)c + r->wpos);
             *rec = (at_rec){.size = size, .type_index = AT_REC_OWNER_TYPE, .ts = thr.last_ts,
                             .payload_len = 8};
@@ -358,16 +358,16 @@ static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
 }
 
 /* The current chunk is full (or there is none): chain a new one. false when the cap is reached. */
-static AT_NOINLINE bool next_chunk(at_ring *r)
+AT_HOT_FN static AT_NOINLINE bool next_chunk(at_ring *r)
 {
     int32_t n = chunk_pop();
     if (n < 0)
         return false;
-    at_chunk *c = at_chunk_at(&at_pool_g, n);
+    at_chunk *c = at_wchunk(n);
     atomic_store_explicit(&c->used, AT_CHUNK_HDR, memory_order_relaxed);
     atomic_store_explicit(&c->next, -1, memory_order_relaxed);
     if (r->wchunk >= 0)
-        atomic_store_explicit(&at_chunk_at(&at_pool_g, r->wchunk)->next, n, memory_order_release);
+        atomic_store_explicit(&at_wchunk(r->wchunk)->next, n, memory_order_release);
     else
         atomic_store_explicit(&r->first, n, memory_order_release);
     r->wchunk = n;
@@ -394,7 +394,7 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
                               const at_guid *related, const void *payload, uint32_t payload_len,
                               const uintptr_t *ips, uint32_t nips);
 
-int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
+AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips)
 {
@@ -444,7 +444,7 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
         count_drop(r, seq);
         return -1;
     }
-    at_chunk *c = at_chunk_at(&at_pool_g, r->wchunk);
+    at_chunk *c = at_wchunk(r->wchunk);
     uint8_t *p = (uint8_t *)c + r->wpos;
     at_rec *rec = (at_rec *)p;
     rec->size = size;
@@ -489,7 +489,7 @@ uint64_t at_event_last_ts(void)
     return thr.last_ts;
 }
 
-int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
+AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
     return at_event_write_ts(at_ticks(), t, activity, related, payload, payload_len, ips, nips);

@@ -105,6 +105,12 @@ typedef struct at_pool {
     void *map;
 } at_pool;
 
+/* The writer's way to a chunk: the base from the hot line, not from at_pool_g. */
+static inline at_chunk *at_wchunk(int32_t i)
+{
+    return (at_chunk *)(at_rt_hot.chunks + (size_t)i * AT_CHUNK_SIZE);
+}
+
 static inline at_chunk *at_chunk_at(const at_pool *p, int32_t i)
 {
     return (at_chunk *)(p->chunks + (size_t)i * AT_CHUNK_SIZE);
@@ -116,8 +122,8 @@ static inline uint32_t at_ring_limit(void)
 {
     return atomic_load_explicit(&at_pool_g.hiwater, memory_order_acquire);
 }
-extern _Atomic uint32_t at_sess_gen;   /* bumped at start/stop/fork: thread buffers go stale */
-extern _Atomic int at_sess_active;
+#define at_sess_gen (at_rt_hot.sess_gen)       /* at_common.h: on the runtime's hot line */
+#define at_sess_active (at_rt_hot.sess_active)
 extern _Atomic uint64_t at_drops_noring; /* events dropped with no buffer (cap reached, no session) */
 extern _Atomic uint64_t at_drops_retired;
 
@@ -191,7 +197,7 @@ void at_flusher_stop(void);
 void at_flusher_forget(void);
 /* Writers: the buffers are filling (a quarter of the chunks, at most 64, in use); wake the flusher. */
 bool at_rings_filling(void);
-extern _Atomic int at_flusher_armed;
+#define at_flusher_armed (at_rt_hot.flusher_armed)
 void at_flusher_kick(void);
 uint32_t at_ring_sp_seq(at_ring *r);
 extern unsigned at_flush_interval_ms;

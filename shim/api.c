@@ -89,7 +89,7 @@ static void recent_put(const char *a, const char *b, int tag, const char *key, v
     r->a = a;
 }
 
-static void *lookup(const char *a, const char *b, int tag, unsigned flags, make_fn make)
+AT_HOT_FN static void *lookup(const char *a, const char *b, int tag, unsigned flags, make_fn make)
 {
     void *hit = recent_get(a, b, tag);
     if (hit)
@@ -163,7 +163,7 @@ static void *make_event(const char *name, const char *field, int tag, unsigned f
     return at_event_type_register(&d);
 }
 
-AT_EXPORT int acttrace_api_start(const char *name, unsigned flags)
+AT_HOT_FN AT_EXPORT int acttrace_api_start(const char *name, unsigned flags)
 {
     if (!at_on() || !name || !*name)
         return 0;
@@ -176,7 +176,7 @@ AT_EXPORT int acttrace_api_start(const char *name, unsigned flags)
     return a != NULL;
 }
 
-AT_EXPORT int acttrace_api_stop(const char *name)
+AT_HOT_FN AT_EXPORT int acttrace_api_stop(const char *name)
 {
     if (!at_on() || !name || !*name)
         return 0;
@@ -189,7 +189,7 @@ AT_EXPORT int acttrace_api_stop(const char *name)
     return r;
 }
 
-AT_EXPORT int acttrace_api_event(const char *name, const char *field, int type, const void *value)
+AT_HOT_FN AT_EXPORT int acttrace_api_event(const char *name, const char *field, int type, const void *value)
 {
     if (!at_on() || !name || !*name)
         return -1;

@@ -116,7 +116,7 @@ static void ctx_free(cb_ctx *c)
 }
 
 /* Enter c's activity on this thread; records the hop when the thread is not the submitter's. */
-static at_activity *ctx_enter(at_activity *cap, uint64_t from_tid, uint64_t send_ts)
+AT_HOT_FN static at_activity *ctx_enter(at_activity *cap, uint64_t from_tid, uint64_t send_ts)
 {
     if (cap && (uint64_t)at_tid() != from_tid) {
         at_activity *cur = at_act_live_from(at_act_cur); /* what the Receive names as before */
@@ -437,7 +437,7 @@ static void item_done(pool_item *it)
     at_slot_free(it);
 }
 
-static void pool_tramp(void *p, void *arg)
+AT_HOT_FN static void pool_tramp(void *p, void *arg)
 {
     pool_ctx *pc = arg;
     pool_item *it = at_is_slot(p) ? p : NULL;
@@ -502,7 +502,7 @@ AT_EXPORT void *g_thread_pool_new(GFunc func, void *user_data, int max_threads, 
     return g_thread_pool_new_full(func, user_data, NULL, max_threads, exclusive, error);
 }
 
-AT_EXPORT gboolean g_thread_pool_push(void *pool, void *data, void **error)
+AT_HOT_FN AT_EXPORT gboolean g_thread_pool_push(void *pool, void *data, void **error)
 {
     gpool_head *h = pool;
     void *item = data;
@@ -1020,7 +1020,7 @@ typedef struct omp_task_hdr {
     long off;            /* where the program's data starts in the block */
 } omp_task_hdr;
 
-static void omp_task_tramp(void *p)
+AT_HOT_FN static void omp_task_tramp(void *p)
 {
     omp_task_hdr *h = p;
     at_activity *prev = ctx_enter(h->cap, h->tid, h->send_ts);
@@ -1038,7 +1038,7 @@ static void omp_task_copy(void *dst, void *src)
 
 REAL(GOMP_task, void, (omp_fn, void *, void (*)(void *, void *), long, long, _Bool, unsigned,
                        void **, int, void *))
-AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, void *), long size, long align,
+AT_HOT_FN AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, void *), long size, long align,
                          _Bool if_clause, unsigned flags, void **depend, int priority, void *detach)
 {
     at_activity *cap = at_on() ? at_flow_capture() : NULL;

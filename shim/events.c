@@ -70,7 +70,7 @@ int at_shim_events_register(char *err, size_t n)
     return 0;
 }
 
-void at_shim_event(const at_event_type *t, const void *payload, uint32_t len)
+AT_HOT_FN void at_shim_event(const at_event_type *t, const void *payload, uint32_t len)
 {
     if (!t || !at_event_enabled(t))
         return;

@@ -102,7 +102,7 @@ static void refill(void)
     }
 }
 
-void *at_slot_alloc(void)
+AT_HOT_FN void *at_slot_alloc(void)
 {
     if (AT_UNLIKELY(!tl_cache))
         refill();
@@ -137,7 +137,7 @@ static void give_batch(void)
     put_batch(first, AT_SLOT_BATCH);
 }
 
-void at_slot_free(void *p)
+AT_HOT_FN void at_slot_free(void *p)
 {
     free_slot *s = p;
     /* bytes 24-31 of a free slot are NULL: callbacks.c's scan for a pool's live items reads them

@@ -26,7 +26,7 @@ static AT_TLS at_activity *at_thread_prev;
 static AT_TLS bool at_thread_ours;
 AT_TLS int at_thread_noflow;
 
-static void thread_begin(at_thread_start *s)
+AT_HOT_FN static void thread_begin(at_thread_start *s)
 {
     at_thread_managed = true; /* thread_end does the writer's and the engine's exit work */
     at_thread_cap = s->cap;
@@ -42,7 +42,7 @@ static void thread_begin(at_thread_start *s)
     }
 }
 
-static void thread_end(uint32_t kind)
+AT_HOT_FN static void thread_end(uint32_t kind)
 {
     if (!at_thread_ours)
         return;
@@ -86,7 +86,7 @@ static void start_free(void *p)
         free(p);
 }
 
-static void *posix_trampoline(void *p)
+AT_HOT_FN static void *posix_trampoline(void *p)
 {
     at_thread_start s = *(at_thread_start *)p;
     start_free(p);
@@ -136,7 +136,7 @@ static void start_abandon(at_thread_start *s)
     errno = e;
 }
 
-AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
     at_thread_start *s;
     if (!at_on() || at_internal || !(s = start_new()))
