@@ -1008,17 +1008,24 @@ OMP_LOOP_RT(GOMP_parallel_loop_nonmonotonic_runtime)
 OMP_LOOP_RT(GOMP_parallel_loop_maybe_nonmonotonic_runtime)
 
 /* GOMP_task: libgomp copies the data block (arg_size bytes, or through cpyfn) when it defers the
- * task, and runs fn on the copy. The block is extended in front with a header (the program's fn and
- * cpyfn, the capture) so every copy carries it; the program's data follows at its own alignment. */
+ * task, and runs fn on the copy. The block is extended in front with a header (the program's fn, the
+ * capture, the Send's time) so every copy carries it; the program's data follows at its own
+ * alignment. The header is kept to 32 bytes (the program's cpyfn and source only when it has one):
+ * the thread that runs the task reads it from a copy the creating core just wrote, and 56 bytes
+ * pulled one more line across (~50-90 ns a task here). */
 typedef struct omp_task_hdr {
     omp_fn fn;
+    at_activity *cap;
+    uint64_t send_ts;    /* the Send's timestamp (0: none written) */
+    uint32_t tid;        /* the submitting thread */
+    uint16_t off;        /* where the program's data starts in the block */
+    uint16_t has_copy;   /* an omp_task_hdr_copy: the program gave a cpyfn */
+} omp_task_hdr;
+typedef struct omp_task_hdr_copy {
+    omp_task_hdr h;
     void (*cpyfn)(void *, void *);
     void *src;           /* the program's data, for its cpyfn */
-    at_activity *cap;
-    uint64_t tid;
-    uint64_t send_ts;    /* the Send's timestamp (0: none written) */
-    long off;            /* where the program's data starts in the block */
-} omp_task_hdr;
+} omp_task_hdr_copy;
 
 AT_HOT_FN static void omp_task_tramp(void *p)
 {
@@ -1031,24 +1038,27 @@ AT_HOT_FN static void omp_task_tramp(void *p)
 
 static void omp_task_copy(void *dst, void *src)
 {
-    omp_task_hdr *s = src;
+    omp_task_hdr_copy *s = src;
     memcpy(dst, s, sizeof *s);
-    s->cpyfn((char *)dst + s->off, s->src);
+    s->cpyfn((char *)dst + s->h.off, s->src);
 }
 
 REAL(GOMP_task, void, (omp_fn, void *, void (*)(void *, void *), long, long, _Bool, unsigned,
                        void **, int, void *))
-AT_HOT_FN AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, void *), long size, long align,
-                         _Bool if_clause, unsigned flags, void **depend, int priority, void *detach)
+AT_HOT_FN AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, void *), long size,
+                                   long align, _Bool if_clause, unsigned flags, void **depend,
+                                   int priority, void *detach)
 {
     at_activity *cap = at_on() ? at_flow_capture() : NULL;
-    if (!cap || align <= 0 || (align & (align - 1)) || size < 0 || size > (1l << 20)) {
+    if (!cap || align <= 0 || (align & (align - 1)) || align > 4096 || size < 0 ||
+        size > (1l << 20)) {
         at_flow_release(cap);
         real_GOMP_task()(fn, data, cpyfn, size, align, if_clause, flags, depend, priority, detach);
         return;
     }
-    long a = align < (long)_Alignof(omp_task_hdr) ? (long)_Alignof(omp_task_hdr) : align;
-    long off = ((long)sizeof(omp_task_hdr) + a - 1) & ~(a - 1);
+    long hsize = cpyfn ? (long)sizeof(omp_task_hdr_copy) : (long)sizeof(omp_task_hdr);
+    long a = align < (long)_Alignof(omp_task_hdr_copy) ? (long)_Alignof(omp_task_hdr_copy) : align;
+    long off = (hsize + a - 1) & ~(a - 1);
     long total = off + size;
     /* the block only has to live through the call (libgomp copies it when it defers the task, and
      * runs an undeferred one on it before returning): small ones on the stack, no malloc/free */
@@ -1067,13 +1077,16 @@ AT_HOT_FN AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, 
     char *blk = (char *)(((uintptr_t)raw + (uintptr_t)a - 1) & ~((uintptr_t)a - 1));
     omp_task_hdr *h = (omp_task_hdr *)blk;
     h->fn = fn;
-    h->cpyfn = cpyfn;
-    h->src = data;
     h->cap = cap;
-    h->tid = (uint64_t)at_tid();
-    h->off = off;
-    if (!cpyfn && size)
+    h->tid = (uint32_t)at_tid();
+    h->off = (uint16_t)off;
+    h->has_copy = cpyfn != NULL;
+    if (cpyfn) {
+        ((omp_task_hdr_copy *)h)->cpyfn = cpyfn;
+        ((omp_task_hdr_copy *)h)->src = data;
+    } else if (size) {
         memcpy(blk + off, data, (size_t)size);
+    }
     h->send_ts = at_flow_transfer_send(cap);
     /* an undeferred task runs fn(data) on this very block with cpyfn applied first by libgomp */
     real_GOMP_task()(omp_task_tramp, blk, cpyfn ? omp_task_copy : NULL, total, a, if_clause, flags,

@@ -234,6 +234,14 @@ START_TEST(openmp_regions_loops_tasks)
         snprintf(v, sizeof v, "%d", i * 10); /* the task's firstprivate copy arrived intact */
         ck_assert_int_eq(marks_in(t, "Task", v, start_path(t, "TasksStart"), 0, NULL), 1);
     }
+    /* copied through the program's copy function (a VLA) and at the data's own alignment */
+    for (int i = 0; i < 4; i++) {
+        int n = i + 3;
+        snprintf(v, sizeof v, "%d", 100 * i * n + n * (n - 1) / 2);
+        ck_assert_int_eq(marks_in(t, "VlaTask", v, start_path(t, "TasksStart"), 0, NULL), 1);
+        snprintf(v, sizeof v, "%d", (1000 + i) * 2 + 1);
+        ck_assert_int_eq(marks_in(t, "AlignedTask", v, start_path(t, "TasksStart"), 0, NULL), 1);
+    }
     /* the team ran on more than one thread, and its threads began in no activity */
     uint64_t main_tid = t->ev[at_find(t, NULL, "RegionStart", 0)].thread;
     int others = 0;
