@@ -47,49 +47,66 @@ static bool key_eq(const char *key, const char *a, const char *b, int tag)
 
 typedef void *(*make_fn)(const char *a, const char *b, int tag, unsigned flags);
 
-/* This thread's last few look-ups, by the caller's pointers: programs mark with string literals, so
- * the same pointers come back. The text is still compared (a reused buffer may hold another name
- * now) but neither hashed nor looked up in the table: ~50 instructions instead of ~220 per mark. An
- * entry is filled with its a pointer cleared and published last, so a signal handler of this
- * thread never takes half an entry. */
-#define RECENT 4
+/* Recent look-ups by the caller's pointers, shared by all threads: programs mark with string
+ * literals, so the same pointers come back, also from every new thread of a thread-per-connection
+ * server (a per-thread cache missed there every time). The text is still compared (a reused buffer
+ * may hold another name now) but neither hashed nor probed in the table: ~50 instructions instead of
+ * ~220 per mark. Each entry has a sequence count, odd while it is written: a reader that sees it odd
+ * or changed takes the slow path; a writer only tries, so a signal handler never waits on one. */
+#define RECENT 64u
 typedef struct recent {
-    const char *a, *b; /* the caller's pointers (a NULL: empty) */
-    const char *ka, *kb; /* the table's copies of their text */
-    void *obj;
+    uint32_t seq;
     int tag;
+    const char *a, *b;   /* the caller's pointers */
+    const char *ka, *kb; /* the table's copies of their text (never freed) */
+    void *obj;
 } recent;
-static AT_TLS recent at_api_recent[RECENT];
-static AT_TLS unsigned at_api_recent_next;
+static recent at_api_recent[RECENT];
+
+static inline uint32_t recent_slot(const char *a, const char *b, int tag)
+{
+    uint64_t h = ((uintptr_t)a * 0x9E3779B97F4A7C15ull) ^ ((uintptr_t)b * 0xC2B2AE3D27D4EB4Full) ^
+                 (uint64_t)tag;
+    return (uint32_t)(h >> 58) & (RECENT - 1);
+}
 
 static void *recent_get(const char *a, const char *b, int tag)
 {
-    for (unsigned i = 0; i < RECENT; i++) {
-        recent *r = &at_api_recent[i];
-        if (r->a == a && r->b == b && r->tag == tag) {
-            __atomic_signal_fence(__ATOMIC_ACQUIRE);
-            if (strcmp(r->ka, a) == 0 && strcmp(r->kb, b ? b : "") == 0)
-                return r->obj;
-        }
-    }
-    return NULL;
+    recent *r = &at_api_recent[recent_slot(a, b, tag)];
+    uint32_t s0 = __atomic_load_n(&r->seq, __ATOMIC_ACQUIRE);
+    if (s0 & 1)
+        return NULL;
+    const char *ra = __atomic_load_n(&r->a, __ATOMIC_RELAXED);
+    const char *rb = __atomic_load_n(&r->b, __ATOMIC_RELAXED);
+    const char *ka = __atomic_load_n(&r->ka, __ATOMIC_RELAXED);
+    const char *kb = __atomic_load_n(&r->kb, __ATOMIC_RELAXED);
+    void *obj = __atomic_load_n(&r->obj, __ATOMIC_RELAXED);
+    int rt = __atomic_load_n(&r->tag, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&r->seq, __ATOMIC_RELAXED) != s0 || ra != a || rb != b || rt != tag || !ka)
+        return NULL;
+    /* ka and kb point into the table's keys, which live as long as the process */
+    return strcmp(ka, a) == 0 && strcmp(kb, b ? b : "") == 0 ? obj : NULL;
 }
 
 static void recent_put(const char *a, const char *b, int tag, const char *key, void *obj)
 {
-    recent *r = &at_api_recent[at_api_recent_next++ % RECENT];
-    r->a = NULL;
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    r->b = b;
-    r->tag = tag;
-    r->ka = key + 1;
-    r->kb = key + 2 + strlen(key + 1);
-    r->obj = obj;
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    r->a = a;
+    recent *r = &at_api_recent[recent_slot(a, b, tag)];
+    uint32_t s0 = __atomic_load_n(&r->seq, __ATOMIC_RELAXED);
+    if ((s0 & 1) || !__atomic_compare_exchange_n(&r->seq, &s0, s0 + 1, false, __ATOMIC_ACQUIRE,
+                                                 __ATOMIC_RELAXED))
+        return; /* another writer (or this thread, interrupted): leave it */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&r->a, a, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->b, b, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->tag, tag, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->ka, key + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->kb, key + 2 + strlen(key + 1), __ATOMIC_RELAXED);
+    __atomic_store_n(&r->obj, obj, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->seq, s0 + 2, __ATOMIC_RELEASE);
 }
 
-AT_HOT_FN static void *lookup(const char *a, const char *b, int tag, unsigned flags, make_fn make)
+static void *lookup(const char *a, const char *b, int tag, unsigned flags, make_fn make)
 {
     void *hit = recent_get(a, b, tag);
     if (hit)

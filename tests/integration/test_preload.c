@@ -206,7 +206,7 @@ START_TEST(test_api_names_by_content)
     char d[512];
     ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.load_rc == 0, "%s",
                   at_session_describe(&s, d, sizeof d));
-    ck_assert_str_eq(s.r.out, "marks 30\n");
+    ck_assert_str_eq(s.r.out, "marks 30\nthreads 8000\n");
     const at_trace *t = &s.t;
     for (int i = 0; i < 12; i++) {
         char name[16], v[16];
@@ -230,6 +230,19 @@ START_TEST(test_api_names_by_content)
         ck_assert_str_eq(t->ev[e].act_path, t->ev[a].act_path); /* the mark inside the job */
         ck_assert_msg(at_find(t, NULL, stop, (size_t)e) >= 0, "%s", stop);
     }
+    /* four threads naming marks through their own buffers at once: each name as its text was */
+    size_t seen = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        long th, m;
+        uint64_t v;
+        if (sscanf(t->ev[i].name, "T%ldM%ld", &th, &m) != 2)
+            continue;
+        ck_assert(at_field_u64(&t->ev[i], "Value", &v));
+        ck_assert_msg((long)(v / 100000) == th && (long)(v % 100000) % 5 == m, "%s with Value %llu",
+                      t->ev[i].name, (unsigned long long)v);
+        seen++;
+    }
+    ck_assert_uint_eq(seen, 8000);
     at_session_free(&s);
 }
 END_TEST
