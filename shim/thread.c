@@ -5,11 +5,14 @@
  * Threads a pool creates on its own behalf begin in no activity: the callback layer (callbacks*.c)
  * raises at_thread_noflow around the pool calls that create them. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "real.h"
 #include "shim.h"
 
+/* What the creator hands the new thread: one cache line in a block of its own creations. */
 typedef struct at_thread_start {
     union {
         void *(*posix)(void *);
@@ -18,7 +21,80 @@ typedef struct at_thread_start {
     void *arg;
     at_activity *cap;  /* creator's activity (a reference) or NULL */
     uint64_t parent;   /* creator's tid */
-} at_thread_start;
+    uint32_t busy;     /* START_BUSY until the new thread has copied it; START_MALLOC: it frees it */
+} __attribute__((aligned(64))) at_thread_start;
+enum { START_FREE = 0, START_BUSY = 1, START_MALLOC = 2 };
+
+/* A creating thread takes start contexts from a page of its own, and the new thread gives its own
+ * back with a store once it has copied it: no lock and no atomic read-modify-write per thread. (As
+ * slots, each one sent the ending thread through the slot allocator's lock to return it.) A block
+ * outlives its creator (a new thread may still be copying from it): it goes on a list for the next
+ * creator, never back to the system. */
+#define START_PER_BLOCK 63
+typedef struct start_block {
+    struct start_block *next;
+    at_thread_start ctx[START_PER_BLOCK];
+} start_block;
+_Static_assert(sizeof(start_block) <= 4096, "a start block is one page");
+static AT_TLS start_block *tl_starts;
+static AT_TLS unsigned tl_start_next;
+static start_block *spare_blocks;
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static start_block *block_get(void)
+{
+    int e = errno;
+    pthread_mutex_lock(&spare_lock);
+    start_block *b = spare_blocks;
+    if (b)
+        spare_blocks = b->next;
+    pthread_mutex_unlock(&spare_lock);
+    if (!b) {
+        void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        b = m == MAP_FAILED ? NULL : m;
+    }
+    errno = e;
+    return b;
+}
+
+/* fork: the child must not inherit the list's lock held by another thread, and the threads this
+ * one was starting do not exist there (their contexts would stay busy for ever) */
+static void starts_prepare(void)
+{
+    pthread_mutex_lock(&spare_lock);
+}
+
+static void starts_parent(void)
+{
+    pthread_mutex_unlock(&spare_lock);
+}
+
+static void starts_child(void)
+{
+    pthread_mutex_unlock(&spare_lock);
+    for (unsigned i = 0; tl_starts && i < START_PER_BLOCK; i++)
+        tl_starts->ctx[i].busy = START_FREE;
+}
+
+__attribute__((constructor)) static void starts_init(void)
+{
+    pthread_atfork(starts_prepare, starts_parent, starts_child);
+}
+
+/* The creating thread ends: its block (some contexts may still be in flight) serves the next one. */
+static void block_put(void)
+{
+    start_block *b = tl_starts;
+    if (!b)
+        return;
+    tl_starts = NULL;
+    int e = errno;
+    pthread_mutex_lock(&spare_lock);
+    b->next = spare_blocks;
+    spare_blocks = b;
+    pthread_mutex_unlock(&spare_lock);
+    errno = e;
+}
 
 /* What the running thread must undo however it ends (return, pthread_exit/thrd_exit, cancel). */
 static AT_TLS at_activity *at_thread_cap;
@@ -50,6 +126,7 @@ AT_HOT_FN static void thread_end(uint32_t kind)
     at_fdflow_thread_exit();
     at_hooks_thread_exit();
     at_slots_thread_exit();
+    block_put();
     if (at_cfg.thread_events && at_on()) {
         uint8_t buf[4];
         at_payload pl;
@@ -75,21 +152,22 @@ static void cancelled(void *unused)
     thread_end(2);
 }
 
-/* The start context is a slot (slots.c), not malloc'd: the new thread frees it, and a free() there
- * would give a thread that never mallocs a tcache of its own (set up on an arena, torn down at its
- * exit), a cost a thread-per-connection server pays per connection. */
-static void start_free(void *p)
+/* The new thread has its copy: the context goes back to its creator's block (or to malloc). */
+static void start_free(at_thread_start *p)
 {
-    if (at_is_slot(p))
-        at_slot_free(p);
-    else
+    if (p->busy == START_MALLOC) {
+        int e = errno;
         free(p);
+        errno = e;
+    } else {
+        __atomic_store_n(&p->busy, START_FREE, __ATOMIC_RELEASE);
+    }
 }
 
-AT_HOT_FN static void *posix_trampoline(void *p)
+static void *posix_trampoline(void *p)
 {
     at_thread_start s = *(at_thread_start *)p;
-    start_free(p);
+    start_free((at_thread_start *)p);
     thread_begin(&s);
     void *r;
     pthread_cleanup_push(cancelled, NULL);
@@ -102,7 +180,7 @@ AT_HOT_FN static void *posix_trampoline(void *p)
 static int c11_trampoline(void *p)
 {
     at_thread_start s = *(at_thread_start *)p;
-    start_free(p);
+    start_free((at_thread_start *)p);
     thread_begin(&s);
     int r;
     pthread_cleanup_push(cancelled, NULL);
@@ -114,15 +192,25 @@ static int c11_trampoline(void *p)
 
 static at_thread_start *start_new(void)
 {
-    _Static_assert(sizeof(at_thread_start) <= AT_SLOT_SIZE, "a start context fits a slot");
-    at_thread_start *s = at_slot_alloc();
-    if (!s) {
-        int e = errno;
-        s = malloc(sizeof *s);
-        errno = e;
+    at_thread_start *s = NULL;
+    start_block *b = tl_starts ? tl_starts : (tl_starts = block_get());
+    for (unsigned k = 0; b && k < START_PER_BLOCK; k++) {
+        unsigned i = (tl_start_next + k) % START_PER_BLOCK;
+        if (__atomic_load_n(&b->ctx[i].busy, __ATOMIC_ACQUIRE) == START_FREE) {
+            s = &b->ctx[i];
+            s->busy = START_BUSY;
+            tl_start_next = i + 1;
+            break;
+        }
     }
-    if (!s)
-        return NULL; /* run the thread untraced rather than fail the program's call */
+    if (!s) { /* every context of the block in flight (or no block): one of its own */
+        int e = errno;
+        s = aligned_alloc(64, sizeof *s);
+        errno = e;
+        if (!s)
+            return NULL; /* run the thread untraced rather than fail the program's call */
+        s->busy = START_MALLOC;
+    }
     s->cap = at_thread_noflow ? NULL : at_flow_capture();
     s->parent = (uint64_t)at_tid();
     return s;
