@@ -150,8 +150,8 @@ AT_HOT_FN void at_slot_free(void *p)
 }
 
 /* The ending thread's cache goes back: full batches as they are, the rest onto the loose list (a
- * short-lived thread frees one slot, its start context: a batch of one each would make every later
- * refill take the lock for a single slot). */
+ * pool thread may end holding a few slots: a batch of a few each would make every later refill take
+ * the lock for them alone). A thread that freed nothing takes no lock. */
 void at_slots_thread_exit(void)
 {
     while (tl_ncache >= AT_SLOT_BATCH)
