@@ -139,7 +139,9 @@ typedef struct live {
     probe *pr;
 } live;
 static AT_TLS live hk_live_in[LIVE_INLINE];
-static AT_TLS live *hk_live_more; /* LIVE_MAX - LIVE_INLINE entries, or NULL */
+static AT_TLS live *hk_live_more; /* LIVE_MAX - LIVE_INLINE entries, or NULL; unmapped when a thread
+                                   * the trampoline started ends (main and threads older than the
+                                   * shim keep theirs until the process ends) */
 static AT_TLS int hk_nlive;
 
 static inline live *live_at(int i)
