@@ -1018,9 +1018,10 @@ typedef struct omp_task_hdr {
     at_activity *cap;
     uint64_t send_ts;    /* the Send's timestamp (0: none written) */
     uint32_t tid;        /* the submitting thread */
-    uint16_t off;        /* where the program's data starts in the block */
-    uint16_t has_copy;   /* an omp_task_hdr_copy: the program gave a cpyfn */
+    uint32_t off;        /* where the program's data starts in the block */
 } omp_task_hdr;
+_Static_assert(sizeof(omp_task_hdr) == 32, "the header the running core pulls in stays small");
+/* with a cpyfn, libgomp copies through omp_task_copy, which reads the longer header */
 typedef struct omp_task_hdr_copy {
     omp_task_hdr h;
     void (*cpyfn)(void *, void *);
@@ -1079,8 +1080,7 @@ AT_HOT_FN AT_EXPORT void GOMP_task(omp_fn fn, void *data, void (*cpyfn)(void *, 
     h->fn = fn;
     h->cap = cap;
     h->tid = (uint32_t)at_tid();
-    h->off = (uint16_t)off;
-    h->has_copy = cpyfn != NULL;
+    h->off = (uint32_t)off;
     if (cpyfn) {
         ((omp_task_hdr_copy *)h)->cpyfn = cpyfn;
         ((omp_task_hdr_copy *)h)->src = data;

@@ -7,8 +7,9 @@
  * fd by a thread already inside an unrelated activity of its own is reported (FdAmbiguous) and
  * nothing is adopted: we never guess.
  *
- * The table is indexed by fd; each slot is an atomic pointer, so the I/O path takes no lock and an
- * untagged fd costs a bounds check and one relaxed load. A thread taking its own reference on a tag
+ * The table is indexed by fd (the slots of the lowest fds sit on the shim's hot page, real.h); each
+ * slot holds an atomic pointer, so the I/O path takes no lock and an untagged fd costs a bounds
+ * check and one relaxed load. A thread taking its own reference on a tag
  * announces itself in the slot's reader count so a concurrent close cannot free the activity under
  * it (close waits for that count, which only covers a few instructions, to drop). */
 #include <errno.h>

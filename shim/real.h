@@ -55,11 +55,6 @@ typedef struct at_real_fns {
 #undef AT_REAL_MEMBER
 } at_real_fns;
 
-/* What every interposed call reads before it calls the real function, on one page (real.c): the
- * shim's on flag, the fd table's bounds and the real functions' addresses. On a kernel that isolates
- * page tables without PCID each system call empties the TLB, and each page touched before the next
- * costs a page walk: the untagged read() path touched four (its code, two pages of variables and the
- * fd table), ~15 ns each on this VM. */
 /* An fd's tag (fdflow.c), one cache line each: the accepting thread writes a slot and the worker
  * that takes the connection writes it again at close; four to a line, neighbouring connections (fds
  * are reused lowest first) bounced each other's slots between the cores as well. */
@@ -70,13 +65,19 @@ typedef struct at_fd_slot {
     uint8_t owns;            /* the tag is a Connection activity the shim started: stop it at close */
 } __attribute__((aligned(64))) at_fd_slot;
 
-/* The slots of the lowest fds are on the hot page too: a program's untagged fds (files, pipes, the
- * eventfd a server wakes its workers with) then cost no page of the table. */
+/* What every interposed call reads before it calls the real function, on one page (real.c): the
+ * shim's on flag, the fd table's bounds, the real functions' addresses, and the tags of the lowest
+ * fds (a program's untagged fds, such as files, pipes or the eventfd a server wakes its workers
+ * with, then cost no page of the table). On a kernel that isolates page tables without PCID each
+ * system call empties the TLB, and each page touched before the next costs a page walk: the
+ * untagged read() path touched four (its code, two pages of variables and the fd table), ~15 ns
+ * each on this VM. */
 #define AT_FD_LOW 48
 typedef struct at_hot_page {
     int shim_on;                /* 0 until the constructor succeeded (shim.h: at_on) */
     int fd_max;                 /* fds below it have a slot (0: no table yet) */
-    at_fd_slot *fd_tab;         /* slots of fds from AT_FD_LOW up (index: the fd) */
+    at_fd_slot *fd_tab;         /* slots of fds from AT_FD_LOW up (index: the fd; the entries
+                                 * below AT_FD_LOW are never touched) */
     at_real_fns real;
     at_fd_slot fd_low[AT_FD_LOW];
 } at_hot_page;
