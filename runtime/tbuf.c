@@ -16,6 +16,7 @@
 #define AT_DEFAULT_CAP (256u << 20) /* virtual; chunks are reused LIFO so RSS follows the backlog */
 #define AT_MAX_PAYLOAD (48u * 1024)
 #define AT_MAX_IPS 1024u           /* with the largest payload a record still fits one chunk */
+_Static_assert(AT_MAX_PAYLOAD <= UINT16_MAX && AT_MAX_IPS <= UINT16_MAX, "at_rec's 16-bit fields");
 
 at_pool at_pool_g;
 at_rt_hot_t at_rt_hot __attribute__((aligned(64)));
@@ -448,7 +449,7 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
     uint8_t *p = (uint8_t *)c + r->wpos;
     at_rec *rec = (at_rec *)p;
     rec->size = size;
-    rec->type_index = t->index;
+    rec->type_index = (uint16_t)t->index;
     /* per-thread timestamps never go backwards in the file (a caller's ts or a clock read that a
      * signal handler's event overtook) */
     if (AT_UNLIKELY(ts < thr.last_ts))
@@ -456,7 +457,7 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
     thr.last_ts = ts;
     rec->ts = ts;
     rec->seq = seq;
-    rec->payload_len = payload_len;
+    rec->payload_len = (uint16_t)payload_len;
     rec->nips = (uint16_t)nips;
     rec->flags = (uint16_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0));
     p += sizeof(at_rec);

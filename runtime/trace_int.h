@@ -34,17 +34,20 @@ void at_event_type_fork_child(void);
 
 /* ---- per-thread buffers (tbuf.c) ---- */
 /* A record in a thread's buffer: this header, then [activity 16][related 16][ips nips*8][payload],
- * padded to 8 bytes. Records never straddle chunks. */
+ * padded to 8 bytes. Records never straddle chunks. 24 bytes, not 32: a flow hop writes two records
+ * and reads them back on another core, so every line counts (type indexes, payload lengths and
+ * frame counts all fit 16 bits: the asserts below and in tbuf.c). */
 typedef struct at_rec {
     uint32_t size;
-    uint32_t type_index;
+    uint16_t type_index;
+    uint16_t flags; /* AT_REC_ACT, AT_REC_REL */
     uint64_t ts;
     uint32_t seq;
-    uint32_t payload_len;
+    uint16_t payload_len;
     uint16_t nips;
-    uint16_t flags; /* AT_REC_ACT, AT_REC_REL */
-    uint32_t pad;
 } at_rec;
+_Static_assert(sizeof(at_rec) == 24, "a record header is 24 bytes");
+_Static_assert(AT_MAX_TYPES - 1 <= UINT16_MAX, "type indexes fit at_rec.type_index");
 #define AT_REC_ACT 1u
 #define AT_REC_REL 2u
 /* type_index of an owner record: a ring changed hands (tbuf.c, ring_acquire); payload: the new

@@ -107,6 +107,7 @@ static at_event_type *type_plain(const char *name)
 typedef struct rev {
     uint32_t meta, seq, stack, plen, nframes;
     uint64_t cap, tid, ts;
+    uint64_t psum; /* FNV-1a of the whole payload (only its first 256 bytes are kept) */
     at_guid act, rel;
     bool sorted;
     uint8_t payload[256];
@@ -123,6 +124,14 @@ typedef struct rfile {
     char pi_cmdline[256];
     uint64_t pi_count;
 } rfile;
+
+static uint64_t fnv(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
 
 /* Reads a whole file strictly: a clean end and no problem. keep = copy the events. */
 static void read_file(const char *path, rfile *f, bool keep)
@@ -161,6 +170,7 @@ static void read_file(const char *path, rfile *f, bool keep)
         v->sorted = e.sorted;
         v->plen = e.payload_len;
         memcpy(v->payload, e.payload, e.payload_len < 256 ? e.payload_len : 256);
+        v->psum = fnv(e.payload, e.payload_len);
         v->nframes = e.nframes;
         for (uint32_t i = 0; i < e.nframes && i < 32; i++)
             v->frames[i] = e.frames[i];
@@ -686,6 +696,55 @@ START_TEST(ended_threads_hand_over_their_rings)
 }
 END_TEST
 
+/* The record header's 16-bit fields at their limits: a type registered after 300 others, the
+ * largest payload a record takes (48 KiB) with the deepest stack (1024 frames), then one byte more
+ * (dropped: a gap of one sequence number), then a small event. */
+START_TEST(largest_records_round_trip)
+{
+    mkdir_tmp();
+    at_trace_options o = {0};
+    start("large.nettrace", &o);
+    at_event_type *t = NULL;
+    for (int i = 0; i < 300; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "Many%d", i);
+        t = type_plain(name);
+    }
+    ck_assert_int_gt(t->index, 300);
+    enum { BIG = 48 * 1024, FRAMES = 1024 };
+    uint8_t *pl = malloc(BIG + 1);
+    uintptr_t *ips = malloc(FRAMES * sizeof *ips);
+    for (int i = 0; i <= BIG; i++)
+        pl[i] = (uint8_t)(i * 7 + 3);
+    for (int i = 0; i < FRAMES; i++)
+        ips[i] = 0x400000u + (uintptr_t)i * 16;
+    at_guid act = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}};
+    ck_assert_int_eq(at_event_write(t, &act, NULL, pl, BIG, ips, FRAMES), 0);
+    ck_assert_int_eq(at_event_write(t, &act, NULL, pl, BIG + 1, NULL, 0), -1);
+    ck_assert_int_eq(at_event_write(t, NULL, NULL, pl, 8, NULL, 0), 0);
+    at_trace_stop();
+    rfile rf;
+    read_file(pathf("large.nettrace"), &rf, true);
+    ck_assert_int_eq(rf.nev, 2);
+    ck_assert_int_eq(rf.counts.events_lost, 1);
+    rev *a = &rf.ev[0], *b = &rf.ev[1];
+    ck_assert_int_eq(a->meta, t->index);
+    ck_assert_int_eq(a->plen, BIG);
+    ck_assert(a->psum == fnv(pl, BIG));
+    ck_assert(memcmp(&a->act, &act, 16) == 0);
+    ck_assert_int_eq(a->nframes, FRAMES);
+    for (int i = 0; i < 32; i++)
+        ck_assert_int_eq(a->frames[i], ips[i]);
+    ck_assert_int_eq(b->meta, t->index);
+    ck_assert_int_eq(b->plen, 8);
+    ck_assert_int_eq(b->seq, a->seq + 2);
+    ck_assert(at_guid_is_zero(&b->act));
+    free(pl);
+    free(ips);
+    free(rf.ev);
+}
+END_TEST
+
 START_TEST(tiny_cap_drops_agree)
 {
     mkdir_tmp();
@@ -949,6 +1008,7 @@ static Suite *suite(void)
     tcase_add_test(tc, circular_keeps_last_segments);
     tcase_add_test(tc, stress_default_cap);
     tcase_add_test(tc, ended_threads_hand_over_their_rings);
+    tcase_add_test(tc, largest_records_round_trip);
     tcase_add_test(tc, tiny_cap_drops_agree);
     tcase_add_test(tc, sigkill_leaves_readable_file);
     tcase_add_test(tc, emergency_flush_from_signal_handler);
