@@ -124,6 +124,7 @@ typedef struct at_rt_hot {
     int transfer_ready;            /* activity.c: the transfer types are registered */
     struct at_event_type *send_ev, *recv_ev; /* activity.c: TransferSend / TransferReceive */
     uint8_t *chunks;               /* tbuf.c: the buffer pool's chunks (at_pool_g.chunks) */
+    int prefetchw;                 /* tbuf.c: the CPU has PREFETCHW (CPUID 0x80000001 ECX bit 8) */
 } at_rt_hot_t;
 extern at_rt_hot_t at_rt_hot;
 #define at_clock_tsc (at_rt_hot.clock_tsc) /* 1: the event clock is the TSC */

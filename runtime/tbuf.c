@@ -5,6 +5,7 @@
  * so the flusher (the single consumer) never takes a lock either. When no chunk is free the event is
  * dropped and counted: the traced thread never waits. At thread exit a pthread key destructor marks
  * the descriptor retired; the flusher drains it and returns its chunks. */
+#include <cpuid.h>
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
@@ -258,6 +259,8 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
         return -1;
     }
     uint32_t n = (uint32_t)(cap / AT_CHUNK_SIZE);
+    unsigned a, b, c, d;
+    at_rt_hot.prefetchw = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
     if (at_pool_g.map && at_pool_g.nchunks == n) {
         pool_reset(); /* a new session with the same cap reuses the mapping */
         return 0;
@@ -384,6 +387,17 @@ AT_HOT_FN static AT_NOINLINE bool next_chunk(at_ring *r)
     return true;
 }
 
+/* Fetch the line holding p ready for a store: PREFETCHW where CPUID says the CPU has it (AMD since
+ * K8, Intel since Broadwell), else a plain prefetch (the line then comes shared if another core
+ * holds it). A hint either way: it never faults. */
+static inline void prefetch_write(const void *p)
+{
+    if (AT_LIKELY(at_rt_hot.prefetchw))
+        __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+    else
+        __builtin_prefetch(p, 1, 3);
+}
+
 static inline void count_drop(at_ring *r, uint32_t seq)
 {
     atomic_store_explicit(&r->drops, atomic_load_explicit(&r->drops, memory_order_relaxed) + 1,
@@ -478,6 +492,16 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
     r->wpos += size;
     atomic_store_explicit(&c->used, r->wpos, memory_order_release);
     thr.seq_written = seq;
+    /* The next record's lines, fetched for writing now. A program that writes an event now and
+     * then (a server: a few per request, between system calls) otherwise finds each new line of its
+     * buffer cold, in memory or in the flusher's core: a 400-cycle miss on the store of most events
+     * (timed in a new thread: 412-522 cycles per record). The fetch overlaps the program's own work
+     * until the next event. Beyond the chunk's end it is only a hint (no fault). */
+    if (AT_LIKELY(r->wpos + 128 <= AT_CHUNK_SIZE)) {
+        const uint8_t *nx = (const uint8_t *)c + r->wpos;
+        prefetch_write(nx);
+        prefetch_write(nx + 64);
+    }
     return 0;
 
 drop_noring:
