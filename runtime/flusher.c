@@ -136,6 +136,7 @@ void at_flush_locked(bool holdback, bool force_sp)
      * (at_trace_flush, stop, emergency) takes everything published, whatever timestamp a caller of
      * at_event_write_ts gave it. */
     uint64_t limit_ts = holdback ? at_ticks() - at_clock_ns_to_ticks(HOLDBACK_NS) : UINT64_MAX;
+    at_chunk_pass_begin();
     at_rings_sweep_warm(!holdback); /* retired here, recycled below once drained */
     uint32_t na = 0;
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {

@@ -121,21 +121,39 @@ void at_chunk_free(int32_t i)
  * at once (the free list is LIFO) still sits in the flusher's core's cache, and the writer's first
  * store to each line then has to fetch it from that core: with a Start+Stop written every ~40 ns that
  * doubled its cost (36 -> 150-200 ns per pair while the flusher drained on the other core; 113 with
- * both threads on one core). After COOL_MAX newer chunks, its lines have left that core's L2. Only
- * the flusher (under at_flush_lock) retires chunks. */
+ * both threads on one core). After enough newer chunks, its lines have left that core's L2. Only the
+ * flusher (under at_flush_lock) retires chunks.
+ *
+ * How many wait follows the rate: as many as the flusher retired in its last pass (at most
+ * COOL_MAX). Every chunk that waits is one more the writers cycle through, each of its 16 pages
+ * touched for the first time once, and on a virtual machine with shadow paging a first touch cost
+ * 15 us a page: with a fixed 32, tests/fixtures/queue_server went through 50-53 distinct chunks in
+ * 40000 requests, following the rate 27-35. A writer that fills a chunk or two per flush does not
+ * catch the flusher's lines anyway. */
 #define COOL_MAX 32u
 static int32_t cool[COOL_MAX];
 static uint32_t cool_head;
 static _Atomic uint32_t cool_n; /* read by writers (at_rings_filling): cooling is not backlog */
+static uint32_t retired_pass, retired_prev; /* chunks retired in this flush pass and the last one */
 
 static uint32_t cool_limit(void)
 {
     uint32_t k = at_pool_g.nchunks / 8;
+    uint32_t rate = retired_pass > retired_prev ? retired_pass : retired_prev;
+    if (k > rate)
+        k = rate;
     return k < COOL_MAX ? k : COOL_MAX;
+}
+
+void at_chunk_pass_begin(void)
+{
+    retired_prev = retired_pass;
+    retired_pass = 0;
 }
 
 void at_chunk_retire(int32_t i)
 {
+    retired_pass++;
     uint32_t k = cool_limit();
     /* never let cooling starve the writers: below 2k free chunks, straight back */
     if (k == 0 || atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed) < (int32_t)(2 * k)) {
@@ -143,7 +161,7 @@ void at_chunk_retire(int32_t i)
         return;
     }
     uint32_t n = atomic_load_explicit(&cool_n, memory_order_relaxed);
-    if (n == k) {
+    while (n >= k) { /* the oldest go back first (also when the rate fell since they came) */
         at_chunk_free(cool[cool_head]);
         cool_head = (cool_head + 1) % COOL_MAX;
         n--;
@@ -229,6 +247,7 @@ static void pool_reset(void)
 {
     at_pool *p = &at_pool_g;
     cool_head = 0;
+    retired_pass = retired_prev = 0;
     atomic_store(&cool_n, 0);
     atomic_store(&p->free_head, 0);
     atomic_store(&p->nfree, 0);

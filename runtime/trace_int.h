@@ -141,6 +141,7 @@ void at_rings_sweep_warm(bool all);
 void at_ring_free(at_ring *r);
 /* The flusher's way to free a chunk it has read: after a few newer ones (tbuf.c, cool). */
 void at_chunk_retire(int32_t i);
+void at_chunk_pass_begin(void); /* the flusher, at each pass: cooling follows the retire rate */
 /* Free every cooling chunk (explicit flushes and stop leave none). */
 void at_chunk_cool_drain(void);
 uint32_t at_chunks_cooling(void);

@@ -1037,6 +1037,54 @@ START_TEST(tiny_cap_drops_exact)
 }
 END_TEST
 
+/* Chunks the flusher has read wait (cool) before writers get them again, as many as it retired in
+ * its last pass: a pass that retired 10 keeps 10 waiting, and once passes retire 1 each, 1 waits and
+ * the rest are free again (a fixed depth made every process cycle through 32 more chunks, each of
+ * whose pages costs a first-touch fault). Periodic passes are run by hand (the flusher's interval is
+ * set far away); events are back-dated so that the pass's hold-back takes them all. */
+static at_event_type *cool_t;
+static uint64_t cool_ts = 1000;
+static void fill_chunks(uint32_t k)
+{
+    static uint8_t pl[1000];
+    int32_t want = atomic_load(&at_pool_g.nfree) - (int32_t)k;
+    while (atomic_load(&at_pool_g.nfree) > want)
+        ck_assert_int_eq(at_event_write_ts(cool_ts++, cool_t, NULL, NULL, pl, sizeof pl, NULL, 0), 0);
+}
+
+static void periodic_pass(void)
+{
+    pthread_mutex_lock(&at_flush_lock);
+    at_flush_locked(true, false);
+    pthread_mutex_unlock(&at_flush_lock);
+}
+
+START_TEST(cooling_follows_retire_rate)
+{
+    mkdir_tmp();
+    at_trace_options o = {.buffer_cap = 1024 * AT_CHUNK_SIZE, .flush_interval_ms = 3600000};
+    start("cool.nettrace", &o);
+    cool_t = type_plain("Cool");
+    fill_chunks(11); /* 10 full chunks behind the one being written */
+    periodic_pass();
+    ck_assert_int_eq(at_chunks_cooling(), 10);
+    ck_assert_int_eq(atomic_load(&at_pool_g.nfree), 1024 - 11);
+    fill_chunks(1);
+    periodic_pass(); /* the rate seen is still 10 (the last pass's): the oldest goes back */
+    ck_assert_int_eq(at_chunks_cooling(), 10);
+    ck_assert_int_eq(atomic_load(&at_pool_g.nfree), 1024 - 11);
+    fill_chunks(1);
+    periodic_pass(); /* two passes of 1 each: 1 waits, 10 are free again */
+    ck_assert_int_eq(at_chunks_cooling(), 1);
+    ck_assert_int_eq(atomic_load(&at_pool_g.nfree), 1024 - 2);
+    at_trace_stop();
+    ck_assert_int_eq(at_chunks_cooling(), 0);
+    at_trace_stats st;
+    at_trace_get_stats(&st);
+    ck_assert_int_eq(st.events_dropped, 0);
+}
+END_TEST
+
 /* Several threads x 1M events at the default cap: all present, per thread in order, no gaps. */
 #define STRESS_THREADS 4
 #define STRESS_N 1000000
@@ -1143,6 +1191,7 @@ static Suite *suite(void)
     tcase_add_test(tc, write_error_counts_drops);
     tcase_add_test(tc, sigkill_leaves_readable_file);
     tcase_add_test(tc, tiny_cap_drops_exact);
+    tcase_add_test(tc, cooling_follows_retire_rate);
     tcase_add_test(tc, stress_default_cap);
     tcase_add_test(tc, stacks_across_sps);
     suite_add_tcase(s, tc);
