@@ -1,6 +1,7 @@
 /* bench_shim: what the preload core adds to a program: pthread_create+join of an empty thread, and
  * read(2) on an untagged fd, and the request rate of a worker-queue and a thread-per-connection
- * server fixture under a loopback load. tests/fixtures/bench_ops runs under the shim and times each
+ * server fixture under a loopback load (steady state), with what the same servers pay once in their
+ * first requests, beside what a page's first touch costs on the machine. tests/fixtures/bench_ops runs under the shim and times each
  * operation through the shim's symbol and through libc's own, interleaved in one process (same run,
  * same machine state); the row is the difference. read() is measured in several processes (where a
  * process's memory landed moves it by +-10 ns) and beside a one-line forwarder library measured the
