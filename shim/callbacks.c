@@ -531,6 +531,16 @@ AT_HOT_FN AT_EXPORT gboolean g_thread_pool_push(void *pool, void *data, void **e
     return ok;
 }
 
+/* Raising a pool's limit starts threads for the items already queued, here: they are the pool's. */
+REAL(g_thread_pool_set_max_threads, gboolean, (void *, int, void **))
+AT_EXPORT gboolean g_thread_pool_set_max_threads(void *pool, int max_threads, void **error)
+{
+    at_thread_noflow++;
+    gboolean ok = real_g_thread_pool_set_max_threads()(pool, max_threads, error);
+    at_thread_noflow--;
+    return ok;
+}
+
 AT_EXPORT void g_thread_pool_set_sort_function(void *pool, GCompareDataFunc fn, void *user_data)
 {
     gpool_head *h = pool;

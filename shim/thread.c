@@ -3,9 +3,14 @@
  * does changes the creator's). The creator captures; a trampoline enters the capture in the new
  * thread, writes ThreadBegin, runs the program's routine, writes ThreadEnd, leaves and releases.
  * Threads a pool creates on its own behalf begin in no activity: the callback layer (callbacks*.c)
- * raises at_thread_noflow around the pool calls that create them. */
+ * raises at_thread_noflow around the pool calls that create them, and a thread whose routine is a
+ * pool runtime's own (libuv's pool workers, which any first request starts: uv_fs_*, uv_getaddrinfo,
+ * uv_random as well as uv_queue_work; libgomp's team threads) begins in none whoever started it. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -190,7 +195,20 @@ static int c11_trampoline(void *p)
     return r;
 }
 
-static at_thread_start *start_new(void)
+/* fn is the thread routine of a pool runtime (libuv, libgomp), not of the program: the libraries'
+ * own thread-creation APIs (uv_thread_create) hand pthread_create the program's routine itself.
+ * Asked only when there is an activity to pass on; _dl_find_object takes no lock. */
+static AT_NOINLINE bool runtime_routine(void *(*fn)(void *))
+{
+    struct dl_find_object o;
+    if (!fn || _dl_find_object((void *)fn, &o) != 0 || !o.dlfo_link_map || !o.dlfo_link_map->l_name)
+        return false;
+    const char *n = strrchr(o.dlfo_link_map->l_name, '/');
+    n = n ? n + 1 : o.dlfo_link_map->l_name;
+    return strncmp(n, "libuv.so", 8) == 0 || strncmp(n, "libgomp.so", 10) == 0;
+}
+
+static at_thread_start *start_new(void *(*fn)(void *))
 {
     at_thread_start *s = NULL;
     start_block *b = tl_starts ? tl_starts : (tl_starts = block_get());
@@ -212,6 +230,10 @@ static at_thread_start *start_new(void)
         s->busy = START_MALLOC;
     }
     s->cap = at_thread_noflow ? NULL : at_flow_capture();
+    if (s->cap && AT_UNLIKELY(runtime_routine(fn))) {
+        at_flow_release(s->cap);
+        s->cap = NULL;
+    }
     s->parent = (uint64_t)at_tid();
     return s;
 }
@@ -227,7 +249,7 @@ static void start_abandon(at_thread_start *s)
 AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
     at_thread_start *s;
-    if (!at_on() || at_internal || !(s = start_new()))
+    if (!at_on() || at_internal || !(s = start_new(fn)))
         return AT_REAL(pthread_create)(t, attr, fn, arg);
     s->fn.posix = fn;
     s->arg = arg;
@@ -240,7 +262,7 @@ AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr,
 AT_EXPORT int thrd_create(thrd_t *t, thrd_start_t fn, void *arg)
 {
     at_thread_start *s;
-    if (!at_on() || at_internal || !(s = start_new()))
+    if (!at_on() || at_internal || !(s = start_new(NULL)))
         return AT_REAL(thrd_create)(t, fn, arg);
     s->fn.c11 = fn;
     s->arg = arg;

@@ -84,6 +84,7 @@ START_TEST(glib_sources_and_thread_pool)
     ck_assert_int_eq(marks_in(t, "Ran", "2", jp, main_tid, NULL), 3);       /* g_timeout_add x3 */
     ck_assert_int_eq(marks_in(t, "Ran", "3", jp, main_tid, NULL), 1);       /* invoke */
     ck_assert_int_eq(marks_in(t, "Ran", "-1", "", 0, NULL), 0);
+    ck_assert_int_eq(marks_in(t, "Child", "1", jp, main_tid, NULL), 1); /* g_thread_new inherits */
     /* the pool: one thread ran all three items, each in its own submitter's activity or none */
     uint64_t pool_tid = 0, t2 = 0, t3 = 0;
     ck_assert_int_eq(marks_in(t, "Item", "1", start_path(t, "P1Start"), main_tid, &pool_tid), 1);
@@ -110,7 +111,21 @@ START_TEST(glib_sources_and_thread_pool)
     ck_assert_int_eq(marks_in(t, "Item", "12", sp, main_tid, NULL), 1);
     ck_assert_int_eq(marks_in(t, "Item", "14", sp, main_tid, NULL), 1);
     ck_assert_int_eq(marks_in(t, "Item", "11", "", main_tid, NULL), 1);
-    ck_assert_uint_eq(at_count(t, NULL, "Item"), 7);
+    ck_assert_uint_eq(at_count(t, NULL, "Item"), 9);
+    /* the thread set_max_threads started inside G is the pool's: it began in none, and ran item 32
+     * (pushed in none) in none */
+    uint64_t gt = 0, gt2 = 0;
+    ck_assert_int_eq(marks_in(t, "Item", "31", start_path(t, "GStart"), main_tid, &gt), 1);
+    ck_assert_int_eq(marks_in(t, "Item", "32", "", main_tid, &gt2), 1);
+    ck_assert_uint_eq(gt, gt2);
+    int gbegin = 0;
+    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
+         i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1))
+        if (t->ev[i].thread == gt) {
+            ck_assert_str_eq(t->ev[i].act_path, "");
+            gbegin++;
+        }
+    ck_assert_int_eq(gbegin, 1);
     ck_assert_int_eq(at_find_field(t, "Item", "Value", "21", 0), -1);
     ck_assert_int_eq(at_find_field(t, "Item", "Value", "22", 0), -1);
     ck_assert_uint_eq(at_count(t, NULL, "Freed"), 2);
@@ -184,17 +199,28 @@ START_TEST(libuv_work_timer_async)
     const char *jp = t->ev[job].act_path;
     uint64_t w = 0, a = 0, tm = 0, as = 0;
     ck_assert_int_eq(marks_in(t, "Work", "1", jp, main_tid, &w), 1);   /* on a pool thread */
+    uint64_t w2 = 0;
+    ck_assert_int_eq(marks_in(t, "Work", "2", "", main_tid, &w2), 1);  /* queued in none */
     ck_assert_int_eq(marks_in(t, "After", "0", jp, 0, &a), 1);         /* on the loop thread */
     ck_assert_uint_eq(a, main_tid);
+    ck_assert_int_eq(at_count(t, NULL, "After"), 2);
     ck_assert_int_eq(marks_in(t, "Timer", "1", jp, 0, &tm), 1);
     ck_assert_uint_eq(tm, main_tid);
     ck_assert_int_eq(marks_in(t, "Async", "1", start_path(t, "SenderStart"), 0, &as), 1);
+    /* the sender thread, made with uv_thread_create inside Job, inherited Job */
+    long snd = at_find(t, NULL, "SenderStart", 0);
+    ck_assert_str_eq(t->ev[snd].rel_path, jp);
+    ck_assert_uint_ne(t->ev[snd].thread, main_tid);
     ck_assert_uint_eq(as, main_tid);
-    /* libuv's pool threads, created at the first submit inside Job, began in none */
+    /* libuv's pool threads, started by a uv_fs_stat inside Fs, began in none */
+    int begins = 0;
     for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
          i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1))
-        if (t->ev[i].thread == w)
+        if (t->ev[i].thread == w || t->ev[i].thread == w2) {
             ck_assert_str_eq(t->ev[i].act_path, "");
+            begins++;
+        }
+    ck_assert_int_eq(begins, w == w2 ? 1 : 2);
     at_session_free(&s);
 }
 END_TEST
