@@ -115,11 +115,17 @@ static void ctx_free(cb_ctx *c)
     free(c);
 }
 
-/* Enter c's activity on this thread; records the hop when the thread is not the submitter's. */
+/* Enter c's activity on this thread; records the hop when the thread is not the submitter's and
+ * was not in that activity already. A thread already in it (an OpenMP task made in a region and
+ * run at a barrier or taskwait inside it, by a team thread in the region's activity) adopts
+ * nothing, so no Receive is written, as for I/O on an fd tagged with the thread's own activity
+ * (fdflow.c); the Send the submitter wrote then stands alone. */
 AT_HOT_FN static at_activity *ctx_enter(at_activity *cap, uint64_t from_tid, uint64_t send_ts)
 {
     if (cap && (uint64_t)at_tid() != from_tid) {
         at_activity *cur = at_act_live_from(at_act_cur); /* what the Receive names as before */
+        if (cur == cap)
+            return at_flow_enter(cap);
         at_guid prev = cur ? *at_activity_id(cur) : (at_guid){{0}};
         at_activity *p = at_flow_enter(cap);
         at_flow_transfer_receive_after(cap, &prev, send_ts);

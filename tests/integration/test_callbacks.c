@@ -66,6 +66,20 @@ static int receives_after_sends(const at_trace *t, const char *path)
     return n;
 }
 
+/* Transfer events (TransferSend/TransferReceive) in path, all on thread tid (0: any thread). */
+static int transfers(const at_trace *t, const char *name, const char *path, uint64_t tid)
+{
+    int n = 0;
+    for (long i = at_find(t, "acttrace-flow", name, 0); i >= 0;
+         i = at_find(t, "acttrace-flow", name, (size_t)i + 1))
+        if (strcmp(t->ev[i].act_path, path) == 0) {
+            if (tid)
+                ck_assert_uint_eq(t->ev[i].thread, tid);
+            n++;
+        }
+    return n;
+}
+
 START_TEST(glib_sources_and_thread_pool)
 {
     at_session s;
@@ -277,6 +291,55 @@ START_TEST(openmp_regions_loops_tasks)
     for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
          i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1))
         ck_assert_str_eq(t->ev[i].act_path, "");
+    /* tasks made in Inner by the single of a region in Outer run in Inner wherever they run; each
+     * one another thread ran is a hop from the maker: a Send in Inner on the maker's thread, a
+     * Receive in Inner on the thread that ran it, before the task's own event */
+    long in = at_find(t, NULL, "InnerStart", 0);
+    ck_assert_int_ge(in, 0);
+    const char *ip = t->ev[in].act_path;
+    uint64_t maker = t->ev[in].thread;
+    int elsewhere = 0;
+    for (int i = 0; i < 8; i++) {
+        snprintf(v, sizeof v, "%d", i);
+        uint64_t tid = 0;
+        ck_assert_int_eq(marks_in(t, "InnerTask", v, ip, 0, &tid), 1);
+        if (tid == maker)
+            continue;
+        elsewhere++;
+        long mk = at_find_field(t, "InnerTask", "Value", v, 0);
+        bool recv = false;
+        for (long r = at_find(t, "acttrace-flow", "TransferReceive", 0); r >= 0 && r < mk;
+             r = at_find(t, "acttrace-flow", "TransferReceive", (size_t)r + 1))
+            recv |= t->ev[r].thread == tid && strcmp(t->ev[r].act_path, ip) == 0;
+        ck_assert_msg(recv, "InnerTask %d on thread %llu has no Receive of Inner before it", i,
+                      (unsigned long long)tid);
+    }
+    ck_assert_int_ge(elsewhere, 1);
+    ck_assert_int_eq(transfers(t, "TransferSend", ip, maker), 8);
+    ck_assert_int_eq(transfers(t, "TransferReceive", ip, 0), elsewhere);
+    ck_assert_int_eq(receives_after_sends(t, ip), elsewhere);
+    /* tasks run at a barrier inside their region, by threads already in their activity, adopt
+     * nothing: Same is received once by each team thread other than main when the region starts,
+     * not once per task as well (no Receive anywhere names the activity the thread was in) */
+    const char *sp = start_path(t, "SameStart");
+    uint64_t smaker = 0;
+    for (long i = at_find(t, "acttrace-flow", "TransferSend", 0); i >= 0;
+         i = at_find(t, "acttrace-flow", "TransferSend", (size_t)i + 1))
+        if (strcmp(t->ev[i].act_path, sp) == 0)
+            smaker = t->ev[i].thread;
+    ck_assert_int_eq(transfers(t, "TransferSend", sp, smaker), 8);
+    int same_elsewhere = 0;
+    for (int i = 0; i < 8; i++) {
+        snprintf(v, sizeof v, "%d", i);
+        uint64_t tid = 0;
+        ck_assert_int_eq(marks_in(t, "SameTask", v, sp, 0, &tid), 1);
+        same_elsewhere += tid != smaker;
+    }
+    ck_assert_int_ge(same_elsewhere, 1);
+    ck_assert_int_eq(transfers(t, "TransferReceive", sp, 0), 3);
+    for (long i = at_find(t, "acttrace-flow", "TransferReceive", 0); i >= 0;
+         i = at_find(t, "acttrace-flow", "TransferReceive", (size_t)i + 1))
+        ck_assert_str_ne(t->ev[i].act_path, t->ev[i].rel_path);
     at_session_free(&s);
 }
 END_TEST
