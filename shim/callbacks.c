@@ -16,8 +16,8 @@
  * Covered: GLib (g_idle_add*, g_timeout_add*, g_main_context_invoke*, GThreadPool), POSIX
  * SIGEV_THREAD (timer_create, mq_notify), libuv (uv_queue_work, uv_timer_start, uv_async_init/send),
  * libevent (event_new/event_assign + event_add, event_base_once), OpenMP (GOMP_parallel,
- * GOMP_parallel_loop_*, GOMP_task: the task's data block is extended, not replaced by a pointer,
- * because libgomp copies it). */
+ * GOMP_parallel_loop_*, GOMP_parallel_sections, GOMP_parallel_reductions, GOMP_task: the task's
+ * data block is extended, not replaced by a pointer, because libgomp copies it). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <mqueue.h>
@@ -997,6 +997,38 @@ REAL(GOMP_parallel, void, (omp_fn, void *, unsigned, unsigned))
 AT_EXPORT void GOMP_parallel(omp_fn fn, void *data, unsigned nthreads, unsigned flags)
 {
     OMP_WRAP(real_GOMP_parallel()(fn, data, nthreads, flags), fn, data);
+}
+
+REAL(GOMP_parallel_sections, void, (omp_fn, void *, unsigned, unsigned, unsigned))
+AT_EXPORT void GOMP_parallel_sections(omp_fn fn, void *data, unsigned nthreads, unsigned count,
+                                      unsigned flags)
+{
+    OMP_WRAP(real_GOMP_parallel_sections()(fn, data, nthreads, count, flags), fn, data);
+}
+
+/* A region with task reductions: libgomp reads the reductions' descriptor from the first word of the
+ * region's data block, so the block handed over in its place starts with that same word. */
+typedef struct omp_red_env {
+    void *rdata;
+    omp_env env;
+} omp_red_env;
+
+static void omp_red_tramp(void *p)
+{
+    omp_tramp(&((omp_red_env *)p)->env);
+}
+
+REAL(GOMP_parallel_reductions, unsigned, (omp_fn, void *, unsigned, unsigned))
+AT_EXPORT unsigned GOMP_parallel_reductions(omp_fn fn, void *data, unsigned nthreads, unsigned flags)
+{
+    at_activity *cap = at_on() && data ? at_flow_capture() : NULL;
+    omp_red_env r = {cap ? *(void **)data : NULL, {fn, data, cap, (uint64_t)at_tid()}};
+    at_thread_noflow++;
+    unsigned n = cap ? real_GOMP_parallel_reductions()(omp_red_tramp, &r, nthreads, flags)
+                     : real_GOMP_parallel_reductions()(fn, data, nthreads, flags);
+    at_thread_noflow--;
+    at_flow_release(cap);
+    return n;
 }
 
 #define OMP_LOOP(name)                                                                             \

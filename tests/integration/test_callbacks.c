@@ -260,7 +260,7 @@ START_TEST(openmp_regions_loops_tasks)
     at_session s;
     run(&s, "omp_flow", "omp");
     const at_trace *t = &s.t;
-    ck_assert_str_eq(s.r.out, "ok\n");
+    ck_assert_str_eq(s.r.out, "ok 10\n"); /* the task reduction's descriptor reached libgomp */
     const char *rp = start_path(t, "RegionStart");
     char v[8];
     for (int i = 0; i < 4; i++) {
@@ -337,6 +337,14 @@ START_TEST(openmp_regions_loops_tasks)
     }
     ck_assert_int_ge(same_elsewhere, 1);
     ck_assert_int_eq(transfers(t, "TransferReceive", sp, 0), 3);
+    /* parallel sections and a region with task reductions (GOMP_parallel_sections,
+     * GOMP_parallel_reductions) run in the activity they were started in, on every thread */
+    ck_assert_int_eq(marks_in(t, "Section", "1", start_path(t, "SectStart"), 0, NULL), 1);
+    ck_assert_int_eq(marks_in(t, "Section", "2", start_path(t, "SectStart"), 0, NULL), 1);
+    for (int i = 0; i < 4; i++) {
+        snprintf(v, sizeof v, "%d", i);
+        ck_assert_int_eq(marks_in(t, "RedPar", v, start_path(t, "RedStart"), 0, NULL), 1);
+    }
     for (long i = at_find(t, "acttrace-flow", "TransferReceive", 0); i >= 0;
          i = at_find(t, "acttrace-flow", "TransferReceive", (size_t)i + 1))
         ck_assert_str_ne(t->ev[i].act_path, t->ev[i].rel_path);
