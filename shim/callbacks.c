@@ -14,7 +14,8 @@
  * items in no activity, so a pool thread carries nothing from one item to the next).
  *
  * Covered: GLib (g_idle_add*, g_timeout_add*, g_main_context_invoke*, GThreadPool), POSIX
- * SIGEV_THREAD (timer_create, mq_notify), libuv (uv_queue_work, uv_timer_start, uv_async_init/send),
+ * SIGEV_THREAD (timer_create, mq_notify), libuv (uv_queue_work, uv_timer_start, uv_async_init/send;
+ * its pool threads begin in none whichever request started them),
  * libevent (event_new/event_assign + event_add, event_base_once), OpenMP (GOMP_parallel,
  * GOMP_parallel_loop_*, GOMP_parallel_sections, GOMP_parallel_reductions, GOMP_task: the task's
  * data block is extended, not replaced by a pointer, because libgomp copies it). */
@@ -77,6 +78,10 @@ REAL(uv_timer_start, int, (void *, uv_timer_cb, uint64_t, uint64_t))
 REAL(uv_async_init, int, (void *, void *, uv_async_cb))
 REAL(uv_close, void, (void *, uv_close_cb))
 REAL(uv_async_send, int, (void *))
+
+typedef void (*uv_thread_cb)(void *arg);
+REAL(uv_thread_create_ex, int, (void *, const void *, uv_thread_cb, void *))
+REAL(uv_thread_create, int, (void *, uv_thread_cb, void *))
 
 #define G_PRIORITY_DEFAULT 0
 #define G_PRIORITY_DEFAULT_IDLE 200
@@ -794,6 +799,48 @@ AT_EXPORT int uv_async_send(void *async)
         at_flow_release(old);
     }
     return real_uv_async_send()(async);
+}
+
+/* libuv's own threads: its pool starts at the first request of any kind (uv_fs_*, uv_getaddrinfo,
+ * uv_random, uv_queue_work), in init_threads, through uv_thread_create_ex. Called from libuv's own
+ * code, it makes a thread of libuv's, which begins in no activity; called by the program (also
+ * through uv_thread_create, which calls uv_thread_create_ex in turn), one of the program's, which
+ * inherits. The caller is told by the return address, so another interposer of pthread_create (a
+ * sanitizer's, which hides the thread routine from thread.c) changes nothing. */
+static AT_TLS int uv_program_create; /* inside the program's uv_thread_create */
+
+static bool called_from_libuv(const void *ret, void *real)
+{
+    struct dl_find_object a, b;
+    return real && _dl_find_object((void *)ret, &a) == 0 && _dl_find_object(real, &b) == 0 &&
+           a.dlfo_link_map == b.dlfo_link_map;
+}
+
+AT_EXPORT int uv_thread_create_ex(void *tid, const void *params, uv_thread_cb entry, void *arg)
+{
+    uv_thread_create_ex_fn real = real_uv_thread_create_ex();
+    if (!real)
+        return -ENOSYS;
+    int own = !uv_program_create && at_on() &&
+              called_from_libuv(__builtin_return_address(0), (void *)real);
+    at_thread_noflow += own;
+    int r = real(tid, params, entry, arg);
+    at_thread_noflow -= own;
+    return r;
+}
+
+AT_EXPORT int uv_thread_create(void *tid, uv_thread_cb entry, void *arg)
+{
+    uv_thread_create_fn real = real_uv_thread_create();
+    if (!real)
+        return -ENOSYS;
+    int own = at_on() && called_from_libuv(__builtin_return_address(0), (void *)real);
+    at_thread_noflow += own;
+    uv_program_create++;
+    int r = real(tid, entry, arg);
+    uv_program_create--;
+    at_thread_noflow -= own;
+    return r;
 }
 
 AT_EXPORT void uv_close(void *handle, uv_close_cb cb)
