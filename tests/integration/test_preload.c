@@ -1,10 +1,15 @@
 /* test_preload: the preload core as a program sees it: same output and exit status as untraced,
  * a trace in the working folder by default, settings from the environment, one "acttrace:" line
  * and an untraced run on every failure, errno untouched by interposed calls, signal dispositions
- * reported as the program set them. */
+ * reported as the program set them; nothing at all in a secure-execution (setgid) program. */
 #include <check.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "at_testlib.h"
 
@@ -247,12 +252,99 @@ START_TEST(test_api_names_by_content)
 }
 END_TEST
 
+static bool copy_file(const char *from, const char *to, mode_t mode)
+{
+    size_t n;
+    char *b = at_read_file(from, &n);
+    FILE *f = b ? fopen(to, "wb") : NULL;
+    bool ok = f && fwrite(b, 1, n, f) == n;
+    ok = f && fclose(f) == 0 && ok;
+    free(b);
+    return ok && chmod(to, mode) == 0;
+}
+
+static int traces_in(const char *dir)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strstr(e->d_name, ".nettrace") != NULL;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* A setgid program (secure-execution mode, AT_SECURE) under the shim: the shim is in the process
+ * but does nothing, writes no file and says nothing; the same program without the setgid bit is
+ * traced. glibc preloads into such a program only set-user-ID libraries from its own folders, so
+ * the test puts a copy of the shim beside libc for the two runs (root only). */
+START_TEST(test_secure_execution_untouched)
+{
+    if (getenv("ACTTRACE_ASAN")) { /* the sanitizer runtime cannot come first in such a program */
+        fprintf(stderr, "test_secure_execution_untouched: skipped under check-asan\n");
+        return;
+    }
+    Dl_info di;
+    if (geteuid() != 0 || !dladdr((void *)printf, &di) || !di.dli_fname) {
+        fprintf(stderr, "test_secure_execution_untouched: skipped (needs root)\n");
+        return;
+    }
+    char libdir[4096], lib[4400], preload[256], prog[4200];
+    snprintf(libdir, sizeof libdir, "%s", di.dli_fname);
+    *strrchr(libdir, '/') = 0;
+    snprintf(preload, sizeof preload, "LD_PRELOAD=libacttrace-sectest-%d.so", (int)getpid());
+    snprintf(lib, sizeof lib, "%s/%s", libdir, preload + strlen("LD_PRELOAD="));
+    char *dir = at_tmpdir("secure"), *fx = at_fixture_path("secure_probe");
+    snprintf(prog, sizeof prog, "%s/probe", dir);
+    bool set = copy_file(fx, prog, 0755) && chown(prog, 0, 65534) == 0 && chmod(prog, 02755) == 0;
+    bool installed = set && copy_file(at_shim_path(), lib, 04755);
+    const char *argv[] = {prog, NULL};
+    const char *env[] = {preload, "ACTTRACE_OUTPUT=probe.nettrace", NULL};
+    at_run_opts o = {.argv = argv, .env = env, .cwd = dir};
+    at_run_result sec = {0}, plain = {0};
+    int rc1 = installed ? at_run(&o, &sec) : -1;
+    int files = traces_in(dir);
+    int rc2 = installed && chmod(prog, 0755) == 0 ? at_run(&o, &plain) : -1;
+    unlink(lib); /* before any assertion can end the test */
+    ck_assert_msg(installed, "could not set up %s and %s", prog, lib);
+    ck_assert_int_eq(rc1, 0);
+    ck_assert_int_eq(rc2, 0);
+    if (strcmp(sec.out, "secure=0 loaded=1\n") == 0) { /* a nosuid mount: no secure mode here */
+        fprintf(stderr, "test_secure_execution_untouched: skipped (%s ignores setgid)\n", dir);
+        goto out;
+    }
+    ck_assert_str_eq(sec.out, "secure=1 loaded=1\n");
+    ck_assert(sec.exited && sec.status == 3);
+    ck_assert_str_eq(sec.err, "");
+    ck_assert_int_eq(files, 0);
+    /* the control: the same program and library, traced */
+    ck_assert_str_eq(plain.out, "secure=0 loaded=1\n");
+    ck_assert(plain.exited && plain.status == 3);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/probe.nettrace", dir);
+    at_trace t;
+    ck_assert_int_eq(at_trace_load(path, &t), 0);
+    long ps = at_find(&t, NULL, "ProbeStart", 0), w = at_find(&t, NULL, "Worker", 0);
+    ck_assert(ps >= 0 && w >= 0);
+    ck_assert_str_eq(t.ev[w].act_path, t.ev[ps].act_path);
+    ck_assert_uint_ne(t.ev[w].thread, t.ev[ps].thread);
+    at_trace_free(&t);
+out:
+    at_run_result_free(&sec);
+    at_run_result_free(&plain);
+    at_rmtree(dir);
+    free(dir);
+    free(fx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("preload");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_same_output_and_status);
+    tcase_add_test(tc, test_secure_execution_untouched);
     tcase_add_test(tc, test_api_names_by_content);
     tcase_add_test(tc, test_default_file_in_cwd);
     tcase_add_test(tc, test_output_setting);
