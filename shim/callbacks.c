@@ -773,9 +773,24 @@ static void uv_async_tramp(void *handle)
     at_flow_release(cap);
 }
 
+/* A call from libuv's own code (ret in the library real came from): libuv's internal handles
+ * (the loop's async through which its pool reports finished requests) are left as they are. */
+static bool called_from_libuv(const void *ret, void *real)
+{
+    struct dl_find_object a, b;
+    return real && _dl_find_object((void *)ret, &a) == 0 && _dl_find_object(real, &b) == 0 &&
+           a.dlfo_link_map == b.dlfo_link_map;
+}
+
+/* The program's async handles only: libuv's pool wakes the loop through one of its own, and
+ * capturing the pool thread's activity (none) at each of those sends had every completion (after
+ * callbacks, fs and DNS callbacks) run in none instead of in the loop thread's activity. */
 AT_EXPORT int uv_async_init(void *loop, void *async, uv_async_cb cb)
 {
-    cb_ctx *c = at_on() && cb ? ctx_new(NULL, (void *)cb, async) : NULL;
+    cb_ctx *c = at_on() && cb && !called_from_libuv(__builtin_return_address(0),
+                                                     (void *)real_uv_async_init())
+                    ? ctx_new(NULL, (void *)cb, async)
+                    : NULL;
     if (c && !reg_put(OWN_UVASYNC, async, c)) {
         free(c);
         c = NULL;
@@ -801,6 +816,166 @@ AT_EXPORT int uv_async_send(void *async)
     return real_uv_async_send()(async);
 }
 
+/* libuv requests: a file-system, DNS, random, write, shutdown, connect or UDP-send request made
+ * with a callback runs that callback (on the loop thread, when the request completes) in the
+ * activity current when it was made, so a chain of requests (open, then read in its callback, then
+ * close) stays in the activity that started it. Every request callback takes the request first and
+ * up to three integer or pointer arguments after it (status, results), passed on as they came. A
+ * request made with no callback (a synchronous uv_fs_* call) or with no activity is left alone. */
+static const char OWN_UVREQ[] = "uvreq"; /* a pending libuv request -> ctx */
+
+typedef void (*uv_req_cb)(void *req);
+typedef void (*uv_req_cb3)(void *req, uintptr_t a, uintptr_t b, uintptr_t c);
+
+static void uvreq_tramp(void *req, uintptr_t a, uintptr_t b, uintptr_t c3)
+{
+    int e = errno;
+    cb_ctx *c = reg_take(OWN_UVREQ, req, NULL); /* there is one: the callback was swapped for it */
+    if (!c)
+        return;
+    at_activity *prev = ctx_enter(c->cap, c->tid, c->send_ts);
+    errno = e;
+    ((uv_req_cb3)c->fn)(req, a, b, c3);
+    e = errno;
+    at_flow_leave(prev);
+    ctx_free(c);
+    errno = e;
+}
+
+/* Capture for req: non-NULL means the request is to be made with uvreq_tramp as its callback. */
+static cb_ctx *uvreq_begin(void *req, void *cb)
+{
+    if (!cb || !req || !at_on())
+        return NULL;
+    at_activity *cap = at_flow_capture();
+    if (!cap)
+        return NULL;
+    cb_ctx *c = ctx_new(cap, cb, req);
+    if (!c) {
+        at_flow_release(cap);
+        return NULL;
+    }
+    if (!reg_put(OWN_UVREQ, req, c)) {
+        ctx_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* The request was refused (libuv then never calls back): its capture goes. */
+static void uvreq_end(void *req, cb_ctx *c, int r)
+{
+    if (c && r < 0 && reg_take(OWN_UVREQ, req, c) == c)
+        ctx_free(c);
+}
+
+/* name's parameters are spelt out (the request is `req`, the callback `cb` of type cbt) */
+#define UV_REQ(name, cbt, decl, args)                                                              \
+    REAL(name, int, decl)                                                                          \
+    AT_EXPORT int name decl                                                                        \
+    {                                                                                              \
+        cb_ctx *c_ = uvreq_begin(req, (void *)cb);                                                 \
+        if (c_)                                                                                    \
+            cb = (cbt)(void (*)(void))uvreq_tramp;                                                 \
+        int r_ = real_##name() args;                                                               \
+        uvreq_end(req, c_, r_);                                                                    \
+        return r_;                                                                                 \
+    }
+
+typedef void (*uv_fs_cb_t)(void *req);
+typedef void (*uv_status_cb_t)(void *req, int status);
+#define UV_FS(name, decl, args) UV_REQ(name, uv_fs_cb_t, decl, args)
+UV_FS(uv_fs_close, (void *loop, void *req, int file, uv_fs_cb_t cb), (loop, req, file, cb))
+UV_FS(uv_fs_open, (void *loop, void *req, const char *path, int flags, int mode, uv_fs_cb_t cb),
+      (loop, req, path, flags, mode, cb))
+UV_FS(uv_fs_read, (void *loop, void *req, int file, const void *bufs, unsigned nbufs, int64_t off,
+                   uv_fs_cb_t cb), (loop, req, file, bufs, nbufs, off, cb))
+UV_FS(uv_fs_write, (void *loop, void *req, int file, const void *bufs, unsigned nbufs, int64_t off,
+                    uv_fs_cb_t cb), (loop, req, file, bufs, nbufs, off, cb))
+UV_FS(uv_fs_unlink, (void *loop, void *req, const char *path, uv_fs_cb_t cb), (loop, req, path, cb))
+UV_FS(uv_fs_copyfile, (void *loop, void *req, const char *path, const char *np, int flags,
+                       uv_fs_cb_t cb), (loop, req, path, np, flags, cb))
+UV_FS(uv_fs_mkdir, (void *loop, void *req, const char *path, int mode, uv_fs_cb_t cb),
+      (loop, req, path, mode, cb))
+UV_FS(uv_fs_mkdtemp, (void *loop, void *req, const char *tpl, uv_fs_cb_t cb), (loop, req, tpl, cb))
+UV_FS(uv_fs_mkstemp, (void *loop, void *req, const char *tpl, uv_fs_cb_t cb), (loop, req, tpl, cb))
+UV_FS(uv_fs_rmdir, (void *loop, void *req, const char *path, uv_fs_cb_t cb), (loop, req, path, cb))
+UV_FS(uv_fs_scandir, (void *loop, void *req, const char *path, int flags, uv_fs_cb_t cb),
+      (loop, req, path, flags, cb))
+UV_FS(uv_fs_opendir, (void *loop, void *req, const char *path, uv_fs_cb_t cb), (loop, req, path, cb))
+UV_FS(uv_fs_readdir, (void *loop, void *req, void *dir, uv_fs_cb_t cb), (loop, req, dir, cb))
+UV_FS(uv_fs_closedir, (void *loop, void *req, void *dir, uv_fs_cb_t cb), (loop, req, dir, cb))
+UV_FS(uv_fs_stat, (void *loop, void *req, const char *path, uv_fs_cb_t cb), (loop, req, path, cb))
+UV_FS(uv_fs_lstat, (void *loop, void *req, const char *path, uv_fs_cb_t cb), (loop, req, path, cb))
+UV_FS(uv_fs_fstat, (void *loop, void *req, int file, uv_fs_cb_t cb), (loop, req, file, cb))
+UV_FS(uv_fs_statfs, (void *loop, void *req, const char *path, uv_fs_cb_t cb), (loop, req, path, cb))
+UV_FS(uv_fs_rename, (void *loop, void *req, const char *path, const char *np, uv_fs_cb_t cb),
+      (loop, req, path, np, cb))
+UV_FS(uv_fs_fsync, (void *loop, void *req, int file, uv_fs_cb_t cb), (loop, req, file, cb))
+UV_FS(uv_fs_fdatasync, (void *loop, void *req, int file, uv_fs_cb_t cb), (loop, req, file, cb))
+UV_FS(uv_fs_ftruncate, (void *loop, void *req, int file, int64_t off, uv_fs_cb_t cb),
+      (loop, req, file, off, cb))
+UV_FS(uv_fs_sendfile, (void *loop, void *req, int out, int in, int64_t off, size_t len,
+                       uv_fs_cb_t cb), (loop, req, out, in, off, len, cb))
+UV_FS(uv_fs_access, (void *loop, void *req, const char *path, int mode, uv_fs_cb_t cb),
+      (loop, req, path, mode, cb))
+UV_FS(uv_fs_chmod, (void *loop, void *req, const char *path, int mode, uv_fs_cb_t cb),
+      (loop, req, path, mode, cb))
+UV_FS(uv_fs_fchmod, (void *loop, void *req, int file, int mode, uv_fs_cb_t cb),
+      (loop, req, file, mode, cb))
+UV_FS(uv_fs_utime, (void *loop, void *req, const char *path, double at, double mt, uv_fs_cb_t cb),
+      (loop, req, path, at, mt, cb))
+UV_FS(uv_fs_futime, (void *loop, void *req, int file, double at, double mt, uv_fs_cb_t cb),
+      (loop, req, file, at, mt, cb))
+UV_FS(uv_fs_lutime, (void *loop, void *req, const char *path, double at, double mt, uv_fs_cb_t cb),
+      (loop, req, path, at, mt, cb))
+UV_FS(uv_fs_link, (void *loop, void *req, const char *path, const char *np, uv_fs_cb_t cb),
+      (loop, req, path, np, cb))
+UV_FS(uv_fs_symlink, (void *loop, void *req, const char *path, const char *np, int flags,
+                      uv_fs_cb_t cb), (loop, req, path, np, flags, cb))
+UV_FS(uv_fs_readlink, (void *loop, void *req, const char *path, uv_fs_cb_t cb), (loop, req, path, cb))
+UV_FS(uv_fs_realpath, (void *loop, void *req, const char *path, uv_fs_cb_t cb), (loop, req, path, cb))
+UV_FS(uv_fs_chown, (void *loop, void *req, const char *path, unsigned uid, unsigned gid,
+                    uv_fs_cb_t cb), (loop, req, path, uid, gid, cb))
+UV_FS(uv_fs_fchown, (void *loop, void *req, int file, unsigned uid, unsigned gid, uv_fs_cb_t cb),
+      (loop, req, file, uid, gid, cb))
+UV_FS(uv_fs_lchown, (void *loop, void *req, const char *path, unsigned uid, unsigned gid,
+                     uv_fs_cb_t cb), (loop, req, path, uid, gid, cb))
+
+typedef void (*uv_getaddrinfo_cb_t)(void *req, int status, void *res);
+typedef void (*uv_getnameinfo_cb_t)(void *req, int status, const char *host, const char *service);
+typedef void (*uv_random_cb_t)(void *req, int status, void *buf, size_t len);
+UV_REQ(uv_getaddrinfo, uv_getaddrinfo_cb_t,
+       (void *loop, void *req, uv_getaddrinfo_cb_t cb, const char *node, const char *service,
+        const void *hints), (loop, req, cb, node, service, hints))
+UV_REQ(uv_getnameinfo, uv_getnameinfo_cb_t,
+       (void *loop, void *req, uv_getnameinfo_cb_t cb, const void *addr, int flags),
+       (loop, req, cb, addr, flags))
+UV_REQ(uv_random, uv_random_cb_t,
+       (void *loop, void *req, void *buf, size_t len, unsigned flags, uv_random_cb_t cb),
+       (loop, req, buf, len, flags, cb))
+UV_REQ(uv_write, uv_status_cb_t,
+       (void *req, void *handle, const void *bufs, unsigned nbufs, uv_status_cb_t cb),
+       (req, handle, bufs, nbufs, cb))
+UV_REQ(uv_write2, uv_status_cb_t,
+       (void *req, void *handle, const void *bufs, unsigned nbufs, void *send_handle,
+        uv_status_cb_t cb), (req, handle, bufs, nbufs, send_handle, cb))
+UV_REQ(uv_shutdown, uv_status_cb_t, (void *req, void *handle, uv_status_cb_t cb), (req, handle, cb))
+UV_REQ(uv_tcp_connect, uv_status_cb_t, (void *req, void *handle, const void *addr, uv_status_cb_t cb),
+       (req, handle, addr, cb))
+UV_REQ(uv_udp_send, uv_status_cb_t,
+       (void *req, void *handle, const void *bufs, unsigned nbufs, const void *addr,
+        uv_status_cb_t cb), (req, handle, bufs, nbufs, addr, cb))
+
+/* uv_pipe_connect reports every error through its callback */
+REAL(uv_pipe_connect, void, (void *req, void *handle, const char *name, uv_status_cb_t cb))
+AT_EXPORT void uv_pipe_connect(void *req, void *handle, const char *name, uv_status_cb_t cb)
+{
+    cb_ctx *c = uvreq_begin(req, (void *)cb);
+    real_uv_pipe_connect()(req, handle, name,
+                           c ? (uv_status_cb_t)(void (*)(void))uvreq_tramp : cb);
+}
+
 /* libuv's own threads: its pool starts at the first request of any kind (uv_fs_*, uv_getaddrinfo,
  * uv_random, uv_queue_work), in init_threads, through uv_thread_create_ex. Called from libuv's own
  * code, it makes a thread of libuv's, which begins in no activity; called by the program (also
@@ -808,13 +983,6 @@ AT_EXPORT int uv_async_send(void *async)
  * inherits. The caller is told by the return address, so another interposer of pthread_create (a
  * sanitizer's, which hides the thread routine from thread.c) changes nothing. */
 static AT_TLS int uv_program_create; /* inside the program's uv_thread_create */
-
-static bool called_from_libuv(const void *ret, void *real)
-{
-    struct dl_find_object a, b;
-    return real && _dl_find_object((void *)ret, &a) == 0 && _dl_find_object(real, &b) == 0 &&
-           a.dlfo_link_map == b.dlfo_link_map;
-}
 
 AT_EXPORT int uv_thread_create_ex(void *tid, const void *params, uv_thread_cb entry, void *arg)
 {

@@ -217,10 +217,24 @@ START_TEST(libuv_work_timer_async)
     ck_assert_int_eq(marks_in(t, "Work", "2", "", main_tid, &w2), 1);  /* queued in none */
     ck_assert_int_eq(marks_in(t, "After", "0", jp, 0, &a), 1);         /* on the loop thread */
     ck_assert_uint_eq(a, main_tid);
-    ck_assert_int_eq(at_count(t, NULL, "After"), 2);
+    /* the after callback of work queued with none runs as it is, in the loop thread's activity
+     * (Job): not in the none of the pool thread whose internal async send woke the loop */
+    ck_assert_int_eq(marks_in(t, "After", "2", jp, 0, NULL), 1);
     ck_assert_int_eq(marks_in(t, "Timer", "1", jp, 0, &tm), 1);
     ck_assert_uint_eq(tm, main_tid);
     ck_assert_int_eq(marks_in(t, "Async", "1", start_path(t, "SenderStart"), 0, &as), 1);
+    /* request callbacks ran on the loop thread (in Job) in Req, where the requests were made,
+     * also along chains of requests made inside the callbacks */
+    const char *rq = start_path(t, "ReqStart");
+    static const char *const reqs[] = {"FsOpen", "FsRead", "FsClose", "Dns", "Random"};
+    for (size_t i = 0; i < sizeof reqs / sizeof *reqs; i++) {
+        uint64_t on = 0;
+        ck_assert_int_eq(marks_in(t, reqs[i], "1", rq, 0, &on), 1);
+        ck_assert_uint_eq(on, main_tid);
+    }
+    static const char *const tcp[] = {"Connect", "Wrote", "Shut"};
+    for (size_t i = 0; i < sizeof tcp / sizeof *tcp; i++)
+        ck_assert_int_eq(marks_in(t, tcp[i], "0", rq, 0, NULL), 1);
     /* the sender thread, made with uv_thread_create inside Job, inherited Job */
     long snd = at_find(t, NULL, "SenderStart", 0);
     ck_assert_str_eq(t->ev[snd].rel_path, jp);
