@@ -1011,16 +1011,103 @@ AT_EXPORT int uv_thread_create(void *tid, uv_thread_cb entry, void *arg)
     return r;
 }
 
+/* libuv handles whose callback runs again and again: a stream's reads, a listening socket's
+ * connections, UDP receives, poll, signal, idle/check/prepare, fs_event and fs_poll handles. The
+ * callback runs in the activity current at the call that set it (a connection's reads in the
+ * activity its handler was in when it called uv_read_start), like libevent's event_add; one set
+ * with no activity runs as it is. A handle has one such callback; a new start replaces the
+ * capture, uv_close drops it. The capture is registered before the real start (its callback can
+ * only come later, from the loop on this same thread) and settled after: the handle's previous
+ * capture goes if the start took, the new one if it was refused. */
+static const char OWN_UVHANDLE[] = "uvhandle"; /* a libuv handle -> ctx of its callback */
+
+typedef void (*uv_handle_cb4)(void *h, uintptr_t a, uintptr_t b, uintptr_t c, uintptr_t d);
+
+static void uvh_tramp(void *h, uintptr_t a, uintptr_t b, uintptr_t c3, uintptr_t d)
+{
+    int e = errno;
+    cb_ctx *c = reg_get(OWN_UVHANDLE, h); /* there is one: the callback was swapped for it */
+    if (!c)
+        return;
+    uv_handle_cb4 fn = (uv_handle_cb4)c->fn;
+    at_activity *prev = ctx_enter(c->cap, c->tid, c->send_ts);
+    errno = e;
+    fn(h, a, b, c3, d); /* may close or restart h, freeing c */
+    e = errno;
+    at_flow_leave(prev);
+    errno = e;
+}
+
+static cb_ctx *uvh_begin(void *h, void *cb, cb_ctx **old)
+{
+    *old = reg_get(OWN_UVHANDLE, h);
+    if (!cb || !h || !at_on())
+        return NULL;
+    at_activity *cap = at_flow_capture();
+    if (!cap)
+        return NULL;
+    cb_ctx *c = ctx_new(cap, cb, h);
+    if (!c) {
+        at_flow_release(cap);
+        return NULL;
+    }
+    if (!reg_put(OWN_UVHANDLE, h, c)) {
+        ctx_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void uvh_end(void *h, cb_ctx *c, cb_ctx *old, int r)
+{
+    cb_ctx *drop = r == 0 ? old : c;
+    if (drop && reg_take(OWN_UVHANDLE, h, drop) == drop)
+        ctx_free(drop);
+}
+
+/* name's parameters are spelt out (the handle is `h`, the callback `cb` of type cbt) */
+#define UV_HANDLE(name, cbt, decl, args)                                                           \
+    REAL(name, int, decl)                                                                          \
+    AT_EXPORT int name decl                                                                        \
+    {                                                                                              \
+        cb_ctx *old_, *c_ = uvh_begin(h, (void *)cb, &old_);                                       \
+        if (c_)                                                                                    \
+            cb = (cbt)(void (*)(void))uvh_tramp;                                                   \
+        int r_ = real_##name() args;                                                               \
+        uvh_end(h, c_, old_, r_);                                                                  \
+        return r_;                                                                                 \
+    }
+
+typedef void (*uv_any_cb_t)(void);
+UV_HANDLE(uv_read_start, uv_any_cb_t, (void *h, uv_any_cb_t alloc, uv_any_cb_t cb), (h, alloc, cb))
+UV_HANDLE(uv_udp_recv_start, uv_any_cb_t, (void *h, uv_any_cb_t alloc, uv_any_cb_t cb),
+          (h, alloc, cb))
+UV_HANDLE(uv_listen, uv_any_cb_t, (void *h, int backlog, uv_any_cb_t cb), (h, backlog, cb))
+UV_HANDLE(uv_poll_start, uv_any_cb_t, (void *h, int events, uv_any_cb_t cb), (h, events, cb))
+UV_HANDLE(uv_signal_start, uv_any_cb_t, (void *h, uv_any_cb_t cb, int signum), (h, cb, signum))
+UV_HANDLE(uv_signal_start_oneshot, uv_any_cb_t, (void *h, uv_any_cb_t cb, int signum),
+          (h, cb, signum))
+UV_HANDLE(uv_idle_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
+UV_HANDLE(uv_check_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
+UV_HANDLE(uv_prepare_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
+UV_HANDLE(uv_fs_event_start, uv_any_cb_t, (void *h, uv_any_cb_t cb, const char *path, unsigned fl),
+          (h, cb, path, fl))
+UV_HANDLE(uv_fs_poll_start, uv_any_cb_t, (void *h, uv_any_cb_t cb, const char *path, unsigned ms),
+          (h, cb, path, ms))
+
 AT_EXPORT void uv_close(void *handle, uv_close_cb cb)
 {
     cb_ctx *t = reg_take(OWN_UVTIMER, handle, NULL);
     cb_ctx *a = reg_take(OWN_UVASYNC, handle, NULL);
+    cb_ctx *h = reg_take(OWN_UVHANDLE, handle, NULL);
     real_uv_close()(handle, cb);
     /* uv_close stops the handle at once: its callback cannot run any more */
     if (t)
         ctx_free(t);
     if (a)
         ctx_free(a);
+    if (h)
+        ctx_free(h);
 }
 
 /* ---------------- libevent ---------------- */

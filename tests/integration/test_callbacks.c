@@ -235,6 +235,14 @@ START_TEST(libuv_work_timer_async)
     static const char *const tcp[] = {"Connect", "Wrote", "Shut"};
     for (size_t i = 0; i < sizeof tcp / sizeof *tcp; i++)
         ck_assert_int_eq(marks_in(t, tcp[i], "0", rq, 0, NULL), 1);
+    /* per-handle callbacks run in the activity of the call that set them: the connection callback
+     * in Srv (uv_listen), the connection's reads in Conn (uv_read_start), started in the former */
+    const char *sv = start_path(t, "SrvStart"), *cn = start_path(t, "ConnStart");
+    ck_assert_int_eq(marks_in(t, "Accepted", "0", sv, 0, NULL), 1);
+    ck_assert_str_eq(t->ev[at_find(t, NULL, "ConnStart", 0)].rel_path, sv);
+    ck_assert_int_eq(marks_in(t, "SrvRead", "5", cn, 0, NULL), 1);
+    ck_assert_int_eq(marks_in(t, "SrvEof", "1", cn, 0, NULL), 1);
+    ck_assert_int_ge(at_find(t, NULL, "ConnStop", 0), 0);
     /* the sender thread, made with uv_thread_create inside Job, inherited Job */
     long snd = at_find(t, NULL, "SenderStart", 0);
     ck_assert_str_eq(t->ev[snd].rel_path, jp);
