@@ -13,7 +13,8 @@
  * (thread pools and libuv async handles, whose trampolines are installed at creation, then run their
  * items in no activity, so a pool thread carries nothing from one item to the next).
  *
- * Covered: GLib (g_idle_add*, g_timeout_add*, g_main_context_invoke*, GThreadPool), POSIX
+ * Covered: GLib (g_idle_add*, g_timeout_add*, g_main_context_invoke*, g_io_add_watch*,
+ * g_child_watch_add*, g_source_set_callback of such sources, GThreadPool), POSIX
  * SIGEV_THREAD (timer_create, mq_notify), libuv (uv_queue_work, uv_timer_start, uv_async_init/send;
  * its pool threads begin in none whichever request started them),
  * libevent (event_new/event_assign + event_add, event_base_once), OpenMP (GOMP_parallel,
@@ -263,15 +264,46 @@ static void src_destroy(void *p)
     errno = e;
 }
 
-/* Wrap (fn, data, notify) for a source when an activity is current; false: call through as is. */
-static bool src_wrap(GSourceFunc *fn, void **data, GDestroyNotify *notify, int once)
+/* An I/O watch's callback: GIOFunc(channel, condition, data). */
+typedef gboolean (*GIOFunc)(void *channel, int condition, void *data);
+static gboolean io_tramp(void *channel, int cond, void *p)
+{
+    cb_ctx *c = p;
+    int e = errno;
+    at_activity *prev = ctx_enter(c->cap, c->tid, c->send_ts);
+    errno = e;
+    gboolean r = ((GIOFunc)c->fn)(channel, cond, c->data);
+    e = errno;
+    at_flow_leave(prev);
+    errno = e;
+    return r;
+}
+
+/* A child watch's callback: GChildWatchFunc(pid, wait status, data). */
+typedef void (*GChildWatchFunc)(int pid, int status, void *data);
+static void child_tramp(int pid, int status, void *p)
+{
+    cb_ctx *c = p;
+    int e = errno;
+    at_activity *prev = ctx_enter(c->cap, c->tid, c->send_ts);
+    errno = e;
+    ((GChildWatchFunc)c->fn)(pid, status, c->data);
+    e = errno;
+    at_flow_leave(prev);
+    errno = e;
+}
+
+/* Wrap (fn, data, notify) for a source when an activity is current, fn then being tramp (which
+ * calls the program's fn with the source's own arguments and the program's data); false: call
+ * through as is. */
+static bool src_wrap_with(void **fn, void **data, GDestroyNotify *notify, int once, void *tramp)
 {
     if (!at_on())
         return false;
     at_activity *cap = at_flow_capture();
     if (!cap)
         return false;
-    cb_ctx *c = ctx_new(cap, (void *)*fn, *data);
+    cb_ctx *c = ctx_new(cap, *fn, *data);
     if (!c || !reg_put(OWN_GSOURCE, *data, c)) {
         if (c)
             free(c);
@@ -280,10 +312,18 @@ static bool src_wrap(GSourceFunc *fn, void **data, GDestroyNotify *notify, int o
     }
     c->destroy = *notify;
     c->once = once;
-    *fn = src_tramp;
+    *fn = tramp;
     *data = c;
     *notify = src_destroy;
     return true;
+}
+
+static bool src_wrap(GSourceFunc *fn, void **data, GDestroyNotify *notify, int once)
+{
+    void *f = (void *)*fn;
+    bool ok = src_wrap_with(&f, data, notify, once, (void *)src_tramp);
+    *fn = (GSourceFunc)f;
+    return ok;
 }
 
 AT_EXPORT guint g_idle_add_full(int prio, GSourceFunc fn, void *data, GDestroyNotify notify)
@@ -343,29 +383,75 @@ AT_EXPORT void g_main_context_invoke(void *ctx, GSourceFunc fn, void *data)
     g_main_context_invoke_full(ctx, G_PRIORITY_DEFAULT, fn, data, NULL);
 }
 
-/* An idle or timeout source made by hand and given its callback: how GIO hands work back to a main
- * context (g_task_return from a GTask's thread: g_idle_source_new + g_source_set_callback +
- * g_source_attach), and how programs do the same. Only those two kinds of source call the callback
- * as a GSourceFunc(data); others (I/O watches, child watches...) call it with their own arguments,
- * so they are left alone. GSource's third member is its GSourceFuncs (public struct, stable ABI). */
-static bool src_is_idle_or_timeout(void *src)
+/* I/O watches (g_io_add_watch on a GIOChannel) and child watches (a child process's exit): their
+ * callbacks take the source's own arguments before the data. */
+REAL(g_io_add_watch_full, guint, (void *, int, int, GIOFunc, void *, GDestroyNotify))
+REAL(g_child_watch_add_full, guint, (int, int, GChildWatchFunc, void *, GDestroyNotify))
+
+AT_EXPORT guint g_io_add_watch_full(void *channel, int prio, int cond, GIOFunc fn, void *data,
+                                    GDestroyNotify notify)
 {
-    static const void *idle, *timeout;
+    void *f = (void *)fn;
+    if (fn && src_wrap_with(&f, &data, &notify, 0, (void *)io_tramp))
+        fn = (GIOFunc)f;
+    return real_g_io_add_watch_full()(channel, prio, cond, fn, data, notify);
+}
+
+AT_EXPORT guint g_io_add_watch(void *channel, int cond, GIOFunc fn, void *data)
+{
+    return g_io_add_watch_full(channel, G_PRIORITY_DEFAULT, cond, fn, data, NULL);
+}
+
+AT_EXPORT guint g_child_watch_add_full(int prio, int pid, GChildWatchFunc fn, void *data,
+                                       GDestroyNotify notify)
+{
+    void *f = (void *)fn;
+    if (fn && src_wrap_with(&f, &data, &notify, 0, (void *)child_tramp))
+        fn = (GChildWatchFunc)f;
+    return real_g_child_watch_add_full()(prio, pid, fn, data, notify);
+}
+
+AT_EXPORT guint g_child_watch_add(int pid, GChildWatchFunc fn, void *data)
+{
+    return g_child_watch_add_full(G_PRIORITY_DEFAULT, pid, fn, data, NULL);
+}
+
+/* A source made by hand and given its callback: how GIO hands work back to a main context
+ * (g_task_return from a GTask's thread: g_idle_source_new + g_source_set_callback +
+ * g_source_attach), and how programs do the same. Idle and timeout sources call the callback as a
+ * GSourceFunc(data), I/O and child watches with their own arguments first (the trampoline is
+ * chosen by the source's kind); other kinds (GIO's socket sources...) are left alone. GSource's
+ * third member is its GSourceFuncs (public struct, stable ABI). */
+static void *src_tramp_for(void *src)
+{
+    static const void *idle, *timeout, *io, *child;
     static bool looked;
     if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&idle, dlsym(RTLD_DEFAULT, "g_idle_funcs"), __ATOMIC_RELAXED);
         __atomic_store_n(&timeout, dlsym(RTLD_DEFAULT, "g_timeout_funcs"), __ATOMIC_RELAXED);
+        __atomic_store_n(&io, dlsym(RTLD_DEFAULT, "g_io_watch_funcs"), __ATOMIC_RELAXED);
+        __atomic_store_n(&child, dlsym(RTLD_DEFAULT, "g_child_watch_funcs"), __ATOMIC_RELAXED);
         __atomic_store_n(&looked, true, __ATOMIC_RELEASE);
     }
     const void *funcs = ((void *const *)src)[2];
-    return funcs && (funcs == __atomic_load_n(&idle, __ATOMIC_RELAXED)
-                     || funcs == __atomic_load_n(&timeout, __ATOMIC_RELAXED));
+    if (!funcs)
+        return NULL;
+    if (funcs == __atomic_load_n(&idle, __ATOMIC_RELAXED) ||
+        funcs == __atomic_load_n(&timeout, __ATOMIC_RELAXED))
+        return (void *)src_tramp;
+    if (funcs == __atomic_load_n(&io, __ATOMIC_RELAXED))
+        return (void *)io_tramp;
+    if (funcs == __atomic_load_n(&child, __ATOMIC_RELAXED))
+        return (void *)child_tramp;
+    return NULL;
 }
 
 AT_EXPORT void g_source_set_callback(void *src, GSourceFunc fn, void *data, GDestroyNotify notify)
 {
-    if (src && fn && src_is_idle_or_timeout(src))
-        src_wrap(&fn, &data, &notify, 0);
+    void *tramp = src && fn ? src_tramp_for(src) : NULL;
+    void *f = (void *)fn;
+    if (tramp && src_wrap_with(&f, &data, &notify, 0, tramp))
+        fn = (GSourceFunc)f;
     real_g_source_set_callback()(src, fn, data, notify);
 }
 

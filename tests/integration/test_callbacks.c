@@ -87,7 +87,7 @@ START_TEST(glib_sources_and_thread_pool)
     const at_trace *t = &s.t;
     /* semantics unchanged: removal by data, destroy notify once, a timeout three times; a pool's
      * sort function, item-free function and move-to-front see the program's own pointers */
-    ck_assert_str_eq(s.r.out, "removed 1 destroyed 1 ran 3\n"
+    ck_assert_str_eq(s.r.out, "removed 1/1 destroyed 2 ran 3\n"
                               "sorted 14,11,12,13 moved 1 freed 43 bad 0\n");
     ck_assert_uint_eq(at_count(t, NULL, "Ran") , 5);
     long job = at_find(t, NULL, "JobStart", 0);
@@ -99,6 +99,12 @@ START_TEST(glib_sources_and_thread_pool)
     ck_assert_int_eq(marks_in(t, "Ran", "3", jp, main_tid, NULL), 1);       /* invoke */
     ck_assert_int_eq(marks_in(t, "Ran", "-1", "", 0, NULL), 0);
     ck_assert_int_eq(marks_in(t, "Child", "1", jp, main_tid, NULL), 1); /* g_thread_new inherits */
+    uint64_t io_tid = 0, reap_tid = 0; /* I/O and child watches: on the loop thread, in Job */
+    ck_assert_int_eq(marks_in(t, "Io", "1", jp, main_tid, &io_tid), 1);
+    ck_assert_int_eq(marks_in(t, "Reaped", "7", jp, main_tid, &reap_tid), 1);
+    ck_assert_int_eq(marks_in(t, "Io2", "1", jp, main_tid, NULL), 1); /* g_source_set_callback */
+    ck_assert_uint_eq(io_tid, loop_tid);
+    ck_assert_uint_eq(reap_tid, loop_tid);
     /* the pool: one thread ran all three items, each in its own submitter's activity or none */
     uint64_t pool_tid = 0, t2 = 0, t3 = 0;
     ck_assert_int_eq(marks_in(t, "Item", "1", start_path(t, "P1Start"), main_tid, &pool_tid), 1);
