@@ -928,24 +928,31 @@ static void uvreq_tramp(void *req, uintptr_t a, uintptr_t b, uintptr_t c3)
     errno = e;
 }
 
-/* Capture for req: non-NULL means the request is to be made with uvreq_tramp as its callback. */
-static cb_ctx *uvreq_begin(void *req, void *cb)
+/* The current activity captured for cb, registered under (owner, key); NULL when there is none
+ * (or no memory): the call then goes through as it is. */
+static cb_ctx *reg_capture(const void *owner, void *key, void *cb)
 {
-    if (!cb || !req || !at_on())
+    if (!cb || !key || !at_on())
         return NULL;
     at_activity *cap = at_flow_capture();
     if (!cap)
         return NULL;
-    cb_ctx *c = ctx_new(cap, cb, req);
+    cb_ctx *c = ctx_new(cap, cb, key);
     if (!c) {
         at_flow_release(cap);
         return NULL;
     }
-    if (!reg_put(OWN_UVREQ, req, c)) {
+    if (!reg_put(owner, key, c)) {
         ctx_free(c);
         return NULL;
     }
     return c;
+}
+
+/* Capture for req: non-NULL means the request is to be made with uvreq_tramp as its callback. */
+static cb_ctx *uvreq_begin(void *req, void *cb)
+{
+    return reg_capture(OWN_UVREQ, req, cb);
 }
 
 /* The request was refused (libuv then never calls back): its capture goes. */
@@ -1127,21 +1134,7 @@ static void uvh_tramp(void *h, uintptr_t a, uintptr_t b, uintptr_t c3, uintptr_t
 static cb_ctx *uvh_begin(void *h, void *cb, cb_ctx **old)
 {
     *old = reg_get(OWN_UVHANDLE, h);
-    if (!cb || !h || !at_on())
-        return NULL;
-    at_activity *cap = at_flow_capture();
-    if (!cap)
-        return NULL;
-    cb_ctx *c = ctx_new(cap, cb, h);
-    if (!c) {
-        at_flow_release(cap);
-        return NULL;
-    }
-    if (!reg_put(OWN_UVHANDLE, h, c)) {
-        ctx_free(c);
-        return NULL;
-    }
-    return c;
+    return reg_capture(OWN_UVHANDLE, h, cb);
 }
 
 static void uvh_end(void *h, cb_ctx *c, cb_ctx *old, int r)
