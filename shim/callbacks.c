@@ -1144,11 +1144,16 @@ static void uvh_end(void *h, cb_ctx *c, cb_ctx *old, int r)
         ctx_free(drop);
 }
 
-/* name's parameters are spelt out (the handle is `h`, the callback `cb` of type cbt) */
-#define UV_HANDLE(name, cbt, decl, args)                                                           \
+/* name's parameters are spelt out (the handle is `h`, the callback `cb` of type cbt). keep: a start
+ * on an active handle returns 0 and keeps the callback it has (idle, check, prepare, fs_poll), and
+ * so do we, rather than let the trampoline call the new one libuv ignored. */
+REAL(uv_is_active, int, (const void *))
+#define UV_HANDLE_(name, cbt, keep, decl, args)                                                    \
     REAL(name, int, decl)                                                                          \
     AT_EXPORT int name decl                                                                        \
     {                                                                                              \
+        if (keep && h && real_uv_is_active() && real_uv_is_active()(h))                            \
+            return real_##name() args;                                                             \
         cb_ctx *old_, *c_ = uvh_begin(h, (void *)cb, &old_);                                       \
         if (c_)                                                                                    \
             cb = (cbt)(void (*)(void))uvh_tramp;                                                   \
@@ -1156,6 +1161,8 @@ static void uvh_end(void *h, cb_ctx *c, cb_ctx *old, int r)
         uvh_end(h, c_, old_, r_);                                                                  \
         return r_;                                                                                 \
     }
+#define UV_HANDLE(name, cbt, decl, args) UV_HANDLE_(name, cbt, 0, decl, args)
+#define UV_HANDLE_KEEP(name, cbt, decl, args) UV_HANDLE_(name, cbt, 1, decl, args)
 
 typedef void (*uv_any_cb_t)(void);
 UV_HANDLE(uv_read_start, uv_any_cb_t, (void *h, uv_any_cb_t alloc, uv_any_cb_t cb), (h, alloc, cb))
@@ -1166,12 +1173,12 @@ UV_HANDLE(uv_poll_start, uv_any_cb_t, (void *h, int events, uv_any_cb_t cb), (h,
 UV_HANDLE(uv_signal_start, uv_any_cb_t, (void *h, uv_any_cb_t cb, int signum), (h, cb, signum))
 UV_HANDLE(uv_signal_start_oneshot, uv_any_cb_t, (void *h, uv_any_cb_t cb, int signum),
           (h, cb, signum))
-UV_HANDLE(uv_idle_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
-UV_HANDLE(uv_check_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
-UV_HANDLE(uv_prepare_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
+UV_HANDLE_KEEP(uv_idle_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
+UV_HANDLE_KEEP(uv_check_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
+UV_HANDLE_KEEP(uv_prepare_start, uv_any_cb_t, (void *h, uv_any_cb_t cb), (h, cb))
 UV_HANDLE(uv_fs_event_start, uv_any_cb_t, (void *h, uv_any_cb_t cb, const char *path, unsigned fl),
           (h, cb, path, fl))
-UV_HANDLE(uv_fs_poll_start, uv_any_cb_t, (void *h, uv_any_cb_t cb, const char *path, unsigned ms),
+UV_HANDLE_KEEP(uv_fs_poll_start, uv_any_cb_t, (void *h, uv_any_cb_t cb, const char *path, unsigned ms),
           (h, cb, path, ms))
 
 AT_EXPORT void uv_close(void *handle, uv_close_cb cb)

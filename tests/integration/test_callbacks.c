@@ -238,6 +238,8 @@ START_TEST(libuv_work_timer_async)
         ck_assert_int_eq(marks_in(t, reqs[i], "1", rq, 0, &on), 1);
         ck_assert_uint_eq(on, main_tid);
     }
+    ck_assert_int_eq(marks_in(t, "Idle", "1", rq, 0, NULL), 1);
+    ck_assert_int_eq(at_find_field(t, "Idle", "Value", "2", 0), -1);
     static const char *const tcp[] = {"Connect", "Wrote", "Shut"};
     for (size_t i = 0; i < sizeof tcp / sizeof *tcp; i++)
         ck_assert_int_eq(marks_in(t, tcp[i], "0", rq, 0, NULL), 1);
