@@ -3,9 +3,11 @@
  * does changes the creator's). The creator captures; a trampoline enters the capture in the new
  * thread, writes ThreadBegin, runs the program's routine, writes ThreadEnd, leaves and releases.
  * Threads a pool creates on its own behalf begin in no activity: the callback layer (callbacks*.c)
- * raises at_thread_noflow around the pool calls that create them, and a thread whose routine is a
- * pool runtime's own (libuv's pool workers, which any first request starts: uv_fs_*, uv_getaddrinfo,
- * uv_random as well as uv_queue_work; libgomp's team threads) begins in none whoever started it. */
+ * raises at_thread_noflow around the pool calls that create them (and around libuv's own calls of
+ * uv_thread_create, which start its pool at the first request of any kind), and a thread whose
+ * routine is a pool runtime's own (libuv's pool workers, libgomp's team threads) begins in none
+ * whoever started it. That last check sees the routine only when no other interposer of
+ * pthread_create (a sanitizer's) stands before ours. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
