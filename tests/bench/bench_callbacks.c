@@ -12,7 +12,7 @@
 #include "../fixtures/fx_median.h"
 #include "at_testlib.h"
 
-#define PROCS 5
+#define PROCS 9
 
 static bool run(bool traced, const char *dir, double v[6])
 {
