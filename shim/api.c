@@ -21,6 +21,22 @@ typedef struct api_slot {
 static api_slot at_api_table[NSLOTS];
 static pthread_mutex_t at_api_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A fork child must not inherit the lock held by a thread that does not exist there. */
+static void api_fork_prepare(void)
+{
+    pthread_mutex_lock(&at_api_lock);
+}
+
+static void api_fork_release(void)
+{
+    pthread_mutex_unlock(&at_api_lock);
+}
+
+__attribute__((constructor)) static void api_init(void)
+{
+    pthread_atfork(api_fork_prepare, api_fork_release, api_fork_release);
+}
+
 static uint64_t hash_key(const char *a, const char *b, int tag)
 {
     uint64_t h = 1469598103934665603ull ^ (uint64_t)tag;

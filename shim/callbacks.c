@@ -546,6 +546,25 @@ _Static_assert(offsetof(pool_item, pc) == 3 * sizeof(void *), "at_slot_free clea
 static AT_TLS pool_item *tl_last_item; /* the thread's last wrapped push (GTask moves it to front) */
 static pthread_mutex_t pool_sort_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A fork child must not inherit a lock held by a thread that does not exist there: the first
+ * registry call in such a child (a timer started, a source added) waited for ever. */
+static void callbacks_fork_prepare(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    pthread_mutex_lock(&pool_sort_lock);
+}
+
+static void callbacks_fork_release(void)
+{
+    pthread_mutex_unlock(&pool_sort_lock);
+    pthread_mutex_unlock(&reg_lock);
+}
+
+__attribute__((constructor)) static void callbacks_init(void)
+{
+    pthread_atfork(callbacks_fork_prepare, callbacks_fork_release, callbacks_fork_release);
+}
+
 REAL(g_thread_pool_set_sort_function, void, (void *, GCompareDataFunc, void *))
 REAL(g_thread_pool_move_to_front, gboolean, (void *, void *))
 

@@ -132,6 +132,32 @@ START_TEST(test_fork_child_file)
 }
 END_TEST
 
+/* Children forked while another thread keeps the callback registry's lock busy (libuv timer
+ * restarts in a loop) use the registry at once: none inherits the lock held (each would die of its
+ * own SIGALRM instead of waiting for ever), and each one's timer fires in its own activity. */
+START_TEST(test_fork_while_registry_busy)
+{
+    at_session s;
+    const char *argv[] = {"uv_forklocks", NULL};
+    ck_assert_int_eq(at_session_run(&s, "forklocks", argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    int last = 0;
+    ck_assert_msg(sscanf(s.r.out, "forks 100 ok 100\nlast %d\n", &last) == 1, "%s%s", s.r.out,
+                  s.r.err);
+    ck_assert_str_eq(s.r.err, "");
+    at_trace c;
+    ck_assert_msg(at_session_load_pid(&s, last, &c), "no file for the child pid %d in %s", last, s.dir);
+    ck_assert_msg(c.complete, "child file: %s", c.err);
+    long cs = at_find(&c, NULL, "ChildStart", 0), f = at_find(&c, NULL, "Fired", 0);
+    ck_assert(cs >= 0 && f > cs);
+    ck_assert_str_eq(c.ev[f].act_path, c.ev[cs].act_path);
+    at_trace_free(&c);
+    at_session_free(&s);
+}
+END_TEST
+
 START_TEST(test_exec_chain)
 {
     at_session s;
@@ -238,6 +264,7 @@ int main(void)
     tcase_set_timeout(tp, 0);
     tcase_add_test(tp, test_fork_child_file);
     tcase_add_test(tp, test_exec_chain);
+    tcase_add_test(tp, test_fork_while_registry_busy);
     tcase_add_loop_test(tp, test_child_program_linked, 0, 4);
     suite_add_tcase(su, tp);
     SRunner *sr = srunner_create(su);
