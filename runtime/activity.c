@@ -70,6 +70,9 @@ static void thread_exit(void *unused);
 
 static void after_fork_child(void)
 {
+    /* a thread of the parent registering a kind held it: made afresh (a kind is linked last, so
+     * the list is whole) */
+    pthread_mutex_init(&g_kinds_lock, NULL);
     at_activity_after_fork_child();
 }
 
