@@ -17,10 +17,12 @@
  * g_child_watch_add*, g_source_set_callback of such sources, GThreadPool), POSIX
  * SIGEV_THREAD (timer_create, mq_notify), libuv (uv_queue_work, uv_timer_start, uv_async_init/send;
  * its pool threads begin in none whichever request started them),
- * libevent (event_new/event_assign + event_add, event_base_once), OpenMP (GOMP_parallel,
+ * libevent (event_new/event_assign + event_add, event_base_once, bufferevent_setcb; libevent's own
+ * events are left alone), OpenMP (GOMP_parallel,
  * GOMP_parallel_loop_*, GOMP_parallel_sections, GOMP_parallel_reductions, GOMP_task: the task's
  * data block is extended, not replaced by a pointer, because libgomp copies it). */
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <mqueue.h>
 #include <pthread.h>
@@ -1278,6 +1280,21 @@ static void ev_tramp(int fd, short what, void *p)
     errno = e;
 }
 
+/* A call from libevent's own code: its bufferevents, listeners, evhttp and evdns make and add
+ * events of their own, and read those events' arguments back themselves (a bufferevent's
+ * finalizer takes its event's argument as the bufferevent): their events are left exactly as
+ * they are. Wrapping them swapped the argument for our context, and every program freeing a
+ * bufferevent crashed in its finalizer. */
+static bool called_from_libevent(const void *ret)
+{
+    struct dl_find_object o;
+    if (_dl_find_object((void *)ret, &o) != 0 || !o.dlfo_link_map || !o.dlfo_link_map->l_name)
+        return false;
+    const char *n = strrchr(o.dlfo_link_map->l_name, '/');
+    n = n ? n + 1 : o.dlfo_link_map->l_name;
+    return strncmp(n, "libevent", 8) == 0;
+}
+
 static ev_ctx *ev_ctx_of(const void *ev)
 {
     if (!ev || real_event_get_callback()(ev) != ev_tramp)
@@ -1299,7 +1316,9 @@ static ev_ctx *ev_ctx_new(ev_cb cb, void *arg)
 
 AT_EXPORT void *event_new(void *base, int fd, short what, ev_cb cb, void *arg)
 {
-    ev_ctx *c = at_on() && cb ? ev_ctx_new(cb, arg) : NULL;
+    ev_ctx *c = at_on() && cb && !called_from_libevent(__builtin_return_address(0))
+                    ? ev_ctx_new(cb, arg)
+                    : NULL;
     if (!c)
         return real_event_new()(base, fd, what, cb, arg);
     void *ev = real_event_new()(base, fd, what, ev_tramp, c);
@@ -1315,7 +1334,7 @@ AT_EXPORT void *event_new(void *base, int fd, short what, ev_cb cb, void *arg)
 AT_EXPORT int event_assign(void *ev, void *base, int fd, short what, ev_cb cb, void *arg)
 {
     /* libevent's own event_new and event_base_once call event_assign through the PLT: already ours */
-    if (cb == ev_tramp)
+    if (cb == ev_tramp || called_from_libevent(__builtin_return_address(0)))
         return real_event_assign()(ev, base, fd, what, cb, arg);
     /* a re-assigned event (the program reuses its struct) drops the old context */
     ev_ctx *old = reg_take(OWN_EVENT, ev, NULL);
@@ -1371,9 +1390,151 @@ AT_EXPORT void *event_get_callback_arg(const void *ev)
     return c ? c->arg : real_event_get_callback_arg()(ev);
 }
 
+/* bufferevents: the read, write and event callbacks run in the activity current at
+ * bufferevent_setcb (a connection's callbacks in the activity its handler was in when it set
+ * them), as a libuv stream's reads do. The callbacks and their argument move into a context of
+ * the bufferevent's; bufferevent_getcb gives the program's back; bufferevent_free (or a new setcb)
+ * drops it. libevent's own setcb calls (bufferevent_free clears the callbacks, filters and pairs
+ * set their underlying ones) pass through. */
+typedef void (*bev_data_cb)(void *bev, void *arg);
+typedef void (*bev_event_cb)(void *bev, short what, void *arg);
+typedef struct bev_ctx {
+    bev_data_cb readcb, writecb;
+    bev_event_cb eventcb;
+    void *arg;
+    at_activity *cap;
+    uint64_t tid;
+} bev_ctx;
+
+REAL(bufferevent_setcb, void, (void *, bev_data_cb, bev_data_cb, bev_event_cb, void *))
+REAL(bufferevent_getcb, void, (void *, bev_data_cb *, bev_data_cb *, bev_event_cb *, void **))
+REAL(bufferevent_free, void, (void *))
+
+static void bev_read_tramp(void *bev, void *p)
+{
+    bev_ctx *c = p;
+    bev_data_cb fn = c->readcb;
+    void *arg = c->arg;
+    at_activity *prev = ctx_enter(c->cap, c->tid, 0);
+    fn(bev, arg); /* may set other callbacks or free bev, freeing c */
+    int e = errno;
+    at_flow_leave(prev);
+    errno = e;
+}
+
+static void bev_write_tramp(void *bev, void *p)
+{
+    bev_ctx *c = p;
+    bev_data_cb fn = c->writecb;
+    void *arg = c->arg;
+    at_activity *prev = ctx_enter(c->cap, c->tid, 0);
+    fn(bev, arg);
+    int e = errno;
+    at_flow_leave(prev);
+    errno = e;
+}
+
+static void bev_event_tramp(void *bev, short what, void *p)
+{
+    bev_ctx *c = p;
+    bev_event_cb fn = c->eventcb;
+    void *arg = c->arg;
+    at_activity *prev = ctx_enter(c->cap, c->tid, 0);
+    fn(bev, what, arg);
+    int e = errno;
+    at_flow_leave(prev);
+    errno = e;
+}
+
+/* bev's context, when its callbacks are ours */
+static bev_ctx *bev_ctx_of(void *bev)
+{
+    bev_data_cb r = NULL, w = NULL;
+    bev_event_cb ev = NULL;
+    void *arg = NULL;
+    if (!bev || !real_bufferevent_getcb())
+        return NULL;
+    real_bufferevent_getcb()(bev, &r, &w, &ev, &arg);
+    return r == bev_read_tramp || w == bev_write_tramp || ev == bev_event_tramp ? arg : NULL;
+}
+
+static void bev_ctx_free(bev_ctx *c)
+{
+    if (c) {
+        int e = errno;
+        at_flow_release(c->cap);
+        free(c);
+        errno = e;
+    }
+}
+
+AT_EXPORT void bufferevent_setcb(void *bev, bev_data_cb readcb, bev_data_cb writecb,
+                                 bev_event_cb eventcb, void *arg)
+{
+    bev_ctx *old = bev_ctx_of(bev), *c = NULL;
+    at_activity *cap = NULL;
+    if (at_on() && (readcb || writecb || eventcb) &&
+        !called_from_libevent(__builtin_return_address(0)) && (cap = at_flow_capture())) {
+        int e = errno;
+        c = malloc(sizeof *c);
+        errno = e;
+        if (c) {
+            *c = (bev_ctx){readcb, writecb, eventcb, arg, cap, (uint64_t)at_tid()};
+            at_flow_transfer_send(cap);
+        } else {
+            at_flow_release(cap);
+        }
+    }
+    if (c)
+        real_bufferevent_setcb()(bev, readcb ? bev_read_tramp : NULL, writecb ? bev_write_tramp : NULL,
+                                 eventcb ? bev_event_tramp : NULL, c);
+    else
+        real_bufferevent_setcb()(bev, readcb, writecb, eventcb, arg);
+    bev_ctx_free(old); /* after the swap, under the bufferevent's lock: no callback of it runs now */
+}
+
+AT_EXPORT void bufferevent_getcb(void *bev, bev_data_cb *readcb, bev_data_cb *writecb,
+                                 bev_event_cb *eventcb, void **arg)
+{
+    bev_ctx *c = bev_ctx_of(bev);
+    if (!c) {
+        real_bufferevent_getcb()(bev, readcb, writecb, eventcb, arg);
+        return;
+    }
+    if (readcb)
+        *readcb = c->readcb;
+    if (writecb)
+        *writecb = c->writecb;
+    if (eventcb)
+        *eventcb = c->eventcb;
+    if (arg)
+        *arg = c->arg;
+}
+
+/* The callbacks are cleared here, under the bufferevent's lock (callbacks run holding it, and it is
+ * recursive: a callback freeing its own bufferevent is fine), and the context freed before the
+ * real free, which clears them again through setcb (then ours no more). */
+REAL(bufferevent_lock, void, (void *))
+REAL(bufferevent_unlock, void, (void *))
+AT_EXPORT void bufferevent_free(void *bev)
+{
+    bev_ctx *c = NULL;
+    if (bev && real_bufferevent_lock() && real_bufferevent_unlock()) {
+        real_bufferevent_lock()(bev);
+        c = bev_ctx_of(bev);
+        if (c)
+            real_bufferevent_setcb()(bev, NULL, NULL, NULL, NULL);
+        real_bufferevent_unlock()(bev);
+    }
+    bev_ctx_free(c);
+    real_bufferevent_free()(bev);
+}
+
 AT_EXPORT int event_base_once(void *base, int fd, short what, ev_cb cb, void *arg, const void *tv)
 {
-    at_activity *cap = at_on() && cb ? at_flow_capture() : NULL;
+    at_activity *cap = at_on() && cb && !called_from_libevent(__builtin_return_address(0))
+                           ? at_flow_capture()
+                           : NULL;
     ev_ctx *c = cap ? ev_ctx_new(cb, arg) : NULL;
     if (!c) {
         at_flow_release(cap);

@@ -274,13 +274,17 @@ START_TEST(libevent_add_and_once)
     at_session s;
     run(&s, "ev_flow", "ev");
     const at_trace *t = &s.t;
-    ck_assert_str_eq(s.r.out, "ok 1\n"); /* event_get_callback(_arg) still give the program's */
+    /* event_get_callback(_arg) and bufferevent_getcb still give the program's, and freeing a
+     * bufferevent (whose finalizer reads its own events' arguments) did not crash */
+    ck_assert_str_eq(s.r.out, "ok 1 1\n");
     long rd = at_find(t, NULL, "ReaderStart", 0);
     uint64_t main_tid = t->ev[rd].thread;
     /* the loop thread began in no activity; each callback ran in the activity of its add / once,
      * with its own argument (event_self_cbarg() gave the event itself) */
     ck_assert_int_eq(marks_in(t, "Read", "1", t->ev[rd].act_path, main_tid, NULL), 1);
     ck_assert_int_eq(marks_in(t, "Once", "1", start_path(t, "OnceStart"), main_tid, NULL), 1);
+    /* a bufferevent's read callback runs in the activity of its bufferevent_setcb */
+    ck_assert_int_eq(marks_in(t, "BufRead", "1", start_path(t, "BufStart"), main_tid, NULL), 1);
     at_session_free(&s);
 }
 END_TEST
