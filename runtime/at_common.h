@@ -80,6 +80,9 @@ static inline void at_copy_small(void *dst, const void *src, size_t n)
  * at_tbuf_thread_exit() itself, so the writer and the engine leave their thread-specific keys unset (a thread with any key value set
  * makes glibc walk every key slot at its exit: ~700 instructions per thread). Defined in tbuf.c. */
 extern AT_TLS bool at_thread_managed;
+/* Non-zero while the runtime starts a thread of its own (the flusher): an interposed pthread_create
+ * (the shim's) passes it straight through. */
+extern AT_TLS int at_rt_own_thread;
 
 /* 16 bytes in .NET Guid memory order (Data1 LE, Data2 LE, Data3 LE, Data4[8]), as nettrace stores it. */
 typedef struct at_guid {

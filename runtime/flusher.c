@@ -17,6 +17,7 @@ _Atomic uint64_t at_stat_written, at_stat_dropped_io, at_stat_bytes, at_stat_fil
 uint64_t at_flusher_tid;
 unsigned at_flush_interval_ms = 100;
 
+AT_TLS int at_rt_own_thread;
 static pthread_t flusher;
 static bool flusher_running;
 static _Atomic int flusher_stop;
@@ -277,7 +278,9 @@ int at_flusher_start(void)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old); /* no signal may land on the new thread before it masks */
+    at_rt_own_thread++;
     int rc = pthread_create(&flusher, NULL, flusher_main, NULL);
+    at_rt_own_thread--;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         errno = rc;

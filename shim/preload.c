@@ -135,6 +135,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         goto out;
     }
     at_fdguard_refresh();
+    at_process_fork_init(); /* after the writer's own fork handlers: see process.c */
     at_shim_stacks_init();
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
         fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);

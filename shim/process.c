@@ -280,6 +280,40 @@ AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 
 /* ---------------- fork ---------------- */
 
+/* The child's side of a fork: its own pid and thread id, a first exec generation, the file the
+ * writer opened for it, and ProcessForked. */
+static void fork_child_fixup(pid_t parent)
+{
+    at_tid_cache = 0;
+    at_pid = (pid_t)syscall(SYS_getpid);
+    at_exec_generation = 0;
+    at_activity_after_fork_child();
+    at_fdguard_refresh(); /* the writer opened the child's own file */
+    uint8_t buf[4];
+    at_payload pl;
+    at_payload_init(&pl, buf, sizeof buf);
+    at_payload_i32(&pl, parent);
+    at_shim_event(at_ev.fork_child, buf, (uint32_t)(pl.p - buf));
+}
+
+/* A fork glibc makes itself (daemon() calls it without the PLT) does not come through fork()
+ * below: this handler, registered after the writer's (whose child handler opens the child's file
+ * and starts its flusher), does the child's side then. Through fork() below, at_internal is up in
+ * the child too and the wrapper does it after the call. */
+static void fork_child_handler(void)
+{
+    if (at_on() && !at_internal) {
+        int e = errno;
+        fork_child_fixup(at_pid); /* still the parent's */
+        errno = e;
+    }
+}
+
+void at_process_fork_init(void)
+{
+    pthread_atfork(NULL, NULL, fork_child_handler);
+}
+
 AT_EXPORT pid_t fork(void)
 {
     if (!at_on())
@@ -290,16 +324,7 @@ AT_EXPORT pid_t fork(void)
     int e = errno;
     at_internal--;
     if (p == 0) {
-        at_tid_cache = 0;
-        at_pid = (pid_t)syscall(SYS_getpid);
-        at_exec_generation = 0;
-        at_activity_after_fork_child();
-        at_fdguard_refresh(); /* the writer opened the child's own file */
-        uint8_t buf[4];
-        at_payload pl;
-        at_payload_init(&pl, buf, sizeof buf);
-        at_payload_i32(&pl, parent);
-        at_shim_event(at_ev.fork_child, buf, (uint32_t)(pl.p - buf));
+        fork_child_fixup(parent);
     } else if (p > 0) {
         uint8_t buf[4];
         at_payload pl;

@@ -19,6 +19,7 @@ static inline bool at_on(void)
 }
 
 extern at_config at_cfg;
+void at_process_fork_init(void);
 extern pid_t at_pid;      /* this process (updated in a fork child; a vfork child differs from it) */
 
 #define AT_SHIM_PROVIDER "acttrace-shim"

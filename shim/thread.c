@@ -251,7 +251,7 @@ static void start_abandon(at_thread_start *s)
 AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
     at_thread_start *s;
-    if (!at_on() || at_internal || !(s = start_new(fn)))
+    if (!at_on() || at_internal || at_rt_own_thread || !(s = start_new(fn)))
         return AT_REAL(pthread_create)(t, attr, fn, arg);
     s->fn.posix = fn;
     s->arg = arg;

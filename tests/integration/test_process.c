@@ -92,6 +92,13 @@ START_TEST(test_own_handlers_run)
 END_TEST
 
 /* pids printed by proc_chain ("pid <n> <mode>"), in order */
+static const char *start_path_of(const at_trace *t, const char *name)
+{
+    long i = at_find(t, NULL, name, 0);
+    ck_assert_msg(i >= 0, "no %s", name);
+    return t->ev[i].act_path;
+}
+
 static int pids_of(const char *out, int *pids, int max)
 {
     int n = 0;
@@ -153,6 +160,39 @@ START_TEST(test_fork_while_registry_busy)
     long cs = at_find(&c, NULL, "ChildStart", 0), f = at_find(&c, NULL, "Fired", 0);
     ck_assert(cs >= 0 && f > cs);
     ck_assert_str_eq(c.ev[f].act_path, c.ev[cs].act_path);
+    at_trace_free(&c);
+    at_session_free(&s);
+}
+END_TEST
+
+/* A fork glibc makes itself (daemon()) rather than through the shim's fork(): the daemon gets its
+ * own complete file with ProcessForked, keeps the parent's activity, and can start threads (the
+ * writer's fork handler once started the child's flusher through the shim's pthread_create while
+ * another handler still held its lock, and the daemon hung there). */
+START_TEST(test_daemon_child)
+{
+    at_session s;
+    const char *argv[] = {"proc_chain", "daemon", NULL};
+    ck_assert_int_eq(at_session_run(&s, "daemon", argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_ptr_null(strstr(s.r.out, "hung"));
+    int pids[4];
+    ck_assert_int_eq(pids_of(s.r.out, pids, 4), 2);
+    const char *pp = start_path_of(&s.t, "ParentStart");
+    at_trace c;
+    ck_assert_msg(at_session_load_pid(&s, pids[1], &c), "no file for the daemon pid %d in %s", pids[1],
+                  s.dir);
+    ck_assert_msg(c.complete, "daemon file: %s", c.err);
+    ck_assert_int_eq(c.pid, pids[1]);
+    long cs = at_find(&c, NULL, "ChildStart", 0), th = at_find(&c, NULL, "DaemonThread", 0);
+    ck_assert(cs >= 0 && th > cs);
+    ck_assert_str_eq(c.ev[cs].rel_path, pp); /* kept the activity across the fork */
+    ck_assert_str_eq(c.ev[th].act_path, c.ev[cs].act_path);
+    ck_assert_uint_ne(c.ev[th].thread, c.ev[cs].thread);
+    ck_assert_uint_eq(c.ev[cs].thread, (uint64_t)pids[1]); /* its own thread id, not the parent's */
+    ck_assert(at_find(&c, "acttrace-shim", "ProcessForked", 0) >= 0);
     at_trace_free(&c);
     at_session_free(&s);
 }
@@ -265,6 +305,7 @@ int main(void)
     tcase_add_test(tp, test_fork_child_file);
     tcase_add_test(tp, test_exec_chain);
     tcase_add_test(tp, test_fork_while_registry_busy);
+    tcase_add_test(tp, test_daemon_child);
     tcase_add_loop_test(tp, test_child_program_linked, 0, 4);
     suite_add_tcase(su, tp);
     SRunner *sr = srunner_create(su);
