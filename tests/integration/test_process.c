@@ -107,14 +107,20 @@ static int pids_of(const char *out, int *pids, int max)
     return n;
 }
 
+/* proc_chain in mode, which must exit 0 with a complete trace of its own. */
+static void run_chain(at_session *s, const char *mode)
+{
+    const char *argv[] = {"proc_chain", mode, NULL};
+    ck_assert_int_eq(at_session_run(s, mode, argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s->r.exited && s->r.status == 0 && s->has_trace && s->t.complete, "%s",
+                  at_session_describe(s, d, sizeof d));
+}
+
 START_TEST(test_fork_child_file)
 {
     at_session s;
-    const char *argv[] = {"proc_chain", "fork", NULL};
-    ck_assert_int_eq(at_session_run(&s, "fork", argv, NULL), 0);
-    char d[1024];
-    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
-                  at_session_describe(&s, d, sizeof d));
+    run_chain(&s, "fork");
     int pids[4];
     ck_assert_int_eq(pids_of(s.r.out, pids, 4), 2);
     long ps = at_find(&s.t, NULL, "ParentStart", 0);
@@ -172,11 +178,7 @@ END_TEST
 START_TEST(test_daemon_child)
 {
     at_session s;
-    const char *argv[] = {"proc_chain", "daemon", NULL};
-    ck_assert_int_eq(at_session_run(&s, "daemon", argv, NULL), 0);
-    char d[1024];
-    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
-                  at_session_describe(&s, d, sizeof d));
+    run_chain(&s, "daemon");
     ck_assert_ptr_null(strstr(s.r.out, "hung"));
     int pids[4];
     ck_assert_int_eq(pids_of(s.r.out, pids, 4), 2);
