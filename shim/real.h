@@ -63,6 +63,8 @@ typedef struct at_fd_slot {
     uint32_t readers;        /* threads between loading act and holding their own reference */
     uint8_t reported;        /* an ambiguity of this tag was reported already */
     uint8_t owns;            /* the tag is a Connection activity the shim started: stop it at close */
+    uint32_t last_tid;       /* atomic: the thread that last received the tag (0: none since it was
+                              * set); its next adoptions write no Receive, the hop was recorded */
 } __attribute__((aligned(64))) at_fd_slot;
 
 /* What every interposed call reads before it calls the real function, on one page (real.c): the

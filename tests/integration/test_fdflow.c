@@ -196,6 +196,40 @@ START_TEST(test_fdflow_off)
 }
 END_TEST
 
+/* A worker that takes the same connection up again after each wait point adopts it each time
+ * (its requests run in the connection's activity) but records the hop once: one Receive. */
+START_TEST(test_readoption_one_receive)
+{
+    at_session s;
+    const char *argv[] = {"fd_readopt", NULL};
+    ck_assert_int_eq(at_session_run(&s, "readopt", argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.load_rc == 0, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "rounds 3\n");
+    const at_trace *t = &s.t;
+    long sv = at_find(t, NULL, "ServeStart", 0);
+    ck_assert(sv >= 0);
+    const char *sp = t->ev[sv].act_path;
+    uint64_t worker = 0;
+    for (int n = 1; n <= 3; n++) {
+        char v[4];
+        snprintf(v, sizeof v, "%d", n);
+        long g = at_find_field(t, "Got", "Value", v, 0);
+        ck_assert_msg(g >= 0, "no Got %d", n);
+        ck_assert_str_eq(t->ev[g].act_path, sp);
+        ck_assert_uint_ne(t->ev[g].thread, t->ev[sv].thread);
+        worker = t->ev[g].thread;
+    }
+    int recv = 0;
+    for (long i = at_find(t, "acttrace-flow", "TransferReceive", 0); i >= 0;
+         i = at_find(t, "acttrace-flow", "TransferReceive", (size_t)i + 1))
+        recv += t->ev[i].thread == worker && strcmp(t->ev[i].act_path, sp) == 0;
+    ck_assert_int_eq(recv, 1);
+    at_session_free(&s);
+}
+END_TEST
+
 START_TEST(test_ambiguous_reported)
 {
     at_session s;
@@ -240,6 +274,7 @@ int main(void)
     tcase_add_test(tc, test_thread_per_connection);
     tcase_add_test(tc, test_fdflow_off);
     tcase_add_test(tc, test_ambiguous_reported);
+    tcase_add_test(tc, test_readoption_one_receive);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
