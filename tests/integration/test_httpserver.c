@@ -24,24 +24,11 @@
 
 #define NREQ 4
 
-static int connect_port(int port)
-{
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(s);
-        return -1;
-    }
-    struct timeval tv = {10, 0}; /* a server that never answers fails the test, not hangs it */
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return s;
-}
 
 /* One GET; returns the HTTP status code or -1. */
 static int get(int port)
 {
-    int s = connect_port(port);
+    int s = at_connect_port(port);
     if (s < 0)
         return -1;
     const char req[] = "GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
@@ -110,20 +97,10 @@ static void run_server(at_session *s, const char *const *extra_env)
     at_run_opts o = {.argv = argv, .env = env, .cwd = s->dir};
     at_proc p;
     ck_assert_int_eq(at_spawn(&o, &p), 0);
-    /* wait until it listens: retry the connection (bounded, it is not a timing assertion) */
-    int up = -1;
-    for (int i = 0; i < 400 && up < 0; i++) {
-        up = connect_port(port);
-        if (up < 0) {
-            struct timespec ts = {0, 25 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    if (up >= 0)
-        close(up); /* that probe is a connection too: NREQ + 1 in all */
+    bool up = at_wait_listening(port); /* its probe is a connection too: NREQ + 1 in all */
     int codes[NREQ];
     for (int i = 0; i < NREQ; i++)
-        codes[i] = up >= 0 ? get(port) : -1;
+        codes[i] = up ? get(port) : -1;
     /* A handler closes its socket just after the client sees the end of the response (shutdown
      * comes first): wait for the handler threads to end, so an interrupt cannot cut a close off
      * (bounded; not a timing assertion) */
@@ -131,7 +108,7 @@ static void run_server(at_session *s, const char *const *extra_env)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     kill(p.pid, SIGINT); /* http.server's own KeyboardInterrupt handling ends it with exit 0 */
     ck_assert_int_eq(at_wait(&p, &s->r), 0);
-    ck_assert_msg(up >= 0, "python3 http.server never listened on %d: %s", port, s->r.err);
+    ck_assert_msg(up, "python3 http.server never listened on %d: %s", port, s->r.err);
     for (int i = 0; i < NREQ; i++)
         ck_assert_msg(codes[i] == 200, "request %d: status %d", i, codes[i]);
     char *path = at_trace_file_last_image(s->dir, s->r.pid);

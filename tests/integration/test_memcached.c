@@ -8,15 +8,11 @@
  * value), each Connection crossed to a worker thread exactly once (one Receive on a thread other
  * than main, however many requests the worker took up after its wait points), and memcached's
  * exit status on SIGTERM is the one it has untraced (0). */
-#include <arpa/inet.h>
 #include <check.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "at_testlib.h"
@@ -24,19 +20,6 @@
 #define NCONN 3
 #define NREQ 5
 
-static int connect_port(int port)
-{
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(s);
-        return -1;
-    }
-    struct timeval tv = {10, 0}; /* a server that never answers fails the test, not hangs it */
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return s;
-}
 
 /* Send req, read until the reply ends with end; true when the reply is exactly want. */
 static bool ask(int s, const char *req, const char *want)
@@ -58,7 +41,7 @@ static bool ask(int s, const char *req, const char *want)
 /* One connection: NREQ sets and gets, each answered before the next is sent. */
 static int session(int port, int c)
 {
-    int s = connect_port(port);
+    int s = at_connect_port(port);
     if (s < 0)
         return 0;
     int ok = 0;
@@ -91,21 +74,13 @@ START_TEST(test_connections_cross_once)
     at_run_opts o = {.argv = argv, .env = env, .cwd = s.dir};
     at_proc p;
     ck_assert_int_eq(at_spawn(&o, &p), 0);
-    /* wait until it listens: retry the connection (bounded, it is not a timing assertion) */
-    int up = -1;
-    for (int i = 0; i < 400 && up < 0; i++) {
-        up = connect_port(port);
-        if (up < 0)
-            nanosleep(&(struct timespec){0, 25 * 1000 * 1000}, NULL);
-    }
-    if (up >= 0)
-        close(up); /* that probe is a connection too */
+    bool up = at_wait_listening(port); /* its probe is a connection too */
     int ok[NCONN];
     for (int c = 0; c < NCONN; c++)
-        ok[c] = up >= 0 ? session(port, c) : 0;
+        ok[c] = up ? session(port, c) : 0;
     kill(p.pid, SIGTERM);
     ck_assert_int_eq(at_wait(&p, &s.r), 0);
-    ck_assert_msg(up >= 0, "memcached never listened on %d: %s", port, s.r.err);
+    ck_assert_msg(up, "memcached never listened on %d: %s", port, s.r.err);
     for (int c = 0; c < NCONN; c++)
         ck_assert_msg(ok[c] == 2 * NREQ, "connection %d: %d of %d replies right", c, ok[c], 2 * NREQ);
     char *path = at_trace_file_last_image(s.dir, s.r.pid);

@@ -2,6 +2,7 @@
  * read its trace back through the project's reader into decoded events. */
 #include "at_testlib.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "actpath.h"
@@ -697,6 +699,36 @@ int at_free_port(void)
         port = ntohs(a.sin_port);
     close(s);
     return port;
+}
+
+int at_connect_port(int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(s);
+        return -1;
+    }
+    struct timeval tv = {10, 0}; /* a server that never answers fails the test, not hangs it */
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return s;
+}
+
+bool at_wait_listening(int port)
+{
+    int up = -1;
+    for (int i = 0; i < 400 && up < 0; i++) {
+        up = at_connect_port(port);
+        if (up < 0)
+            nanosleep(&(struct timespec){0, 25 * 1000 * 1000}, NULL);
+    }
+    if (up < 0)
+        return false;
+    close(up);
+    return true;
 }
 
 /* ---------------- one traced run ---------------- */

@@ -167,5 +167,11 @@ char *at_read_file(const char *path, size_t *len); /* malloc'd, NUL-terminated; 
 bool at_file_exists(const char *path);
 /* A free TCP port on 127.0.0.1 (bound then released; a race is possible but unlikely). */
 int at_free_port(void);
+/* A connection to 127.0.0.1:port with a 10 s receive timeout (a server that never answers fails the
+ * test rather than hangs it), or -1. */
+int at_connect_port(int port);
+/* Whether a server starts listening on port: connects until one succeeds, 400 tries 25 ms apart
+ * (bounded, not a timing assertion), and closes that probe connection (a connection too). */
+bool at_wait_listening(int port);
 
 #endif
