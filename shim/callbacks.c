@@ -685,6 +685,30 @@ AT_EXPORT gboolean g_thread_pool_set_max_threads(void *pool, int max_threads, vo
     return ok;
 }
 
+/* A GThread GIO or GObject starts for itself (GIO's D-Bus worker "gdbus"), told by its function:
+ * it serves every connection and activity after, so it begins in none. libglib's own (its worker
+ * "gmain") never come through here; thread.c tells those by the GThread pthread_create is handed,
+ * which a sanitizer's pthread_create hides: this wrapper does not depend on it. */
+REAL(g_thread_new, void *, (const char *, void *(*)(void *), void *))
+AT_EXPORT void *g_thread_new(const char *name, void *(*func)(void *), void *data)
+{
+    int own = at_on() && at_glib_own((const void *)func);
+    at_thread_noflow += own;
+    void *t = real_g_thread_new()(name, func, data);
+    at_thread_noflow -= own;
+    return t;
+}
+
+REAL(g_thread_try_new, void *, (const char *, void *(*)(void *), void *, void **))
+AT_EXPORT void *g_thread_try_new(const char *name, void *(*func)(void *), void *data, void **error)
+{
+    int own = at_on() && at_glib_own((const void *)func);
+    at_thread_noflow += own;
+    void *t = real_g_thread_try_new()(name, func, data, error);
+    at_thread_noflow -= own;
+    return t;
+}
+
 AT_EXPORT void g_thread_pool_set_sort_function(void *pool, GCompareDataFunc fn, void *user_data)
 {
     gpool_head *h = pool;
@@ -1287,12 +1311,8 @@ static void ev_tramp(int fd, short what, void *p)
  * bufferevent crashed in its finalizer. */
 static bool called_from_libevent(const void *ret)
 {
-    struct dl_find_object o;
-    if (_dl_find_object((void *)ret, &o) != 0 || !o.dlfo_link_map || !o.dlfo_link_map->l_name)
-        return false;
-    const char *n = strrchr(o.dlfo_link_map->l_name, '/');
-    n = n ? n + 1 : o.dlfo_link_map->l_name;
-    return strncmp(n, "libevent", 8) == 0;
+    const char *n = at_object_name(ret);
+    return n && strncmp(n, "libevent", 8) == 0;
 }
 
 static ev_ctx *ev_ctx_of(const void *ev)

@@ -60,6 +60,12 @@ extern AT_TLS int at_internal;
  * submitter, so they begin in no activity and each work item brings its own. */
 extern AT_TLS int at_thread_noflow;
 
+/* thread.c: the file name (no directory) of the loaded object that holds addr, or NULL;
+ * _dl_find_object takes no lock. at_glib_own: addr is a function of GLib's own libraries (libglib,
+ * libgio, libgobject): a GThread running one is a service thread of GLib's, not the program's. */
+const char *at_object_name(const void *addr);
+bool at_glib_own(const void *addr);
+
 /* process.c */
 void at_signals_install(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */

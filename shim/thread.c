@@ -5,9 +5,9 @@
  * Threads a pool creates on its own behalf begin in no activity: the callback layer (callbacks*.c)
  * raises at_thread_noflow around the pool calls that create them (and around libuv's own calls of
  * uv_thread_create, which start its pool at the first request of any kind), and a thread whose
- * routine is a pool runtime's own (libuv's pool workers, libgomp's team threads) begins in none
- * whoever started it. That last check sees the routine only when no other interposer of
- * pthread_create (a sanitizer's) stands before ours. */
+ * routine is a runtime's own (libuv's pool workers, libgomp's team threads, GLib's service threads
+ * such as "gmain" and "gdbus") begins in none whoever started it. That last check sees the routine
+ * only when no other interposer of pthread_create (a sanitizer's) stands before ours. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
@@ -197,20 +197,40 @@ static int c11_trampoline(void *p)
     return r;
 }
 
-/* fn is the thread routine of a pool runtime (libuv, libgomp), not of the program: the libraries'
- * own thread-creation APIs (uv_thread_create) hand pthread_create the program's routine itself.
- * Asked only when there is an activity to pass on; _dl_find_object takes no lock. */
-static AT_NOINLINE bool runtime_routine(void *(*fn)(void *))
+const char *at_object_name(const void *addr)
 {
     struct dl_find_object o;
-    if (!fn || _dl_find_object((void *)fn, &o) != 0 || !o.dlfo_link_map || !o.dlfo_link_map->l_name)
-        return false;
+    if (!addr || _dl_find_object((void *)addr, &o) != 0 || !o.dlfo_link_map || !o.dlfo_link_map->l_name)
+        return NULL;
     const char *n = strrchr(o.dlfo_link_map->l_name, '/');
-    n = n ? n + 1 : o.dlfo_link_map->l_name;
-    return strncmp(n, "libuv.so", 8) == 0 || strncmp(n, "libgomp.so", 10) == 0;
+    return n ? n + 1 : o.dlfo_link_map->l_name;
 }
 
-static at_thread_start *start_new(void *(*fn)(void *))
+bool at_glib_own(const void *addr)
+{
+    const char *f = at_object_name(addr);
+    return f && (strncmp(f, "libglib-2.0.so", 14) == 0 || strncmp(f, "libgio-2.0.so", 13) == 0 ||
+                 strncmp(f, "libgobject-2.0.so", 17) == 0);
+}
+
+/* A thread a runtime starts on its own behalf, told by its routine: a pool runtime's (libuv's pool
+ * workers, libgomp's team; their thread-creation APIs such as uv_thread_create hand pthread_create
+ * the program's routine itself), or a GThread whose function is GLib's own (GLib's worker "gmain",
+ * GIO's D-Bus worker "gdbus", a pool's threads and its spawner). GLib starts every GThread through
+ * its proxy in libglib with the GThread as argument, and a GThread begins with its function (the
+ * public struct). A program's g_thread_new runs a function of the program: that thread inherits.
+ * Asked only when there is an activity to pass on. */
+static AT_NOINLINE bool runtime_routine(void *(*fn)(void *), void *arg)
+{
+    const char *n = at_object_name((const void *)fn);
+    if (!n)
+        return false;
+    if (strncmp(n, "libuv.so", 8) == 0 || strncmp(n, "libgomp.so", 10) == 0)
+        return true;
+    return strncmp(n, "libglib-2.0.so", 14) == 0 && arg && at_glib_own(*(void *const *)arg);
+}
+
+static at_thread_start *start_new(void *(*fn)(void *), void *arg)
 {
     at_thread_start *s = NULL;
     start_block *b = tl_starts ? tl_starts : (tl_starts = block_get());
@@ -232,7 +252,7 @@ static at_thread_start *start_new(void *(*fn)(void *))
         s->busy = START_MALLOC;
     }
     s->cap = at_thread_noflow ? NULL : at_flow_capture();
-    if (s->cap && AT_UNLIKELY(runtime_routine(fn))) {
+    if (s->cap && AT_UNLIKELY(runtime_routine(fn, arg))) {
         at_flow_release(s->cap);
         s->cap = NULL;
     }
@@ -251,7 +271,7 @@ static void start_abandon(at_thread_start *s)
 AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
     at_thread_start *s;
-    if (!at_on() || at_internal || at_rt_own_thread || !(s = start_new(fn)))
+    if (!at_on() || at_internal || at_rt_own_thread || !(s = start_new(fn, arg)))
         return AT_REAL(pthread_create)(t, attr, fn, arg);
     s->fn.posix = fn;
     s->arg = arg;
@@ -264,7 +284,7 @@ AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr,
 AT_EXPORT int thrd_create(thrd_t *t, thrd_start_t fn, void *arg)
 {
     at_thread_start *s;
-    if (!at_on() || at_internal || !(s = start_new(NULL)))
+    if (!at_on() || at_internal || !(s = start_new(NULL, NULL)))
         return AT_REAL(thrd_create)(t, fn, arg);
     s->fn.c11 = fn;
     s->arg = arg;

@@ -159,6 +159,57 @@ END_TEST
  * at submit, and its completion comes back to main's context (an idle source GIO makes by hand) in
  * that same activity; the task submitted in none runs and completes in none. main runs its loop in
  * no activity, so nothing here can be in T1 or T2 except by flow. */
+/* GLib's own service threads (GIO's D-Bus worker here) begin in no activity, whoever's call made
+ * GLib start them: the worker serves every connection and activity after. A thread of the
+ * program's own (g_thread_new of a program function) inherits. */
+START_TEST(glib_service_thread_begins_in_none)
+{
+    at_session s;
+    run(&s, "glib_dbus", "gdbus");
+    const at_trace *t = &s.t;
+    ck_assert_str_eq(s.r.out, "ok 3 filters 6\n");
+    long first = at_find(t, NULL, "FirstStart", 0);
+    uint64_t main_tid = t->ev[first].thread;
+    const char *fp = t->ev[first].act_path, *sp = start_path(t, "SecondStart");
+    uint64_t server_tid = 0, in_tid = 0, out_tid = 0;
+    ck_assert_int_eq(marks_in(t, "Server", "1", fp, main_tid, &server_tid), 1);
+    /* replies come in from the socket: the worker runs their filter in none, not in First */
+    ck_assert_int_eq(marks_in(t, "Filter", "1", "", main_tid, &in_tid), 3);
+    /* what main sends inside Second, the worker writes for Second */
+    ck_assert_int_eq(marks_in(t, "Filter", "0", sp, main_tid, &out_tid), 3);
+    ck_assert_uint_eq(in_tid, out_tid);
+    ck_assert_uint_ne(in_tid, server_tid);
+    /* the worker began in none, though the thread whose call started it was in First */
+    long begin = -1;
+    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
+         i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1))
+        if (t->ev[i].thread == in_tid)
+            begin = i;
+    ck_assert_msg(begin >= 0, "no ThreadBegin of the D-Bus worker");
+    ck_assert_str_eq(t->ev[begin].act_path, "");
+    uint64_t parent = 0;
+    ck_assert(at_field_u64(&t->ev[begin], "ParentThread", &parent));
+    ck_assert_msg(parent == server_tid || parent == main_tid, "worker made by %llu",
+                  (unsigned long long)parent);
+    /* GLib's own worker "gmain" (GIO's GTask attaches to it when the connections are set up) is
+     * started from inside libglib, never through g_thread_new's symbol: the shim tells it by the
+     * GThread pthread_create is handed, which a sanitizer's pthread_create hides. Every thread but
+     * the program's server thread began in none. */
+    int others = 0;
+    for (long i = at_find(t, "acttrace-shim", "ThreadBegin", 0); i >= 0;
+         i = at_find(t, "acttrace-shim", "ThreadBegin", (size_t)i + 1)) {
+        if (t->ev[i].thread == server_tid || t->ev[i].thread == in_tid)
+            continue;
+        others++;
+        if (!getenv("ACTTRACE_ASAN"))
+            ck_assert_msg(strcmp(t->ev[i].act_path, "") == 0, "thread %llu began in %s",
+                          (unsigned long long)t->ev[i].thread, t->ev[i].act_path);
+    }
+    ck_assert_int_ge(others, 1);
+    at_session_free(&s);
+}
+END_TEST
+
 START_TEST(glib_gtask_run_in_thread)
 {
     at_session s;
@@ -393,6 +444,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, glib_sources_and_thread_pool);
     tcase_add_test(tc, glib_gtask_run_in_thread);
+    tcase_add_test(tc, glib_service_thread_begins_in_none);
     tcase_add_test(tc, sigev_thread_timer_and_mq_notify);
     tcase_add_test(tc, libuv_work_timer_async);
     tcase_add_test(tc, libevent_add_and_once);
