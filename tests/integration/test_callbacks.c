@@ -347,7 +347,7 @@ START_TEST(openmp_regions_loops_tasks)
     const at_trace *t = &s.t;
     ck_assert_str_eq(s.r.out, "ok 10\n"); /* the task reduction's descriptor reached libgomp */
     const char *rp = start_path(t, "RegionStart");
-    char v[8];
+    char v[16];
     for (int i = 0; i < 4; i++) {
         snprintf(v, sizeof v, "%d", i);
         ck_assert_int_eq(marks_in(t, "Par", v, rp, 0, NULL), 1);
