@@ -62,6 +62,7 @@ REAL(g_timeout_add_full, guint, (int, guint, GSourceFunc, void *, GDestroyNotify
 REAL(g_timeout_add_seconds_full, guint, (int, guint, GSourceFunc, void *, GDestroyNotify))
 REAL(g_main_context_invoke_full, void, (void *, int, GSourceFunc, void *, GDestroyNotify))
 REAL(g_idle_add_once, guint, (GSourceOnceFunc, void *))
+REAL(g_timeout_add_once, guint, (guint, GSourceOnceFunc, void *))
 REAL(g_idle_remove_by_data, gboolean, (void *))
 REAL(g_source_remove_by_user_data, gboolean, (void *))
 REAL(g_source_remove_by_funcs_user_data, gboolean, (void *, void *))
@@ -298,6 +299,21 @@ static void child_tramp(int pid, int status, void *p)
     errno = e;
 }
 
+/* A Unix fd source's callback: GUnixFDSourceFunc(fd, condition, data). */
+typedef gboolean (*GUnixFDSourceFunc)(int fd, int cond, void *data);
+static gboolean unixfd_tramp(int fd, int cond, void *p)
+{
+    cb_ctx *c = p;
+    int e = errno;
+    at_activity *prev = ctx_enter(c->cap, c->tid, c->send_ts);
+    errno = e;
+    gboolean r = ((GUnixFDSourceFunc)c->fn)(fd, cond, c->data);
+    e = errno;
+    at_flow_leave(prev);
+    errno = e;
+    return r;
+}
+
 /* Wrap (fn, data, notify) for a source when an activity is current, fn then being tramp (which
  * calls the program's fn with the source's own arguments and the program's data); false: call
  * through as is. */
@@ -364,6 +380,15 @@ AT_EXPORT guint g_timeout_add(guint ms, GSourceFunc fn, void *data)
     return g_timeout_add_full(G_PRIORITY_DEFAULT, ms, fn, data, NULL);
 }
 
+AT_EXPORT guint g_timeout_add_once(guint ms, GSourceOnceFunc fn, void *data)
+{
+    GSourceFunc f = (GSourceFunc)(void *)fn;
+    GDestroyNotify n = NULL;
+    if (src_wrap(&f, &data, &n, 1))
+        return real_g_timeout_add_full()(G_PRIORITY_DEFAULT, ms, f, data, n);
+    return real_g_timeout_add_once()(ms, fn, data);
+}
+
 AT_EXPORT guint g_timeout_add_seconds_full(int prio, guint s, GSourceFunc fn, void *data,
                                            GDestroyNotify notify)
 {
@@ -421,33 +446,72 @@ AT_EXPORT guint g_child_watch_add(int pid, GChildWatchFunc fn, void *data)
     return g_child_watch_add_full(G_PRIORITY_DEFAULT, pid, fn, data, NULL);
 }
 
+/* glib-unix.h: a Unix fd watch (the fd, the condition, then the data) and a Unix signal
+ * delivered as a source (GSourceFunc(data); GLib's worker thread notices the signal, the callback
+ * runs in the context's thread). */
+REAL(g_unix_fd_add_full, guint, (int, int, int, GUnixFDSourceFunc, void *, GDestroyNotify))
+REAL(g_unix_signal_add_full, guint, (int, int, GSourceFunc, void *, GDestroyNotify))
+
+AT_EXPORT guint g_unix_fd_add_full(int prio, int fd, int cond, GUnixFDSourceFunc fn, void *data,
+                                   GDestroyNotify notify)
+{
+    void *f = (void *)fn;
+    if (fn && src_wrap_with(&f, &data, &notify, 0, (void *)unixfd_tramp))
+        fn = (GUnixFDSourceFunc)f;
+    return real_g_unix_fd_add_full()(prio, fd, cond, fn, data, notify);
+}
+
+AT_EXPORT guint g_unix_fd_add(int fd, int cond, GUnixFDSourceFunc fn, void *data)
+{
+    return g_unix_fd_add_full(G_PRIORITY_DEFAULT, fd, cond, fn, data, NULL);
+}
+
+AT_EXPORT guint g_unix_signal_add_full(int prio, int sig, GSourceFunc fn, void *data,
+                                       GDestroyNotify notify)
+{
+    if (fn)
+        src_wrap(&fn, &data, &notify, 0);
+    return real_g_unix_signal_add_full()(prio, sig, fn, data, notify);
+}
+
+AT_EXPORT guint g_unix_signal_add(int sig, GSourceFunc fn, void *data)
+{
+    return g_unix_signal_add_full(G_PRIORITY_DEFAULT, sig, fn, data, NULL);
+}
+
 /* A source made by hand and given its callback: how GIO hands work back to a main context
  * (g_task_return from a GTask's thread: g_idle_source_new + g_source_set_callback +
  * g_source_attach), and how programs do the same. Idle and timeout sources call the callback as a
- * GSourceFunc(data), I/O and child watches with their own arguments first (the trampoline is
- * chosen by the source's kind); other kinds (GIO's socket sources...) are left alone. GSource's
- * third member is its GSourceFuncs (public struct, stable ABI). */
+ * GSourceFunc(data), as do Unix signal sources; I/O, child and Unix fd watches with their own
+ * arguments first (the trampoline is chosen by the source's kind); other kinds (GIO's socket
+ * sources...) are left alone. GSource's third member is its GSourceFuncs (public struct, stable
+ * ABI). */
 static void *src_tramp_for(void *src)
 {
-    static const void *idle, *timeout, *io, *child;
+    static const void *idle, *timeout, *io, *child, *usig, *ufd;
     static bool looked;
     if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&idle, dlsym(RTLD_DEFAULT, "g_idle_funcs"), __ATOMIC_RELAXED);
         __atomic_store_n(&timeout, dlsym(RTLD_DEFAULT, "g_timeout_funcs"), __ATOMIC_RELAXED);
         __atomic_store_n(&io, dlsym(RTLD_DEFAULT, "g_io_watch_funcs"), __ATOMIC_RELAXED);
         __atomic_store_n(&child, dlsym(RTLD_DEFAULT, "g_child_watch_funcs"), __ATOMIC_RELAXED);
+        __atomic_store_n(&usig, dlsym(RTLD_DEFAULT, "g_unix_signal_funcs"), __ATOMIC_RELAXED);
+        __atomic_store_n(&ufd, dlsym(RTLD_DEFAULT, "g_unix_fd_source_funcs"), __ATOMIC_RELAXED);
         __atomic_store_n(&looked, true, __ATOMIC_RELEASE);
     }
     const void *funcs = ((void *const *)src)[2];
     if (!funcs)
         return NULL;
     if (funcs == __atomic_load_n(&idle, __ATOMIC_RELAXED) ||
-        funcs == __atomic_load_n(&timeout, __ATOMIC_RELAXED))
+        funcs == __atomic_load_n(&timeout, __ATOMIC_RELAXED) ||
+        funcs == __atomic_load_n(&usig, __ATOMIC_RELAXED))
         return (void *)src_tramp;
     if (funcs == __atomic_load_n(&io, __ATOMIC_RELAXED))
         return (void *)io_tramp;
     if (funcs == __atomic_load_n(&child, __ATOMIC_RELAXED))
         return (void *)child_tramp;
+    if (funcs == __atomic_load_n(&ufd, __ATOMIC_RELAXED))
+        return (void *)unixfd_tramp;
     return NULL;
 }
 

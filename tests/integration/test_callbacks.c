@@ -105,6 +105,14 @@ START_TEST(glib_sources_and_thread_pool)
     ck_assert_int_eq(marks_in(t, "Io2", "1", jp, main_tid, NULL), 1); /* g_source_set_callback */
     ck_assert_uint_eq(io_tid, loop_tid);
     ck_assert_uint_eq(reap_tid, loop_tid);
+    /* g_timeout_add_once and glib-unix.h's fd watches and signal sources: on the loop thread, in
+     * Job, with the program's data and the source's own arguments */
+    static const char *const more[] = {"Once", "UnixFd", "UnixFd2", "Sig"};
+    for (size_t k = 0; k < sizeof more / sizeof *more; k++) {
+        uint64_t tid = 0;
+        ck_assert_msg(marks_in(t, more[k], "1", jp, main_tid, &tid) == 1, "%s", more[k]);
+        ck_assert_uint_eq(tid, loop_tid);
+    }
     /* the pool: one thread ran all three items, each in its own submitter's activity or none */
     uint64_t pool_tid = 0, t2 = 0, t3 = 0;
     ck_assert_int_eq(marks_in(t, "Item", "1", start_path(t, "P1Start"), main_tid, &pool_tid), 1);
