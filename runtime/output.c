@@ -13,8 +13,57 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "trace_int.h"
+
+/* The trace file's descriptor (-1: none), for the preload library to keep out of the program's
+ * closes and dup2s. Set here before the descriptor is used and cleared before it is closed. */
+int at_trace_fd = -1;
+
+/* Where the writer's descriptors go: far above the low numbers programs reach for (a shell's
+ * `exec 3>file`, a daemon's dup2 onto 3, a program counting on open() returning the lowest free
+ * number), below the soft limit and select()'s 1024: 7/8 of min(soft limit, 1024), 896 by default.
+ * -1 when the limit is too low to spare a far number. */
+int at_fd_high_base(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
+    rlim_t soft = rl.rlim_cur;
+    if (soft == RLIM_INFINITY || soft > 1024)
+        soft = 1024;
+    if (soft < 64)
+        return -1;
+    return (int)(soft - soft / 8);
+}
+
+/* fd moved to a high number (close-on-exec), or fd itself when that cannot be done. */
+int at_fd_move_high(int fd)
+{
+    int base = at_fd_high_base();
+    if (fd < 0 || base < 0 || fd >= base)
+        return fd;
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, base);
+    if (hi < 0)
+        return fd;
+    close(fd);
+    return hi;
+}
+
+static void remember(at_output *o, int fd)
+{
+    struct stat st;
+    o->fd = fd;
+    if (fstat(fd, &st) == 0) {
+        o->dev = (uint64_t)st.st_dev;
+        o->ino = (uint64_t)st.st_ino;
+    } else {
+        o->dev = o->ino = 0;
+    }
+    at_trace_fd = fd;
+}
 
 size_t at_fmt_u64(char *out, uint64_t v)
 {
@@ -197,7 +246,7 @@ static int open_index(at_output *o, unsigned k)
     int fd = open(o->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
-    o->fd = fd;
+    remember(o, at_fd_move_high(fd));
     o->index = k;
     o->pos = 0;
     atomic_fetch_add(&at_stat_files, 1);
@@ -253,14 +302,61 @@ int at_output_open_next(at_output *o)
 
 void at_output_close(at_output *o)
 {
-    if (o->fd >= 0)
-        close(o->fd);
+    int fd = o->fd;
     o->fd = -1;
+    if (fd >= 0) {
+        if (at_trace_fd == fd)
+            at_trace_fd = -1; /* first: the preload library's close() lets it through then */
+        close(fd);
+    }
+}
+
+/* The program put another file on the trace's number (dup2/dup3 onto it, or a raw close_range
+ * system call then an open), or closed it. Writing on would corrupt the program's file or lose the
+ * trace: open the trace file again (its bytes so far are there; writes are at offsets) on a number
+ * of its own, and leave the old number to the program. */
+static bool still_ours(at_output *o)
+{
+    struct stat st;
+    if (o->fd >= 0 && fstat(o->fd, &st) == 0 && (uint64_t)st.st_dev == o->dev &&
+        (uint64_t)st.st_ino == o->ino)
+        return true;
+    int fd = open(o->path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != o->dev || (uint64_t)st.st_ino != o->ino) {
+        int e = errno;
+        close(fd); /* another file under our name: the trace's own was removed */
+        errno = e;
+        return false;
+    }
+    remember(o, at_fd_move_high(fd));
+    return true;
+}
+
+int at_output_move_fd(at_output *o)
+{
+    int base = at_fd_high_base();
+    if (o->fd < 0)
+        return 0;
+    int fd = fcntl(o->fd, F_DUPFD_CLOEXEC, base > 0 ? base : 3);
+    if (fd < 0)
+        return -1;
+    o->fd = fd; /* the old number is the caller's to replace: not closed here */
+    at_trace_fd = fd;
+    return 0;
 }
 
 int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off)
 {
     const uint8_t *p = buf;
+    if (len && o->fd >= 0 && !still_ours(o)) {
+        at_output_report(o, "cannot open the trace file again after the program closed or "
+                            "replaced its descriptor: ", errno ? errno : EBADF);
+        o->fd = -1;
+        at_trace_fd = -1;
+        return -1;
+    }
     while (len) {
         if (o->fd < 0)
             return -1;

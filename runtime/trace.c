@@ -256,3 +256,11 @@ void at_trace_get_stats(at_trace_stats *s)
     s->bytes_written = atomic_load(&at_stat_bytes);
     s->files = atomic_load(&at_stat_files);
 }
+
+int at_trace_move_fd(void)
+{
+    pthread_mutex_lock(&at_flush_lock);
+    int rc = at_output_move_fd(&at_out);
+    pthread_mutex_unlock(&at_flush_lock);
+    return rc;
+}

@@ -132,6 +132,14 @@ void at_trace_emergency_flush(void);
 bool at_trace_active(void);
 /* The path of the file currently being written (NULL if none). */
 const char *at_trace_path(void);
+/* The trace file's descriptor (-1: none): the preload library keeps it out of the program's closes.
+ * at_trace_move_fd puts the file on another descriptor (far from the low numbers) and leaves the
+ * old one open for a dup2 the program is about to make onto it; 0 or -1. */
+extern int at_trace_fd;
+int at_trace_move_fd(void);
+/* fd moved to a high number, close-on-exec (the writer's and the shim's own descriptors), or fd
+ * itself when that cannot be done. */
+int at_fd_move_high(int fd);
 
 /* fork handling (the runtime registers these itself with pthread_atfork in at_trace_start): the child
  * gets its own file named from the pattern with its own pid (a pattern without %p gets "-<pid>" added

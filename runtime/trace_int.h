@@ -160,6 +160,7 @@ typedef struct at_output {
     unsigned index;       /* of the current file (0 = base path) */
     unsigned max_files;   /* circular: files kept */
     int fd;
+    uint64_t dev, ino;    /* the file fd was opened on: a number the program took over is not ours */
     bool failed;
     bool child_suffix;    /* fork child of a pattern without %p: add -<pid> */
     uint64_t pos;         /* logical end of the written content (where the end tag is) */
@@ -171,6 +172,10 @@ int at_output_open_next(at_output *o);   /* rotation/circular; -1 on error (repo
 void at_output_close(at_output *o);
 int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off);
 void at_output_report(at_output *o, const char *what, int err);
+/* Move the current file to another descriptor, leaving the old number open for the caller (who is
+ * about to dup2 onto it); 0 or -1. Under at_flush_lock. */
+int at_output_move_fd(at_output *o);
+int at_fd_high_base(void);
 /* async-signal-safe small formatting helpers */
 size_t at_fmt_u64(char *out, uint64_t v);
 void at_civil_from_unix(int64_t secs, int *y, int *mo, int *d, int *h, int *mi, int *s, int *dow);

@@ -382,22 +382,31 @@ AT_EXPORT AT_HOT_FN int connect(int fd, const struct sockaddr *addr, socklen_t l
 
 AT_EXPORT AT_HOT_FN int close(int fd)
 {
-    if (at_fd_is_trace(fd) && !at_internal)
-        return 0; /* the trace's own file: the program never had it (fdguard.c) */
+    if (at_fd_is_ours(fd) && !at_internal) {
+        const char *n = at_object_name(__builtin_return_address(0));
+        if (!n || strncmp(n, "libunwind", 9) != 0)
+            return 0; /* the shim's own: the program never had it (fdguard.c) */
+        at_unw_fds[at_unw_fds[1] == fd] = -1; /* libunwind remaking its pipe */
+    }
     fd_untag(fd); /* before the number can be reused by another thread's accept */
     return AT_REAL(close)(fd);
 }
 
 AT_EXPORT AT_HOT_FN int dup2(int from, int to)
 {
-    if (from != to)
+    if (from != to) {
         fd_untag(to);
+        if (at_fd_is_ours(to))
+            at_fdguard_before_dup(to);
+    }
     return AT_REAL(dup2)(from, to);
 }
 
 AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
 {
     fd_untag(to);
+    if (from != to && at_fd_is_ours(to))
+        at_fdguard_before_dup(to);
     return AT_REAL(dup3)(from, to, flags);
 }
 

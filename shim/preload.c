@@ -134,7 +134,6 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_preload_fail("cannot start the trace", err);
         goto out;
     }
-    at_fdguard_refresh();
     at_process_fork_init(); /* after the writer's own fork handlers: see process.c */
     at_shim_stacks_init();
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {

@@ -288,7 +288,6 @@ static void fork_child_fixup(pid_t parent)
     at_pid = (pid_t)syscall(SYS_getpid);
     at_exec_generation = 0;
     at_activity_after_fork_child();
-    at_fdguard_refresh(); /* the writer opened the child's own file */
     uint8_t buf[4];
     at_payload pl;
     at_payload_init(&pl, buf, sizeof buf);

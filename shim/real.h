@@ -45,7 +45,8 @@ int epoll_pwait2(int epfd, struct epoll_event *ev, int maxev, const struct times
     X(preadv) X(pwritev) X(preadv2) X(pwritev2) X(recv) X(recvfrom) X(recvmsg) X(recvmmsg)          \
     X(send) X(sendto) X(sendmsg) X(sendmmsg) X(sendfile) X(sendfile64) X(splice)                   \
     X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__recv_chk) X(__recvfrom_chk)                 \
-    X(accept) X(accept4) X(connect) X(close) X(dup2) X(dup3) X(close_range) X(closefrom)                                                     \
+    X(accept) X(accept4) X(connect) X(close) X(dup2) X(dup3) X(close_range) X(closefrom)           \
+    X(pipe) X(pipe2)                                                                               \
     X(epoll_wait) X(epoll_pwait) X(epoll_pwait2) X(poll) X(ppoll) X(__poll_chk) X(__ppoll_chk)     \
     X(select) X(pselect)
 

@@ -69,13 +69,15 @@ bool at_glib_own(const void *addr);
 /* process.c */
 void at_signals_install(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
-/* fdguard.c: the descriptor of the trace file (-1 if unknown), hidden from the program's closes */
-extern int at_trace_fd;
-void at_fdguard_refresh(void);
-static inline bool at_fd_is_trace(int fd)
+/* fdguard.c: the shim's own descriptors (the trace file's, at_trace_fd in the writer, and
+ * libunwind's pipe) are hidden from the program's closes; a dup2/dup3 onto the trace's number moves
+ * the trace first. */
+extern int at_unw_fds[2];
+static inline bool at_fd_is_ours(int fd)
 {
-    return AT_UNLIKELY(fd == at_trace_fd) && fd >= 0;
+    return AT_UNLIKELY(fd >= 0 && (fd == at_trace_fd || fd == at_unw_fds[0] || fd == at_unw_fds[1]));
 }
+void at_fdguard_before_dup(int to);
 /* fdflow.c */
 void at_fdflow_untag_range(unsigned first, unsigned last);
 int at_fdflow_init(char *err, size_t n);

@@ -171,6 +171,37 @@ START_TEST(test_trace_survives_closing_all_fds)
     free(data);
     ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
     ck_assert_uint_eq(at_count(&s.t, NULL, "Done"), 100);
+    /* the shim's descriptors (the trace, libunwind's pipe) sit far from the low numbers: the
+     * program's first open gets 3, as untraced */
+    ck_assert_str_eq(s.r.out, "first 3\n");
+    at_session_free(&s);
+}
+END_TEST
+
+/* A program puts its own file on the trace's descriptor: through dup2 or dup3 (the trace moves
+ * first), or through raw system calls no wrapper sees (the writer finds the number is no longer its
+ * file and opens the trace again). The program's file holds only its own bytes, and the trace holds
+ * every event, from before and after. */
+static const char *const clobber_modes[] = {"dup2", "dup3", "raw"};
+START_TEST(test_trace_survives_fd_clobber)
+{
+    at_session s;
+    const char *argv[] = {"closes_all", clobber_modes[_i], NULL};
+    ck_assert_int_eq(at_session_run(&s, "clobber", argv, NULL), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s: %s", clobber_modes[_i],
+                  at_session_describe(&s, d, sizeof d));
+    char p[4096];
+    snprintf(p, sizeof p, "%s/data.txt", s.dir);
+    size_t len = 0;
+    char *data = at_read_file(p, &len);
+    ck_assert_msg(data && len == 8 && !strcmp(data, "payload\n"),
+                  "%s: the program's file holds %zu bytes", clobber_modes[_i], len);
+    free(data);
+    ck_assert_msg(s.has_trace && s.load_rc == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_uint_eq(at_count(&s.t, NULL, "Before"), 50);
+    ck_assert_uint_eq(at_count(&s.t, NULL, "Done"), 100);
+    ck_assert_msg(!strstr(s.r.err, "acttrace"), "%s: stderr: %s", clobber_modes[_i], s.r.err);
     at_session_free(&s);
 }
 END_TEST
@@ -355,6 +386,7 @@ int main(void)
     tcase_add_test(tc, test_dispositions_as_set);
     tcase_add_test(tc, test_thread_trace_without_activities);
     tcase_add_test(tc, test_trace_survives_closing_all_fds);
+    tcase_add_loop_test(tc, test_trace_survives_fd_clobber, 0, 3);
     tcase_add_test(tc, test_calls_before_constructor);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/close_range.h>
 
 #include "actpath.h"
 #include "guid.h"
@@ -191,6 +192,8 @@ static void exec_child(const at_run_opts *o, char **env)
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
+    /* nor any descriptor of the harness's (Check's own files, the output files just dup'ed) */
+    close_range(3, ~0u, 0);
     environ = env;
     execvp(o->argv[0], (char *const *)o->argv);
     dprintf(2, "at_run: exec %s: %s\n", o->argv[0], strerror(errno));
