@@ -315,3 +315,5 @@ void at_flusher_kick(void)
 
 /* In a fork child the parent's flusher does not exist. */
 void at_flusher_forget(void) { flusher_running = false; }
+
+bool at_flusher_is_running(void) { return flusher_running; }

@@ -111,7 +111,22 @@ static void fork_child(void)
     pthread_mutex_unlock(&at_flush_lock);
 }
 
-static void register_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+/* Pausing the writer's thread (at_trace_flusher_pause): one caller at a time; a fork child, alone
+ * in its process, starts with the lock free. */
+static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool pause_restart;
+
+static void fork_child_pause(void)
+{
+    pthread_mutex_init(&pause_lock, NULL);
+    pause_restart = false;
+}
+
+static void register_atfork(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    pthread_atfork(NULL, NULL, fork_child_pause);
+}
 
 int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
 {
@@ -263,4 +278,27 @@ int at_trace_move_fd(void)
     int rc = at_output_move_fd(&at_out);
     pthread_mutex_unlock(&at_flush_lock);
     return rc;
+}
+
+void at_trace_flusher_pause(void)
+{
+    pthread_mutex_lock(&pause_lock);
+    pthread_mutex_lock(&at_flush_lock); /* the flusher is between passes when this is held */
+    pause_restart = atomic_load(&sess_state) == 1 && at_flusher_is_running();
+    pthread_mutex_unlock(&at_flush_lock);
+    if (pause_restart)
+        at_flusher_stop(); /* joined: the process has one thread fewer until resume */
+}
+
+void at_trace_flusher_resume(void)
+{
+    if (pause_restart) {
+        pthread_mutex_lock(&at_flush_lock);
+        /* a new thread takes the caller's credentials, capabilities and namespaces as they are now */
+        if (atomic_load(&sess_state) == 1 && !at_flusher_is_running() && at_flusher_start() < 0)
+            at_errmsg("cannot start the flusher thread again; events are kept until exit", "", 0);
+        pthread_mutex_unlock(&at_flush_lock);
+        pause_restart = false;
+    }
+    pthread_mutex_unlock(&pause_lock);
 }

@@ -140,6 +140,13 @@ int at_trace_move_fd(void);
 /* fd moved to a high number, close-on-exec (the writer's and the shim's own descriptors), or fd
  * itself when that cannot be done. */
 int at_fd_move_high(int fd);
+/* For calls the kernel or glibc apply to every thread of the process or refuse to a multithreaded
+ * one (setuid and the like through glibc's broadcast, which aborts when one thread's result differs
+ * from another's, as it does when capset raised the caller's capabilities alone; unshare of a user
+ * namespace, setns): the writer's thread is stopped and joined before, and started again after,
+ * when it then takes the caller's credentials, capabilities and namespaces. One caller at a time. */
+void at_trace_flusher_pause(void);
+void at_trace_flusher_resume(void);
 
 /* fork handling (the runtime registers these itself with pthread_atfork in at_trace_start): the child
  * gets its own file named from the pattern with its own pid (a pattern without %p gets "-<pid>" added

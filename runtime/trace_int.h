@@ -204,6 +204,7 @@ bool at_ntw_ready(void);
 int at_flusher_start(void);
 void at_flusher_stop(void);
 void at_flusher_forget(void);
+bool at_flusher_is_running(void);
 /* Writers: the buffers are filling (a quarter of the chunks, at most 64, in use); wake the flusher. */
 bool at_rings_filling(void);
 #define at_flusher_armed (at_rt_hot.flusher_armed)

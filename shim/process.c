@@ -4,7 +4,10 @@
  * _exit/_Exit, and fatal signals whose action is the default (flush, then die exactly as without
  * the shim). vfork children share our memory: every path checks the real pid and touches nothing
  * there, and the exec path builds the new environment on the stack only. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -277,6 +280,67 @@ AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 {
     return spawn_common(true, pid, file, fa, attr, argv, envp);
 }
+
+/* ---------------- calls that must meet the program's threads only ---------------- */
+
+/* glibc applies setuid and the like to every thread (a signal to each) and aborts the process when
+ * one thread's result differs from another's: a program that raised its own capabilities with capset
+ * (per thread, as setpriv and libcap-ng's capng_change_id do between setresuid and setresgid) had its
+ * setresgid succeed on its thread and fail on the writer's, and died. The kernel refuses unshare of a
+ * user namespace, and setns into a mount or user namespace, to a multithreaded process. Around these
+ * the writer's thread is stopped, and started again after with the caller's new identity. Not in a
+ * vfork child (the parent's flusher is not its to stop) nor on the shim's own behalf. */
+static bool pause_writer(void)
+{
+    if (!at_on() || at_internal || in_vfork_child())
+        return false;
+    at_trace_flusher_pause();
+    return true;
+}
+
+static void resume_writer(bool paused)
+{
+    if (paused) {
+        int e = errno;
+        at_trace_flusher_resume();
+        errno = e;
+    }
+}
+
+#define NEXT(name)                                                                                 \
+    static __typeof__(name) *next_##name(void)                                                     \
+    {                                                                                              \
+        static void *p;                                                                            \
+        void *f = __atomic_load_n(&p, __ATOMIC_ACQUIRE);                                           \
+        if (!f) {                                                                                  \
+            f = dlsym(RTLD_NEXT, #name);                                                           \
+            __atomic_store_n(&p, f, __ATOMIC_RELEASE);                                             \
+        }                                                                                          \
+        return (__typeof__(name) *)f;                                                              \
+    }
+
+#define ALONE(ret, name, params, args)                                                             \
+    NEXT(name)                                                                                     \
+    AT_EXPORT ret name params                                                                      \
+    {                                                                                              \
+        bool p = pause_writer();                                                                   \
+        ret r_ = next_##name() args;                                                               \
+        resume_writer(p);                                                                          \
+        return r_;                                                                                 \
+    }
+
+ALONE(int, setuid, (uid_t u), (u))
+ALONE(int, setgid, (gid_t g), (g))
+ALONE(int, seteuid, (uid_t u), (u))
+ALONE(int, setegid, (gid_t g), (g))
+ALONE(int, setreuid, (uid_t r, uid_t e), (r, e))
+ALONE(int, setregid, (gid_t r, gid_t e), (r, e))
+ALONE(int, setresuid, (uid_t r, uid_t e, uid_t s), (r, e, s))
+ALONE(int, setresgid, (gid_t r, gid_t e, gid_t s), (r, e, s))
+ALONE(int, setgroups, (size_t n, const gid_t *l), (n, l))
+ALONE(int, initgroups, (const char *user, gid_t g), (user, g)) /* glibc's own setgroups call */
+ALONE(int, unshare, (int flags), (flags))
+ALONE(int, setns, (int fd, int nstype), (fd, nstype))
 
 /* ---------------- fork ---------------- */
 
