@@ -243,6 +243,17 @@ void at_ring_free(at_ring *r)
     ring_push((uint32_t)(r - at_pool_g.rings));
 }
 
+static void ring_clear(at_ring *r)
+{
+    atomic_store(&r->state, AT_RING_FREE);
+    r->wchunk = r->rchunk = -1;
+    atomic_store(&r->first, -1);
+    r->last_seq = 0;
+    atomic_store(&r->seq_pub, 0);
+    atomic_store(&r->drops, 0);
+    r->inited = 1;
+}
+
 static void pool_reset(void)
 {
     at_pool *p = &at_pool_g;
@@ -253,15 +264,11 @@ static void pool_reset(void)
     atomic_store(&p->nfree, 0);
     for (int32_t i = (int32_t)p->nchunks - 1; i >= 0; i--)
         at_chunk_free(i); /* chunk 0 on top: the lowest addresses are reused first */
-    for (uint32_t i = 0; i < p->nrings; i++) {
-        at_ring *r = &p->rings[i];
-        atomic_store(&r->state, AT_RING_FREE);
-        r->wchunk = r->rchunk = -1;
-        atomic_store(&r->first, -1);
-        r->last_seq = 0;
-        atomic_store(&r->seq_pub, 0);
-        atomic_store(&r->drops, 0);
-    }
+    /* Only the rings used so far hold anything: 4096 rings are 192 pages, and touching them all
+     * cost every process start ~3 ms of page faults. A ring never used is set up by its first
+     * owner (ring_acquire). */
+    for (uint32_t i = 0, lim = atomic_load(&p->hiwater); i < lim; i++)
+        ring_clear(&p->rings[i]);
     atomic_store(&ring_head, 0);
     atomic_store(&warm_head, 0);
     for (uint32_t i = p->nrings; i-- > 0;)
@@ -365,6 +372,8 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
         if (!r)
             return NULL;
         uint32_t i = (uint32_t)(r - at_pool_g.rings);
+        if (AT_UNLIKELY(!r->inited))
+            ring_clear(r); /* before the flusher can see it (hiwater, state below) */
         atomic_store_explicit(&r->state, AT_RING_USED, memory_order_relaxed);
         uint32_t hw = atomic_load_explicit(&at_pool_g.hiwater, memory_order_relaxed);
         while (hw < i + 1 && !atomic_compare_exchange_weak(&at_pool_g.hiwater, &hw, i + 1))

@@ -75,6 +75,8 @@ typedef struct at_ring {
     uint64_t tid;              /* the ring's first owner (later ones: owner records) */
     uint64_t hand_ts;          /* the last owner's last timestamp, when it handed the ring over */
     uint8_t warm_seen;         /* owned by whoever popped it from the warm stack (tbuf.c) */
+    uint8_t inited;            /* the fields below were set once (a ring never used is still the
+                                * mapping's zeros: its first owner sets them) */
     char pad1[64];
     /* written by the flusher */
     _Atomic uint32_t state;
