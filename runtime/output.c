@@ -153,6 +153,21 @@ void at_output_report(at_output *o, const char *what, int err)
     at_errmsg("events are dropped and counted from now on", "", 0);
 }
 
+/* Insert sfx before the extension of the file name in base (a dot that starts the name is not one). */
+static int insert_suffix(char *base, size_t cap, const char *sfx)
+{
+    size_t n = strlen(base), sl = strlen(sfx);
+    char *slash = strrchr(base, '/');
+    char *dot = strrchr(base, '.');
+    if (!dot || (slash && dot < slash) || dot == (slash ? slash + 1 : base))
+        dot = base + n;
+    if (n + sl >= cap)
+        return -1;
+    memmove(dot + sl, dot, strlen(dot) + 1);
+    memcpy(dot, sfx, sl);
+    return 0;
+}
+
 /* Expand the pattern into o->base. */
 static int expand(at_output *o, char *err, size_t errlen)
 {
@@ -208,17 +223,20 @@ static int expand(at_output *o, char *err, size_t errlen)
     if (o->child_suffix && !has_pid) {
         char sfx[24] = "-";
         at_fmt_u64(sfx + 1, (uint64_t)getpid());
-        char *slash = strrchr(o->base, '/');
-        char *dot = strrchr(o->base, '.');
-        if (!dot || (slash && dot < slash) || dot == (slash ? slash + 1 : o->base))
-            dot = o->base + n;
-        size_t sl = strlen(sfx), tail = strlen(dot);
-        if (n + sl >= cap)
-            return -1;
-        memmove(dot + sl, dot, tail + 1);
-        memcpy(dot, sfx, sl);
+        if (insert_suffix(o->base, cap, sfx) < 0)
+            goto too_long;
+    }
+    if (o->exec_gen > 0) {
+        char sfx[32] = "-exec";
+        at_fmt_u64(sfx + 5, o->exec_gen);
+        if (insert_suffix(o->base, cap, sfx) < 0)
+            goto too_long;
     }
     return 0;
+too_long:
+    if (err)
+        snprintf(err, errlen, "output path '%s' is too long", o->pattern);
+    return -1;
 }
 
 /* Name of file number k (see the top comment). */

@@ -98,6 +98,7 @@ static void fork_child(void)
     at_flusher_forget();
     at_output_close(&at_out);
     at_out.child_suffix = true;
+    at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
     char err[256];
     if (at_output_open_first(&at_out, err, sizeof err) < 0 || at_flusher_start() < 0) {
         at_errmsg("fork child: no trace: ", err, 0);
@@ -176,6 +177,8 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     strcpy(at_out.pattern, o->path);
     at_out.mode = o->mode;
     at_out.mode_size = o->mode_size;
+    at_out.child_suffix = o->descendant;
+    at_out.exec_gen = o->exec_generation;
     struct timespec rt;
     clock_gettime(CLOCK_REALTIME, &rt);
     at_out.start_time_s = (uint64_t)rt.tv_sec;

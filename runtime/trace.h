@@ -117,6 +117,10 @@ typedef struct at_trace_options {
                                   events naming the stacks' addresses). Note that PerfView shows a file
                                   with these events in its "universal" views only (no "Thread Time (with
                                   StartStop Activities)") */
+    unsigned exec_generation;  /* how many execs of this pid came before this image: n > 0 names the
+                                  file "-exec<n>" before the extension (a fork child restarts at 0) */
+    bool descendant;           /* a process below the one the trace began in (a fork child, or a later
+                                  image of one): a pattern without %p gets "-<pid>" too */
 } at_trace_options;
 
 /* Start the session: open the output, write header and ProcessInfo, start the flusher thread.
@@ -150,7 +154,8 @@ void at_trace_flusher_resume(void);
 
 /* fork handling (the runtime registers these itself with pthread_atfork in at_trace_start): the child
  * gets its own file named from the pattern with its own pid (a pattern without %p gets "-<pid>" added
- * before the extension), its own flusher, and none of the parent's buffered events. */
+ * before the extension) and no exec generation (the child is the first image of its pid), its own
+ * flusher, and none of the parent's buffered events. */
 
 typedef struct at_trace_stats {
     uint64_t events_written; /* reached the file */

@@ -164,7 +164,8 @@ typedef struct at_output {
     int fd;
     uint64_t dev, ino;    /* the file fd was opened on: a number the program took over is not ours */
     bool failed;
-    bool child_suffix;    /* fork child of a pattern without %p: add -<pid> */
+    bool child_suffix;    /* fork child (or a later image of one) of a pattern without %p: add -<pid> */
+    unsigned exec_gen;    /* > 0: add -exec<n> (after -<pid>); 0 in a fork child */
     uint64_t pos;         /* logical end of the written content (where the end tag is) */
     uint64_t start_time_s;
 } at_output;

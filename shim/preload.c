@@ -23,34 +23,29 @@ static const char *env_lookup(const char *name)
     return getenv(name);
 }
 
-extern int at_exec_generation; /* process.c */
+extern int at_exec_generation;   /* process.c */
+extern bool at_process_descendant; /* process.c */
 
 /* An exec'd image of a traced process has the pid of the image before it, whose file must not be
- * overwritten: process.c passes ACTTRACE_EXEC_GEN=<pid>.<n> and the new image writes
- * <pattern>-exec<n> (before the extension). Consumed here so the program never sees it. */
+ * overwritten: process.c passes ACTTRACE_EXEC_GEN=<pid>.<n>.<d> and the new image writes
+ * <pattern>-exec<n> (before the extension; the writer adds it, see runtime/output.c). d = 1 when
+ * that pid began as a fork child, whose files a pattern without %p tells apart by "-<pid>". The
+ * generation is not written into the pattern: a fork child of this image starts again at 0, and the
+ * writer's fork handler names its file from the pattern before the shim's own handler runs.
+ * Consumed here so the program never sees it. */
 static void exec_generation_read(void)
 {
     const char *g = getenv("ACTTRACE_EXEC_GEN");
     if (!g)
         return;
     long pid = 0, gen = 0;
-    if (sscanf(g, "%ld.%ld", &pid, &gen) == 2 && pid == (long)at_pid && gen > 0 && gen < 1000000)
+    int desc = 0;
+    int k = sscanf(g, "%ld.%ld.%d", &pid, &gen, &desc);
+    if (k >= 2 && pid == (long)at_pid && gen > 0 && gen < 1000000) {
         at_exec_generation = (int)gen;
+        at_process_descendant = k == 3 && desc == 1;
+    }
     unsetenv("ACTTRACE_EXEC_GEN");
-}
-
-static void exec_generation_pattern(at_config *c)
-{
-    if (at_exec_generation <= 0)
-        return;
-    char *dot = strrchr(c->output, '.');
-    char *slash = strrchr(c->output, '/');
-    size_t cut = (dot && (!slash || dot > slash)) ? (size_t)(dot - c->output) : strlen(c->output);
-    char out[sizeof c->output];
-    int n = snprintf(out, sizeof out, "%.*s-exec%d%s", (int)cut, c->output, at_exec_generation,
-                     c->output + cut);
-    if (n > 0 && (size_t)n < sizeof out)
-        memcpy(c->output, out, (size_t)n + 1);
 }
 
 /* The config file's [trace] settings, where the environment did not set the same thing. */
@@ -104,8 +99,6 @@ __attribute__((constructor)) static void at_preload_init(void)
         fflush(stdout);
         _exit(rc);
     }
-    exec_generation_pattern(&at_cfg);
-
     if (at_shim_events_register(err, sizeof err) != 0) {
         at_preload_fail("setup", err);
         goto out;
@@ -117,6 +110,8 @@ __attribute__((constructor)) static void at_preload_init(void)
         .flush_interval_ms = at_cfg.flush_ms,
         .no_symbols = !at_cfg.symbols,
         .clock = (enum at_clock_kind)at_cfg.clock,
+        .exec_generation = (unsigned)at_exec_generation,
+        .descendant = at_process_descendant,
     };
     if (have_hc) {
         if (hc.mode)

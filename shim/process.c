@@ -27,6 +27,7 @@ extern char **environ;
 #define AT_ENV_MAX 8192
 
 int at_exec_generation;            /* how many execs of this pid precede this image (preload.c) */
+bool at_process_descendant;        /* this pid began as a fork child of a traced process */
 static at_guid at_process_parent;  /* the activity of the process that exec'd us, or zero */
 
 /* ---------------- the activity link carried through exec ---------------- */
@@ -100,9 +101,11 @@ static char *const *exec_env(char *const envp[], const char **out, size_t n, cha
         out[k++] = pbuf;
     }
     if (same_pid) {
-        /* "<pid>.<n>" by hand: no stdio in a vfork child */
-        char tmp[32];
+        /* "<pid>.<n>.<d>" by hand: no stdio in a vfork child */
+        char tmp[48];
         int t = 0;
+        tmp[t++] = at_process_descendant ? '1' : '0';
+        tmp[t++] = '.';
         unsigned long v = (unsigned long)at_exec_generation + 1;
         do
             tmp[t++] = (char)('0' + v % 10);
@@ -344,13 +347,15 @@ ALONE(int, setns, (int fd, int nstype), (fd, nstype))
 
 /* ---------------- fork ---------------- */
 
-/* The child's side of a fork: its own pid and thread id, a first exec generation, the file the
- * writer opened for it, and ProcessForked. */
+/* The child's side of a fork: its own pid and thread id, a first exec generation (the writer's
+ * fork handler, which ran first, named the child's file with none), the file the writer opened for
+ * it, and ProcessForked. */
 static void fork_child_fixup(pid_t parent)
 {
     at_tid_cache = 0;
     at_pid = (pid_t)syscall(SYS_getpid);
     at_exec_generation = 0;
+    at_process_descendant = true;
     at_activity_after_fork_child();
     uint8_t buf[4];
     at_payload pl;
