@@ -331,6 +331,161 @@ START_TEST(test_child_program_linked)
 }
 END_TEST
 
+/* The file image gen of process pid writes in dir (runtime/output.c): with the default pattern
+ * acttrace-%p.nettrace, acttrace-<pid>[-exec<gen>].nettrace; with trace.nettrace (no %p), the run's
+ * first process writes trace[-exec<gen>].nettrace and a fork child trace-<pid>[-exec<gen>].nettrace. */
+static char *image_file(const char *dir, bool with_pid, int root, int pid, int gen)
+{
+    char ex[32] = "", px[32] = "";
+    if (gen > 0)
+        snprintf(ex, sizeof ex, "-exec%d", gen);
+    if (!with_pid && pid != root)
+        snprintf(px, sizeof px, "-%d", pid);
+    char *p = NULL;
+    int r = with_pid ? asprintf(&p, "%s/acttrace-%d%s.nettrace", dir, pid, ex)
+                     : asprintf(&p, "%s/trace%s%s.nettrace", dir, px, ex);
+    ck_assert(r > 0);
+    return p;
+}
+
+static at_trace load_image(const char *path, int pid, const char *what)
+{
+    at_trace t;
+    ck_assert_msg(at_file_exists(path), "%s: no file %s", what, path);
+    at_trace_load(path, &t);
+    ck_assert_msg(t.complete, "%s: %s: %s", what, path, t.err);
+    ck_assert_msg(t.pid == pid, "%s: %s is pid %d's, not %d's", what, path, (int)t.pid, pid);
+    return t;
+}
+
+/* Where `ls -v` (version order, as people list them) puts name, or -1. */
+static int ls_v_index(char **ls, const char *path)
+{
+    const char *base = strrchr(path, '/') + 1;
+    for (int i = 0; ls[i]; i++)
+        if (!strcmp(ls[i], base))
+            return i;
+    return -1;
+}
+
+/* A fork child that execs, under a process that exec'd before it forked: env -> bash -> fork ->
+ * /bin/true, sshd's per-connection children, a shell under timeout. proc_chain "exec H forkexec":
+ * pid P runs H+1 Hop images and then forkexec (exec generation H+1), whose fork child Q execs leaf.
+ * Every image has its own complete file: Q's first image (ProcessForked, ProcessExec) is not
+ * overwritten by leaf's, leaf's root activity links to forkexec's Parent, and each pid's names list in
+ * the order its images ran. Both kinds of pattern, with H = 0 (the fork child's file and its exec'd
+ * image's once had the same name, "-exec1") and H = 1 (once "-exec2" then "-exec1"). */
+START_TEST(test_fork_child_exec_files)
+{
+    int hops = _i % 2;
+    bool with_pid = _i < 2;
+    char h[8];
+    snprintf(h, sizeof h, "%d", hops);
+    const char *argv[] = {"proc_chain", "exec", h, "forkexec", NULL};
+    const char *env[] = {"ACTTRACE_OUTPUT=trace.nettrace", NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run(&s, "forkexecfiles", argv, with_pid ? NULL : env), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    /* "pid P exec" for each hop, "pid P forkexec", "pid Q leaf" */
+    int pids[8];
+    int np = pids_of(s.r.out, pids, 8);
+    ck_assert_msg(np == hops + 3, "stdout: %s", s.r.out);
+    int P = pids[0], Q = pids[np - 1];
+    for (int k = 1; k < np - 1; k++)
+        ck_assert_int_eq(pids[k], P);
+    ck_assert_int_ne(Q, P);
+
+    /* one file per image: P's hops + 2, Q's 2 */
+    char **files = at_trace_files(s.dir);
+    char names[2048] = "";
+    for (size_t f = 0; files[f]; f++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), " %s", strrchr(files[f], '/') + 1);
+    ck_assert_msg(at_strv_len(files) == (size_t)hops + 4, "%zu files for %d images (pattern %s, %d exec%s before the fork):%s",
+                  at_strv_len(files), hops + 4, with_pid ? "with %p" : "without %p", hops + 1,
+                  hops ? "s" : "", names);
+    at_strv_free(files);
+
+    /* P: Hop hops .. Hop 0, then forkexec; each image's root links to the one before */
+    at_guid prev = {{0}}, parent = {{0}};
+    for (int g = 0; g <= hops + 1; g++) {
+        char *path = image_file(s.dir, with_pid, P, P, g);
+        at_trace t = load_image(path, P, "the exec'ing process");
+        bool last = g == hops + 1;
+        long st = at_find(&t, NULL, last ? "ParentStart" : "HopStart", 0);
+        ck_assert_msg(st >= 0, "%s: no %s", path, last ? "ParentStart" : "HopStart");
+        if (g == 0)
+            ck_assert(at_guid_is_zero(&t.ev[st].related));
+        else
+            ck_assert_msg(at_guid_eq(&t.ev[st].related, &prev), "%s: root related %s, not the image before's",
+                          path, t.ev[st].rel_path);
+        prev = t.ev[st].activity;
+        if (!last) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", hops - g);
+            ck_assert_msg(at_find_field(&t, "Hop", "Value", v, 0) >= 0, "%s: not Hop %s's file", path, v);
+            ck_assert(at_find(&t, "acttrace-shim", "ProcessExec", 0) >= 0);
+        } else {
+            parent = t.ev[st].activity;
+            char q[16];
+            snprintf(q, sizeof q, "%d", Q);
+            ck_assert_msg(at_find_field(&t, "ProcessFork", "ChildPid", q, 0) >= 0, "%s: no ProcessFork of %d",
+                          path, Q);
+        }
+        at_trace_free(&t);
+        free(path);
+    }
+
+    /* Q's first image: the fork child, with its own events, not leaf's */
+    char *cpath = image_file(s.dir, with_pid, P, Q, 0);
+    at_trace c = load_image(cpath, Q, "the fork child");
+    char p[16];
+    snprintf(p, sizeof p, "%d", P);
+    ck_assert_msg(at_find_field(&c, "ProcessForked", "ParentPid", p, 0) >= 0, "%s: no ProcessForked from %d",
+                  cpath, P);
+    ck_assert_msg(at_find_field(&c, "ProcessExec", "Path", "\"/proc/self/exe\"", 0) >= 0, "%s: no ProcessExec",
+                  cpath);
+    ck_assert_msg(at_find(&c, NULL, "LeafStart", 0) < 0, "%s holds the exec'd program's events", cpath);
+    at_trace_free(&c);
+
+    /* Q's second image: leaf, its root linked to forkexec's Parent through the fork and the exec */
+    char *lpath = image_file(s.dir, with_pid, P, Q, 1);
+    at_trace l = load_image(lpath, Q, "the fork child's exec'd program");
+    long ls = at_find(&l, NULL, "LeafStart", 0);
+    ck_assert_msg(ls >= 0, "%s: no LeafStart", lpath);
+    ck_assert_msg(at_guid_eq(&l.ev[ls].related, &parent), "%s: LeafStart related %s, not forkexec's Parent",
+                  lpath, l.ev[ls].rel_path);
+    ck_assert(at_find(&l, "acttrace-shim", "ProcessForked", 0) < 0);
+    at_trace_free(&l);
+
+    /* listed in version order (ls -v), each pid's images come in the order they ran */
+    char cmd[1200], *ls_out[16] = {0}, line[512];
+    snprintf(cmd, sizeof cmd, "ls -v '%s'", s.dir);
+    FILE *f = popen(cmd, "r");
+    ck_assert(f);
+    for (int i = 0; i < 15 && fgets(line, sizeof line, f);) {
+        line[strcspn(line, "\n")] = 0;
+        if (strstr(line, ".nettrace"))
+            ls_out[i++] = strdup(line);
+    }
+    pclose(f);
+    for (int g = 0; g <= hops; g++) {
+        char *a = image_file(s.dir, with_pid, P, P, g), *b = image_file(s.dir, with_pid, P, P, g + 1);
+        int ia = ls_v_index(ls_out, a), ib = ls_v_index(ls_out, b);
+        ck_assert_msg(ia >= 0 && ia < ib, "ls -v lists %s (%d) after %s (%d)", a, ia, b, ib);
+        free(a);
+        free(b);
+    }
+    int ic = ls_v_index(ls_out, cpath), il = ls_v_index(ls_out, lpath);
+    ck_assert_msg(ic >= 0 && ic < il, "ls -v lists %s (%d) after %s (%d)", cpath, ic, lpath, il);
+    for (int i = 0; ls_out[i]; i++)
+        free(ls_out[i]);
+    free(cpath);
+    free(lpath);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("process");
@@ -347,6 +502,7 @@ int main(void)
     tcase_add_test(tp, test_fork_while_registry_busy);
     tcase_add_test(tp, test_daemon_child);
     tcase_add_loop_test(tp, test_child_program_linked, 0, 4);
+    tcase_add_loop_test(tp, test_fork_child_exec_files, 0, 4);
     suite_add_tcase(su, tp);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
