@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -261,9 +262,21 @@ static void file_name(const at_output *o, unsigned k, char *out, size_t cap)
 static int open_index(at_output *o, unsigned k)
 {
     file_name(o, k, o->path, sizeof o->path);
-    int fd = open(o->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(o->path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
+    /* A file another live process is writing stays its own (a child that names its file like its
+     * parent: a pattern without %p and a child glibc spawns itself, as system() and popen() do, whose
+     * environment carries nothing of ours). The lock lives as long as the writer's descriptor. */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(fd);
+        return -EBUSY;
+    }
+    if (ftruncate(fd, 0) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
     remember(o, at_fd_move_high(fd));
     o->index = k;
     o->pos = 0;
@@ -293,9 +306,16 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
         return -1;
     }
     int rc = open_index(o, 0);
+    if (rc == -EBUSY && !o->child_suffix) { /* a live process writes that name: ours gets -<pid> */
+        o->child_suffix = true;
+        if (expand(o, err, errlen) < 0)
+            return -1;
+        rc = open_index(o, 0);
+    }
     if (rc < 0) {
         if (err)
-            snprintf(err, errlen, "cannot create %s: %s", o->path, strerror(-rc));
+            snprintf(err, errlen, "cannot create %s: %s", o->path,
+                     rc == -EBUSY ? "another process is writing it" : strerror(-rc));
         return -1;
     }
     return 0;

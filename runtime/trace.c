@@ -305,3 +305,8 @@ void at_trace_flusher_resume(void)
     }
     pthread_mutex_unlock(&pause_lock);
 }
+
+bool at_trace_pid_named(void)
+{
+    return at_out.child_suffix;
+}

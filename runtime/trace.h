@@ -149,6 +149,9 @@ int at_fd_move_high(int fd);
  * from another's, as it does when capset raised the caller's capabilities alone; unshare of a user
  * namespace, setns): the writer's thread is stopped and joined before, and started again after,
  * when it then takes the caller's credentials, capabilities and namespaces. One caller at a time. */
+/* The file of this process carries its pid though the pattern has no %p (a fork child, a process
+ * another traced one started, or one that found a live process writing the plain name). */
+bool at_trace_pid_named(void);
 void at_trace_flusher_pause(void);
 void at_trace_flusher_resume(void);
 

@@ -44,6 +44,8 @@ static void exec_generation_read(void)
     if (k >= 2 && pid == (long)at_pid && gen > 0 && gen < 1000000) {
         at_exec_generation = (int)gen;
         at_process_descendant = k == 3 && desc == 1;
+    } else if (k >= 2 && pid != (long)at_pid) {
+        at_process_descendant = true; /* started by a traced process (posix_spawn, vfork + exec) */
     }
     unsetenv("ACTTRACE_EXEC_GEN");
 }
@@ -129,6 +131,10 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_preload_fail("cannot start the trace", err);
         goto out;
     }
+    /* the writer named the file after the pid (another live process writes the plain name: a child
+     * glibc spawned for system() or popen()): the images this pid execs keep the pid as well */
+    if (at_trace_pid_named())
+        at_process_descendant = true;
     at_process_fork_init(); /* after the writer's own fork handlers: see process.c */
     at_shim_stacks_init();
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {

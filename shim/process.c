@@ -72,15 +72,14 @@ static bool in_vfork_child(void)
     return (pid_t)syscall(SYS_getpid) != at_pid;
 }
 
-/* Fill out (n+3 slots) with envp minus our variables plus the current link. Only the stack:
- * this runs in vfork children. Returns out, or envp unchanged when there is nothing to add. */
+/* Fill out (n+3 slots) with envp minus our variables plus the current link and the exec generation.
+ * Only the stack: this runs in vfork children. Returns out. */
 static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
                              char *gbuf, bool same_pid)
 {
     const at_activity *cur = at_activity_current();
     const at_guid *id = cur ? at_activity_id(cur) : &at_process_parent;
-    if (at_guid_is_zero(id) && !same_pid)
-        return envp;
+
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const char *e = envp[i];
@@ -100,13 +99,15 @@ static char *const *exec_env(char *const envp[], const char **out, size_t n, cha
         *p = 0;
         out[k++] = pbuf;
     }
-    if (same_pid) {
-        /* "<pid>.<n>.<d>" by hand: no stdio in a vfork child */
+    {
+        /* "<pid>.<n>.<d>" by hand: no stdio in a vfork child. A new process (posix_spawn, vfork:
+         * this process's pid, which the child does not have) starts at 0 as a descendant, which a
+         * pattern without %p tells apart by "-<pid>" */
         char tmp[48];
         int t = 0;
-        tmp[t++] = at_process_descendant ? '1' : '0';
+        tmp[t++] = at_process_descendant || !same_pid ? '1' : '0';
         tmp[t++] = '.';
-        unsigned long v = (unsigned long)at_exec_generation + 1;
+        unsigned long v = same_pid ? (unsigned long)at_exec_generation + 1 : 0;
         do
             tmp[t++] = (char)('0' + v % 10);
         while ((v /= 10));

@@ -237,6 +237,51 @@ START_TEST(test_creds_calls_as_untraced)
 }
 END_TEST
 
+/* A pattern without %p: every process another one starts gets a file of its own, and the first
+ * process's file stays whole. posix_spawn and vfork children learn they are new processes from the
+ * environment; the shells glibc spawns for system() carry nothing of ours, and find the plain name
+ * locked by the live parent, so they (and the images they exec) name theirs after their pid. */
+static const char *const started_modes[] = {"spawn", "vfork", "system"};
+START_TEST(test_started_children_keep_parent_file)
+{
+    const char *mode = started_modes[_i];
+    at_session s;
+    const char *argv[] = {"proc_chain", mode, NULL};
+    const char *env[] = {"ACTTRACE_OUTPUT=trace.nettrace", NULL};
+    ck_assert_int_eq(at_session_run(&s, "started", argv, env), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s: %s", mode, at_session_describe(&s, d, sizeof d));
+    char p[4096];
+    snprintf(p, sizeof p, "%s/trace.nettrace", s.dir);
+    at_trace t;
+    ck_assert_msg(at_trace_load(p, &t) == 0 && t.complete, "%s: the parent's file: %s", mode, t.err);
+    ck_assert_msg(at_count(&t, NULL, "ParentStart") == 1 && at_count(&t, NULL, "LeafStart") == 0,
+                  "%s: trace.nettrace is not the parent's alone", mode);
+    at_trace_free(&t);
+    /* each leaf ("pid N leaf") wrote trace-N.nettrace, complete, with its Leaf */
+    int leaves = 0;
+    for (const char *q = s.r.out; (q = strstr(q, "pid ")) != NULL; q += 4) {
+        int pid = atoi(q + 4);
+        const char *sp = strchr(q + 4, ' ');
+        if (!sp || strncmp(sp + 1, "leaf", 4) != 0)
+            continue;
+        snprintf(p, sizeof p, "%s/trace-%d.nettrace", s.dir, pid);
+        ck_assert_msg(at_trace_load(p, &t) == 0 && t.complete, "%s: leaf %d: %s", mode, pid, t.err);
+        ck_assert_uint_eq(at_count(&t, NULL, "LeafStart"), 1);
+        at_trace_free(&t);
+        leaves++;
+    }
+    ck_assert_int_eq(leaves, strcmp(mode, "system") ? 1 : 2);
+    char **files = at_trace_files(s.dir);
+    for (size_t i = 0; files && files[i]; i++) { /* and no other file is broken */
+        ck_assert_msg(at_trace_load(files[i], &t) == 0 && t.complete, "%s: %s: %s", mode, files[i], t.err);
+        at_trace_free(&t);
+    }
+    at_strv_free(files);
+    at_session_free(&s);
+}
+END_TEST
+
 START_TEST(test_exec_chain)
 {
     at_session s;
@@ -498,6 +543,7 @@ int main(void)
     tcase_set_timeout(tp, 0);
     tcase_add_test(tp, test_fork_child_file);
     tcase_add_test(tp, test_exec_chain);
+    tcase_add_loop_test(tp, test_started_children_keep_parent_file, 0, 3);
     tcase_add_loop_test(tp, test_creds_calls_as_untraced, 0, 2);
     tcase_add_test(tp, test_fork_while_registry_busy);
     tcase_add_test(tp, test_daemon_child);
