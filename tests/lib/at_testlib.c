@@ -241,6 +241,8 @@ int at_run(const at_run_opts *o, at_run_result *r)
         return -1;
     }
     if (pid == 0) {
+        if (o->deadline_s)
+            setpgid(0, 0); /* killed as a group at the deadline, fork children too */
         dup2(po[1], 1);
         dup2(pe[1], 2);
         if (o->stdin_data)
@@ -275,8 +277,25 @@ int at_run(const at_run_opts *o, at_run_result *r)
     append(&r->err, &r->errlen, &ecap, "", 0);
     struct pollfd pf[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
     int open_fds = 2;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     while (open_fds) {
-        if (poll(pf, 2, -1) < 0) {
+        int wait_ms = -1;
+        if (o->deadline_s && !r->timed_out) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            long ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+            if (ms >= (long)o->deadline_s * 1000) {
+                r->timed_out = true;
+                kill(-pid, SIGKILL);
+                kill(pid, SIGKILL); /* in case setpgid had not run yet */
+            } else {
+                wait_ms = (int)((long)o->deadline_s * 1000 - ms);
+            }
+        }
+        int pr = poll(pf, 2, wait_ms);
+        if (pr == 0)
+            continue;
+        if (pr < 0) {
             if (errno == EINTR)
                 continue;
             break;
@@ -314,7 +333,9 @@ void at_run_result_free(at_run_result *r)
 
 const char *at_run_describe(const at_run_result *r, char *buf, size_t n)
 {
-    if (r->exited)
+    if (r->timed_out)
+        snprintf(buf, n, "still running at the deadline: killed");
+    else if (r->exited)
         snprintf(buf, n, "exit %d", r->status);
     else if (r->signaled)
         snprintf(buf, n, "signal %d (%s)", r->sig, strsignal(r->sig));
@@ -738,6 +759,12 @@ bool at_wait_listening(int port)
 
 int at_session_run(at_session *s, const char *tag, const char *const *argv, const char *const *env)
 {
+    return at_session_run_deadline(s, tag, argv, env, 0);
+}
+
+int at_session_run_deadline(at_session *s, const char *tag, const char *const *argv,
+                            const char *const *env, unsigned deadline_s)
+{
     memset(s, 0, sizeof *s);
     s->dir = at_tmpdir(tag);
     if (!s->dir)
@@ -751,7 +778,7 @@ int at_session_run(at_session *s, const char *tag, const char *const *argv, cons
         av[i] = argv[i];
     if (!strchr(argv[0], '/') && (fx = at_fixture_path(argv[0])) && at_file_exists(fx))
         av[0] = fx;
-    at_run_opts o = {.argv = av, .env = env, .cwd = s->dir};
+    at_run_opts o = {.argv = av, .env = env, .cwd = s->dir, .deadline_s = deadline_s};
     int rc = at_run(&o, &s->r);
     free(fx);
     if (rc != 0)

@@ -35,6 +35,10 @@ typedef struct at_run_opts {
     bool no_preload;          /* true: run untraced (the harness then sets no LD_PRELOAD) */
     const char *cwd;          /* working directory of the program (NULL: the test's own) */
     const char *stdin_data;   /* written to its stdin, then closed (NULL: /dev/null) */
+    unsigned deadline_s;      /* at_run only: a program (and its process group, of its own then)
+                                 still running this many seconds after its start is SIGKILLed and
+                                 the result says timed_out: a hang fails a test rather than hangs it.
+                                 0: no limit */
 } at_run_opts;
 
 typedef struct at_run_result {
@@ -44,13 +48,14 @@ typedef struct at_run_result {
     bool signaled;            /* killed by a signal: sig holds it */
     int sig;
     bool core;
+    bool timed_out;           /* killed at the run's deadline (then signaled, sig = SIGKILL) */
     char *out;                /* NUL-terminated captured stdout / stderr */
     size_t outlen;
     char *err;
     size_t errlen;
 } at_run_result;
 
-/* Run to completion (no time limit). Returns 0, or -1 if the program could not be started
+/* Run to completion (no time limit unless o->deadline_s). Returns 0, or -1 if the program could not be started
  * (message in r->err). The LD_PRELOAD used is the shim of at_build_dir(); under ACTTRACE_ASAN=1
  * the sanitizer runtimes the test binary itself loaded are preloaded first. */
 int at_run(const at_run_opts *o, at_run_result *r);
@@ -155,6 +160,9 @@ typedef struct at_session {
     int load_rc;            /* at_trace_load's result */
 } at_session;
 int at_session_run(at_session *s, const char *tag, const char *const *argv, const char *const *env);
+/* The same with a deadline (at_run_opts.deadline_s): a program that hangs is killed, s->r.timed_out. */
+int at_session_run_deadline(at_session *s, const char *tag, const char *const *argv,
+                            const char *const *env, unsigned deadline_s);
 /* Load the trace of another process of the run (fork/exec children); returns has-file. */
 bool at_session_load_pid(const at_session *s, int pid, at_trace *t);
 void at_session_free(at_session *s);
