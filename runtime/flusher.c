@@ -242,11 +242,19 @@ static void *flusher_main(void *arg)
     while (!atomic_load(&flusher_stop)) {
         uint64_t now = at_now_ns();
         uint64_t due = last + (uint64_t)at_flush_interval_ms * 1000000u;
+        /* the program's first thread has left: the process ends when no other is alive */
+        uint64_t wake = due;
+        if (AT_UNLIKELY(atomic_load_explicit(&at_last_thread_watch, memory_order_relaxed))) {
+            uint64_t look = at_lastthread_poll(now);
+            if (look < wake)
+                wake = look;
+        }
         if (now < due && !at_rings_filling()) {
             atomic_store(&at_flusher_armed, 1);
-            /* a writer that found the buffers filling before we armed did not post: look again */
-            if (!at_rings_filling() && !atomic_load(&flusher_stop)) {
-                struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+            /* a writer that found the buffers filling (or a thread that ended) before we armed did
+             * not post: look again */
+            if (!at_rings_filling() && !atomic_load(&flusher_stop) && !at_lastthread_kicked()) {
+                struct timespec ts = {(time_t)(wake / 1000000000u), (long)(wake % 1000000000u)};
                 while (sem_clockwait(&flusher_wake, CLOCK_MONOTONIC, &ts) < 0 && errno == EINTR)
                     ;
             }
@@ -272,6 +280,7 @@ static void *flusher_main(void *arg)
 int at_flusher_start(void)
 {
     atomic_store(&flusher_stop, 0);
+    at_lastthread_reset();
     atomic_store(&at_flusher_armed, 0);
     sem_init(&flusher_ready, 0, 0);
     sem_init(&flusher_wake, 0, 0);

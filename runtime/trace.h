@@ -8,6 +8,8 @@
 #ifndef AT_TRACE_H
 #define AT_TRACE_H
 
+#include <signal.h>
+
 #include "at_common.h"
 #include "nt_format.h"
 
@@ -154,6 +156,20 @@ int at_fd_move_high(int fd);
 bool at_trace_pid_named(void);
 void at_trace_flusher_pause(void);
 void at_trace_flusher_resume(void);
+
+/* The process's first thread is leaving (pthread_exit, thrd_exit, cancellation) with mask as its
+ * signal mask. glibc ends a process with exit(0) when its last thread ends, and counts the flusher
+ * among them: from now on the flusher does it, once no thread but itself is alive (lastthread.c).
+ * at_trace_thread_ending: a program thread is about to end (one load while the first is alive).
+ * Both async-signal-safe. */
+void at_trace_exit_with_last_thread(const sigset_t *mask);
+void at_trace_thread_ending_slow(void);
+extern _Atomic int at_last_thread_watch;
+static inline void at_trace_thread_ending(void)
+{
+    if (AT_UNLIKELY(__atomic_load_n(&at_last_thread_watch, __ATOMIC_RELAXED)))
+        at_trace_thread_ending_slow();
+}
 
 /* fork handling (the runtime registers these itself with pthread_atfork in at_trace_start): the child
  * gets its own file named from the pattern with its own pid (a pattern without %p gets "-<pid>" added

@@ -213,6 +213,11 @@ bool at_rings_filling(void);
 #define at_flusher_armed (at_rt_hot.flusher_armed)
 void at_flusher_kick(void);
 uint32_t at_ring_sp_seq(at_ring *r);
+/* lastthread.c, for the flusher: while at_last_thread_watch, look whether it is alone when due or
+ * kicked and return when to look next (ending the process when it is alone). */
+uint64_t at_lastthread_poll(uint64_t now);
+bool at_lastthread_kicked(void);
+void at_lastthread_reset(void);
 extern unsigned at_flush_interval_ms;
 extern uint64_t at_last_ts_written;
 char *at_cmdline_utf8(void);

@@ -136,6 +136,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     if (at_trace_pid_named())
         at_process_descendant = true;
     at_process_fork_init(); /* after the writer's own fork handlers: see process.c */
+    at_thread_watch_leader();
     at_shim_stacks_init();
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
         fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);

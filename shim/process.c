@@ -358,6 +358,7 @@ static void fork_child_fixup(pid_t parent)
     at_exec_generation = 0;
     at_process_descendant = true;
     at_activity_after_fork_child();
+    at_thread_watch_leader(); /* the child's first thread, whichever thread of ours forked */
     uint8_t buf[4];
     at_payload pl;
     at_payload_init(&pl, buf, sizeof buf);

@@ -65,6 +65,9 @@ extern AT_TLS int at_thread_noflow;
  * libgio, libgobject): a GThread running one is a service thread of GLib's, not the program's. */
 const char *at_object_name(const void *addr);
 bool at_glib_own(const void *addr);
+/* The calling thread is the process's first (constructor; a fork child's forking thread): when it
+ * leaves through pthread_exit, thrd_exit or cancellation, the process ends with its last thread. */
+void at_thread_watch_leader(void);
 
 /* process.c */
 void at_signals_install(void);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -127,6 +128,7 @@ AT_HOT_FN static void thread_begin(at_thread_start *s)
 
 AT_HOT_FN static void thread_end(uint32_t kind)
 {
+    at_trace_thread_ending(); /* after the first thread has left, the last one ends the process */
     if (!at_thread_ours)
         return;
     at_thread_ours = false;
@@ -195,6 +197,31 @@ static int c11_trampoline(void *p)
     pthread_cleanup_pop(0);
     thread_end(0);
     return r;
+}
+
+/* The process's first thread (or, in a fork child, the thread that forked) carries a key whose
+ * destructor runs when it leaves through pthread_exit, thrd_exit or cancellation, never on exit or a
+ * return from main. glibc then goes on while other threads live and calls exit(0) after the last
+ * one; the flusher, which glibc counts too, must take that over (lastthread.c). */
+static pthread_key_t leader_key;
+static pthread_once_t leader_once = PTHREAD_ONCE_INIT;
+
+static void leader_left(void *unused)
+{
+    (void)unused;
+    int e = errno;
+    sigset_t mask;
+    pthread_sigmask(SIG_BLOCK, NULL, &mask);
+    at_trace_exit_with_last_thread(&mask);
+    errno = e;
+}
+
+static void leader_key_create(void) { pthread_key_create(&leader_key, leader_left); }
+
+void at_thread_watch_leader(void)
+{
+    pthread_once(&leader_once, leader_key_create);
+    pthread_setspecific(leader_key, &leader_key);
 }
 
 const char *at_object_name(const void *addr)
