@@ -280,7 +280,6 @@ static void *flusher_main(void *arg)
 int at_flusher_start(void)
 {
     atomic_store(&flusher_stop, 0);
-    at_lastthread_reset();
     atomic_store(&at_flusher_armed, 0);
     sem_init(&flusher_ready, 0, 0);
     sem_init(&flusher_wake, 0, 0);

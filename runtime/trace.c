@@ -96,6 +96,7 @@ static void fork_child(void)
     atomic_store(&at_stat_bytes, 0);
     atomic_store(&at_stat_files, 0);
     at_flusher_forget();
+    at_lastthread_reset(); /* the child's first thread has not left (process.c watches it) */
     at_output_close(&at_out);
     at_out.child_suffix = true;
     at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
@@ -195,6 +196,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     at_last_ts_written = 0;
 
     pthread_mutex_lock(&at_flush_lock);
+    at_lastthread_reset();
     if (at_flusher_start() < 0) {
         pthread_mutex_unlock(&at_flush_lock);
         snprintf(errbuf, errlen, "cannot start the flusher thread: %s", strerror(errno));

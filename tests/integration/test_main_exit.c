@@ -103,6 +103,13 @@ START_TEST(test_thrd_exit)
 }
 END_TEST
 
+/* the flusher stopped and started again (setuid's pause) after main left still ends the process */
+START_TEST(test_flusher_restarted)
+{
+    check_worker("setuid");
+}
+END_TEST
+
 START_TEST(test_cancelled)
 {
     check_worker("cancel");
@@ -153,6 +160,7 @@ int main(void)
     tcase_add_test(tc, test_worker_exit);
     tcase_add_test(tc, test_thrd_exit);
     tcase_add_test(tc, test_cancelled);
+    tcase_add_test(tc, test_flusher_restarted);
     tcase_add_test(tc, test_fork_child);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
