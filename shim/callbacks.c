@@ -35,20 +35,8 @@
 
 #include "shim.h"
 
-/* ---------------- the real functions (resolved on first use: the libraries may be absent) ------ */
-
-#define REAL(name, ret, args)                                                                      \
-    typedef ret(*name##_fn) args;                                                                  \
-    static name##_fn real_##name(void)                                                             \
-    {                                                                                              \
-        static void *p;                                                                            \
-        void *f = __atomic_load_n(&p, __ATOMIC_ACQUIRE);                                           \
-        if (!f) {                                                                                  \
-            f = dlsym(RTLD_NEXT, #name);                                                           \
-            __atomic_store_n(&p, f, __ATOMIC_RELEASE);                                             \
-        }                                                                                          \
-        return (name##_fn)f;                                                                       \
-    }
+/* the real functions: AT_LAZY_REAL (shim.h), resolved on first use (the libraries may be absent) */
+#define REAL AT_LAZY_REAL
 
 typedef int gboolean;
 typedef unsigned guint;

@@ -311,24 +311,12 @@ static void resume_writer(bool paused)
     }
 }
 
-#define NEXT(name)                                                                                 \
-    static __typeof__(name) *next_##name(void)                                                     \
-    {                                                                                              \
-        static void *p;                                                                            \
-        void *f = __atomic_load_n(&p, __ATOMIC_ACQUIRE);                                           \
-        if (!f) {                                                                                  \
-            f = dlsym(RTLD_NEXT, #name);                                                           \
-            __atomic_store_n(&p, f, __ATOMIC_RELEASE);                                             \
-        }                                                                                          \
-        return (__typeof__(name) *)f;                                                              \
-    }
-
 #define ALONE(ret, name, params, args)                                                             \
-    NEXT(name)                                                                                     \
+    AT_LAZY_REAL(name, ret, params)                                                                \
     AT_EXPORT ret name params                                                                      \
     {                                                                                              \
         bool p = pause_writer();                                                                   \
-        ret r_ = next_##name() args;                                                               \
+        ret r_ = real_##name() args;                                                               \
         resume_writer(p);                                                                          \
         return r_;                                                                                 \
     }

@@ -3,6 +3,7 @@
 #ifndef AT_SHIM_H
 #define AT_SHIM_H
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -10,6 +11,21 @@
 #include "real.h"
 #include "config.h"
 #include "trace.h"
+
+/* A next definition resolved on first use, for functions off the hot page (real.h) whose library
+ * may be absent: defines name##_fn and real_##name(), NULL when nothing defines name. */
+#define AT_LAZY_REAL(name, ret, args)                                                              \
+    typedef ret(*name##_fn) args;                                                                  \
+    static name##_fn real_##name(void)                                                             \
+    {                                                                                              \
+        static void *p;                                                                            \
+        void *f = __atomic_load_n(&p, __ATOMIC_ACQUIRE);                                           \
+        if (!f) {                                                                                  \
+            f = dlsym(RTLD_NEXT, #name);                                                           \
+            __atomic_store_n(&p, f, __ATOMIC_RELEASE);                                             \
+        }                                                                                          \
+        return (name##_fn)f;                                                                       \
+    }
 
 /* 0 until the constructor succeeded (and forever in secure-execution mode or after a failure):
  * every interposed function then only calls the real one. On the hot page (real.h). */
