@@ -213,7 +213,7 @@ START_TEST(test_readoption_one_receive)
     const char *sp = t->ev[sv].act_path;
     uint64_t worker = 0;
     for (int n = 1; n <= 3; n++) {
-        char v[4];
+        char v[16];
         snprintf(v, sizeof v, "%d", n);
         long g = at_find_field(t, "Got", "Value", v, 0);
         ck_assert_msg(g >= 0, "no Got %d", n);

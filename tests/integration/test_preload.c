@@ -257,7 +257,7 @@ START_TEST(test_api_names_by_content)
     ck_assert(at_find_field(t, "Mark0", "Text", "\"hello\"", 0) >= 0);
     ck_assert(at_find_field(t, "Mark0", "Value", "102", 0) >= 0);
     for (int k = 0; k < 3; k++) {
-        char start[16], stop[16], v[16];
+        char start[32], stop[32], v[16];
         snprintf(start, sizeof start, "Job%dStart", k);
         snprintf(stop, sizeof stop, "Job%dStop", k);
         snprintf(v, sizeof v, "%d", 1000 + k);
