@@ -664,7 +664,7 @@ START_TEST(test_stripped_offset)
         at_run_opts co = {.argv = cargv, .no_preload = true};
         at_run_result cr;
         ck_assert_int_eq(at_run(&co, &cr), 0);
-        char want[256];
+        char want[512];
         snprintf(want, sizeof want, "(module+offset, +0x%s); unguarded: add 'build_id = %s'; hooked "
                                     "by entry patching", off, id);
         ck_assert_msg(cr.exited && cr.status == 0 && strstr(cr.out, want), "%s\nwant %s", cr.out,
