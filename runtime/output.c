@@ -233,6 +233,12 @@ static int expand(at_output *o, char *err, size_t errlen)
         if (insert_suffix(o->base, cap, sfx) < 0)
             goto too_long;
     }
+    if (o->dup > 0) {
+        char sfx[32] = "-dup";
+        at_fmt_u64(sfx + 4, o->dup);
+        if (insert_suffix(o->base, cap, sfx) < 0)
+            goto too_long;
+    }
     return 0;
 too_long:
     if (err)
@@ -288,6 +294,7 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
 {
     o->fd = -1;
     o->failed = false;
+    o->dup = 0;
     if (expand(o, err, errlen) < 0)
         return -1;
     o->max_files = 0;
@@ -308,6 +315,13 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
     int rc = open_index(o, 0);
     if (rc == -EBUSY && !o->child_suffix) { /* a live process writes that name: ours gets -<pid> */
         o->child_suffix = true;
+        if (expand(o, err, errlen) < 0)
+            return -1;
+        rc = open_index(o, 0);
+    }
+    /* still held: the same pid in another pid namespace (each namespace's first process is 1) */
+    for (unsigned d = 2; rc == -EBUSY && d < 100; d++) {
+        o->dup = d;
         if (expand(o, err, errlen) < 0)
             return -1;
         rc = open_index(o, 0);

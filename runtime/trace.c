@@ -300,8 +300,10 @@ void at_trace_flusher_resume(void)
     if (pause_restart) {
         pthread_mutex_lock(&at_flush_lock);
         /* a new thread takes the caller's credentials, capabilities and namespaces as they are now */
-        if (atomic_load(&sess_state) == 1 && !at_flusher_is_running() && at_flusher_start() < 0)
-            at_errmsg("cannot start the flusher thread again; events are kept until exit", "", 0);
+        /* refused after entering a new pid namespace (no thread can be made there): the events
+         * stay in the buffers until exit (drops beyond them are counted in the file) */
+        if (atomic_load(&sess_state) == 1 && !at_flusher_is_running())
+            (void)at_flusher_start();
         pthread_mutex_unlock(&at_flush_lock);
         pause_restart = false;
     }

@@ -166,6 +166,8 @@ typedef struct at_output {
     bool failed;
     bool child_suffix;    /* fork child (or a later image of one) of a pattern without %p: add -<pid> */
     unsigned exec_gen;    /* > 0: add -exec<n> (after -<pid>); 0 in a fork child */
+    unsigned dup;         /* > 0: add -dup<n> last (another live process holds the name without
+                           * it: the same pid in another pid namespace) */
     uint64_t pos;         /* logical end of the written content (where the end tag is) */
     uint64_t start_time_s;
 } at_output;

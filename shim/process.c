@@ -331,8 +331,28 @@ ALONE(int, setresuid, (uid_t r, uid_t e, uid_t s), (r, e, s))
 ALONE(int, setresgid, (gid_t r, gid_t e, gid_t s), (r, e, s))
 ALONE(int, setgroups, (size_t n, const gid_t *l), (n, l))
 ALONE(int, initgroups, (const char *user, gid_t g), (user, g)) /* glibc's own setgroups call */
-ALONE(int, unshare, (int flags), (flags))
-ALONE(int, setns, (int fd, int nstype), (fd, nstype))
+/* unshare and setns need the writer's thread out of the way only for a user namespace (and setns
+ * for a mount namespace, or an fd whose kind it is not told). Entering a new pid namespace for the
+ * children leaves the caller unable to make threads at all: the flusher is not stopped for that
+ * alone, and when it had to be (a user and a pid namespace at once) it stays away, the events kept
+ * in the buffers until exit. */
+AT_LAZY_REAL(unshare, int, (int))
+AT_EXPORT int unshare(int flags)
+{
+    bool p = (flags & (CLONE_NEWUSER | CLONE_THREAD | CLONE_SIGHAND | CLONE_VM)) && pause_writer();
+    int r = real_unshare()(flags);
+    resume_writer(p);
+    return r;
+}
+
+AT_LAZY_REAL(setns, int, (int, int))
+AT_EXPORT int setns(int fd, int nstype)
+{
+    bool p = (nstype == 0 || (nstype & (CLONE_NEWNS | CLONE_NEWUSER))) && pause_writer();
+    int r = real_setns()(fd, nstype);
+    resume_writer(p);
+    return r;
+}
 
 /* ---------------- fork ---------------- */
 

@@ -205,7 +205,7 @@ END_TEST
  * and calls the kernel refuses to a multithreaded process (unshare of a user namespace): the program
  * gets what it gets untraced, and the trace keeps the events from before and after. Whatever the
  * machine allows (not root, no user namespaces) the traced run matches the untraced one. */
-static const char *const creds_modes[] = {"capdrop", "userns"};
+static const char *const creds_modes[] = {"capdrop", "userns", "pidns"};
 START_TEST(test_creds_calls_as_untraced)
 {
     const char *mode = creds_modes[_i];
@@ -228,6 +228,20 @@ START_TEST(test_creds_calls_as_untraced)
                       at_session_describe(&s, d, sizeof d));
         ck_assert_uint_eq(at_count(&s.t, NULL, "Before"), 20);
         ck_assert_uint_eq(at_count(&s.t, NULL, "After"), 20);
+        /* nothing on stderr (a flusher that cannot come back is no error); with two pid 1s, each
+         * has a file of its own (the second named -dup2), every file complete */
+        ck_assert_msg(!strstr(s.r.err, "acttrace"), "%s: stderr: %s", mode, s.r.err);
+        char **files = at_trace_files(s.dir);
+        size_t in_ns = 0;
+        for (size_t i = 0; files && files[i]; i++) {
+            at_trace t;
+            ck_assert_msg(at_trace_load(files[i], &t) == 0 && t.complete, "%s: %s: %s", mode,
+                          files[i], t.err);
+            in_ns += at_count(&t, NULL, "InNs");
+            at_trace_free(&t);
+        }
+        at_strv_free(files);
+        ck_assert_uint_eq(in_ns, strcmp(mode, "pidns") ? 0 : 2);
     } else {
         fprintf(stderr, "test_creds_calls_as_untraced: %s fails untraced here (%s): compared only\n",
                 mode, plain.out);
@@ -544,7 +558,7 @@ int main(void)
     tcase_add_test(tp, test_fork_child_file);
     tcase_add_test(tp, test_exec_chain);
     tcase_add_loop_test(tp, test_started_children_keep_parent_file, 0, 3);
-    tcase_add_loop_test(tp, test_creds_calls_as_untraced, 0, 2);
+    tcase_add_loop_test(tp, test_creds_calls_as_untraced, 0, 3);
     tcase_add_test(tp, test_fork_while_registry_busy);
     tcase_add_test(tp, test_daemon_child);
     tcase_add_loop_test(tp, test_child_program_linked, 0, 4);
