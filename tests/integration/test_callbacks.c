@@ -163,10 +163,6 @@ START_TEST(glib_sources_and_thread_pool)
 }
 END_TEST
 
-/* g_task_run_in_thread (GIO): the task function runs on GIO's pool thread in the activity current
- * at submit, and its completion comes back to main's context (an idle source GIO makes by hand) in
- * that same activity; the task submitted in none runs and completes in none. main runs its loop in
- * no activity, so nothing here can be in T1 or T2 except by flow. */
 /* GLib's own service threads (GIO's D-Bus worker here) begin in no activity, whoever's call made
  * GLib start them: the worker serves every connection and activity after. A thread of the
  * program's own (g_thread_new of a program function) inherits. */
@@ -218,6 +214,10 @@ START_TEST(glib_service_thread_begins_in_none)
 }
 END_TEST
 
+/* g_task_run_in_thread (GIO): the task function runs on GIO's pool thread in the activity current
+ * at submit, and its completion comes back to main's context (an idle source GIO makes by hand) in
+ * that same activity; the task submitted in none runs and completes in none. main runs its loop in
+ * no activity, so nothing here can be in T1 or T2 except by flow. */
 START_TEST(glib_gtask_run_in_thread)
 {
     at_session s;
