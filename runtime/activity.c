@@ -673,14 +673,15 @@ static inline void transfer_types(void)
 }
 
 AT_HOT_FN static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *related,
-                               uint64_t ts)
+                               uint64_t floor, bool ordered)
 {
     if (!t || !at_event_enabled(t))
         return 0;
     uint64_t pl[2] = {a->unique, (uint64_t)at_tid()};
     /* the time the event got (raised when the thread's previous event was later) */
-    return at_event_write_ts(ts, t, &a->id, related, pl, sizeof pl, NULL, 0) == 0 ? at_event_last_ts()
-                                                                                  : 0;
+    return at_event_write_now(floor, ordered, t, &a->id, related, pl, sizeof pl, NULL, 0) == 0
+               ? at_event_last_ts()
+               : 0;
 }
 
 AT_HOT_FN uint64_t at_flow_transfer_send(at_activity *a)
@@ -688,7 +689,7 @@ AT_HOT_FN uint64_t at_flow_transfer_send(at_activity *a)
     if (!a)
         return 0;
     transfer_types();
-    return write_transfer(g_send_ev, a, NULL, at_ticks());
+    return write_transfer(g_send_ev, a, NULL, 0, false);
 }
 
 void at_flow_transfer_receive(at_activity *a, const at_guid *previous)
@@ -704,15 +705,8 @@ AT_HOT_FN void at_flow_transfer_receive_after(at_activity *a, const at_guid *pre
     /* a Receive follows what the sending thread published: its clock read must not run ahead of
      * the Send's. Knowing the Send's time, a plain read kept after it does; otherwise the read waits
      * for the loads before it (lfence). */
-    uint64_t ts;
-    if (send_ts) {
-        ts = at_ticks();
-        if (ts <= send_ts)
-            ts = send_ts + 1;
-    } else {
-        ts = at_ticks_ordered();
-    }
-    write_transfer(g_recv_ev, a, previous && !at_guid_is_zero(previous) ? previous : NULL, ts);
+    write_transfer(g_recv_ev, a, previous && !at_guid_is_zero(previous) ? previous : NULL,
+                   send_ts ? send_ts + 1 : 0, send_ts == 0);
 }
 
 /* --- process --- */

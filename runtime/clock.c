@@ -1,13 +1,17 @@
-/* clock.c: the event clock and its calibration.
+/* clock.c: the event clock, and the one time base of every file.
  *
- * nettrace timestamps are "QPC" ticks whose frequency the Trace object states. When the TSC can be
- * trusted (invariant, and the kernel's own clocksource is TSC-based, so the hypervisor or kernel keeps
- * it in step across CPUs) events carry the raw TSC: rdtsc costs about 12 ns on the KVM guests we run
- * on against 28 ns for clock_gettime, and an event Start+Stop reads the clock twice. The frequency is
- * measured against CLOCK_MONOTONIC from a base pair taken when the TSC is first chosen; every flush
- * refines it over the whole run so far (two clock reads of error over seconds: parts per billion)
- * and the writer rewrites the header's frequency field, so a file's durations are as exact as
- * CLOCK_MONOTONIC's. Otherwise, or when asked, the ticks are CLOCK_MONOTONIC ns (frequency 1e9). */
+ * Events read the event clock (at_ticks): the raw TSC when it can be trusted (invariant, and the
+ * kernel's own clocksource is TSC-based, so it is one clock across CPUs), since rdtsc costs about
+ * 12 ns on the KVM guests we run on against 28 ns for clock_gettime; CLOCK_MONOTONIC ns otherwise.
+ *
+ * Files never carry the TSC. Each process estimating the TSC's frequency for itself put files of one
+ * machine parts per million apart (a child 10-15 ms before its parent at 40 minutes of uptime).
+ * Instead every file's timestamps are CLOCK_MONOTONIC ns (frequency 1e9, as the .NET runtime writes
+ * on Linux), so the files of one machine share one time base. The flusher takes a (TSC,
+ * CLOCK_MONOTONIC) pair at every flush; an event's TSC is converted by interpolating between the two
+ * pairs around it, exactly where the kernel's own conversion is linear (between its updates), within
+ * the pairs' read error (tens of ns) elsewhere. Conversion keeps order: equal or later TSC values
+ * never become earlier ns. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +19,15 @@
 #include "clock.h"
 
 
+#define NPAIRS 64u /* the last pairs; an event older than all of them uses the oldest slope */
+
 static struct {
     bool based;
     uint64_t tsc0, ns0;     /* the base pair */
     _Atomic uint64_t freq;  /* TSC ticks per second, best estimate so far */
+    /* pairs taken by the flusher (under at_flush_lock), strictly increasing in both members */
+    uint64_t ptsc[NPAIRS], pns[NPAIRS];
+    uint32_t npairs, last; /* pairs held; index of the newest */
 } C;
 
 static inline uint64_t tsc_ordered(void)
@@ -91,6 +100,12 @@ static void calibrate_start(void)
     while (n - C.ns0 < 200000);
     atomic_store(&C.freq, freq_from(t, n));
     C.based = true;
+    C.ptsc[0] = C.tsc0;
+    C.pns[0] = C.ns0;
+    C.ptsc[1] = t;
+    C.pns[1] = n;
+    C.npairs = 2;
+    C.last = 1;
 }
 
 enum at_clock_kind at_clock_select(enum at_clock_kind want)
@@ -139,4 +154,54 @@ uint64_t at_clock_ns_to_ticks(uint64_t ns)
     if (f == 1000000000u || f == 0)
         return ns;
     return (uint64_t)((unsigned __int128)ns * f / 1000000000u);
+}
+
+/* ---- the file time base ---- */
+
+uint64_t at_clock_mark(void)
+{
+    if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))
+        return at_now_ns();
+    uint64_t t, n;
+    clock_pair(&t, &n);
+    uint64_t lt = C.ptsc[C.last], ln = C.pns[C.last];
+    if (C.npairs && (t <= lt || n <= ln))
+        return lt; /* no time has passed (or the pair read was disturbed): keep the newest */
+    uint64_t f = freq_from(t, n);
+    if (f)
+        atomic_store_explicit(&C.freq, f, memory_order_relaxed);
+    C.last = (C.last + 1) % NPAIRS;
+    C.ptsc[C.last] = t;
+    C.pns[C.last] = n;
+    if (C.npairs < NPAIRS)
+        C.npairs++;
+    return t;
+}
+
+/* ns at tsc on the line through pairs a and b (tsc may lie outside them: the line goes on). */
+static uint64_t interp(uint32_t a, uint32_t b, uint64_t tsc)
+{
+    uint64_t dt = C.ptsc[b] - C.ptsc[a], dn = C.pns[b] - C.pns[a];
+    if (tsc >= C.ptsc[a])
+        return C.pns[a] + (uint64_t)((unsigned __int128)(tsc - C.ptsc[a]) * dn / dt);
+    uint64_t back = (uint64_t)((unsigned __int128)(C.ptsc[a] - tsc) * dn / dt);
+    return back < C.pns[a] ? C.pns[a] - back : 0;
+}
+
+uint64_t at_clock_file_ts(uint64_t ticks)
+{
+    if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) || C.npairs < 2)
+        return ticks;
+    /* newest first: nearly every event lies after the second-newest pair */
+    uint32_t b = C.last, a = (b + NPAIRS - 1) % NPAIRS;
+    for (uint32_t k = 2; ticks < C.ptsc[a] && k < C.npairs; k++) {
+        b = a;
+        a = (a + NPAIRS - 1) % NPAIRS;
+    }
+    return interp(a, b, ticks);
+}
+
+uint64_t at_clock_file_now(void)
+{
+    return at_clock_file_ts(at_ticks());
 }

@@ -14,6 +14,12 @@ uint64_t at_clock_freq(void);
  * Async-signal-safe. */
 uint64_t at_clock_refine(void);
 uint64_t at_clock_ticks_to_ns(uint64_t ticks);
+/* The file time base (CLOCK_MONOTONIC ns). at_clock_mark takes a new (TSC, CLOCK_MONOTONIC) pair and
+ * returns its TSC value; at_clock_file_ts converts event ticks to file ns through the pairs around
+ * them. Both under at_flush_lock (the flusher and the emergency flush); async-signal-safe. */
+uint64_t at_clock_mark(void);
+uint64_t at_clock_file_ts(uint64_t ticks);
+uint64_t at_clock_file_now(void);
 uint64_t at_clock_ns_to_ticks(uint64_t ns);
 
 #endif

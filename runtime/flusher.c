@@ -1,8 +1,9 @@
 /* flusher.c: the background thread and the merge. A flush snapshots every ring's head, then merges
  * the published records of all rings in timestamp order into the serialiser (ntw_block.c), frees the
- * ring space, and recycles the rings of exited threads once they are drained. The periodic flush
- * holds back the last millisecond so that a thread preempted between reading the clock and
- * publishing its event rarely arrives after newer events of other threads have been written. */
+ * ring space, and recycles the rings of exited threads once they are drained. It writes nothing newer
+ * than its horizon (tbuf.c, at_rings_horizon): a thread preempted between reading the clock and
+ * publishing its event holds the merge back, so no event ever arrives older than one already written
+ * or than a sequence point. */
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -133,10 +134,23 @@ void at_flush_locked(bool holdback, bool force_sp)
     bool ok = !at_out.failed;
     if (++flush_pass == 0)
         flush_pass = 1;
-    /* The periodic flush takes what was written before now minus the hold-back; an explicit flush
-     * (at_trace_flush, stop, emergency) takes everything published, whatever timestamp a caller of
-     * at_event_write_ts gave it. */
-    uint64_t limit_ts = holdback ? at_ticks() - at_clock_ns_to_ticks(HOLDBACK_NS) : UINT64_MAX;
+    /* The periodic flush takes what was written before now (a new pair of the file clock, clock.c);
+     * an explicit flush (at_trace_flush, stop, emergency) takes everything published, whatever
+     * timestamp a caller of at_event_write_ts gave it. Either stops short of a clock read a writer
+     * has not published yet. Without a process-wide barrier, the periodic flush holds back a margin
+     * that makes a late event rare rather than impossible. */
+    uint64_t cut = at_clock_mark();
+    uint64_t limit_ts = holdback ? cut : UINT64_MAX;
+    uint64_t margin = holdback ? at_clock_ns_to_ticks(HOLDBACK_NS) : 0;
+    limit_ts = at_rings_horizon(limit_ts, limit_ts > margin ? limit_ts - margin : 0);
+    if (limit_ts == 0 && !holdback)
+        limit_ts = UINT64_MAX; /* the last flush: a writer stuck mid-write does not hold it back */
+    /* In file time (clock.c), which several TSC ticks share: what is written stays strictly older
+     * than the horizon's own file time, so that the sequence point that may follow (file time of the
+     * newest event + 1) is never newer than an event written later. */
+    uint64_t limit_file = limit_ts == UINT64_MAX ? UINT64_MAX : at_clock_file_ts(limit_ts);
+    if (limit_file != UINT64_MAX)
+        limit_file = limit_file ? limit_file - 1 : 0;
     at_chunk_pass_begin();
     at_rings_sweep_warm(!holdback); /* retired here, recycled below once drained */
     uint32_t na = 0;
@@ -167,7 +181,7 @@ void at_flush_locked(bool holdback, bool force_sp)
                 second = ts;
             }
         }
-        if (best_ts > limit_ts)
+        if (best_ts > limit_ts || (limit_file != UINT64_MAX && at_clock_file_ts(best_ts) > limit_file))
             break;
         if (second > limit_ts)
             second = limit_ts;
@@ -182,7 +196,8 @@ void at_flush_locked(bool holdback, bool force_sp)
             r->last_seq = rec->seq;
             r->rpos += rec->size;
             rec = peek(r);
-        } while (rec && rec->ts <= second);
+        } while (rec && rec->ts <= second
+                 && (limit_file == UINT64_MAX || at_clock_file_ts(rec->ts) <= limit_file));
         if (rec) {
             active_ts[best] = rec->ts;
         } else {

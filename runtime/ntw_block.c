@@ -69,8 +69,6 @@ static struct {
     uint32_t pi_len;
     size_t pi_cap;
     int32_t nprocs;
-    uint64_t freq_off;      /* file offset of the Trace object's QPC frequency */
-    uint64_t freq_written;  /* and the value there */
 } W;
 
 static void *map(size_t n)
@@ -417,14 +415,20 @@ static void put_metadata(at_event_type *t, uint64_t ts, uint64_t tid)
 }
 
 /* ---- file level ---- */
-static void write_trace_object(uint64_t sync_qpc)
+static uint64_t write_trace_object(uint64_t sync_qpc)
 {
+    /* SyncTimeUTC has millisecond precision: name the last whole millisecond of wall-clock time and
+     * the file time (CLOCK_MONOTONIC ns) at that instant, so readers that place events by it
+     * (TraceEvent) put the files of one machine on one time line to the microsecond */
     struct timespec rt;
-    uint64_t now = at_ticks();
     clock_gettime(CLOCK_REALTIME, &rt);
-    /* the wall-clock time of the tick sync_qpc (which is at most a little in the past) */
-    int64_t ago = now > sync_qpc ? (int64_t)at_clock_ticks_to_ns(now - sync_qpc) : 0;
+    uint64_t now = at_now_ns();
+    /* the wall-clock time of sync_qpc (at most a little in the past), then back to its millisecond */
+    int64_t ago = now > sync_qpc ? (int64_t)(now - sync_qpc) : 0;
     int64_t real_ns = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - ago;
+    int64_t sub_ms = real_ns % 1000000;
+    real_ns -= sub_ms;
+    sync_qpc -= (uint64_t)sub_ms;
     int y, mon, d, hh, mi, s, dow;
     int64_t secs = real_ns / 1000000000;
     at_civil_from_unix(secs, &y, &mon, &d, &hh, &mi, &s, &dow);
@@ -432,7 +436,7 @@ static void write_trace_object(uint64_t sync_qpc)
     uint16_t st[8] = {(uint16_t)y, (uint16_t)mon, (uint16_t)dow, (uint16_t)d, (uint16_t)hh,
                       (uint16_t)mi, (uint16_t)s, (uint16_t)(real_ns % 1000000000 / 1000000)};
     memcpy(p, st, 16);
-    int64_t q = (int64_t)sync_qpc, f = (int64_t)at_clock_freq();
+    int64_t q = (int64_t)sync_qpc, f = 1000000000; /* file time is ns */
     int32_t ps = 8, pid = (int32_t)getpid(), rate = 0;
     memcpy(p + 16, &q, 8);
     memcpy(p + 24, &f, 8);
@@ -441,10 +445,9 @@ static void write_trace_object(uint64_t sync_qpc)
     memcpy(p + 40, &W.nprocs, 4);
     memcpy(p + 44, &rate, 4);
     obj_begin(NT_NAME_TRACE, NT_TRACE_OBJECT_VERSION, NT_TRACE_OBJECT_MIN_VERSION);
-    W.freq_off = ob_pos() + 24;
-    W.freq_written = (uint64_t)f;
     ob_put(p, sizeof p);
     ob_u8(NT_TAG_END_OBJECT);
+    return sync_qpc;
 }
 
 /* A new file: header, Trace object, ProcessInfo (with its metadata) and the end tag. */
@@ -456,7 +459,6 @@ int at_ntw_file_begin(uint64_t sync_qpc)
     W.file_gen++;
     if (W.file_gen == 0)
         W.file_gen = 1;
-    W.max_ts = sync_qpc;
     W.rotate_due = false;
     W.file_events = 0;
     W.flusher_seq = 1; /* ProcessInfo */
@@ -467,7 +469,13 @@ int at_ntw_file_begin(uint64_t sync_qpc)
     uint32_t n = (uint32_t)strlen(NT_SERIALIZER_SIG);
     ob_u32(n);
     ob_put(NT_SERIALIZER_SIG, n);
-    write_trace_object(sync_qpc);
+    /* the header names a whole millisecond at or before sync_qpc; ProcessInfo stands there too, but
+     * never before what an earlier file of this process (a rotation) has written */
+    uint64_t prev = W.max_ts;
+    sync_qpc = write_trace_object(sync_qpc);
+    if (sync_qpc < prev)
+        sync_qpc = prev;
+    W.max_ts = sync_qpc;
     if (at_processinfo_type && W.pi_payload) {
         put_metadata(at_processinfo_type, sync_qpc, at_flusher_tid);
         /* its own capture thread (the flusher, which writes no other event) with sequence 1 */
@@ -535,6 +543,7 @@ static void rotate(void)
 int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
 {
     at_event_type *t = at_types[r->type_index];
+    uint64_t ts = at_clock_file_ts(r->ts);
     /* rotate before a file would pass its size (block framing, metadata and stack included) */
     if (at_out.seg_size && W.file_events
         && ob_pos() + W.mb.len + W.sb_len + W.eb.len + 256 + BLOB_WORST + r->payload_len
@@ -544,13 +553,13 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
     if (W.rotate_due)
         rotate();
     if (t->file_gen != W.file_gen)
-        put_metadata(t, r->ts, tid);
+        put_metadata(t, ts, tid);
     blob_hdr h;
     h.meta = t->index;
     h.seq = r->seq;
     h.cap_tid = h.tid = tid;
     h.proc = 0xFFFFFFFFu; /* unknown: TraceEvent then shows no CPU rather than a wrong one */
-    h.ts = r->ts;
+    h.ts = ts;
     const uint8_t *p = body;
     if (r->flags & AT_REC_ACT) {
         memcpy(&h.act, p, 16);
@@ -618,14 +627,6 @@ int at_ntw_flush_end(bool force_sp)
         at_ntw_write_sp();
     int rc = finish_file_part();
     W.hold = false;
-    /* the TSC's frequency, measured over a longer run each time: durations in the file stay exact */
-    uint64_t f = at_clock_refine();
-    uint64_t dv = f > W.freq_written ? f - W.freq_written : W.freq_written - f;
-    if (dv > W.freq_written / 100000000u && W.freq_off && !at_out.failed) { /* > 10 ppb */
-        int64_t v = (int64_t)f;
-        if (at_output_pwrite(&at_out, &v, 8, W.freq_off) == 0)
-            W.freq_written = f;
-    }
     if (W.rotate_due && !at_out.failed) {
         rotate();
         rc = finish_file_part();

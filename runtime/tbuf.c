@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <stdio.h>
 #include "trace_int.h"
@@ -433,9 +435,9 @@ static inline void count_drop(at_ring *r, uint32_t seq)
     atomic_store_explicit(&r->seq_pub, seq, memory_order_release);
 }
 
-static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid *activity,
-                              const at_guid *related, const void *payload, uint32_t payload_len,
-                              const uintptr_t *ips, uint32_t nips);
+static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
+                              const at_guid *activity, const at_guid *related, const void *payload,
+                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips);
 
 AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
@@ -450,7 +452,7 @@ AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_gu
     }
     thr.busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
-    int rc = write_event(ts, t, activity, related, payload, payload_len, ips, nips);
+    int rc = write_event(ts, false, t, activity, related, payload, payload_len, ips, nips);
     /* after the record is published (the SP logic relies on that order); thr.seq also covers
      * handler events dropped while this write was in progress */
     if (AT_LIKELY(thr.ring != NULL))
@@ -460,9 +462,57 @@ AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_gu
     return rc;
 }
 
-static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid *activity,
-                              const at_guid *related, const void *payload, uint32_t payload_len,
-                              const uintptr_t *ips, uint32_t nips)
+/* The event clock read for an event about to be written, announced first on the thread's ring
+ * (r->pending) so that the flusher, which reads the markers after a process-wide barrier
+ * (at_rings_horizon), never writes a newer event before this one is published: a thread preempted
+ * between its clock read and its publish holds the merge back instead of arriving late. */
+static inline uint64_t clock_announced(at_ring *r, uint64_t floor, bool ordered)
+{
+    if (AT_LIKELY(r != NULL))
+        atomic_store_explicit(&r->pending, AT_PENDING_CLOCK, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    uint64_t ts = ordered ? at_ticks_ordered() : at_ticks();
+    if (ts < floor)
+        ts = floor;
+    if (AT_LIKELY(r != NULL))
+        atomic_store_explicit(&r->pending, ts, memory_order_relaxed);
+    return ts;
+}
+
+AT_HOT_FN int at_event_write_now(uint64_t floor, bool ordered, const at_event_type *t,
+                                 const at_guid *activity, const at_guid *related,
+                                 const void *payload, uint32_t payload_len, const uintptr_t *ips,
+                                 uint32_t nips)
+{
+    at_ring *r = thr.ring;
+    if (AT_UNLIKELY(r && thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed)))
+        r = NULL;
+    /* a signal handler's event inside this one's announcement puts the outer one back when done */
+    uint64_t outer = r ? atomic_load_explicit(&r->pending, memory_order_relaxed) : 0;
+    uint64_t ts = clock_announced(r, floor, ordered);
+    int rc = -1;
+    if (AT_UNLIKELY(thr.busy)) {
+        /* A signal handler interrupted this thread's own write: writing now would interleave the
+         * two records, so this one is dropped (counted; its sequence number makes a visible gap). */
+        seq_next();
+        atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
+    } else {
+        thr.busy = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+        rc = write_event(ts, true, t, activity, related, payload, payload_len, ips, nips);
+        if (AT_LIKELY(thr.ring != NULL))
+            atomic_store_explicit(&thr.ring->seq_pub, thr.seq, memory_order_release);
+        atomic_signal_fence(memory_order_seq_cst);
+        thr.busy = 0;
+    }
+    if (AT_LIKELY(thr.ring != NULL))
+        atomic_store_explicit(&thr.ring->pending, thr.ring == r ? outer : 0, memory_order_release);
+    return rc;
+}
+
+static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
+                              const at_guid *activity, const at_guid *related, const void *payload,
+                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
     uint32_t seq = seq_next();
     at_ring *r = thr.ring;
@@ -473,6 +523,9 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
         r = ring_acquire(gen);
         if (!r)
             goto drop_noring;
+        /* a clock read made before this ring existed was announced nowhere: read it again */
+        if (live)
+            ts = clock_announced(r, ts, false);
     }
     bool has_act = activity && !at_guid_is_zero(activity);
     bool has_rel = related && !at_guid_is_zero(related);
@@ -545,8 +598,51 @@ uint64_t at_event_last_ts(void)
 AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
-    return at_event_write_ts(at_ticks(), t, activity, related, payload, payload_len, ips, nips);
+    return at_event_write_now(0, false, t, activity, related, payload, payload_len, ips, nips);
 }
 
 /* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap). */
 void at_tbuf_test_set_seq(uint32_t seq) { thr.seq = seq; }
+
+/* ---- the flusher's horizon ----
+ * A writer announces its clock read on its ring before making it (clock_announced). The flusher takes
+ * its cut-off time, then runs a process-wide barrier (membarrier: every thread of the process passes a
+ * full memory barrier, or is not running): a writer whose announcement it then does not see had not
+ * made it before the barrier, so its clock read comes after the cut-off. Announcements it sees lower
+ * the horizon to their clock read. The writer itself pays two plain stores. Where membarrier is not
+ * available (an old kernel, a seccomp filter) the flusher holds back a margin instead. */
+static bool barrier_ok;
+
+void at_rings_barrier_init(void)
+{
+    barrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback)
+{
+    int saved = errno;
+    if (barrier_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+        barrier_ok = false;
+    errno = saved;
+    uint64_t h = barrier_ok ? cut : fallback;
+    at_ring *own = thr.ring; /* an emergency flush on a thread interrupted in its own write */
+    for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {
+        at_ring *r = &at_pool_g.rings[i];
+        if (r == own || atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
+            continue;
+        uint64_t p = atomic_load_explicit(&r->pending, memory_order_acquire);
+        /* between announcing and reading the clock: a few instructions, unless preempted there */
+        for (unsigned k = 0; p == AT_PENDING_CLOCK && k < 64; k++) {
+            if (k < 48)
+                __builtin_ia32_pause();
+            else
+                sched_yield();
+            p = atomic_load_explicit(&r->pending, memory_order_acquire);
+        }
+        if (p == AT_PENDING_CLOCK)
+            return 0; /* its clock read is unknown: nothing new is safe to write this time */
+        if (p && p < h)
+            h = p; /* its event has timestamp p: others up to p may go first */
+    }
+    return h;
+}

@@ -101,6 +101,7 @@ static void fork_child(void)
     at_out.child_suffix = true;
     at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
     char err[256];
+    at_rings_barrier_init(); /* a new address space is registered anew */
     if (at_output_open_first(&at_out, err, sizeof err) < 0 || at_flusher_start() < 0) {
         at_errmsg("fork child: no trace: ", err, 0);
         atomic_store(&at_sess_active, 0);
@@ -109,7 +110,7 @@ static void fork_child(void)
         return;
     }
     pthread_mutex_lock(&at_flush_lock);
-    at_ntw_file_begin(at_ticks());
+    at_ntw_file_begin(at_clock_file_now());
     pthread_mutex_unlock(&at_flush_lock);
 }
 
@@ -157,6 +158,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     }
     at_tbuf_init_key();
     at_clock_select(o->clock);
+    at_rings_barrier_init();
     pthread_once(&atfork_once, register_atfork);
     if (at_pool_init(o->buffer_cap, errbuf, errlen) < 0)
         goto fail;
@@ -203,7 +205,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         at_output_close(&at_out);
         goto fail;
     }
-    if (at_ntw_file_begin(at_ticks()) < 0) {
+    if (at_ntw_file_begin(at_clock_file_now()) < 0) {
         pthread_mutex_unlock(&at_flush_lock);
         at_flusher_stop();
         snprintf(errbuf, errlen, "cannot write %s", at_out.path);

@@ -56,8 +56,14 @@ at_event_type *at_event_type_register(const at_event_desc *d);
  * drops are counted and the per-thread sequence number still advances, so readers see the gap. */
 int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips);
-/* The same with a timestamp taken by the caller (at_ticks(), in the
- * units of the file: see at_common.h); ts must not go backwards per thread. */
+/* The same with the clock read inside, not before floor; ordered: the read waits for the loads
+ * before it (an event that follows what another thread published). */
+int at_event_write_now(uint64_t floor, bool ordered, const at_event_type *t, const at_guid *activity,
+                       const at_guid *related, const void *payload, uint32_t payload_len,
+                       const uintptr_t *ips, uint32_t nips);
+/* The same with a timestamp taken by the caller (at_ticks()); ts must not go backwards per thread.
+ * The flusher's ordering guarantee covers clock reads made inside the writer: an event whose
+ * timestamp is older than what was flushed already is written unsorted. */
 int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips);

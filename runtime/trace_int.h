@@ -66,6 +66,8 @@ typedef struct at_chunk {
 
 enum { AT_RING_FREE = 0, AT_RING_USED = 1, AT_RING_RETIRED = 2 };
 
+#define AT_PENDING_CLOCK UINT64_MAX
+
 typedef struct at_ring {
     /* written by the owning thread */
     int32_t wchunk;            /* current chunk (-1: none yet) */
@@ -77,6 +79,9 @@ typedef struct at_ring {
     uint8_t warm_seen;         /* owned by whoever popped it from the warm stack (tbuf.c) */
     uint8_t inited;            /* the fields below were set once (a ring never used is still the
                                 * mapping's zeros: its first owner sets them) */
+    /* The owner is writing an event whose clock read the flusher may not have seen published:
+     * 0 none, AT_PENDING_CLOCK about to read the clock, else the timestamp read (tbuf.c) */
+    _Atomic uint64_t pending;
     char pad1[64];
     /* written by the flusher */
     _Atomic uint32_t state;
@@ -205,6 +210,10 @@ extern pthread_mutex_t at_flush_lock;
 extern _Atomic uint64_t at_stat_written, at_stat_dropped_io, at_stat_bytes, at_stat_files;
 extern uint64_t at_flusher_tid;
 void at_flush_locked(bool holdback, bool force_sp);
+/* The newest timestamp the flusher may write up to: cut, lowered to the clock read of any event a
+ * thread is writing (tbuf.c). */
+uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback);
+void at_rings_barrier_init(void);
 bool at_ntw_ready(void);
 int at_flusher_start(void);
 void at_flusher_stop(void);

@@ -43,6 +43,8 @@ struct am_model {
     uint64_t total_size;
     uint64_t serial;
     uint64_t held, hold_limit;
+    am_activity **kept;        /* roots held for the activities other processes may link to */
+    size_t nkept, ckept;
     am_activity **shadow;      /* open activities of earlier exec images, out of the table */
     size_t nshadow, cshadow; /* tree mode: finished activities kept for an open ancestor */
     int last_pct;
@@ -509,6 +511,23 @@ static void close_activity(am_model *m, am_activity *a)
         return;
     }
     m->held++;
+    if (root->open_below == 0 && root->keep && m->nin > 1) {
+        /* a child process's activities may still link here (their Start can follow this Stop): the
+         * tree waits for the end of the stream */
+        if (!root->spilled_kept) {
+            if (m->nkept == m->ckept) {
+                size_t c = m->ckept ? 2 * m->ckept : 16;
+                am_activity **k = realloc(m->kept, c * sizeof *k);
+                if (!k) goto report;
+                m->kept = k;
+                m->ckept = c;
+            }
+            m->kept[m->nkept++] = root;
+            root->spilled_kept = true;
+        }
+        return;
+    }
+report:
     if (root->open_below == 0) {
         report_subtree(m, root);
         if (m->cb.tree) m->cb.tree(m->cb.ctx, root);
@@ -687,6 +706,15 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
     if (a) {
         a->events++;
         if (ev->nframes) a->stack_events++;
+        /* a process started in this activity: its files may link here after the tree closed */
+        if (!a->keep && ev->meta->opcode == NT_OPCODE_INFO && ev->meta->provider
+            && !strcmp(ev->meta->provider, "acttrace-shim")
+            && (!strcmp(ev->meta->name, "ProcessFork") || !strcmp(ev->meta->name, "ProcessSpawn")))
+        {
+            am_activity *q = a;
+            while (q->parent) q = q->parent;
+            q->keep = true;
+        }
         visit(a, ev->thread, t);
         if (op == NT_OPCODE_SEND) {
             uint32_t k = (a->send_head + a->send_n) % 8;
@@ -849,6 +877,16 @@ int am_run(am_model *m, char *err, size_t errlen)
         for (size_t i = k; i-- > 0;) close_activity(m, open[i]);
         free(open);
     }
+    /* the trees held for child processes, now final (a child may have reopened one: it is
+     * reported when its last activity closes, which the loop above did) */
+    for (size_t i = 0; i < m->nkept; i++) {
+        am_activity *root = m->kept[i];
+        if (root->open_below != 0) continue;
+        report_subtree(m, root);
+        if (m->cb.tree) m->cb.tree(m->cb.ctx, root);
+        free_subtree(m, root);
+    }
+    m->nkept = 0;
     return status;
 }
 
@@ -868,6 +906,7 @@ void am_close(am_model *m)
         free(m->tab);
     }
     free(m->shadow);
+    free(m->kept);
     free(m);
 }
 

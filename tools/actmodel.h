@@ -51,6 +51,9 @@ struct am_activity {
     uint32_t live_children;   /* children not yet freed */
     bool done_reported;
     bool spilled;             /* model-internal mark */
+    bool keep;                /* a root under which a process was started: other files may link to
+                               * it later, so its tree is reported at the end (several files) */
+    bool spilled_kept;        /* listed among the kept roots */
     uint64_t serial;          /* 1, 2, ... in start order: names an activity after it is freed */
     /* pending sends (FIFO) for matching receives */
     uint64_t send_tid[8];

@@ -59,7 +59,7 @@ int at_cmd_verify(int argc, char **argv)
         return 2;
     }
     vctx v = {path, 0, 0};
-    nt_options opt = {.strict = true, .problem = on_problem, .ctx = &v};
+    nt_options opt = {.strict = true, .order = true, .problem = on_problem, .ctx = &v};
     char err[512];
     nt_reader *r = nt_open_ex(path, &opt, err, sizeof err);
     if (!r) {

@@ -105,6 +105,7 @@ struct nt_reader {
     size_t thread_list_cap;
 
     uint64_t max_event_ts;  /* since the start, for the SP rule */
+    uint64_t order_floor;   /* newest IsSorted event or sequence point so far (opt.order) */
     bool reported_before_sync;
     bool any_event;
 };
@@ -903,6 +904,7 @@ static int parse_sp_block(nt_reader *r)
     uint32_t n = ld32(b + 8);
     if (n > (end - 12) / 12)
         return fail(r, r->blk_off + 8, "SPBlock declares %u threads but holds room for %u", n, (end - 12) / 12);
+    if (ts > r->order_floor) r->order_floor = ts;
     if (r->opt.strict) {
         if (r->any_event && ts <= r->max_event_ts)
             problem(r, r->blk_off, "sequence point timestamp %llu is not greater than an earlier event's %llu",
@@ -1244,8 +1246,16 @@ int nt_next(nt_reader *r, nt_event *ev)
                     problem(r, boff, "capture thread changes (%llu -> %llu) on a blob without the IsSorted flag",
                             (unsigned long long)r->blk_prev_capture, (unsigned long long)h->capture_thread);
             }
+            if (AT_UNLIKELY(r->opt.strict && r->opt.order)) {
+                if (h->timestamp < r->order_floor)
+                    problem(r, boff, "event of capture thread %llu at %llu is older than an IsSorted event or "
+                            "sequence point before it (%llu): readers dispatch it out of order",
+                            (unsigned long long)h->capture_thread, (unsigned long long)h->timestamp,
+                            (unsigned long long)r->order_floor);
+                if (sorted && h->timestamp > r->order_floor) r->order_floor = h->timestamp;
+            }
             if (AT_UNLIKELY(r->opt.strict)) {
-                /* Not checked: an IsSorted blob earlier than events already written since the last SP.
+                /* Without opt.order, not checked: an event older than an IsSorted one written before it.
                  * nettrace-v5.md §6 recommends avoiding it, but the runtime itself writes such files
                  * (objver4, mixed, only_managed samples) and TraceEvent only dispatches them out of order. */
                 if (h->timestamp < (uint64_t)r->info.sync_time_qpc && !r->reported_before_sync) {

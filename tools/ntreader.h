@@ -91,6 +91,9 @@ typedef void (*nt_metadata_fn)(void *ctx, const nt_metadata *m);
 typedef struct nt_options {
     bool strict;              /* check every rule of the writer checklist (acttrace verify) */
     bool skip_events;         /* do not decode event blobs (metadata/stack/SP blocks still parsed) */
+    bool order;               /* with strict: no event older than an IsSorted event or a sequence
+                               * point before it (acttrace's writer promises it; the .NET runtime
+                               * does not always: readers then dispatch out of order) */
     nt_problem_fn problem;    /* may be NULL */
     nt_metadata_fn on_metadata; /* may be NULL */
     void *ctx;
