@@ -205,7 +205,11 @@ static void maps_read(void)
 {
     for (uint32_t i = 0; i < S.nmods; i++)
         S.mods[i].seen = false;
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    /* this thread's view: once the first thread has left (main called pthread_exit),
+     * /proc/self/maps, which is that thread's, reads empty */
+    int fd = open("/proc/thread-self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
     size_t have = 0;
@@ -340,6 +344,64 @@ static void elf_phdrs(sr_mod *m)
 
 static const char hexd[] = "0123456789abcdef";
 
+/* The file name a .gnu_debuglink section names (the debug file objcopy --add-gnu-debuglink made). */
+static bool elf_debuglink(const sr_elf *e, char *out, size_t n)
+{
+    const Elf64_Ehdr *h = (const Elf64_Ehdr *)e->img;
+    if (h->e_shentsize != sizeof(Elf64_Shdr) || !in(e, h->e_shoff, (uint64_t)h->e_shnum * sizeof(Elf64_Shdr))
+        || h->e_shstrndx >= h->e_shnum)
+        return false;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(e->img + h->e_shoff);
+    const Elf64_Shdr *ns = &sh[h->e_shstrndx];
+    if (!in(e, ns->sh_offset, ns->sh_size))
+        return false;
+    const char *names = (const char *)(e->img + ns->sh_offset);
+    for (uint32_t i = 0; i < h->e_shnum; i++) {
+        if (sh[i].sh_name >= ns->sh_size || ns->sh_size - sh[i].sh_name < sizeof ".gnu_debuglink"
+            || memcmp(names + sh[i].sh_name, ".gnu_debuglink", sizeof ".gnu_debuglink") != 0
+            || !in(e, sh[i].sh_offset, sh[i].sh_size))
+            continue;
+        const char *d = (const char *)(e->img + sh[i].sh_offset);
+        size_t l = strnlen(d, sh[i].sh_size);
+        if (l == 0 || l == sh[i].sh_size || l >= n || memchr(d, '/', l))
+            return false;
+        memcpy(out, d, l + 1);
+        return true;
+    }
+    return false;
+}
+
+/* Where gdb looks for a debuglink file: beside the module, in .debug/ beside it, and under
+ * /usr/lib/debug with the module's folder. */
+static bool debuglink_load(sr_mod *m)
+{
+    char name[256], p[PATH_MAX_SR + 300];
+    if (!elf_debuglink(&m->file, name, sizeof name))
+        return false;
+    const char *slash = strrchr(m->path, '/');
+    size_t dl = (size_t)(slash - m->path), nl = strlen(name);
+    static const char *const pre[] = {"", "", "/usr/lib/debug"}, *const mid[] = {"/", "/.debug/", "/"};
+    for (int k = 0; k < 3; k++) { /* pre + folder + mid + name, no stdio (async-signal-safe) */
+        size_t a = strlen(pre[k]), b = strlen(mid[k]);
+        if (a + dl + b + nl + 1 > sizeof p)
+            continue;
+        memcpy(p, pre[k], a);
+        memcpy(p + a, m->path, dl);
+        memcpy(p + a + dl, mid[k], b);
+        memcpy(p + a + dl + b, name, nl + 1);
+        if (!strcmp(p, m->path) || !elf_map(&m->debug, p))
+            continue;
+        elf_symtab(&m->debug, SHT_SYMTAB);
+        if (m->debug.syms) {
+            m->symtab = &m->debug;
+            return true;
+        }
+        munmap((void *)m->debug.img, m->debug.len);
+        memset(&m->debug, 0, sizeof m->debug);
+    }
+    return false;
+}
+
 static void mod_load(sr_mod *m)
 {
     m->loaded = true;
@@ -368,8 +430,12 @@ static void mod_load(sr_mod *m)
                 m->symtab = &m->debug;
                 return;
             }
+            munmap((void *)m->debug.img, m->debug.len);
+            memset(&m->debug, 0, sizeof m->debug);
         }
     }
+    if (debuglink_load(m))
+        return;
     elf_symtab(&m->file, SHT_DYNSYM);
     if (m->file.syms) {
         m->symtab = &m->file;

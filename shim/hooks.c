@@ -174,56 +174,17 @@ static AT_TLS at_activity *hk_adopt_prev; /* keyed flow: what was current before
 static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a reference) */
 static AT_TLS bool hk_adopting;
 
-/* Stacks: the program's frames only. The walk starts inside the hook machinery (this file, the
- * stub, libffi's closure code); those leading frames are dropped by address. */
-static uintptr_t hk_own[2][2]; /* [shim, libffi] x [lo, hi) */
+/* Stacks: the program's frames only (stacks.c drops the hook machinery's, wherever it stands). */
 static unsigned hk_depth;
-
-static int own_range(struct dl_phdr_info *info, size_t size, void *data)
-{
-    (void)size, (void)data;
-    static int anchor;
-    int which = -1;
-    uintptr_t self = (uintptr_t)&anchor, ffi = (uintptr_t)&ffi_call;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (self >= lo && self < hi)
-            which = 0;
-        else if (ffi >= lo && ffi < hi)
-            which = 1;
-    }
-    if (which < 0)
-        return 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-            hk_own[which][0] = info->dlpi_addr + ph->p_vaddr;
-            hk_own[which][1] = hk_own[which][0] + ph->p_memsz;
-        }
-    }
-    return 0;
-}
-
-static inline bool is_own(uintptr_t ip)
-{
-    return (ip >= hk_own[0][0] && ip < hk_own[0][1]) || (ip >= hk_own[1][0] && ip < hk_own[1][1]);
-}
 
 /* The hooked function fn is the leaf (it has no frame of its own yet at entry, none left at
  * return), then its callers. */
 static uint32_t hk_stack(uintptr_t *ips, const at_hook *h)
 {
-    uint32_t n = at_stack_capture(ips + 1, hk_depth - 1, 0), k = 0;
-    while (k < n && is_own(ips[1 + k]))
-        k++;
-    if (k)
-        memmove(ips + 1, ips + 1 + k, (n - k) * sizeof *ips);
+    uint32_t n = at_shim_capture(ips + 1, hk_depth - 1, 0);
     /* a return-address-like value inside fn: symbolizers look up ip - 1 */
     ips[0] = h->res.addr + 1;
-    return n - k + 1;
+    return n + 1;
 }
 
 static const char *field_name(const at_hc_probe *p, int idx, char *buf, size_t n)
@@ -976,7 +937,7 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     if (stacks) {
         char serr[256];
         hk_depth = at_cfg.stack_depth < AT_STACK_MAX_DEPTH ? at_cfg.stack_depth : AT_STACK_MAX_DEPTH;
-        dl_iterate_phdr(own_range, NULL);
+        at_shim_stack_own_init();
         if (at_stack_init((enum at_stack_mode)at_cfg.stack_walker, serr, sizeof serr) != 0)
             fprintf(stderr, "acttrace: stacks: %s\n", serr);
     }

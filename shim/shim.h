@@ -63,6 +63,12 @@ extern at_shim_events at_ev;
  * the shim above the caller's own to drop. Returns the number of frames (0: no stack). */
 void at_shim_stacks_init(void);
 uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip);
+/* The calling thread's stack with every run of the shim's frames dropped (wherever hooks nest), at
+ * most depth of the program's frames; skip: leading frames to drop first. at_shim_stack_trim does the
+ * dropping on a stack already taken. */
+uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip);
+uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth);
+void at_shim_stack_own_init(void);
 
 /* Registers the shim's event types; 0 or -1 with a message. */
 int at_shim_events_register(char *err, size_t n);
