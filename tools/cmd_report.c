@@ -43,7 +43,9 @@ static const char report_head[] =
     "</style></head><body>\n<h1>acttrace report</h1>\n<p id=\"summary\"></p>\n"
     "<h2>Timeline per thread</h2><div id=\"timeline-box\"></div>\n"
     "<h2>Durations per activity name</h2><div id=\"histograms\"></div>\n"
-    "<h2>Flame graphs per activity name</h2><div id=\"flames\"></div>\n"
+    "<h2>Flame graphs per activity name</h2>\n"
+    "<p>Frames are grouped by function, the root on top. A frame's width is the number of events "
+    "(Starts, Stops, marks) taken with a stack under it, not time.</p><div id=\"flames\"></div>\n"
     "<script id=\"timeline-data\" type=\"application/json\">[\n";
 
 /* The renderer: reads the JSON blocks above it and builds SVG with DOM calls. */
@@ -237,7 +239,10 @@ int at_cmd_report(int argc, char **argv)
     status = 1;
     if (!(c->sym = calloc((size_t)nfiles, sizeof *c->sym))) goto out;
     for (int i = 0; i < nfiles; i++)
-        if (!(c->sym[i] = nt_sym_new(NULL))) goto out;
+    {
+        nt_sym_options so = {.demangle = true, .no_offset = true}; /* the flame graph groups by function */
+        if (!(c->sym[i] = nt_sym_new(&so))) goto out;
+    }
     char err[600];
     am_options o = {.progress = true, .need_events = true};
     am_callbacks cb = {.activity = rp_activity, .event = rp_event, .ctx = c};

@@ -11,18 +11,22 @@ typedef struct sk_ctx {
     am_fold *fold;
     nt_symbolizer **sym; /* one per file */
     const char *name;
-    bool by_activity, all;
+    bool by_activity, all, offsets;
     char key[65536];
 } sk_ctx;
 
 static void stacks_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace stacks [--name NAME] [--by-activity] [--all] FILE...\n"
+    fprintf(f, "usage: acttrace stacks [--name NAME] [--by-activity] [--all] [--offsets] FILE...\n"
                "  Folded stacks of the events that carry a stack: activity names from the root down,\n"
                "  then frames from the outermost, then the number of events (flamegraph.pl/inferno).\n"
+               "  Frames are grouped by function (\"module!function\"). The count is a number of\n"
+               "  events (Starts, Stops, marks) taken with that stack, not time: in a flame graph\n"
+               "  drawn from it a frame's width is how many such events were taken under it.\n"
                "  --name NAME     only events inside an activity NAME; stacks start at that activity\n"
                "  --by-activity   one stack per activity (\"Name //1/5\") rather than per name\n"
-               "  --all           also events outside any activity, under \"(no activity)\"\n");
+               "  --all           also events outside any activity, under \"(no activity)\"\n"
+               "  --offsets       frames with their offset (\"module!function+0x1a\"): one per call site\n");
 }
 
 static void on_event(void *vc, const am_event *e)
@@ -62,6 +66,8 @@ int at_cmd_stacks(int argc, char **argv)
             c->by_activity = true;
         } else if (!strcmp(a, "--all")) {
             c->all = true;
+        } else if (!strcmp(a, "--offsets")) {
+            c->offsets = true;
         } else if (a[0] == '-' && a[1]) {
             am_errorf("stacks", "unknown option '%s'", a);
             stacks_usage(stderr);
@@ -79,7 +85,10 @@ int at_cmd_stacks(int argc, char **argv)
     status = 1;
     if (!c->fold || !c->sym) goto out;
     for (int i = 0; i < nfiles; i++)
-        if (!(c->sym[i] = nt_sym_new(NULL))) goto out;
+    {
+        nt_sym_options so = {.demangle = true, .no_offset = !c->offsets};
+        if (!(c->sym[i] = nt_sym_new(&so))) goto out;
+    }
     char err[600];
     am_options o = {.progress = true, .need_events = true};
     am_callbacks cb = {.event = on_event, .ctx = c};

@@ -409,7 +409,10 @@ const char *nt_sym_format(nt_symbolizer *s, uint64_t ip, char *buf, size_t n)
         if (em)
             m = em;
         const char *name = s->o.demangle ? demangle(e) : e->name;
-        snprintf(buf, n, "%s!%s+0x%" PRIx64, m ? base_name(m->file) : "UNKNOWN", name, ip - e->start);
+        if (s->o.no_offset)
+            snprintf(buf, n, "%s!%s", m ? base_name(m->file) : "UNKNOWN", name);
+        else
+            snprintf(buf, n, "%s!%s+0x%" PRIx64, m ? base_name(m->file) : "UNKNOWN", name, ip - e->start);
     } else if (m) {
         snprintf(buf, n, "%s+0x%" PRIx64, base_name(m->file), map_va(m, ip));
     } else {

@@ -13,6 +13,7 @@ typedef struct nt_symbolizer nt_symbolizer;
 typedef struct nt_sym_options {
     bool lines;    /* append " (file:line)" when DWARF for the module is found on this machine */
     bool demangle; /* C++ names demangled */
+    bool no_offset; /* "module!function" without "+0x.." where a function is named (grouping) */
 } nt_sym_options;
 
 nt_symbolizer *nt_sym_new(const nt_sym_options *o); /* o may be NULL: no lines, demangle */
