@@ -110,7 +110,10 @@ static inline at_activity *act_alloc(void)
     }
     if (AT_UNLIKELY(!at_thread_registered))
         register_thread();
-    return malloc(sizeof(at_activity));
+    AT_INTERNAL_BEGIN(); /* a hooked malloc sees only the program's own */
+    a = malloc(sizeof(at_activity));
+    AT_INTERNAL_END();
+    return a;
 }
 
 static inline void act_free(at_activity *a)

@@ -71,6 +71,7 @@ static void at_preload_fail(const char *what, const char *why)
 __attribute__((constructor)) static void at_preload_init(void)
 {
     int saved_errno = errno;
+    AT_INTERNAL_BEGIN(); /* set-up: hooks installed here see none of its own calls */
     at_real_init();
     if (getauxval(AT_SECURE)) /* setuid/setgid/capabilities: never write files for such a program */
         goto out;
@@ -146,6 +147,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_signals_install();
     __atomic_store_n(&at_hot.shim_on, 1, __ATOMIC_RELEASE);
 out:
+    AT_INTERNAL_END();
     errno = saved_errno;
 }
 

@@ -67,10 +67,6 @@ uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip);
 /* Registers the shim's event types; 0 or -1 with a message. */
 int at_shim_events_register(char *err, size_t n);
 
-/* Set while the shim itself calls into libc on the program's behalf (fork's atfork handlers, where
- * the writer starts the child's flusher): thread creation there is ours, not the program's. */
-extern AT_TLS int at_internal;
-
 /* Set (incremented) by the callback layer around a pool API call that may create the pool's worker
  * threads lazily (g_thread_pool_push): threads created meanwhile belong to the pool, not to the
  * submitter, so they begin in no activity and each work item brings its own. */
