@@ -11,6 +11,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 #include "stack.h"
+#include "unwmem.h"
 
 #define NO_ASAN __attribute__((no_sanitize_address))
 
@@ -353,6 +354,9 @@ static bool load_libunwind(char *err, size_t errlen)
         snprintf(err, errlen, "libunwind.so.8 lacks the local unwinding API: stacks use frame pointers");
         return false; /* the handle stays open: nothing else to release */
     }
+    /* before its first use: its memory checks then never make a pipe (a failure leaves the pipe to
+     * the shim's descriptor guard) */
+    (void)at_unwmem_install(h);
     U.ok = true;
     return true;
 }
