@@ -143,8 +143,10 @@ __attribute__((constructor)) static void at_preload_init(void)
         fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
         at_cfg.fdflow = false;
     }
-    if (at_cfg.fatal_signals)
+    if (at_cfg.fatal_signals) {
         at_signals_install();
+        at_altstack_init();
+    }
     __atomic_store_n(&at_hot.shim_on, 1, __ATOMIC_RELEASE);
 out:
     AT_INTERNAL_END();

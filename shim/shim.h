@@ -83,6 +83,11 @@ void at_thread_watch_leader(void);
 
 /* process.c */
 void at_signals_install(void);
+/* altstack.c: an alternate signal stack of the shim's on the first thread (init) and on every thread
+ * the shim starts, so the fatal-signal handler runs after a stack overflow; given back at the end. */
+void at_altstack_init(void);
+void at_altstack_thread_start(void);
+void at_altstack_thread_end(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
 /* fdguard.c: the shim's own descriptors (the trace file's, at_trace_fd in the writer, and
  * libunwind's pipe) are hidden from the program's closes; a dup2/dup3 onto the trace's number moves

@@ -113,6 +113,7 @@ AT_TLS int at_thread_noflow;
 AT_HOT_FN static void thread_begin(at_thread_start *s)
 {
     at_thread_managed = true; /* thread_end does the writer's and the engine's exit work */
+    at_altstack_thread_start();
     at_thread_cap = s->cap;
     at_thread_prev = at_flow_enter(s->cap);
     at_thread_ours = true;
@@ -129,6 +130,7 @@ AT_HOT_FN static void thread_begin(at_thread_start *s)
 AT_HOT_FN static void thread_end(uint32_t kind)
 {
     at_trace_thread_ending(); /* after the first thread has left, the last one ends the process */
+    at_altstack_thread_end();
     if (!at_thread_ours)
         return;
     at_thread_ours = false;
