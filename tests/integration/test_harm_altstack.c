@@ -81,6 +81,11 @@ END_TEST
 
 START_TEST(test_sigaltstack_as_untraced)
 {
+    /* the sanitizer preloaded before the shim puts an alternate stack of its own on every thread:
+     * the program sees that one traced, none untraced (where nothing is preloaded) */
+    const char *san = getenv("ACTTRACE_ASAN");
+    if (san && *san == '1')
+        return;
     at_session s;
     at_run_result u;
     run_both("query", &s, &u);
