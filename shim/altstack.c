@@ -110,6 +110,7 @@ void at_altstack_thread_start(void)
     if (alt_slot || !at_cfg.fatal_signals)
         return;
     int e = errno;
+    AT_INTERNAL_BEGIN(); /* grow's mmap and mprotect are the shim's own */
     stack_t cur;
     /* the first thread may have one already (an earlier constructor's): it stays the program's */
     if (raw_sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE))
@@ -125,6 +126,7 @@ void at_altstack_thread_start(void)
     alt_slot = i + 1;
     alt_ours = true;
 out:
+    AT_INTERNAL_END();
     errno = e;
 }
 

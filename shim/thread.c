@@ -58,7 +58,9 @@ static start_block *block_get(void)
         spare_blocks = b->next;
     pthread_mutex_unlock(&spare_lock);
     if (!b) {
+        AT_INTERNAL_BEGIN(); /* a hooked mmap sees the program's alone */
         void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        AT_INTERNAL_END();
         b = m == MAP_FAILED ? NULL : m;
     }
     errno = e;
@@ -168,7 +170,9 @@ static void start_free(at_thread_start *p)
 {
     if (p->busy == START_MALLOC) {
         int e = errno;
+        AT_INTERNAL_BEGIN();
         free(p);
+        AT_INTERNAL_END();
         errno = e;
     } else {
         __atomic_store_n(&p->busy, START_FREE, __ATOMIC_RELEASE);
@@ -274,7 +278,9 @@ static at_thread_start *start_new(void *(*fn)(void *), void *arg)
     }
     if (!s) { /* every context of the block in flight (or no block): one of its own */
         int e = errno;
+        AT_INTERNAL_BEGIN();
         s = aligned_alloc(64, sizeof *s);
+        AT_INTERNAL_END();
         errno = e;
         if (!s)
             return NULL; /* run the thread untraced rather than fail the program's call */
