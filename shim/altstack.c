@@ -6,8 +6,8 @@
  * own gets ours back.
  *
  * Stacks come from a pool that is never unmapped: a thread takes a slot when it starts and gives it
- * back when it ends (after disabling it), so a thread costs two sigaltstack system calls and no
- * mmap. Slots are mapped AT_ALT_PER_CHUNK at a time with MAP_NORESERVE: a page of a slot costs memory
+ * back when it ends (after disabling it), so a thread costs two sigaltstack system calls (one at
+ * its start, one at its end) and no mmap. Slots are mapped AT_ALT_PER_CHUNK at a time with MAP_NORESERVE: a page of a slot costs memory
  * only once a signal ran on it. Each slot has a PROT_NONE guard page below it. */
 #include <errno.h>
 #include <pthread.h>
@@ -105,15 +105,16 @@ out:
     return ok;
 }
 
-void at_altstack_thread_start(void)
+/* first: the process's first thread, which may have one already (an earlier constructor's, a
+ * sanitizer's): it stays. A new thread has none (the kernel clears it for a thread sharing memory). */
+static void thread_start(bool first)
 {
     if (alt_slot || !at_cfg.fatal_signals)
         return;
     int e = errno;
     AT_INTERNAL_BEGIN(); /* grow's mmap and mprotect are the shim's own */
     stack_t cur;
-    /* the first thread may have one already (an earlier constructor's): it stays the program's */
-    if (raw_sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE))
+    if (first && (raw_sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE)))
         goto out;
     uint32_t i;
     if (!slot_pop(&i) && !(grow() && slot_pop(&i)))
@@ -128,6 +129,11 @@ void at_altstack_thread_start(void)
 out:
     AT_INTERNAL_END();
     errno = e;
+}
+
+void at_altstack_thread_start(void)
+{
+    thread_start(false);
 }
 
 void at_altstack_thread_end(void)
@@ -159,7 +165,7 @@ static void alt_atfork_child(void)
 void at_altstack_init(void)
 {
     pthread_atfork(NULL, NULL, alt_atfork_child);
-    at_altstack_thread_start();
+    thread_start(true);
 }
 
 AT_EXPORT int sigaltstack(const stack_t *ss, stack_t *old)
