@@ -96,8 +96,10 @@ static inline void ensure_init(void)
 static AT_NOINLINE void register_thread(void)
 {
     at_thread_registered = true;
+    AT_INTERNAL_BEGIN();
     if (!at_thread_managed) /* otherwise at_activity_thread_exit is called at the thread's end */
         pthread_setspecific(g_thread_key, (void *)1);
+    AT_INTERNAL_END();
 }
 
 static inline at_activity *act_alloc(void)
@@ -110,7 +112,10 @@ static inline at_activity *act_alloc(void)
     }
     if (AT_UNLIKELY(!at_thread_registered))
         register_thread();
-    return malloc(sizeof(at_activity));
+    AT_INTERNAL_BEGIN(); /* a hooked malloc sees only the program's own */
+    a = malloc(sizeof(at_activity));
+    AT_INTERNAL_END();
+    return a;
 }
 
 static inline void act_free(at_activity *a)
@@ -121,7 +126,9 @@ static inline void act_free(at_activity *a)
         at_free_count++;
         return;
     }
+    AT_INTERNAL_BEGIN();
     free(a);
+    AT_INTERNAL_END();
 }
 
 #define is_live at_act_is_live
@@ -254,11 +261,13 @@ static void thread_exit(void *unused)
         at_activity_unref(c);
     at_act_borrowed = false;
     at_thread_registered = false; /* from here on act_free frees */
+    AT_INTERNAL_BEGIN();
     while (at_free_list) {
         at_activity *a = at_free_list;
         at_free_list = a->creator;
         free(a);
     }
+    AT_INTERNAL_END();
     at_free_count = 0;
 }
 

@@ -83,6 +83,14 @@ extern AT_TLS bool at_thread_managed;
 /* Non-zero while the runtime starts a thread of its own (the flusher): an interposed pthread_create
  * (the shim's) passes it straight through. */
 extern AT_TLS int at_rt_own_thread;
+/* Depth of the shim's own work on this thread (writing the file, walking a stack, reading symbols,
+ * setting up), and non-zero for the whole life of the shim's own threads. A hook or an interposed
+ * wrapper reached from inside passes straight to the real function and records nothing: libc
+ * functions hooked by entry patching are reached by the flusher's pwrite and libunwind's reads as
+ * much as by the program. Defined in trace.c. */
+extern AT_TLS int at_internal;
+#define AT_INTERNAL_BEGIN() (at_internal++)
+#define AT_INTERNAL_END() (at_internal--)
 
 /* 16 bytes in .NET Guid memory order (Data1 LE, Data2 LE, Data3 LE, Data4[8]), as nettrace stores it. */
 typedef struct at_guid {

@@ -247,6 +247,7 @@ bool at_rings_filling(void)
 static void *flusher_main(void *arg)
 {
     (void)arg;
+    at_internal = 1; /* all of this thread's work is the shim's own */
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the program's threads, never here */
@@ -332,8 +333,11 @@ void at_flusher_stop(void)
  * (sem_post). */
 void at_flusher_kick(void)
 {
-    if (atomic_exchange_explicit(&at_flusher_armed, 0, memory_order_acq_rel))
+    if (atomic_exchange_explicit(&at_flusher_armed, 0, memory_order_acq_rel)) {
+        AT_INTERNAL_BEGIN(); /* sem_post may be a hooked function */
         sem_post(&flusher_wake);
+        AT_INTERNAL_END();
+    }
 }
 
 /* In a fork child the parent's flusher does not exist. */

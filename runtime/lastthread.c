@@ -161,6 +161,7 @@ static void end_process(void)
     }
     if (rc != 0) {
         pthread_sigmask(SIG_SETMASK, &exit_mask, NULL);
+        at_internal = 0; /* the program's atexit handlers run here: their calls are its own */
         exit(0);
     }
 }

@@ -141,7 +141,9 @@ void at_errmsg(const char *a, const char *b, int err)
     }
 #undef ADD
     line[n++] = '\n';
+    AT_INTERNAL_BEGIN();
     ssize_t w = write(2, line, n);
+    AT_INTERNAL_END();
     (void)w;
 }
 

@@ -11,6 +11,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 #include "stack.h"
+#include "unwmem.h"
 
 #define NO_ASAN __attribute__((no_sanitize_address))
 
@@ -299,12 +300,14 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr
     if (m == AT_STACK_SHARED && !rules)
         m = AT_STACK_LIBUNWIND;
     uint32_t n;
+    AT_INTERNAL_BEGIN(); /* libunwind reads files and probes memory: no hook may see it */
     if (m == AT_STACK_SHARED)
         n = walk_shared(ips, max, skip, ip, sp, bp);
     else if (m == AT_STACK_LIBUNWIND)
         n = walk_libunwind(ips, max, skip, ip);
     else
         n = walk_fp(ips, max, skip, ip, sp, bp);
+    AT_INTERNAL_END();
     __asm__ volatile("" ::: "memory"); /* no tail call: our frame must exist during the walk */
     return n;
 }
@@ -318,12 +321,14 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint
     if (max == 0 || m < 0)
         return 0;
     uint32_t n;
+    AT_INTERNAL_BEGIN(); /* libunwind reads files and probes memory: no hook may see it */
     if (m == AT_STACK_SHARED)
         n = walk_shared(ips, max, skip, ip, sp, bp);
     else if (m == AT_STACK_LIBUNWIND)
         n = walk_libunwind(ips, max, skip, ip);
     else
         n = walk_fp(ips, max, skip, ip, sp, bp);
+    AT_INTERNAL_END();
     __asm__ volatile("" ::: "memory");
     return n;
 }
@@ -349,6 +354,9 @@ static bool load_libunwind(char *err, size_t errlen)
         snprintf(err, errlen, "libunwind.so.8 lacks the local unwinding API: stacks use frame pointers");
         return false; /* the handle stays open: nothing else to release */
     }
+    /* before its first use: its memory checks then never make a pipe (a failure leaves the pipe to
+     * the shim's descriptor guard) */
+    (void)at_unwmem_install(h);
     U.ok = true;
     return true;
 }

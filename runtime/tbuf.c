@@ -386,8 +386,10 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
     }
     thr.ring = r;
     thr.gen = gen;
+    AT_INTERNAL_BEGIN();
     if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
         pthread_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
+    AT_INTERNAL_END();
     return r;
 }
 

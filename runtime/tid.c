@@ -63,7 +63,9 @@ pid_t at_tid_slow(void)
         if (AT_LIKELY(t > 0))
             return at_tid_cache = t;
     }
+    AT_INTERNAL_BEGIN();
     pid_t t = (pid_t)syscall(SYS_gettid);
+    AT_INTERNAL_END();
     __atomic_add_fetch(&tid_syscalls, 1, __ATOMIC_RELAXED);
     learn(t);
     return at_tid_cache = t;

@@ -8,6 +8,8 @@
 #include <unistd.h>
 #include "symrun.h"
 
+AT_TLS int at_internal;
+
 char *at_command_line;
 static _Atomic int sess_state; /* 0 none, 1 running, 2 stopping */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -131,7 +133,7 @@ static void register_atfork(void)
     pthread_atfork(NULL, NULL, fork_child_pause);
 }
 
-int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
+static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
 {
     char dummy[8];
     if (!errbuf || errlen == 0) {
@@ -221,13 +223,23 @@ fail:
     return -1;
 }
 
+int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
+{
+    AT_INTERNAL_BEGIN(); /* the file is opened, the command line read, the flusher started */
+    int rc = trace_start(o, errbuf, errlen);
+    AT_INTERNAL_END();
+    return rc;
+}
+
 void at_trace_flush(void)
 {
     if (atomic_load(&sess_state) != 1)
         return;
+    AT_INTERNAL_BEGIN();
     pthread_mutex_lock(&at_flush_lock);
     at_flush_locked(false, false);
     pthread_mutex_unlock(&at_flush_lock);
+    AT_INTERNAL_END();
 }
 
 void at_trace_stop(void)
@@ -237,12 +249,14 @@ void at_trace_stop(void)
         return;
     /* events from now on are dropped and counted; then everything published is written */
     atomic_store(&at_sess_active, 0);
+    AT_INTERNAL_BEGIN();
     at_flusher_stop();
     pthread_mutex_lock(&at_flush_lock);
     at_flush_locked(false, true);
     at_output_close(&at_out);
     atomic_fetch_add(&at_sess_gen, 1);
     pthread_mutex_unlock(&at_flush_lock);
+    AT_INTERNAL_END();
     atomic_store(&sess_state, 0);
 }
 
@@ -251,6 +265,7 @@ void at_trace_emergency_flush(void)
     if (atomic_load(&sess_state) != 1)
         return;
     int saved = errno;
+    AT_INTERNAL_BEGIN();
     /* bounded: about 200 ms if another thread holds the lock, at once if this thread does */
     for (int i = 0; i < 200; i++) {
         int rc = pthread_mutex_trylock(&at_flush_lock);
@@ -264,6 +279,7 @@ void at_trace_emergency_flush(void)
         struct timespec d = {0, 1000000};
         nanosleep(&d, NULL);
     }
+    AT_INTERNAL_END();
     errno = saved;
 }
 
@@ -281,24 +297,29 @@ void at_trace_get_stats(at_trace_stats *s)
 
 int at_trace_move_fd(void)
 {
+    AT_INTERNAL_BEGIN();
     pthread_mutex_lock(&at_flush_lock);
     int rc = at_output_move_fd(&at_out);
     pthread_mutex_unlock(&at_flush_lock);
+    AT_INTERNAL_END();
     return rc;
 }
 
 void at_trace_flusher_pause(void)
 {
+    AT_INTERNAL_BEGIN();
     pthread_mutex_lock(&pause_lock);
     pthread_mutex_lock(&at_flush_lock); /* the flusher is between passes when this is held */
     pause_restart = atomic_load(&sess_state) == 1 && at_flusher_is_running();
     pthread_mutex_unlock(&at_flush_lock);
     if (pause_restart)
         at_flusher_stop(); /* joined: the process has one thread fewer until resume */
+    AT_INTERNAL_END();
 }
 
 void at_trace_flusher_resume(void)
 {
+    AT_INTERNAL_BEGIN();
     if (pause_restart) {
         pthread_mutex_lock(&at_flush_lock);
         /* a new thread takes the caller's credentials, capabilities and namespaces as they are now */
@@ -310,6 +331,7 @@ void at_trace_flusher_resume(void)
         pause_restart = false;
     }
     pthread_mutex_unlock(&pause_lock);
+    AT_INTERNAL_END();
 }
 
 bool at_trace_pid_named(void)

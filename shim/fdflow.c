@@ -91,7 +91,7 @@ void at_fdflow_thread_exit(void)
 /* A wait point: the thread is about to wait for new work, whatever it was doing is over. */
 static inline void fd_wait(void)
 {
-    if (AT_UNLIKELY(at_adopting))
+    if (AT_UNLIKELY(at_adopting) && !at_internal) /* the shim's own waits end nothing */
         at_fdflow_thread_exit();
 }
 
@@ -158,7 +158,7 @@ static void report_ambiguous(at_fd_slot *s, int fd, const at_activity *tag, cons
 
 AT_NOINLINE AT_HOT_FN static void fd_io_slow(at_fd_slot *s, int fd)
 {
-    if (!at_on())
+    if (!at_on() || at_internal) /* the shim's own I/O hands nothing over */
         return;
     /* The tag is what this thread is in already (adopted, or inherited from the thread that
      * accepted): nothing changes, and no reference is taken. Comparing pointers is safe: the thread
@@ -248,7 +248,7 @@ static void tag_event(int fd, tag_source src)
 AT_HOT_FN static void fd_tag(int fd, tag_source source, bool accepted)
 {
     at_fd_slot *s;
-    if (fd < 0 || !at_on() || !at_cfg.fdflow || !(s = slot_of(fd)))
+    if (fd < 0 || !at_on() || at_internal || !at_cfg.fdflow || !(s = slot_of(fd)))
         return;
     int e = errno;
     at_activity *tag = NULL;

@@ -100,8 +100,9 @@ void at_fdguard_before_dup(int to)
     errno = e;
 }
 
-/* libunwind checks addresses by writing them into a pipe of its own, made at its first use: the
- * pipe goes high (its read end would otherwise take a low number and could come to read a program's
+/* libunwind checks addresses by writing them into a pipe of its own, made at its first use. Its
+ * pipe2 is normally a fake that makes no descriptor (runtime/unwmem.c); if its slots could not be
+ * rewritten, the pipe goes high (its read end would otherwise take a low number and could come to read a program's
  * file or socket once a close-all loop freed it). */
 static void pipe_made(int fds[2], const void *ret)
 {

@@ -167,9 +167,6 @@ static live *live_push_slot(void)
     }
     return &hk_live_more[hk_nlive - LIVE_INLINE];
 }
-/* Set while this thread runs the hooks' own code: a configured function that code reaches itself
- * (close in libelf, malloc in libunwind as a stack is taken) only calls through. */
-static AT_TLS int hk_busy;
 static AT_TLS at_activity *hk_adopt_prev; /* keyed flow: what was current before the adoption */
 static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a reference) */
 static AT_TLS bool hk_adopting;
@@ -327,7 +324,7 @@ void at_hooks_thread_exit(void)
     if (!hk_nlive && !hk_adopting && !hk_live_more)
         return;
     int e = errno;
-    hk_busy++;
+    AT_INTERNAL_BEGIN();
     while (hk_nlive > 0) {
         live *l = live_at(--hk_nlive);
         stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
@@ -342,7 +339,7 @@ void at_hooks_thread_exit(void)
         munmap(hk_live_more, (LIVE_MAX - LIVE_INLINE) * sizeof(live));
         hk_live_more = NULL;
     }
-    hk_busy--;
+    AT_INTERNAL_END();
     errno = e;
 }
 
@@ -372,9 +369,11 @@ static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
 
 void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
-    if (!at_on() || hk_busy)
+    /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
+     * without recording: close in libelf, malloc in libunwind as a stack is taken */
+    if (!at_on() || at_internal)
         return;
-    hk_busy = 1;
+    AT_INTERNAL_BEGIN();
     probe *pr = h->user;
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
@@ -452,7 +451,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
         }
         break;
     }
-    hk_busy = 0;
+    AT_INTERNAL_END();
     *errp = err;
 }
 
@@ -462,9 +461,9 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
-    if ((!at_on() && !c->started) || hk_busy)
+    if ((!at_on() && !c->started) || at_internal)
         return;
-    hk_busy = 1;
+    AT_INTERNAL_BEGIN();
     int *errp = &errno, err = *errp;
     if (AT_UNLIKELY(hk_nlive > 0))
         abandon_below(c->sp, false);
@@ -550,7 +549,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
     case AT_HC_FLOW_CALLBACK:
         break;
     }
-    hk_busy = 0;
+    AT_INTERNAL_END();
     *errp = err;
 }
 
@@ -823,7 +822,7 @@ static void hk_rescan(const char *file)
     if (adds == __atomic_load_n(&hk_adds_seen, __ATOMIC_RELAXED))
         return;
     int e = errno;
-    hk_busy++;
+    AT_INTERNAL_BEGIN();
     pthread_mutex_lock(&hk_install_lock);
     hk_adds_seen = adds;
     at_got_patch("dlopen", NULL, (void *)at_hk_dlopen, NULL, 0);
@@ -842,7 +841,7 @@ static void hk_rescan(const char *file)
         }
     }
     pthread_mutex_unlock(&hk_install_lock);
-    hk_busy--;
+    AT_INTERNAL_END();
     errno = e;
 }
 

@@ -71,6 +71,7 @@ static void at_preload_fail(const char *what, const char *why)
 __attribute__((constructor)) static void at_preload_init(void)
 {
     int saved_errno = errno;
+    AT_INTERNAL_BEGIN(); /* set-up: hooks installed here see none of its own calls */
     at_real_init();
     if (getauxval(AT_SECURE)) /* setuid/setgid/capabilities: never write files for such a program */
         goto out;
@@ -142,10 +143,13 @@ __attribute__((constructor)) static void at_preload_init(void)
         fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
         at_cfg.fdflow = false;
     }
-    if (at_cfg.fatal_signals)
+    if (at_cfg.fatal_signals) {
         at_signals_install();
+        at_altstack_init();
+    }
     __atomic_store_n(&at_hot.shim_on, 1, __ATOMIC_RELEASE);
 out:
+    AT_INTERNAL_END();
     errno = saved_errno;
 }
 

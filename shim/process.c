@@ -492,8 +492,10 @@ static void at_fatal_handler(int sig, siginfo_t *si, void *uc)
     at_payload_i32(&pl, si ? si->si_code : 0);
     at_payload_u64(&pl, si ? (uint64_t)(uintptr_t)si->si_addr : 0);
     if (!in_vfork_child()) {
+        AT_INTERNAL_BEGIN();
         at_shim_event(at_ev.fatal, buf, (uint32_t)(pl.p - buf));
         at_trace_emergency_flush();
+        AT_INTERNAL_END();
     }
     struct sigaction dfl;
     as_default(&dfl);

@@ -73,10 +73,6 @@ void at_shim_stack_own_init(void);
 /* Registers the shim's event types; 0 or -1 with a message. */
 int at_shim_events_register(char *err, size_t n);
 
-/* Set while the shim itself calls into libc on the program's behalf (fork's atfork handlers, where
- * the writer starts the child's flusher): thread creation there is ours, not the program's. */
-extern AT_TLS int at_internal;
-
 /* Set (incremented) by the callback layer around a pool API call that may create the pool's worker
  * threads lazily (g_thread_pool_push): threads created meanwhile belong to the pool, not to the
  * submitter, so they begin in no activity and each work item brings its own. */
@@ -93,6 +89,11 @@ void at_thread_watch_leader(void);
 
 /* process.c */
 void at_signals_install(void);
+/* altstack.c: an alternate signal stack of the shim's on the first thread (init) and on every thread
+ * the shim starts, so the fatal-signal handler runs after a stack overflow; given back at the end. */
+void at_altstack_init(void);
+void at_altstack_thread_start(void);
+void at_altstack_thread_end(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
 /* fdguard.c: the shim's own descriptors (the trace file's, at_trace_fd in the writer, and
  * libunwind's pipe) are hidden from the program's closes; a dup2/dup3 onto the trace's number moves

@@ -58,7 +58,9 @@ static start_block *block_get(void)
         spare_blocks = b->next;
     pthread_mutex_unlock(&spare_lock);
     if (!b) {
+        AT_INTERNAL_BEGIN(); /* a hooked mmap sees the program's alone */
         void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        AT_INTERNAL_END();
         b = m == MAP_FAILED ? NULL : m;
     }
     errno = e;
@@ -113,6 +115,7 @@ AT_TLS int at_thread_noflow;
 AT_HOT_FN static void thread_begin(at_thread_start *s)
 {
     at_thread_managed = true; /* thread_end does the writer's and the engine's exit work */
+    at_altstack_thread_start();
     at_thread_cap = s->cap;
     at_thread_prev = at_flow_enter(s->cap);
     at_thread_ours = true;
@@ -129,6 +132,7 @@ AT_HOT_FN static void thread_begin(at_thread_start *s)
 AT_HOT_FN static void thread_end(uint32_t kind)
 {
     at_trace_thread_ending(); /* after the first thread has left, the last one ends the process */
+    at_altstack_thread_end();
     if (!at_thread_ours)
         return;
     at_thread_ours = false;
@@ -166,7 +170,9 @@ static void start_free(at_thread_start *p)
 {
     if (p->busy == START_MALLOC) {
         int e = errno;
+        AT_INTERNAL_BEGIN();
         free(p);
+        AT_INTERNAL_END();
         errno = e;
     } else {
         __atomic_store_n(&p->busy, START_FREE, __ATOMIC_RELEASE);
@@ -272,7 +278,9 @@ static at_thread_start *start_new(void *(*fn)(void *), void *arg)
     }
     if (!s) { /* every context of the block in flight (or no block): one of its own */
         int e = errno;
+        AT_INTERNAL_BEGIN();
         s = aligned_alloc(64, sizeof *s);
+        AT_INTERNAL_END();
         errno = e;
         if (!s)
             return NULL; /* run the thread untraced rather than fail the program's call */

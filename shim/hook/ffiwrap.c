@@ -51,9 +51,18 @@ static void unwound(ffi_frame *f)
 static void handler(ffi_cif *cif, void *ret, void **args, void *user)
 {
     (void)cif;
+    at_hook *h = user;
+    /* The shim's own call (a flusher or unwinder call through a GOT slot): the original only */
+    if (AT_UNLIKELY(at_internal)) {
+        ffi_arg rv[2] = {0, 0};
+        bool fp = h->sig->ret == AT_CT_F32 || h->sig->ret == AT_CT_F64;
+        ffi_call(&h->cif, FFI_FN(h->orig), h->sig->ret == AT_CT_VOID ? NULL : fp ? ret : rv, args);
+        if (!fp && h->sig->ret != AT_CT_VOID)
+            memcpy(ret, rv, sizeof(ffi_arg));
+        return;
+    }
     __attribute__((cleanup(unwound))) ffi_frame f;
-    f.h = user;
-    at_hook *h = f.h;
+    f.h = h;
     memset(&f.c, 0, sizeof f.c);
     f.c.sp = (uintptr_t)__builtin_frame_address(0);
     for (int i = 0; i < h->sig->nparams; i++)

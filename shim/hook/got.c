@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 
 #include "hook.h"
+#include "unwmem.h"
 
 typedef struct got_job {
     const char *sym;
@@ -92,6 +93,8 @@ static int scan(struct dl_phdr_info *info, size_t size, void *data)
         return 0; /* the shim's own calls go to the real functions */
     if (info->dlpi_name && strstr(info->dlpi_name, "linux-vdso"))
         return 0;
+    if (info->dlpi_addr && info->dlpi_addr == at_unwmem_module_base())
+        return 0; /* the shim's libunwind: its imports are the shim's own (unwmem.c) */
     const ElfW(Dyn) *dyn = NULL;
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)

@@ -94,7 +94,12 @@ void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_
     c->act = NULL;
     c->key = 0;
     c->sp = (uintptr_t)caller_sp;
-    c->started = c->done = c->at_entry_event = 0;
+    c->started = c->at_entry_event = 0;
+    /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
+     * straight to the original, nothing read or recorded, at exit either */
+    c->done = at_internal != 0;
+    if (AT_UNLIKELY(c->done))
+        return h->orig;
     const at_sig *s = h->sig;
     if (!s) {
         at_hook_enter(h, c, NULL);
@@ -117,6 +122,8 @@ void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_
 void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args)
 {
     at_hook *h = at_stub_table[index];
+    if (AT_UNLIKELY(c->done))
+        return; /* entered from the shim's own work */
     c->done = 1;
     uint64_t r = rets[0];
     if (h->sig) {

@@ -3,7 +3,11 @@
  * unw_backtrace (before) and with the shared rule table (after). Prints `metric\tmeasured\ttarget`
  * rows; never fails on time. Best of several rounds (the machine is shared). */
 #include <execinfo.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,7 @@
 #include <unistd.h>
 #include "stack.h"
 #include "trace.h"
+#include "unwmem.h"
 
 #define CHAIN __attribute__((noinline, optimize("no-omit-frame-pointer")))
 
@@ -123,6 +128,66 @@ static double flush_per_event(at_event_type *t, const uintptr_t *ips, uint32_t n
     return best;
 }
 
+/* ---- libunwind's memory check, per address: the pipe it makes itself (a read that finds it empty,
+ * then a one-byte write), the descriptor-free probe that replaces it, and the other ways considered */
+enum { PROBE_N = 200000 };
+static double probe_ns(int how, const void *addr)
+{
+    static int pfd[2] = {-1, -1};
+    if (how == 0 && pfd[0] < 0 && pipe2(pfd, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -1;
+    double best = 1e18;
+    for (int r = 0; r < 5; r++) {
+        uint64_t t = at_now_ns();
+        for (int i = 0; i < PROBE_N; i++) {
+            char c;
+            if (how == 0) {
+                if (read(pfd[0], &c, 1) < 0) { /* empty, as libunwind keeps it */
+                }
+                if (syscall(SYS_write, pfd[1], addr, 1) != 1)
+                    return -1;
+            } else if (how == 1) {
+                at_unwmem_probe(addr);
+            } else if (how == 2) {
+                struct iovec l = {&c, 1}, rm = {(void *)addr, 1};
+                process_vm_readv(getpid(), &l, 1, &rm, 1, 0);
+            } else {
+                unsigned char v[2];
+                mincore((void *)((uintptr_t)addr & ~(uintptr_t)4095), 4096, v);
+            }
+        }
+        double ns = (double)(at_now_ns() - t) / PROBE_N;
+        if (ns < best)
+            best = ns;
+    }
+    return best;
+}
+
+/* ---- a walk through a frame without unwind info (libunwind's checked fallback) ---- */
+__asm__(".text\n.p2align 4\nbench_nocfi:\n  pushq %rbp\n  movq %rsp, %rbp\n  movq %rdi, %rax\n"
+        "  movq %rsi, %rdi\n  call *%rax\n  popq %rbp\n  ret\n");
+extern void bench_nocfi(void (*fn)(int), int arg);
+static int nocfi_got;
+CHAIN static void nocfi_leaf(int iters)
+{
+    uintptr_t ips[32];
+    for (int i = 0; i < iters; i++)
+        nocfi_got = (int)at_stack_capture_with(AT_STACK_LIBUNWIND, ips, 32, 0);
+}
+static double nocfi_walk_us(void)
+{
+    enum { ITERS = 2000 };
+    double best = 1e18;
+    for (int r = 0; r < 5; r++) {
+        uint64_t t = at_now_ns();
+        bench_nocfi(nocfi_leaf, ITERS);
+        double us = (double)(at_now_ns() - t) / ITERS / 1000.0;
+        if (us < best)
+            best = us;
+    }
+    return best;
+}
+
 int main(void)
 {
     char err[256], path[256];
@@ -151,6 +216,13 @@ int main(void)
     printf("stack: page faults of that first capture, unw_backtrace / shared\t%ld / %ld\t\n", before_faults,
            after_faults);
     printf("stack: at_stack_init: dlopen, lazy binding, first walk (us, once per process)\t%.0f\t\n", init_us);
+    int here = 0;
+    printf("stack: memory check per address, libunwind's pipe read+write (ns, before)\t%.0f\t\n", probe_ns(0, &here));
+    printf("stack: memory check per address, rt_sigprocmask probe, no descriptor (ns, after)\t%.0f\t\n", probe_ns(1, &here));
+    printf("stack: memory check per address, process_vm_readv on our pid (ns, not taken)\t%.0f\t\n", probe_ns(2, &here));
+    printf("stack: memory check per address, mincore alone (ns, cannot tell PROT_NONE)\t%.0f\t\n", probe_ns(3, &here));
+    printf("stack: libunwind walk through a frame without unwind info (us/walk, %d frames, %d slots)\t%.2f\t\n",
+           nocfi_got, at_unwmem_slots(), nocfi_walk_us());
 
     snprintf(path, sizeof path, "/tmp/acttrace-bench-stack-%d.nettrace", (int)getpid());
     at_trace_options o = {.path = path, .flush_interval_ms = 100000};
