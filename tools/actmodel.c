@@ -688,7 +688,11 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
     uint8_t op = ev->meta->opcode;
     am_event e = {.ev = ev, .file = f, .pid = pid, .time = t};
     am_activity *a = NULL;
-    if (t > m->end) m->end = t;
+    /* the end of the stream is the program's last event: a file's ProcessInfo is written when its
+     * session starts (an exec'd image's may come after the last event of the image before) */
+    if (t > m->end && !(ev->meta->provider && !strcmp(ev->meta->name, "ProcessInfo")
+                        && !strcmp(ev->meta->provider, "Microsoft-DotNETCore-EventPipe")))
+        m->end = t;
     if (!at_guid_is_zero(&ev->activity)) {
         if (op == NT_OPCODE_START) a = start_activity(m, ev, f, pid, t);
         else a = tab_get(m, &ev->activity);
