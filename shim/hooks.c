@@ -269,7 +269,7 @@ static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_strin
         at_payload_double(pl, d);
         break;
     }
-    case NT_TYPE_STRING: at_payload_str(pl, (const char *)(uintptr_t)v, max_string); break;
+    case NT_TYPE_STRING: at_payload_str_safe(pl, (const char *)(uintptr_t)v, max_string); break;
     }
 }
 

@@ -87,6 +87,8 @@ void at_thread_watch_leader(void);
 
 /* process.c */
 void at_signals_install(void);
+/* Tell the safe reader which memory stays mapped (saferanges.c); before the hooks go in. */
+void at_saferanges_init(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
 /* fdguard.c: the shim's own descriptors (the trace file's, at_trace_fd in the writer, and
  * libunwind's pipe) are hidden from the program's closes; a dup2/dup3 onto the trace's number moves
