@@ -1014,6 +1014,10 @@ static const char *table_name(at_sym_table t)
 int at_hooks_check(const at_hookconf *hc, FILE *out)
 {
     int ok = 0, total = 0;
+    /* where each function with a signature was found, for the tool's DWARF comparison:
+     * "ENTRY PROBE OFFSET MODULE" lines (offset = address - load bias, the DWARF address) */
+    const char *sigs_path = getenv("ACTTRACE_CHECK_SIGS");
+    FILE *sigs = sigs_path && *sigs_path ? fopen(sigs_path, "we") : NULL;
     for (int i = 0; i < hc->nentries; i++) {
         const at_hc_entry *e = &hc->entries[i];
         static const char *const kinds[] = {"", "activity", "event", "flow", "flow"};
@@ -1035,6 +1039,15 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
             }
             fprintf(out, "found in %s (%s, +0x%lx", res.module, table_name(res.table),
                     (unsigned long)(res.addr - res.base));
+            if (sigs && p->has_sig) {
+                char exe[4096] = "";
+                if (!res.module[0]) {
+                    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+                    exe[n > 0 ? n : 0] = 0;
+                }
+                fprintf(sigs, "%d %d %lx %s\n", i, k, (unsigned long)(res.addr - res.base),
+                        res.module[0] ? res.module : exe);
+            }
             if (res.size)
                 fprintf(out, ", %zu bytes", res.size);
             fprintf(out, "); ");
@@ -1070,5 +1083,7 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
         }
     }
     fprintf(out, "%d of %d functions can be hooked\n", ok, total);
+    if (sigs)
+        fclose(sigs);
     return ok == total ? 0 : 1;
 }
