@@ -2,7 +2,9 @@
  * write's fd a string (the shell's writes then hand the hook 1 as a char *) leaves sh's exit code,
  * output and files as without the shim, and the trace says the fd was unreadable; a string that runs
  * into a PROT_NONE page is recorded up to the page and marked; literals, heap strings and NULL are
- * recorded as before. */
+ * recorded as before. acttrace check compares signatures with the DWARF prototype: a wrong one is
+ * named parameter by parameter and fails the check, a right one passes, and a binary without debug
+ * info is said to be unchecked. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +155,103 @@ START_TEST(test_strings_of_every_kind)
 }
 END_TEST
 
+/* acttrace check CONFIG -- PROGRAM; the result in r */
+static void run_check(const char *dir, const char *text, const char *program, at_run_result *r)
+{
+    char acttrace[4200];
+    snprintf(acttrace, sizeof acttrace, "%s/acttrace", at_build_dir());
+    char *conf = write_conf(dir, text);
+    const char *argv[] = {acttrace, "check", conf, "--", program, NULL};
+    at_run_opts o = {.argv = argv, .no_preload = true};
+    ck_assert_int_eq(at_run(&o, r), 0);
+    free(conf);
+}
+
+static const char take_conf[] = "[event Take]\nfunction = hc_take\nsignature = %s\ncapture = %s\n";
+
+START_TEST(test_check_against_dwarf)
+{
+    /* acttrace check preloads the shim alone; the ASan-built shim needs the sanitizer runtime
+     * loaded first, which the command does not know about */
+    if (getenv("ACTTRACE_ASAN"))
+        return;
+    char *dir = at_tmpdir("hccheck");
+    char *fx = at_fixture_path("hc_capture");
+    char text[512];
+    at_run_result r;
+    /* the prototype is int hc_take(int n, const char *s) */
+    snprintf(text, sizeof text, take_conf, "int hc_take(const char *n, int s)", "n");
+    run_check(dir, text, fx, &r);
+    ck_assert_msg(r.exited && r.status == 1, "status %d: %s", r.status, r.out);
+    ck_assert_msg(strstr(r.out, "[event Take] hc_take: error: parameter 1 'n' is declared const "
+                                "char * but the function's DWARF prototype has int"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "hc_take: error: parameter 2 's' is declared int but the "
+                                "function's DWARF prototype has const char *"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "2 signature errors"), "%s", r.out);
+    at_run_result_free(&r);
+    /* arity and return type */
+    snprintf(text, sizeof text, take_conf, "long hc_take(int n, const char *s, int more)", "n");
+    run_check(dir, text, fx, &r);
+    ck_assert_msg(r.exited && r.status == 1, "status %d: %s", r.status, r.out);
+    ck_assert_msg(strstr(r.out, "hc_take: error: 3 parameters are declared but the function's "
+                                "DWARF prototype has 2"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "hc_take: error: the return type is declared long but the "
+                                "function's DWARF prototype has int"), "%s", r.out);
+    at_run_result_free(&r);
+    /* signedness alone is a warning: the value is read right, shown with the other sign */
+    snprintf(text, sizeof text, take_conf, "int hc_take(unsigned n, const char *s)", "n");
+    run_check(dir, text, fx, &r);
+    ck_assert_msg(r.exited && r.status == 0, "status %d: %s", r.status, r.out);
+    ck_assert_msg(strstr(r.out, "hc_take: warning: parameter 1 'n' is declared unsigned but the "
+                                "function's DWARF prototype has int"), "%s", r.out);
+    at_run_result_free(&r);
+    /* the right signature */
+    snprintf(text, sizeof text, take_conf, "int hc_take(int n, const char *s)", "n, s");
+    run_check(dir, text, fx, &r);
+    ck_assert_msg(r.exited && r.status == 0, "status %d: %s", r.status, r.out);
+    ck_assert_msg(strstr(r.out, "[event Take] hc_take: the signature matches the function's DWARF "
+                                "prototype"), "%s", r.out);
+    at_run_result_free(&r);
+    /* the same binary without its debug info: found (.symtab), not checked, not an error */
+    char nodebug[4300], cmd[9000];
+    snprintf(nodebug, sizeof nodebug, "%s/hc_nodebug", dir);
+    snprintf(cmd, sizeof cmd, "objcopy --strip-debug '%s' '%s'", fx, nodebug);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(text, sizeof text, take_conf, "int hc_take(const char *n, int s)", "n");
+    run_check(dir, text, nodebug, &r);
+    ck_assert_msg(r.exited && r.status == 0, "status %d: %s", r.status, r.out);
+    char want[4500];
+    snprintf(want, sizeof want, "[event Take] no debug info for hc_take in %s: signature not checked",
+             nodebug);
+    ck_assert_msg(strstr(r.out, want), "%s", r.out);
+    at_run_result_free(&r);
+    at_rmtree(dir);
+    free(dir);
+    free(fx);
+}
+END_TEST
+
+START_TEST(test_check_write_with_libc_debug_info)
+{
+    if (getenv("ACTTRACE_ASAN"))
+        return;
+    char *dir = at_tmpdir("hccheckw");
+    at_run_result r;
+    run_check(dir, "[event W]\nfunction = write\n"
+                   "signature = ssize_t write(const char *fd, const void *buf, size_t n)\n"
+                   "capture = fd\n", "/bin/sh", &r);
+    /* with libc's debug info (libc6-dbg, found by build-id under /usr/lib/debug) the signature is
+     * refused; without it the check says it could not look */
+    bool refused = strstr(r.out, "[event W] write: error: parameter 1 'fd' is declared const char * "
+                                 "but the function's DWARF prototype has int") != NULL;
+    ck_assert_msg(refused || strstr(r.out, "[event W] no debug info for write in "), "%s", r.out);
+    ck_assert_msg(r.exited && r.status == (refused ? 1 : 0), "status %d: %s", r.status, r.out);
+    at_run_result_free(&r);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("harm_capture");
@@ -160,6 +259,8 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_wrong_signature_shell);
     tcase_add_test(tc, test_strings_of_every_kind);
+    tcase_add_test(tc, test_check_against_dwarf);
+    tcase_add_test(tc, test_check_write_with_libc_debug_info);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
