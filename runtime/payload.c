@@ -90,8 +90,12 @@ static void put_str(at_payload *pl, const char *s, size_t max_chars, uintptr_t b
         u += n;
     }
     if (bad) {
-        char note[40] = "<unreadable 0x";
-        size_t k = 14;
+        /* "unchecked" when the kernel would not copy at all: the memory may well be readable */
+        bool denied = at_saferead_denied();
+        char note[40];
+        const char *word = denied ? "<unchecked 0x" : "<unreadable 0x";
+        size_t k = strlen(word);
+        memcpy(note, word, k);
         int shift = 60;
         while (shift > 0 && !((bad >> shift) & 0xF))
             shift -= 4;

@@ -35,6 +35,7 @@ typedef struct sr_range {
 static sr_range sr_ranges[SR_MAX_RANGES];
 static int sr_nranges;
 static uint64_t sr_syscalls;
+static bool sr_denied; /* the kernel refused the copy itself (a seccomp filter): nothing was tried */
 
 void at_saferead_add_range(uintptr_t lo, uintptr_t hi)
 {
@@ -105,6 +106,8 @@ static AT_NOINLINE size_t kernel_copy(void *dst, uintptr_t a, size_t n)
         __atomic_add_fetch(&sr_syscalls, 1, __ATOMIC_RELAXED);
         /* our own thread id: a thread of this process, so no ptrace permission is involved */
         long r = syscall(SYS_process_vm_readv, (long)at_tid(), &local, 1L, remote, (long)k, 0L);
+        if (r < 0 && (errno == EPERM || errno == ENOSYS))
+            __atomic_store_n(&sr_denied, true, __ATOMIC_RELAXED);
         if (r <= 0)
             break;
         done += (size_t)r;
@@ -167,6 +170,11 @@ size_t at_saferead_str(char *dst, const char *src, size_t n, uintptr_t *bad)
     if (i + got < n)
         *bad = a + i + got;
     return i + got;
+}
+
+bool at_saferead_denied(void)
+{
+    return __atomic_load_n(&sr_denied, __ATOMIC_RELAXED);
 }
 
 uint64_t at_saferead_syscalls(void)

@@ -20,6 +20,10 @@ size_t at_saferead_str(char *dst, const char *src, size_t n, uintptr_t *bad);
  * start): reads there are plain copies. Not thread-safe: call before the first read (at start). */
 void at_saferead_add_range(uintptr_t lo, uintptr_t hi);
 
+/* Whether the kernel refused a copy outright (EPERM or ENOSYS: a seccomp filter forbids
+ * process_vm_readv): memory outside the permanent ranges then counts as unreadable unread. */
+bool at_saferead_denied(void);
+
 /* How many reads took the system call (tests, bench). */
 uint64_t at_saferead_syscalls(void);
 
