@@ -3,7 +3,9 @@
  * kill the program; here it cannot:
  *   - addresses no mapping can have (below mmap_min_addr's floor, beyond user space) are refused;
  *   - ranges that stay mapped for the life of the process (the segments of the objects loaded at
- *     start, where string literals live) are copied directly;
+ *     start, where string literals live) are copied directly, and so is the main thread's stack
+ *     from the current stack pointer up (its buffers, argv and the environment) when the thread runs
+ *     on it;
  *   - anything else is copied by the kernel with process_vm_readv on our own thread: one system call,
  *     no descriptor, no signal, and it stops at the first unreadable page (EFAULT or a short count).
  * A signal-recovered copy would be cheaper for heap strings, but a fault taken while the thread has
@@ -35,6 +37,7 @@ typedef struct sr_range {
 static sr_range sr_ranges[SR_MAX_RANGES];
 static int sr_nranges;
 static uint64_t sr_syscalls;
+static uintptr_t sr_main_lo, sr_main_hi; /* the zone only the main thread's stack can occupy */
 static bool sr_denied; /* the kernel refused the copy itself (a seccomp filter): nothing was tried */
 
 void at_saferead_add_range(uintptr_t lo, uintptr_t hi)
@@ -65,9 +68,22 @@ void at_saferead_add_range(uintptr_t lo, uintptr_t hi)
     __atomic_store_n(&sr_nranges, n, __ATOMIC_RELEASE);
 }
 
+void at_saferead_main_stack(uintptr_t lo, uintptr_t hi)
+{
+    if (lo < hi && lo >= SR_MIN_ADDR && hi <= SR_MAX_ADDR) {
+        sr_main_lo = lo;
+        sr_main_hi = hi;
+    }
+}
+
 /* The end of the permanent range holding a, or 0. */
 static inline uintptr_t range_end(uintptr_t a)
 {
+    uintptr_t sp;
+    __asm__("mov %%rsp, %0" : "=r"(sp));
+    /* on the main stack, everything from the stack pointer to its top is mapped (one mapping) */
+    if (sp >= sr_main_lo && sp < sr_main_hi && a >= sp && a < sr_main_hi)
+        return sr_main_hi;
     int lo = 0, hi = __atomic_load_n(&sr_nranges, __ATOMIC_ACQUIRE);
     while (lo < hi) {
         int mid = (lo + hi) / 2;

@@ -24,6 +24,11 @@ void at_saferead_add_range(uintptr_t lo, uintptr_t hi);
  * process_vm_readv): memory outside the permanent ranges then counts as unreadable unread. */
 bool at_saferead_denied(void);
 
+/* The main thread's stack zone: [lo, hi), where hi is at or below the top of its stack mapping and
+ * no other mapping can lie in between (the kernel keeps the stack's rlimit free below it). While a
+ * thread's stack pointer is in the zone, the memory from it to hi is read directly. */
+void at_saferead_main_stack(uintptr_t lo, uintptr_t hi);
+
 /* How many reads took the system call (tests, bench). */
 uint64_t at_saferead_syscalls(void);
 

@@ -74,6 +74,28 @@ START_TEST(range_then_kernel_copy)
 }
 END_TEST
 
+static uintptr_t main_top; /* an address in main's frame: the zone's top for the stack test */
+
+START_TEST(main_stack_needs_no_syscall)
+{
+    char buf[64];
+    strcpy(buf, "on the stack");
+    char out[64];
+    uintptr_t bad = 1;
+    uint64_t before = at_saferead_syscalls();
+    at_saferead_main_stack(main_top - ((uintptr_t)8 << 20), main_top);
+    ck_assert_uint_eq(at_saferead_str(out, buf, sizeof out, &bad), 12);
+    ck_assert_uint_eq(bad, 0);
+    ck_assert_int_eq(memcmp(out, "on the stack", 12), 0);
+    ck_assert_uint_eq(at_saferead_syscalls(), before);
+    /* the heap is not the stack */
+    char *h = strdup("heap");
+    ck_assert_uint_eq(at_saferead_str(out, h, sizeof out, &bad), 4);
+    ck_assert_uint_eq(at_saferead_syscalls(), before + 1);
+    free(h);
+}
+END_TEST
+
 START_TEST(no_mapping_at_all)
 {
     char buf[16];
@@ -178,12 +200,15 @@ END_TEST
 
 int main(void)
 {
+    volatile char top = 0;
+    main_top = (uintptr_t)&top;
     pg = (size_t)sysconf(_SC_PAGESIZE);
     Suite *s = suite_create("saferead");
     TCase *tc = tcase_create("saferead");
     tcase_add_test(tc, heap_string);
     tcase_add_test(tc, registered_range_needs_no_syscall);
     tcase_add_test(tc, range_then_kernel_copy);
+    tcase_add_test(tc, main_stack_needs_no_syscall);
     tcase_add_test(tc, no_mapping_at_all);
     tcase_add_test(tc, string_into_protnone_page);
     tcase_add_test(tc, bounded_without_nul);
