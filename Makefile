@@ -22,6 +22,8 @@ CXXFLAGS ?= -O2 -g
 CXXFLAGS += -Wall -Wextra -fPIC -pthread
 # libelf (symbol look-up) and Zydis (entry patching) serve the hooks of issue 5
 LDLIBS_COMMON := -lelf -lZydis -ldl -lpthread -lrt -lm
+# libdw (acttrace check compares signatures with DWARF prototypes): the tools only, never the shim
+TOOL_LIBS := -ldw
 ifeq ($(SAN),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   CFLAGS += $(SANFLAGS) -O1
@@ -102,17 +104,17 @@ $(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME)
 	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(FFI_LIBS) $(LDLIBS_COMMON)
 
 $(ACTTRACE): $(BUILD)/obj/tools/main.o $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
-	$(CC) $(LDFLAGS) -o $@ $^ $(FFI_LIBS) $(LDLIBS_COMMON)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FFI_LIBS) $(LDLIBS_COMMON) $(TOOL_LIBS)
 
 TEST_DEFS = -DAT_BUILD_DIR='"$(abspath $(BUILD))"' -DAT_SOURCE_DIR='"$(abspath .)"'
 $(BUILD)/tests/%: tests/unit/%.c $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/lib $(TEST_DEFS) $(CFLAGS) $(CHECK_CFLAGS) $(LDFLAGS) -o $@ $< \
-	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(CHECK_LIBS) $(FFI_LIBS) $(LDLIBS_COMMON)
+	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(CHECK_LIBS) $(FFI_LIBS) $(LDLIBS_COMMON) $(TOOL_LIBS)
 $(BUILD)/tests/%: tests/integration/%.c $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/lib $(TEST_DEFS) $(CFLAGS) $(CHECK_CFLAGS) $(LDFLAGS) -o $@ $< \
-	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(CHECK_LIBS) $(FFI_LIBS) $(LDLIBS_COMMON)
+	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(CHECK_LIBS) $(FFI_LIBS) $(LDLIBS_COMMON) $(TOOL_LIBS)
 
 # Fixture programs: the traced programs of the integration tests. They are ordinary programs and
 # link nothing of ours (they use acttrace.h's weak symbols). The name prefix picks a library.
@@ -150,7 +152,7 @@ $(BUILD)/fixtures/%: tests/fixtures/%.cc
 $(BUILD)/bench/%: tests/bench/%.c $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/lib $(TEST_DEFS) $(CFLAGS) $(LDFLAGS) -o $@ $< \
-	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(FFI_LIBS) $(LDLIBS_COMMON)
+	  $(TESTLIB_OBJ) $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME) $(FFI_LIBS) $(LDLIBS_COMMON) $(TOOL_LIBS)
 
 $(BUILD)/demo/%: tests/demo/%.c $(LIBRUNTIME)
 	@mkdir -p $(dir $@)

@@ -273,6 +273,30 @@ static int decl_type(const tok *t, int a, int b, at_ctype *out, char *name_out, 
     return 0;
 }
 
+/* The tokens [a, b) as one normalised type text ("const char *", "char **"), without the name. */
+static void type_text(const tok *t, int a, int b, const char *name, char *out)
+{
+    if (b > a && name[0] && t[b - 1].kind == 'i' && (int)strlen(name) == t[b - 1].len &&
+        !strncmp(t[b - 1].s, name, (size_t)t[b - 1].len))
+        b--;
+    size_t k = 0;
+    out[0] = 0;
+    for (int i = a; i < b; i++) {
+        char sep[2] = {0, 0};
+        if (k && t[i].kind == '*' && t[i - 1].kind != '*')
+            sep[0] = ' ';
+        else if (k && t[i].kind != '*' && t[i - 1].kind != '*' && t[i - 1].kind != '(' &&
+                 t[i].kind != ')' && t[i].kind != '(' && t[i].kind != '[' && t[i].kind != ']')
+            sep[0] = ' ';
+        int w = snprintf(out + k, AT_SIG_TEXT_MAX - k, "%s%.*s", sep, t[i].len, t[i].s);
+        if (w < 0 || (size_t)w >= AT_SIG_TEXT_MAX - k) {
+            out[k] = 0;
+            return;
+        }
+        k += (size_t)w;
+    }
+}
+
 int at_sig_parse(const char *s, at_sig *out, int *errcol, char *err, size_t errlen)
 {
     tok t[MAX_TOKS];
@@ -299,8 +323,10 @@ int at_sig_parse(const char *s, at_sig *out, int *errcol, char *err, size_t errl
         snprintf(err, errlen, "expected the return type before '%s'", out->fname);
         return -1;
     }
+    dummy[0] = 0;
     if (decl_type(t, 0, lp - 1, &out->ret, dummy, errcol, err, errlen) < 0)
         return -1;
+    type_text(t, 0, lp - 1, "", out->ret_text);
     /* the matching ')' must end the signature */
     int depth = 0, rp = -1;
     for (int i = lp; i < n; i++) {
@@ -353,6 +379,7 @@ int at_sig_parse(const char *s, at_sig *out, int *errcol, char *err, size_t errl
             at_sig_param *p = &out->p[out->nparams];
             if (decl_type(t, start, i, &p->type, p->name, errcol, err, errlen) < 0)
                 return -1;
+            type_text(t, start, i, p->name, p->text);
             if (p->type == AT_CT_VOID) {
                 *errcol = t[start].col;
                 snprintf(err, errlen, "a parameter cannot be void");

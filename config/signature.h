@@ -10,6 +10,7 @@
 
 #define AT_SIG_MAX_PARAMS 16
 #define AT_SIG_NAME_MAX 64
+#define AT_SIG_TEXT_MAX 64
 
 typedef enum at_ctype {
     AT_CT_VOID = 0,
@@ -22,11 +23,13 @@ typedef enum at_ctype {
 typedef struct at_sig_param {
     char name[AT_SIG_NAME_MAX]; /* "" when the signature does not name it (then arg<N> works) */
     at_ctype type;
+    char text[AT_SIG_TEXT_MAX]; /* the type as written, normalised ("const char *"): for messages */
 } at_sig_param;
 
 typedef struct at_sig {
     char fname[256];  /* the function's name as written in the signature */
     at_ctype ret;
+    char ret_text[AT_SIG_TEXT_MAX];
     int nparams;
     at_sig_param p[AT_SIG_MAX_PARAMS];
 } at_sig;

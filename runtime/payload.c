@@ -1,6 +1,7 @@
 /* payload.c: building event payloads into a caller's buffer (little-endian fields, UTF-16LE strings),
  * bounded: a field that does not fit sets overflow and is left out whole. */
 #include <string.h>
+#include "saferead.h"
 #include "trace.h"
 
 static void put(at_payload *pl, const void *v, size_t n)
@@ -46,13 +47,16 @@ static size_t utf8_next(const unsigned char *s, uint32_t *cp)
         }
         v = (v << 6) | (s[i] & 0x3F);
     }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+    /* U+FFFF never comes out: it marks the shim's note on an unreadable string (see trace.h) */
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF) || v == 0xFFFF)
         v = 0xFFFD;
     *cp = v;
     return n;
 }
 
-void at_payload_str(at_payload *pl, const char *s, size_t max_chars)
+/* The string at s as UTF-16 code units, then (bad != 0) the note AT_PAYLOAD_UNREADABLE
+ * "<unreadable 0xADDR>", then the NUL. Left out whole when it does not fit. */
+static void put_str(at_payload *pl, const char *s, size_t max_chars, uintptr_t bad)
 {
     if (pl->overflow)
         return;
@@ -85,6 +89,33 @@ void at_payload_str(at_payload *pl, const char *s, size_t max_chars)
         units += nw;
         u += n;
     }
+    if (bad) {
+        /* "unchecked" when the kernel would not copy at all: the memory may well be readable */
+        bool denied = at_saferead_denied();
+        char note[40];
+        const char *word = denied ? "<unchecked 0x" : "<unreadable 0x";
+        size_t k = strlen(word);
+        memcpy(note, word, k);
+        int shift = 60;
+        while (shift > 0 && !((bad >> shift) & 0xF))
+            shift -= 4;
+        for (; shift >= 0; shift -= 4)
+            note[k++] = "0123456789abcdef"[(bad >> shift) & 0xF];
+        note[k++] = '>';
+        if ((size_t)(pl->end - pl->p) < 2 * (k + 1) + 2) {
+            pl->p = start;
+            pl->overflow = true;
+            return;
+        }
+        uint16_t w = AT_PAYLOAD_UNREADABLE;
+        memcpy(pl->p, &w, 2);
+        pl->p += 2;
+        for (size_t i = 0; i < k; i++) {
+            w = (uint16_t)note[i];
+            memcpy(pl->p, &w, 2);
+            pl->p += 2;
+        }
+    }
     if ((size_t)(pl->end - pl->p) < 2) {
         pl->p = start;
         pl->overflow = true;
@@ -92,4 +123,24 @@ void at_payload_str(at_payload *pl, const char *s, size_t max_chars)
     }
     pl->p[0] = pl->p[1] = 0;
     pl->p += 2;
+}
+
+void at_payload_str(at_payload *pl, const char *s, size_t max_chars)
+{
+    put_str(pl, s, max_chars, 0);
+}
+
+void at_payload_str_safe(at_payload *pl, const char *s, size_t max_chars)
+{
+    if (!s || pl->overflow) {
+        put_str(pl, NULL, max_chars, 0);
+        return;
+    }
+    /* at most 3 bytes of UTF-8 per UTF-16 code unit, and no more than a payload can hold */
+    char tmp[AT_PAYLOAD_STR_BYTES + 1];
+    size_t want = max_chars < AT_PAYLOAD_STR_BYTES / 3 ? 3 * max_chars + 3 : AT_PAYLOAD_STR_BYTES;
+    uintptr_t bad;
+    size_t n = at_saferead_str(tmp, s, want, &bad);
+    tmp[n] = 0;
+    put_str(pl, tmp, max_chars, bad);
 }

@@ -96,6 +96,15 @@ void at_payload_guid(at_payload *pl, const at_guid *g);
 /* UTF-8 in, UTF-16LE + NUL out, at most max_chars code units copied (invalid UTF-8 -> U+FFFD);
  * s == NULL writes an empty string. */
 void at_payload_str(at_payload *pl, const char *s, size_t max_chars);
+/* The same for a string the caller does not own (a captured argument): read without ever faulting
+ * (saferead.h), at most AT_PAYLOAD_STR_BYTES bytes of it. Where the memory is unreadable (the
+ * address is not a string at all, or the string runs into an unmapped page) the field holds what
+ * could be read, then U+FFFF (AT_PAYLOAD_UNREADABLE: never part of a captured string, whose U+FFFF
+ * become U+FFFD) and the note "<unreadable 0xADDR>" naming the first unreadable byte
+ * ("<unchecked 0xADDR>" where a seccomp filter forbids the kernel copy, see saferead.h). */
+void at_payload_str_safe(at_payload *pl, const char *s, size_t max_chars);
+#define AT_PAYLOAD_UNREADABLE 0xFFFFu
+#define AT_PAYLOAD_STR_BYTES 1024u
 
 /* --- the session --- */
 enum at_output_mode {

@@ -227,7 +227,7 @@ static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_strin
         at_payload_double(pl, d);
         break;
     }
-    case NT_TYPE_STRING: at_payload_str(pl, (const char *)(uintptr_t)v, max_string); break;
+    case NT_TYPE_STRING: at_payload_str_safe(pl, (const char *)(uintptr_t)v, max_string); break;
     }
 }
 
@@ -974,6 +974,10 @@ static const char *table_name(at_sym_table t)
 int at_hooks_check(const at_hookconf *hc, FILE *out)
 {
     int ok = 0, total = 0;
+    /* where each function with a signature was found, for the tool's DWARF comparison:
+     * "ENTRY PROBE OFFSET MODULE" lines (offset = address - load bias, the DWARF address) */
+    const char *sigs_path = getenv("ACTTRACE_CHECK_SIGS");
+    FILE *sigs = sigs_path && *sigs_path ? fopen(sigs_path, "we") : NULL;
     for (int i = 0; i < hc->nentries; i++) {
         const at_hc_entry *e = &hc->entries[i];
         static const char *const kinds[] = {"", "activity", "event", "flow", "flow"};
@@ -995,6 +999,15 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
             }
             fprintf(out, "found in %s (%s, +0x%lx", res.module, table_name(res.table),
                     (unsigned long)(res.addr - res.base));
+            if (sigs && p->has_sig) {
+                char exe[4096] = "";
+                if (!res.module[0]) {
+                    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+                    exe[n > 0 ? n : 0] = 0;
+                }
+                fprintf(sigs, "%d %d %lx %s\n", i, k, (unsigned long)(res.addr - res.base),
+                        res.module[0] ? res.module : exe);
+            }
             if (res.size)
                 fprintf(out, ", %zu bytes", res.size);
             fprintf(out, "); ");
@@ -1030,5 +1043,7 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
         }
     }
     fprintf(out, "%d of %d functions can be hooked\n", ok, total);
+    if (sigs)
+        fclose(sigs);
     return ok == total ? 0 : 1;
 }

@@ -144,7 +144,7 @@ static void exec_before(const char *path)
     uint8_t buf[512];
     at_payload pl;
     at_payload_init(&pl, buf, sizeof buf);
-    at_payload_str(&pl, path, 200);
+    at_payload_str_safe(&pl, path, 200);
     at_shim_event(at_ev.exec, buf, (uint32_t)(pl.p - buf));
     at_trace_flush();
     errno = e;
@@ -266,7 +266,7 @@ static int spawn_common(bool search, pid_t *pid, const char *path,
         at_payload pl;
         at_payload_init(&pl, buf, sizeof buf);
         at_payload_i32(&pl, child);
-        at_payload_str(&pl, path, 200);
+        at_payload_str_safe(&pl, path, 200);
         at_shim_event(at_ev.spawn, buf, (uint32_t)(pl.p - buf));
         errno = e;
     }

@@ -94,6 +94,8 @@ void at_signals_install(void);
 void at_altstack_init(void);
 void at_altstack_thread_start(void);
 void at_altstack_thread_end(void);
+/* Tell the safe reader which memory stays mapped (saferanges.c); before the hooks go in. */
+void at_saferanges_init(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
 /* fdguard.c: the shim's own descriptors (the trace file's, at_trace_fd in the writer, and
  * libunwind's pipe) are hidden from the program's closes; a dup2/dup3 onto the trace's number moves

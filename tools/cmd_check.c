@@ -2,7 +2,9 @@
  * of its functions be hooked in this program? The config is parsed here first (its errors are
  * printed as the shim would print them); then the program is loaded under the shim with
  * ACTTRACE_CHECK=1, which resolves every entry once every library is loaded, prints per entry
- * where the function was found and how it will be hooked (or why not), and exits before main. */
+ * where the function was found and how it will be hooked (or why not), and exits before main. It
+ * also says where it found each function with a signature; the signature is then compared here with
+ * the function's DWARF prototype, where debug info can be found (sigcheck.c). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 
 #include "cmds.h"
 #include "hookconf.h"
+#include "sigcheck.h"
 
 static void usage(FILE *f)
 {
@@ -20,8 +23,11 @@ static void usage(FILE *f)
                "Parses CONFIG, loads PROGRAM under libacttrace.so without running its main, and\n"
                "prints for every configured function where it was found and how it will be hooked\n"
                "(GOT or entry patching, typed wrapper or stub), or why it cannot be.\n"
-               "Exit status: 0 every function can be hooked, 1 some cannot (or a config error),\n"
-               "2 usage. The shim is $ACTTRACE_SHIM, else libacttrace.so beside this program or in\n"
+               "Each declared signature is compared with the function's DWARF prototype when debug\n"
+               "info is found (the module's own, or under /usr/lib/debug by build-id or\n"
+               ".gnu_debuglink); a line says when it is not.\n"
+               "Exit status: 0 every function can be hooked and no signature contradicts its\n"
+               "prototype, 1 otherwise (or a config error), 2 usage. The shim is $ACTTRACE_SHIM, else libacttrace.so beside this program or in\n"
                "../lib.\n");
 }
 
@@ -49,6 +55,36 @@ static int find_shim(char *out, size_t n)
     return access(out, R_OK);
 }
 
+/* The shim's "ENTRY PROBE OFFSET MODULE" lines: each function with a signature where it was found.
+ * Prints the DWARF comparison of each; returns 1 when a signature contradicts its prototype. */
+static int check_signatures(const at_hookconf *hc, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    static const char *const kinds[] = {"", "activity", "event", "flow", "flow"};
+    char line[PATH_MAX + 64], module[PATH_MAX];
+    int errors = 0;
+    while (fgets(line, sizeof line, f)) {
+        int e, k;
+        unsigned long off;
+        if (sscanf(line, "%d %d %lx %4095[^\n]", &e, &k, &off, module) != 4 || e < 0 ||
+            e >= hc->nentries || k < 0 || k > 1 || !hc->entries[e].probe[k].has_sig)
+            continue;
+        const at_hc_entry *en = &hc->entries[e];
+        char prefix[AT_HC_NAME_MAX + 32];
+        snprintf(prefix, sizeof prefix, "[%s %s] ", kinds[en->kind], en->name);
+        at_sigcheck_result r;
+        at_sigcheck(module, off, &en->probe[k].sig, prefix, stdout, &r);
+        errors += r.errors;
+    }
+    fclose(f);
+    if (errors)
+        printf("%d signature error%s: the hooks would read or pass these values wrongly\n", errors,
+               errors > 1 ? "s" : "");
+    return errors ? 1 : 0;
+}
+
 int at_cmd_check(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -66,12 +102,16 @@ int at_cmd_check(int argc, char **argv)
         fprintf(stderr, "acttrace: %s\n", err);
         return 1;
     }
-    at_hookconf_free(&hc);
     char shim[PATH_MAX], confabs[PATH_MAX];
     if (find_shim(shim, sizeof shim) != 0) {
         fprintf(stderr, "acttrace: cannot find libacttrace.so (set ACTTRACE_SHIM)\n");
+        at_hookconf_free(&hc);
         return 1;
     }
+    char sigs[] = "/tmp/acttrace-check-XXXXXX";
+    int sfd = mkstemp(sigs);
+    if (sfd >= 0)
+        close(sfd);
     if (!realpath(conf, confabs))
         snprintf(confabs, sizeof confabs, "%s", conf);
     fflush(stdout);
@@ -87,16 +127,33 @@ int at_cmd_check(int argc, char **argv)
         setenv("LD_PRELOAD", pre, 1);
         setenv("ACTTRACE_CONFIG", confabs, 1);
         setenv("ACTTRACE_CHECK", "1", 1);
+        if (sfd >= 0)
+            setenv("ACTTRACE_CHECK_SIGS", sigs, 1);
         execvp(argv[3], argv + 3);
         fprintf(stderr, "acttrace: cannot run %s: %s\n", argv[3], strerror(errno));
         _exit(127);
     }
     int st;
     while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return 1;
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st) == 127 ? 1 : WEXITSTATUS(st);
-    fprintf(stderr, "acttrace: %s died of signal %d while loading\n", argv[3], WTERMSIG(st));
-    return 1;
+        if (errno != EINTR) {
+            st = -1;
+            break;
+        }
+    int rc;
+    if (st == -1)
+        rc = 1;
+    else if (WIFEXITED(st))
+        rc = WEXITSTATUS(st) == 127 ? 1 : WEXITSTATUS(st);
+    else {
+        fprintf(stderr, "acttrace: %s died of signal %d while loading\n", argv[3], WTERMSIG(st));
+        rc = 1;
+    }
+    /* the program loaded and the shim said where it found each function */
+    if (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) != 127 && sfd >= 0 &&
+        check_signatures(&hc, sigs))
+        rc = 1;
+    if (sfd >= 0)
+        unlink(sigs);
+    at_hookconf_free(&hc);
+    return rc;
 }

@@ -190,12 +190,20 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
         return true;
     }
     if (type == NT_TYPE_STRING) {
-        puts_(o, "\"");
+        /* U+FFFF starts the shim's note on memory it could not read: "abc"<unreadable 0x7f..>, or
+         * <unreadable 0x1> alone when nothing was readable (never part of a captured string) */
+        bool quoted = !(len >= p && len - p >= 2 && ldn(pl + p, 2) == 0xFFFF);
+        if (quoted) puts_(o, "\"");
         for (;;) {
             if (len < p || len - p < 2) return false;
             uint32_t c = (uint32_t)ldn(pl + p, 2);
             p += 2;
             if (c == 0) break;
+            if (c == 0xFFFF) {
+                if (quoted) puts_(o, "\"");
+                quoted = false;
+                continue;
+            }
             if (c >= 0xD800 && c < 0xDC00 && len - p >= 2) {
                 uint32_t c2 = (uint32_t)ldn(pl + p, 2);
                 if (c2 >= 0xDC00 && c2 < 0xE000) {
@@ -206,7 +214,7 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
             if (c >= 0xD800 && c < 0xE000) c = 0xFFFD;
             put_cp(o, c);
         }
-        puts_(o, "\"");
+        if (quoted) puts_(o, "\"");
         *off = p;
         return true;
     }

@@ -40,6 +40,14 @@ START_TEST(test_signature_types)
     ck_assert_int_eq(g.p[0].type, AT_CT_I32);
     ck_assert_str_eq(g.p[1].name, "url");
     ck_assert_int_eq(g.p[1].type, AT_CT_STR);
+    /* the types as written, for acttrace check's messages */
+    ck_assert_str_eq(g.ret_text, "int");
+    ck_assert_str_eq(g.p[1].text, "const char *");
+    g = sig_ok("unsigned long f(char**argv, const  char*const s, int)");
+    ck_assert_str_eq(g.ret_text, "unsigned long");
+    ck_assert_str_eq(g.p[0].text, "char **");
+    ck_assert_str_eq(g.p[1].text, "const char *const");
+    ck_assert_str_eq(g.p[2].text, "int");
 
     g = sig_ok("double scale(double x, float f, unsigned long n, size_t len, void *p, "
                "unsigned char *bytes, char **argv, struct sockaddr *sa, long long ll, short s)");
