@@ -530,8 +530,8 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
         } else if (pr->role == 0 && status == AT_HOOK_RETURNED && args && when_holds(p, args, ret)) {
             /* The Start of a pair: a child of what is current, not left current (each pair is its
              * own thread of work) unless the fd hand-off takes it over. */
-            if (r->key_is_fd)
-                at_fdflow_thread_exit(); /* a new connection: the previous one's hold is over */
+            if (r->key_is_fd) /* the previous pair's hold is over, not the adoption it runs in */
+                at_fdflow_hold_prepare(r->kind);
             at_activity *base = at_flow_capture();
             at_activity *prev = at_flow_enter(base);
             at_payload_init(&pl, buf, sizeof buf);
