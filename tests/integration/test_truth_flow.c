@@ -2,8 +2,9 @@
  * to cross) threads: the fd hand-off never makes a tree worse (a single-threaded client gets the
  * same tree with it on and off, in the fixture and in the real curl), a transfer is recorded only
  * when work changes thread and names its real sender, an fd-keyed pair started in an adopted
- * connection is its child, and re-entrant hooked functions nest. Each run is also compared with an
- * untraced run of the same program (exit code and output). */
+ * connection is its child, re-entrant hooked functions nest, and a libc function hooked by name
+ * catches its LFS and fortified aliases. Each run is also compared with an untraced run of the same
+ * program (exit code and output). */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -325,6 +326,57 @@ START_TEST(test_reentrant_functions_nest)
 }
 END_TEST
 
+/* ---------------- 5: aliases ---------------- */
+
+/* open and read hooked by name catch the program's calls of open64, __open64_2 and __read_chk,
+ * with the captures of the variant's own parameters (the size __read_chk adds is not taken for
+ * n; __open64_2 has no mode: 0). */
+START_TEST(test_aliases_caught)
+{
+    const char *argv[] = {"truth_alias", "/etc/hostname", NULL};
+    at_session s;
+    run_traced(&s, argv, "truth_alias.conf", NULL);
+    const at_trace *t = &s.t;
+    ck_assert_msg(strstr(s.r.err, "acttrace: aliases hooked too: open64 (open, 1 slot), "
+                                  "__open64_2 (open, 1 slot), __read_chk (read, 1 slot)"),
+                  "%s", s.r.err);
+    ck_assert_uint_eq(at_count(t, NULL, "OpenStart"), 3);
+    ck_assert_uint_eq(at_count(t, NULL, "OpenStop"), 3);
+    int late = 0;
+    for (long i = at_find(t, NULL, "OpenStart", 0); i >= 0;
+         i = at_find(t, NULL, "OpenStart", (size_t)i + 1)) {
+        ck_assert_str_eq(at_ev_field(&t->ev[i], "path"), "\"/etc/hostname\"");
+        if (!strcmp(at_ev_field(&t->ev[i], "flags"), "524288")) { /* O_CLOEXEC: __open64_2 */
+            ck_assert_str_eq(at_ev_field(&t->ev[i], "mode"), "0");
+            late++;
+        }
+    }
+    ck_assert_int_eq(late, 1);
+    ck_assert_uint_eq(at_count(t, NULL, "ReadStart"), 2);
+    ck_assert(at_find_field(t, "ReadStart", "n", "4", 0) >= 0);
+    ck_assert(at_find_field(t, "ReadStart", "n", "5", 0) >= 0);
+    at_session_free(&s);
+}
+END_TEST
+
+/* acttrace check names each alias and how it is bound. */
+START_TEST(test_check_lists_aliases)
+{
+    char *conf = data_path("truth_alias.conf"), *fx = at_fixture_path("truth_alias");
+    const char *args[] = {"check", conf, "--", fx, "/etc/hostname", NULL};
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    ck_assert_msg(strstr(r.out, "  alias open64: hooked by GOT (1 slot)\n") &&
+                      strstr(r.out, "  alias __open64_2: hooked by GOT (1 slot), parameters mapped") &&
+                      strstr(r.out, "  alias __read_chk: hooked by GOT (1 slot), parameters mapped") &&
+                      strstr(r.out, "  alias __open_2: no module imports it now"),
+                  "%s", r.out);
+    at_run_result_free(&r);
+    free(conf);
+    free(fx);
+}
+END_TEST
+
 Suite *truth_flow_suite(void);
 Suite *truth_flow_suite(void)
 {
@@ -337,6 +389,8 @@ Suite *truth_flow_suite(void)
     tcase_add_test(tc, test_handoff_names_sender);
     tcase_add_test(tc, test_file_in_adopted_connection);
     tcase_add_test(tc, test_reentrant_functions_nest);
+    tcase_add_test(tc, test_aliases_caught);
+    tcase_add_test(tc, test_check_lists_aliases);
     suite_add_tcase(s, tc);
     return s;
 }
