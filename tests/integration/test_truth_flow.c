@@ -261,6 +261,45 @@ START_TEST(test_handoff_names_sender)
 }
 END_TEST
 
+/* OpenMP: each region's start is a hop from the thread that starts it to each team thread, and
+ * `acttrace tree` names that thread (it had paired each Receive with the activity's oldest pending
+ * Send, which one team thread's Receive had already taken: ?->T, or a hop from a team thread). */
+START_TEST(test_omp_region_hops_from_master)
+{
+    const char *argv[] = {"omp_flow", NULL};
+    at_session s;
+    run_traced(&s, argv, NULL, NULL);
+    long rg = at_find(&s.t, NULL, "RegionStart", 0);
+    ck_assert(rg >= 0);
+    char master[32];
+    snprintf(master, sizeof master, "%llu", (unsigned long long)s.t.ev[rg].thread);
+    const char *args[] = {"tree", s.t.path, NULL};
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    ck_assert_msg(!strstr(r.out, "?->"), "%s", r.out);
+    static const char *const regions[] = {"Region ", "Loop ", "Outer ", "Sect ", "Red "};
+    int hops = 0;
+    for (char *line = r.out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        bool region = false;
+        for (size_t k = 0; k < sizeof regions / sizeof *regions; k++)
+            region |= !strncmp(line, regions[k], strlen(regions[k]));
+        char *x = strstr(line, "  transfers "), *end = strchr(line, '\n');
+        if (!region || !x || (end && x > end))
+            continue;
+        for (char *h = x + 12; h && (!end || h < end) && *h != '\n';) {
+            ck_assert_msg(!strncmp(h, master, strlen(master)) && h[strlen(master)] == '-',
+                          "a region hop not from the master %s: %.60s", master, h);
+            hops++;
+            h = strchr(h, ',');
+            h = h && (!end || h < end) ? h + 1 : NULL;
+        }
+    }
+    ck_assert_int_ge(hops, 5);
+    at_run_result_free(&r);
+    at_session_free(&s);
+}
+END_TEST
+
 /* ---------------- 3: a keyed pair inside an adopted connection ---------------- */
 
 /* The worker adopts the Connection by reading its socket, then opens a file (File: open ... close,
@@ -387,6 +426,7 @@ Suite *truth_flow_suite(void)
     tcase_add_test(tc, test_curl_same_tree_on_and_off);
     tcase_add_test(tc, test_accepting_thread_no_receive);
     tcase_add_test(tc, test_handoff_names_sender);
+    tcase_add_test(tc, test_omp_region_hops_from_master);
     tcase_add_test(tc, test_file_in_adopted_connection);
     tcase_add_test(tc, test_reentrant_functions_nest);
     tcase_add_test(tc, test_aliases_caught);
