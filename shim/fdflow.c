@@ -281,7 +281,9 @@ AT_NOINLINE AT_HOT_FN static void fd_io_slow(at_fd_slot *s, int fd)
     uint32_t last = __atomic_load_n(&s->last_tid, __ATOMIC_RELAXED);
     if (last != me) {
         __atomic_store_n(&s->last_tid, me, __ATOMIC_RELAXED);
-        at_flow_transfer_receive_from(a, &prev_id, last, __atomic_load_n(&s->send_id, __ATOMIC_RELAXED));
+        /* the tag's Send answers the first hop only: a later one comes from the last receiver */
+        uint64_t sid = __atomic_exchange_n(&s->send_id, 0, __ATOMIC_RELAXED);
+        at_flow_transfer_receive_from(a, &prev_id, last, sid);
     }
     goto out;
 drop:
