@@ -261,6 +261,60 @@ START_TEST(test_handoff_names_sender)
 }
 END_TEST
 
+/* libmicrohttpd in pool mode: each pool thread accepts for itself (Connection: accept4 ... close,
+ * fd_key = yes) and serves the connection after its wait points: work never changes thread, so
+ * there is no Receive (one per connection before, on the accepting thread itself). */
+START_TEST(test_mhd_pool_no_receive)
+{
+    enum { NREQ = 4 };
+    at_session s;
+    memset(&s, 0, sizeof s);
+    s.dir = at_tmpdir("truthmhd");
+    int port = at_free_port();
+    char ps[16], ns[16], env0[4200];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(ns, sizeof ns, "%d", NREQ);
+    char *fx = at_fixture_path("mhd_server"), *conf = data_path("mhd.conf");
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *argv[] = {fx, "pool", ps, ns, NULL}, *env[] = {env0, NULL};
+    at_run_opts o = {.argv = argv, .env = env, .cwd = s.dir};
+    at_proc p;
+    ck_assert_int_eq(at_spawn(&o, &p), 0);
+    bool up = false; /* "listening" on its stdout: a probe connection would be a connection too */
+    for (int i = 0; i < 400 && !up; i++) {
+        char *out = at_read_file(p.outpath, NULL);
+        up = out && strstr(out, "listening");
+        free(out);
+        if (!up)
+            usleep(25000);
+    }
+    int ok = 0;
+    for (int i = 0; i < NREQ && up; i++) {
+        int fd = at_connect_port(port);
+        char buf[512];
+        const char req[] = "GET /r HTTP/1.0\r\n\r\n";
+        ssize_t r = fd >= 0 && write(fd, req, sizeof req - 1) == (ssize_t)sizeof req - 1
+                        ? read(fd, buf, sizeof buf - 1)
+                        : -1;
+        ok += r > 12 && !memcmp(buf + 8, " 200", 4);
+        if (fd >= 0)
+            close(fd);
+    }
+    ck_assert_int_eq(at_wait(&p, &s.r), 0);
+    ck_assert_msg(up && ok == NREQ && s.r.exited && s.r.status == 0, "%d answered: %s", ok, s.r.err);
+    char *path = at_trace_file_for_pid(s.dir, s.r.pid);
+    ck_assert(path);
+    s.has_trace = true;
+    ck_assert_int_eq(at_trace_load(path, &s.t), 0);
+    ck_assert_uint_eq(at_count(&s.t, "Mhd", "ConnectionStart"), NREQ);
+    ck_assert_uint_eq(count_op(&s.t, 240), 0);
+    free(path);
+    free(conf);
+    free(fx);
+    at_session_free(&s);
+}
+END_TEST
+
 /* OpenMP: each region's start is a hop from the thread that starts it to each team thread, and
  * `acttrace tree` names that thread (it had paired each Receive with the activity's oldest pending
  * Send, which one team thread's Receive had already taken: ?->T, or a hop from a team thread). */
@@ -426,6 +480,7 @@ Suite *truth_flow_suite(void)
     tcase_add_test(tc, test_curl_same_tree_on_and_off);
     tcase_add_test(tc, test_accepting_thread_no_receive);
     tcase_add_test(tc, test_handoff_names_sender);
+    tcase_add_test(tc, test_mhd_pool_no_receive);
     tcase_add_test(tc, test_omp_region_hops_from_master);
     tcase_add_test(tc, test_file_in_adopted_connection);
     tcase_add_test(tc, test_reentrant_functions_nest);
