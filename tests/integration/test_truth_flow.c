@@ -354,6 +354,32 @@ START_TEST(test_omp_region_hops_from_master)
 }
 END_TEST
 
+/* The worker in the adopted Connection calls tf_handle (Handle), which polls: that wait point
+ * does not end the adoption under the running Handle (its "Inside" mark stays in Handle, a child
+ * of the Connection), and after Handle returns the request goes on in the Connection. */
+START_TEST(test_wait_inside_own_activity)
+{
+    const char *argv[] = {"truth_flow", "handler", NULL};
+    at_session s;
+    run_traced(&s, argv, "truth_handle.conf", "ACTTRACE_ACCEPT_ACTIVITY=1");
+    ck_assert_str_eq(s.r.out, "rounds 3\n");
+    const at_trace *t = &s.t;
+    long c = at_find(t, NULL, "ConnectionStart", 0);
+    ck_assert(c >= 0);
+    char *tt = tree_text(t, NULL);
+    ck_assert_str_eq(tt, "Connection<-> Handle<Connection> Handle<Connection> Handle<Connection> ");
+    free(tt);
+    ck_assert_uint_eq(at_count(t, NULL, "Inside"), 3);
+    for (long i = at_find(t, NULL, "Inside", 0); i >= 0; i = at_find(t, NULL, "Inside", (size_t)i + 1)) {
+        const at_tev *h = start_of(t, t->ev[i].act_path);
+        ck_assert_msg(h && !strcmp(h->name, "HandleStart"), "Inside in '%s'", t->ev[i].act_path);
+    }
+    for (long i = at_find(t, NULL, "After", 0); i >= 0; i = at_find(t, NULL, "After", (size_t)i + 1))
+        ck_assert_str_eq(t->ev[i].act_path, t->ev[c].act_path);
+    at_session_free(&s);
+}
+END_TEST
+
 /* ---------------- 3: a keyed pair inside an adopted connection ---------------- */
 
 /* The worker adopts the Connection by reading its socket, then opens a file (File: open ... close,
@@ -482,6 +508,7 @@ Suite *truth_flow_suite(void)
     tcase_add_test(tc, test_handoff_names_sender);
     tcase_add_test(tc, test_mhd_pool_no_receive);
     tcase_add_test(tc, test_omp_region_hops_from_master);
+    tcase_add_test(tc, test_wait_inside_own_activity);
     tcase_add_test(tc, test_file_in_adopted_connection);
     tcase_add_test(tc, test_reentrant_functions_nest);
     tcase_add_test(tc, test_aliases_caught);
