@@ -793,12 +793,12 @@ static const struct {
 /* The probe of alias name of base's function: the same rule and captures, its parameters mapped
  * to the variant's. false when the variant's parameters are not known (a typed hook then skips
  * it: a capture would read the wrong register). */
-static bool alias_probe(const probe *base, const char *name, at_hc_probe *ap)
+static bool alias_probe(const at_hc_probe *base, const char *module, const char *name,
+                        at_hc_probe *ap)
 {
-    *ap = *base->p;
-    const char *lib = strrchr(base->hook.res.module, '/');
-    snprintf(ap->symbol, sizeof ap->symbol, "%.200s!%s", lib ? lib + 1 : base->hook.res.module,
-             name);
+    *ap = *base;
+    const char *lib = strrchr(module, '/');
+    snprintf(ap->symbol, sizeof ap->symbol, "%.200s!%s", lib ? lib + 1 : module, name);
     size_t l = strlen(name);
     bool chk = l > 6 && !strncmp(name, "__", 2) && !strcmp(name + l - 4, "_chk");
     bool two = !chk && l > 4 && !strncmp(name, "__", 2) && !strcmp(name + l - 2, "_2");
@@ -845,6 +845,19 @@ static bool is_libc(const char *module)
     return !strncmp(b ? b + 1 : module, "libc.so", 7);
 }
 
+/* libc's definition of the function r names: r itself, or (r found first in an interposer
+ * loaded before libc, a sanitizer's runtime or a preloaded allocator) libc's own of that name. */
+static const at_resolved *libc_def(const at_resolved *r, at_resolved *buf)
+{
+    if (is_libc(r->module))
+        return r;
+    char spec[300], why[256];
+    if (!r->sym[0] || r->is_exe || r->table != AT_SYM_DYNSYM)
+        return NULL;
+    snprintf(spec, sizeof spec, "libc.so!%s", r->sym);
+    return at_resolve(spec, buf, why, sizeof why) == 0 ? buf : NULL;
+}
+
 /* A libc function's other names are hooked with it (the program may import open64 or __open_2
  * rather than open), through the GOT only: an entry patch covers every name of the function
  * already. Called with the install lock held, after the config's functions are installed. */
@@ -852,16 +865,18 @@ static void add_aliases(void)
 {
     for (int i = 0; i < hk_nbase; i++) {
         probe *b = &hk_probes[i];
-        if (b->pending || b->hook.tier == 2 || !is_libc(b->hook.res.module) ||
-            strchr(b->hook.spec, '@'))
+        at_resolved lbuf;
+        const at_resolved *lc;
+        if (b->pending || b->hook.tier == 2 || strchr(b->hook.spec, '@') ||
+            !(lc = libc_def(&b->hook.res, &lbuf)))
             continue;
         char names[HK_ALIASES_EACH][64];
-        int n = at_resolve_aliases(&b->hook.res, names, HK_ALIASES_EACH);
+        int n = at_resolve_aliases(lc, names, HK_ALIASES_EACH);
         for (int k = 0; k < n && hk_nprobes < hk_nbase + HK_ALIASES_MAX; k++) {
             at_hc_probe *ap = malloc(sizeof *ap);
             if (!ap)
                 return;
-            if (!alias_probe(b, names[k], ap)) {
+            if (!alias_probe(b->p, lc->module, names[k], ap)) {
                 free(ap);
                 continue;
             }
@@ -1157,13 +1172,12 @@ static void check_aliases(FILE *out, const at_resolved *res, const at_hc_probe *
 {
     char names[HK_ALIASES_EACH][64];
     int n = at_resolve_aliases(res, names, HK_ALIASES_EACH);
-    probe b = {.p = p, .hook.res = *res};
     for (int k = 0; k < n; k++) {
         at_hc_probe ap;
         at_resolved ar;
         char why[512];
         fprintf(out, "  alias %s: ", names[k]);
-        if (!alias_probe(&b, names[k], &ap)) {
+        if (!alias_probe(p, res->module, names[k], &ap)) {
             fprintf(out, "NOT hooked: its parameters are not known for the signature of [%s]\n",
                     e->name);
             continue;
@@ -1236,8 +1250,10 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
             if (slots > 0) {
                 fprintf(out, "hooked by GOT (%d slot%s), %s\n", slots, slots > 1 ? "s" : "", wrap);
                 ok++;
-                if (is_libc(res.module) && !strchr(p->symbol, '@'))
-                    check_aliases(out, &res, p, e);
+                at_resolved lbuf;
+                const at_resolved *lc = strchr(p->symbol, '@') ? NULL : libc_def(&res, &lbuf);
+                if (lc)
+                    check_aliases(out, lc, p, e);
             } else if (at_entry_check(res.addr, res.size, why, sizeof why) == 0) {
                 fprintf(out, "hooked by entry patching, %s\n", wrap);
                 ok++;

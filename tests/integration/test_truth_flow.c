@@ -148,6 +148,11 @@ START_TEST(test_curl_same_tree_on_and_off)
         fprintf(stderr, "test_curl_same_tree_on_and_off: curl or python3 missing, skipped\n");
         return;
     }
+    const char *san = getenv("ACTTRACE_ASAN");
+    if (san && *san == '1') { /* curl hangs with the sanitizer runtimes preloaded, shim or not */
+        fprintf(stderr, "test_curl_same_tree_on_and_off: skipped under ACTTRACE_ASAN=1\n");
+        return;
+    }
     char *dir = at_tmpdir("truthcurl");
     char path[4200];
     snprintf(path, sizeof path, "%s/a.txt", dir);
