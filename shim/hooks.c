@@ -746,22 +746,21 @@ static void summary(void)
      * image's line said what the config hooks. */
     if (missing == skipped && (at_exec_generation > 0 || parent_traced()))
         return;
-    fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s\n", got + entry,
-            hk_nbase, got, entry, skipped ? "; skipped: " : "", skip);
+    /* and, on the same line, the other names of libc functions hooked with them */
     char al[2048] = "";
-    off = 0;
+    size_t aoff = 0;
     for (int i = hk_nbase; i < hk_nprobes; i++) {
         const at_hook *h = &hk_probes[i].hook;
         if (h->tier != 1)
             continue;
-        int k = snprintf(al + off, sizeof al - off, "%s%s (%s, %d slot%s)", off ? ", " : "",
-                         h->res.sym, hk_probes[i].alias_of->hook.res.sym, h->nslots,
-                         h->nslots > 1 ? "s" : "");
-        if (k > 0 && off + (size_t)k < sizeof al)
-            off += (size_t)k;
+        int k = snprintf(al + aoff, sizeof al - aoff, "%s%s (%s, %d slot%s)",
+                         aoff ? ", " : "; aliases: ", h->res.sym,
+                         hk_probes[i].alias_of->hook.res.sym, h->nslots, h->nslots > 1 ? "s" : "");
+        if (k > 0 && aoff + (size_t)k < sizeof al)
+            aoff += (size_t)k;
     }
-    if (off)
-        fprintf(stderr, "acttrace: aliases hooked too: %s\n", al);
+    fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s%s\n", got + entry,
+            hk_nbase, got, entry, skipped ? "; skipped: " : "", skip, al);
 }
 
 /* ---------------- aliases ---------------- */
