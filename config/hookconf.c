@@ -470,6 +470,9 @@ static int section_open(parser *p, char *name, at_hc_pos pos)
     at_hc_entry *e = &ne[p->c->nentries++];
     memset(e, 0, sizeof *e);
     e->kind = k;
+    /* a configured activity nests: a function's calls are nested by construction, and a pair's
+     * Start never means an earlier one ended (each is stopped by its own key) */
+    e->recursive = k == AT_HC_ACTIVITY;
     e->pos = pos;
     snprintf(e->name, sizeof e->name, "%s", arg);
     p->e = e;

@@ -64,7 +64,7 @@ typedef struct at_hc_entry {
      * flow keyed: probe[0] = enqueue (key = the item), probe[1] = dequeue (key = the item). */
     bool paired;
     at_hc_probe probe[2];
-    bool recursive;
+    bool recursive; /* default yes for activities ('recursive = no': EventSource's rule) */
     unsigned stacks; /* AT_HC_STACK_* */
     bool stacks_set; /* 'stacks' given (else ACTTRACE_STACKS decides) */
     uint8_t level;   /* 0 = info */

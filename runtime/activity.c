@@ -653,15 +653,26 @@ AT_HOT_FN int at_activity_event(const at_event_type *t, const void *payload, uin
 
 /* --- transfers --- */
 
+/* Send: ActivityUniqueId, ThreadId (the sender), TransferId. Receive: ActivityUniqueId, ThreadId (the
+ * receiver), SenderThreadId, TransferId (the Send's; 0 when unknown). The fields after ThreadId came
+ * later: readers that know only the first two still read both events. */
 static void init_transfer_events(void)
 {
-    static const at_field f[] = {{"ActivityUniqueId", NT_TYPE_UINT64}, {"ThreadId", NT_TYPE_UINT64}};
+    static const at_field fs[] = {{"ActivityUniqueId", NT_TYPE_UINT64},
+                                  {"ThreadId", NT_TYPE_UINT64},
+                                  {"TransferId", NT_TYPE_UINT64}};
+    static const at_field fr[] = {{"ActivityUniqueId", NT_TYPE_UINT64},
+                                  {"ThreadId", NT_TYPE_UINT64},
+                                  {"SenderThreadId", NT_TYPE_UINT64},
+                                  {"TransferId", NT_TYPE_UINT64}};
     at_event_desc s = {.provider = AT_FLOW_PROVIDER, .name = "TransferSend", .level = NT_LEVEL_INFO,
-                       .opcode = NT_OPCODE_SEND, .keywords = AT_KEYWORD_FLOW, .nfields = 2,
-                       .fields = f};
+                       .opcode = NT_OPCODE_SEND, .keywords = AT_KEYWORD_FLOW, .nfields = 3,
+                       .fields = fs};
     at_event_desc r = s;
     r.name = "TransferReceive";
     r.opcode = NT_OPCODE_RECEIVE;
+    r.nfields = 4;
+    r.fields = fr;
     g_send_ev = at_event_type_register(&s);
     g_recv_ev = at_event_type_register(&r);
 }
@@ -681,16 +692,15 @@ static inline void transfer_types(void)
         pthread_once(&g_transfer_once, init_transfer_once);
 }
 
-AT_HOT_FN static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *related,
-                               uint64_t floor, bool ordered)
+AT_HOT_FN static int write_transfer(at_event_type *t, at_activity *a, const at_guid *related,
+                                    uint64_t floor, bool ordered, const uint64_t *extra,
+                                    uint32_t nextra, int stamp)
 {
-    if (!t || !at_event_enabled(t))
-        return 0;
-    uint64_t pl[2] = {a->unique, (uint64_t)at_tid()};
-    /* the time the event got (raised when the thread's previous event was later) */
-    return at_event_write_now(floor, ordered, t, &a->id, related, pl, sizeof pl, NULL, 0) == 0
-               ? at_event_last_ts()
-               : 0;
+    uint64_t pl[4] = {a->unique, (uint64_t)at_tid()};
+    for (uint32_t i = 0; i < nextra; i++)
+        pl[2 + i] = extra[i];
+    return at_event_write_stamped(floor, ordered, t, &a->id, related, pl,
+                                  (2 + nextra) * sizeof *pl, stamp);
 }
 
 AT_HOT_FN uint64_t at_flow_transfer_send(at_activity *a)
@@ -698,24 +708,41 @@ AT_HOT_FN uint64_t at_flow_transfer_send(at_activity *a)
     if (!a)
         return 0;
     transfer_types();
-    return write_transfer(g_send_ev, a, NULL, 0, false);
+    if (!g_send_ev || !at_event_enabled(g_send_ev))
+        return 0;
+    /* The Send's time is its TransferId (written into the payload by the writer, after its clock
+     * read): kept after the thread's previous event, so two Sends of a thread never share one (the
+     * Receive names the sender's thread and this id). */
+    uint64_t id = 0;
+    return write_transfer(g_send_ev, a, NULL, at_event_last_ts() + 1, false, &id, 1, 16) == 0
+               ? at_event_last_ts()
+               : 0;
 }
 
 void at_flow_transfer_receive(at_activity *a, const at_guid *previous)
 {
-    at_flow_transfer_receive_after(a, previous, 0);
+    at_flow_transfer_receive_from(a, previous, 0, 0);
 }
 
-AT_HOT_FN void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uint64_t send_ts)
+void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uint64_t send_ts)
+{
+    at_flow_transfer_receive_from(a, previous, 0, send_ts);
+}
+
+AT_HOT_FN void at_flow_transfer_receive_from(at_activity *a, const at_guid *previous,
+                                             uint64_t from_tid, uint64_t send_id)
 {
     if (!a)
         return;
     transfer_types();
+    if (!g_recv_ev || !at_event_enabled(g_recv_ev))
+        return;
     /* a Receive follows what the sending thread published: its clock read must not run ahead of
      * the Send's. Knowing the Send's time, a plain read kept after it does; otherwise the read waits
      * for the loads before it (lfence). */
+    uint64_t extra[2] = {from_tid, send_id};
     write_transfer(g_recv_ev, a, previous && !at_guid_is_zero(previous) ? previous : NULL,
-                   send_ts ? send_ts + 1 : 0, send_ts == 0);
+                   send_id ? send_id + 1 : 0, send_id == 0, extra, 2, -1);
 }
 
 /* --- process --- */

@@ -94,12 +94,16 @@ int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
 
 #define AT_FLOW_PROVIDER "acttrace-flow"
 #define AT_KEYWORD_FLOW 0x1ull
-/* Returns the Send's timestamp (0 when none was written). */
+/* Returns the Send's timestamp, which is also its TransferId (0 when none was written). */
 uint64_t at_flow_transfer_send(at_activity *a);
 void at_flow_transfer_receive(at_activity *a, const at_guid *previous);
 /* The same, given the timestamp of the Send this Receive answers (0: unknown): the clock is then read
  * without a fence, and kept after the Send's. */
 void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uint64_t send_ts);
+/* The same, naming the sending thread (0: unknown) and the Send's id (at_flow_transfer_send's value,
+ * 0: unknown) in the Receive, so readers pair each Receive with its own Send. */
+void at_flow_transfer_receive_from(at_activity *a, const at_guid *previous, uint64_t from_tid,
+                                   uint64_t send_id);
 
 /* Process start: root activities link to an activity of the parent process (exec chains). */
 void at_activity_set_process_parent(const at_guid *parent_id);

@@ -573,7 +573,13 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
     } else {
         memset(&h.rel, 0, 16);
     }
+    uint64_t max_before = W.max_ts;
     h.stack = stack_intern((const uintptr_t *)p, r->nips);
+    /* the stack table filled up and a sequence point (time: newest event + 1) was written for it:
+     * an event of the same nanosecond as the newest would now come after it, and readers would
+     * dispatch it out of order; it moves to the sequence point's time (1 ns, and only then) */
+    if (W.max_ts != max_before && h.ts < W.max_ts)
+        h.ts = W.max_ts;
     /* a stack new in this interval: name what this file has not named yet (before the event, so a
      * reader meets the symbols first) */
     if (W.stack_fresh && at_symrun_on)
@@ -588,7 +594,9 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
     if (W.eb.len + BLOB_WORST + h.plen > BLOCK_MAX
         || (W.eb.n && (h.ts < W.eb.last.ts || (!sorted && W.eb.last.cap_tid != h.cap_tid)))) {
         emit_pending();
-        if (ob_pos() - W.bytes_at_sp >= SP_BYTES) {
+        /* a sequence point between events of the same nanosecond would be newer than the second:
+         * the byte budget waits for the next later event */
+        if (ob_pos() - W.bytes_at_sp >= SP_BYTES && h.ts > W.max_ts) {
             at_ntw_write_sp();
             h.stack = stack_intern((const uintptr_t *)(p - (size_t)r->nips * 8), r->nips);
         }

@@ -439,7 +439,7 @@ static inline void count_drop(at_ring *r, uint32_t seq)
 
 static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
                               const at_guid *activity, const at_guid *related, const void *payload,
-                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips);
+                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp);
 
 AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
@@ -454,7 +454,7 @@ AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_gu
     }
     thr.busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
-    int rc = write_event(ts, false, t, activity, related, payload, payload_len, ips, nips);
+    int rc = write_event(ts, false, t, activity, related, payload, payload_len, ips, nips, -1);
     /* after the record is published (the SP logic relies on that order); thr.seq also covers
      * handler events dropped while this write was in progress */
     if (AT_LIKELY(thr.ring != NULL))
@@ -486,6 +486,23 @@ AT_HOT_FN int at_event_write_now(uint64_t floor, bool ordered, const at_event_ty
                                  const void *payload, uint32_t payload_len, const uintptr_t *ips,
                                  uint32_t nips)
 {
+    return at_event_write_stamped_ips(floor, ordered, t, activity, related, payload, payload_len,
+                                      ips, nips, -1);
+}
+
+AT_HOT_FN int at_event_write_stamped(uint64_t floor, bool ordered, const at_event_type *t,
+                                     const at_guid *activity, const at_guid *related,
+                                     const void *payload, uint32_t payload_len, int stamp)
+{
+    return at_event_write_stamped_ips(floor, ordered, t, activity, related, payload, payload_len,
+                                      NULL, 0, stamp);
+}
+
+AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_event_type *t,
+                                         const at_guid *activity, const at_guid *related,
+                                         const void *payload, uint32_t payload_len,
+                                         const uintptr_t *ips, uint32_t nips, int stamp)
+{
     at_ring *r = thr.ring;
     if (AT_UNLIKELY(r && thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed)))
         r = NULL;
@@ -501,7 +518,7 @@ AT_HOT_FN int at_event_write_now(uint64_t floor, bool ordered, const at_event_ty
     } else {
         thr.busy = 1;
         atomic_signal_fence(memory_order_seq_cst);
-        rc = write_event(ts, true, t, activity, related, payload, payload_len, ips, nips);
+        rc = write_event(ts, true, t, activity, related, payload, payload_len, ips, nips, stamp);
         if (AT_LIKELY(thr.ring != NULL))
             atomic_store_explicit(&thr.ring->seq_pub, thr.seq, memory_order_release);
         atomic_signal_fence(memory_order_seq_cst);
@@ -514,7 +531,7 @@ AT_HOT_FN int at_event_write_now(uint64_t floor, bool ordered, const at_event_ty
 
 static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
                               const at_guid *activity, const at_guid *related, const void *payload,
-                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
+                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp)
 {
     uint32_t seq = seq_next();
     at_ring *r = thr.ring;
@@ -572,6 +589,9 @@ static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
     }
     if (payload_len)
         at_copy_small(p, payload, payload_len);
+    /* the event's own timestamp into its payload (a Send's TransferId): the one it was given */
+    if (stamp >= 0 && (uint32_t)stamp + 8 <= payload_len)
+        memcpy(p + stamp, &ts, 8);
     r->wpos += size;
     atomic_store_explicit(&c->used, r->wpos, memory_order_release);
     thr.seq_written = seq;

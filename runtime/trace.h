@@ -61,6 +61,15 @@ int at_event_write(const at_event_type *t, const at_guid *activity, const at_gui
 int at_event_write_now(uint64_t floor, bool ordered, const at_event_type *t, const at_guid *activity,
                        const at_guid *related, const void *payload, uint32_t payload_len,
                        const uintptr_t *ips, uint32_t nips);
+/* The same, with the timestamp the event gets also written into its payload at byte offset stamp
+ * (8 bytes; -1: nowhere): an id that is the event's time. */
+int at_event_write_stamped(uint64_t floor, bool ordered, const at_event_type *t,
+                           const at_guid *activity, const at_guid *related, const void *payload,
+                           uint32_t payload_len, int stamp);
+int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_event_type *t,
+                               const at_guid *activity, const at_guid *related,
+                               const void *payload, uint32_t payload_len, const uintptr_t *ips,
+                               uint32_t nips, int stamp);
 /* The same with a timestamp taken by the caller (at_ticks()); ts must not go backwards per thread.
  * The flusher's ordering guarantee covers clock reads made inside the writer: an event whose
  * timestamp is older than what was flushed already is written unsorted. */

@@ -2,10 +2,19 @@
  * their own (the main thread accepts and wakes a worker through an eventfd or a pipe), so the shim
  * follows the one thing every such hand-off shares: the socket. A socket returned by
  * accept/accept4/connect is tagged with the activity current then (a Send transfer); a thread doing
- * I/O on a tagged fd adopts that activity (a Receive transfer) until its next wait point
- * (epoll_wait, poll, select and variants) or I/O on another tagged fd; close untags. I/O on a tagged
- * fd by a thread already inside an unrelated activity of its own is reported (FdAmbiguous) and
- * nothing is adopted: we never guess.
+ * I/O on a tagged fd adopts that activity (a Receive transfer when the thread is not the one that
+ * tagged or last took it) until its next wait point (epoll_wait, poll, select and variants) or I/O
+ * on another tagged fd; close untags. I/O on a tagged fd by a thread already inside an unrelated
+ * activity of its own is reported (FdAmbiguous) and nothing is adopted: we never guess.
+ *
+ * An adoption never makes the thread's own tree worse: a stopped activity is never adopted (a
+ * Connect hooked around connect() has ended by the time the socket is used: the thread's own
+ * activity goes on), and a wait point leaves an adoption only while the thread is still in it,
+ * never while an activity the thread started inside it runs (a hooked function that polls), and
+ * never by resetting what the thread made current itself (its own Stop moved it elsewhere). So a
+ * program that neither accepts nor uses fd-keyed pairs gets the same tree with the hand-off off.
+ * Adoptions nest: an fd-keyed pair started inside an adopted connection (a file the request opens)
+ * is held above it, and leaving the file returns to the connection.
  *
  * The table is indexed by fd (the slots of the lowest fds sit on the shim's hot page, real.h); each
  * slot holds an atomic pointer, so the I/O path takes no lock and an untagged fd costs a bounds
@@ -31,12 +40,16 @@
  * exists: every fd is then "untagged") */
 static int at_fd_high = -1; /* highest fd ever tagged: bounds the scans of close_range */
 
-/* This thread's adoption (or the Connection it accepted), undone at its next wait point. */
-static AT_TLS bool at_adopting;
-static AT_TLS int at_adopt_fd;
-static AT_TLS at_activity *at_adopt_act;  /* our reference on the adopted activity */
-static AT_TLS at_activity *at_adopt_prev; /* what at_flow_enter returned: restored on leave */
-static AT_TLS at_activity *at_adopt_base; /* a capture to release on leave (accept path), or NULL */
+/* This thread's adoptions (an adopted tag, an accepted Connection, a held fd-keyed pair), innermost
+ * last, each undone at the thread's next wait point. */
+#define AT_ADOPT_MAX 4
+typedef struct at_adoption {
+    at_activity *act;  /* our reference on the adopted activity, the one the thread was put in */
+    at_activity *prev; /* what at_flow_enter returned: restored on leave */
+    at_activity *base; /* a capture to release on leave (accept path, held pairs), or NULL */
+} at_adoption;
+static AT_TLS at_adoption at_adopt[AT_ADOPT_MAX];
+static AT_TLS int at_nadopt;
 
 int at_fdflow_init(char *err, size_t n)
 {
@@ -67,32 +80,88 @@ static inline at_fd_slot *slot_of(int fd)
 
 /* ---------------- adoption ---------------- */
 
-static void adoption_leave(void)
+enum { ADOPT_IN, ADOPT_BELOW, ADOPT_GONE };
+
+/* Where the thread stands with adoption ad: still in it (ADOPT_IN: at it or in activities below it
+ * that have all ended), inside an activity of its own started in it that still runs (ADOPT_BELOW),
+ * or out of it (ADOPT_GONE: its own Stop made an activity outside it current). The chain is short
+ * (AT_ACTIVITY_MAX_DEPTH) and held by the thread's reference on its current activity. */
+static int adopt_where(const at_adoption *ad)
 {
-    at_activity *a = at_adopt_act, *base = at_adopt_base;
-    at_adopting = false;
-    at_adopt_fd = -1;
-    at_adopt_act = at_adopt_base = NULL;
-    at_flow_leave(at_adopt_prev);
-    at_adopt_prev = NULL;
-    at_flow_release(a); /* into this thread's caches: the next adoption of it takes it back */
-    at_flow_release(base);
+    bool own = false;
+    for (const at_activity *x = at_act_cur; x; x = x->creator) {
+        if (x == ad->act)
+            return own ? ADOPT_BELOW : ADOPT_IN;
+        own |= at_act_is_live(x);
+    }
+    return ADOPT_GONE;
+}
+
+/* Undo the innermost adoption: restore what was current before it when the thread is still in it,
+ * else only drop the references (what the thread made current itself stays). */
+static void adopt_pop(bool restore)
+{
+    at_adoption ad = at_adopt[--at_nadopt];
+    at_adopt[at_nadopt] = (at_adoption){0};
+    if (restore) {
+        at_flow_leave(ad.prev);
+    } else {
+        at_activity *p = (at_activity *)((uintptr_t)ad.prev & ~(uintptr_t)1);
+        if (p && !((uintptr_t)ad.prev & 1))
+            at_activity_unref(p); /* the thread's reference on it had moved to the adoption */
+    }
+    at_flow_release(ad.act); /* into this thread's caches: the next adoption of it takes it back */
+    at_flow_release(ad.base);
+}
+
+/* Leave the adoptions the thread is done with, innermost first, down to one it is still busy
+ * below (its own activity runs inside it) or, with kind, to one that is not of that kind. */
+static void adopt_settle(const at_activity_kind *kind)
+{
+    while (at_nadopt > 0) {
+        const at_adoption *ad = &at_adopt[at_nadopt - 1];
+        int w = adopt_where(ad);
+        if (w == ADOPT_BELOW || (kind && w == ADOPT_IN && ad->act->kind != kind))
+            return;
+        adopt_pop(w == ADOPT_IN);
+    }
+}
+
+static void adopt_push(at_activity *a, at_activity *prev, at_activity *base)
+{
+    at_adopt[at_nadopt++] = (at_adoption){a, prev, base};
 }
 
 void at_fdflow_thread_exit(void)
 {
-    if (at_adopting) {
+    if (at_nadopt) {
         int e = errno;
-        adoption_leave();
+        while (at_nadopt > 0)
+            adopt_pop(adopt_where(&at_adopt[at_nadopt - 1]) == ADOPT_IN);
         errno = e;
     }
 }
 
-/* A wait point: the thread is about to wait for new work, whatever it was doing is over. */
+/* A wait point: the thread is about to wait for new work, what it adopted is over. */
 static inline void fd_wait(void)
 {
-    if (AT_UNLIKELY(at_adopting) && !at_internal) /* the shim's own waits end nothing */
-        at_fdflow_thread_exit();
+    if (AT_UNLIKELY(at_nadopt) && !at_internal) { /* the shim's own waits end nothing */
+        int e = errno;
+        adopt_settle(NULL);
+        errno = e;
+    }
+}
+
+/* An fd-keyed pair of kind is about to start on this thread (hooks.c): a hold of an earlier pair of
+ * the same kind is over (the previous connection), an adopted activity of another kind (the
+ * connection a file is opened for) is what the new one starts in. */
+void at_fdflow_hold_prepare(const at_activity_kind *kind)
+{
+    if (at_nadopt) {
+        int e = errno;
+        adopt_settle(kind);
+        errno = e;
+    }
 }
 
 /* Our own reference on fd's tag, or NULL. One this thread's flow caches hold needs no atomic, nor
@@ -166,50 +235,59 @@ AT_NOINLINE AT_HOT_FN static void fd_io_slow(at_fd_slot *s, int fd)
     at_activity *t = __atomic_load_n(&s->act, __ATOMIC_ACQUIRE);
     if (!t)
         return;
-    if (at_adopting && at_adopt_act == t) { /* the same activity through another fd */
-        at_adopt_fd = fd;
+    if (at_nadopt && at_adopt[at_nadopt - 1].act == t) /* the same activity through another fd */
         return;
-    }
-    if (!at_adopting && t == at_act_live_from(at_act_cur))
+    if (!at_nadopt && t == at_act_live_from(at_act_cur))
         return;
     int e = errno;
     at_activity *a = tag_acquire(s);
     if (!a)
         goto out;
-    if (at_adopting) {
-        if (at_adopt_act == a) { /* retagged meanwhile with the activity adopted here */
-            at_adopt_fd = fd;
-            at_flow_release(a);
-            goto out;
-        }
-        adoption_leave(); /* I/O on another tagged fd ends the previous adoption */
+    /* Whoever tagged the fd has finished that activity (a Connect around connect(), a request that
+     * ended): the I/O is the current activity's own. */
+    if (at_activity_is_stopped(a))
+        goto drop;
+    /* I/O on another tagged fd ends the adoptions the thread is done with, except those the tag is
+     * part of (a file of the adopted connection nests in it) */
+    while (at_nadopt > 0) {
+        const at_adoption *top = &at_adopt[at_nadopt - 1];
+        if (top->act == a) /* retagged meanwhile with the activity adopted here */
+            goto drop;
+        if (act_within(a, top->act))
+            break;
+        int w = adopt_where(top);
+        if (w == ADOPT_BELOW) /* busy with its own activity in it: the checks below decide */
+            break;
+        adopt_pop(w == ADOPT_IN);
     }
     at_activity *cur = at_activity_current();
-    if (cur == a || (cur && act_within(cur, a))) { /* already inside it (inherited, or accepted here) */
-        at_flow_release(a);
-        goto out;
-    }
+    if (cur == a || (cur && act_within(cur, a))) /* already inside it (inherited, or accepted here) */
+        goto drop;
     if (cur && !act_within(a, cur)) { /* busy with something unrelated: do not guess */
         report_ambiguous(s, fd, a, cur);
-        at_flow_release(a);
-        goto out;
+        goto drop;
     }
+    if (at_nadopt == AT_ADOPT_MAX)
+        goto drop;
     at_guid prev_id = {{0}};
     if (cur)
         prev_id = *at_activity_id(cur);
-    at_adopt_prev = at_flow_enter(a);
-    at_adopt_act = a;
-    at_adopt_base = NULL;
-    at_adopt_fd = fd;
-    at_adopting = true;
-    /* One Receive per hop: a worker that takes the connection up again after each wait point (every
-     * request of a keep-alive connection) is not handed it again, and 400 Receives of one
-     * connection on one thread (memcached, 400 requests) told nothing more than the first */
+    adopt_push(a, at_flow_enter(a), NULL);
+    /* A Receive only when the work really changed thread: not for the thread that tagged the fd
+     * taking it up again after a wait point, and once per hop: a worker that takes the connection
+     * up again after each wait point (every request of a keep-alive connection) is not handed it
+     * again (memcached: 400 Receives of one connection on one thread told nothing more than one) */
     uint32_t me = (uint32_t)at_tid();
-    if (__atomic_load_n(&s->last_tid, __ATOMIC_RELAXED) != me) {
+    uint32_t last = __atomic_load_n(&s->last_tid, __ATOMIC_RELAXED);
+    if (last != me) {
         __atomic_store_n(&s->last_tid, me, __ATOMIC_RELAXED);
-        at_flow_transfer_receive(a, &prev_id);
+        /* the tag's Send answers the first hop only: a later one comes from the last receiver */
+        uint64_t sid = __atomic_exchange_n(&s->send_id, 0, __ATOMIC_RELAXED);
+        at_flow_transfer_receive_from(a, &prev_id, last, sid);
     }
+    goto out;
+drop:
+    at_flow_release(a);
 out:
     errno = e;
 }
@@ -245,6 +323,17 @@ static void tag_event(int fd, tag_source src)
     at_shim_event(at_ev.fd_tag, buf, 4 + src.bytes);
 }
 
+/* Publish tag on slot s: the Send names the hop, and this thread counts as the one that has it
+ * (its own I/O on fd after a wait point is no hop). The Send's id goes with the tag so the Receive
+ * of whoever takes it names it. */
+static void tag_publish(at_fd_slot *s, int fd, at_activity *tag, tag_source source)
+{
+    tag_event(fd, source);
+    __atomic_store_n(&s->send_id, at_flow_transfer_send(tag), __ATOMIC_RELAXED);
+    __atomic_store_n(&s->last_tid, (uint32_t)at_tid(), __ATOMIC_RELAXED);
+    __atomic_store_n(&s->act, tag, __ATOMIC_RELEASE);
+}
+
 AT_HOT_FN static void fd_tag(int fd, tag_source source, bool accepted)
 {
     at_fd_slot *s;
@@ -264,16 +353,14 @@ AT_HOT_FN static void fd_tag(int fd, tag_source source, bool accepted)
         at_payload pl;
         at_payload_init(&pl, pb, sizeof pb);
         at_payload_i32(&pl, fd);
-        at_activity *c = at_activity_start(at_ev.connection, pb, (uint32_t)(pl.p - pb), NULL, 0);
+        at_activity *c = at_nadopt < AT_ADOPT_MAX
+                             ? at_activity_start(at_ev.connection, pb, (uint32_t)(pl.p - pb), NULL, 0)
+                             : NULL;
         if (c) {
             tag = at_flow_capture();
             owns = true;
             at_activity_ref(c);
-            at_adopt_act = c;
-            at_adopt_prev = prev;
-            at_adopt_base = base;
-            at_adopt_fd = fd;
-            at_adopting = true;
+            adopt_push(c, prev, base);
         } else {
             at_flow_leave(prev);
             at_flow_release(base);
@@ -289,10 +376,7 @@ AT_HOT_FN static void fd_tag(int fd, tag_source source, bool accepted)
                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             ;
         s->owns = owns;
-        __atomic_store_n(&s->last_tid, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&s->act, tag, __ATOMIC_RELEASE);
-        tag_event(fd, source);
-        at_flow_transfer_send(tag);
+        tag_publish(s, fd, tag, source);
     }
     tag_drop(old, old_owns);
     errno = e;
@@ -329,14 +413,12 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
     at_fd_slot *s;
     if (fd < 0 || !at_on() || !at_cfg.fdflow || !(s = slot_of(fd)))
         return false;
+    if (at_nadopt == AT_ADOPT_MAX)
+        return false;
     int e = errno;
     at_activity *tag = at_flow_capture(); /* a, current now */
     at_activity_ref(a);
-    at_adopt_act = a;
-    at_adopt_prev = prev;
-    at_adopt_base = base;
-    at_adopt_fd = fd;
-    at_adopting = true;
+    adopt_push(a, prev, base);
     bool old_owns;
     at_activity *old = tag_take(s, &old_owns);
     if (tag) {
@@ -345,10 +427,7 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
             ;
         s->owns = false; /* the hook's own stop symbol stops it */
-        __atomic_store_n(&s->last_tid, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&s->act, tag, __ATOMIC_RELEASE);
-        tag_event(fd, SRC_HOOK);
-        at_flow_transfer_send(tag);
+        tag_publish(s, fd, tag, SRC_HOOK);
     }
     tag_drop(old, old_owns);
     errno = e;

@@ -118,12 +118,15 @@ typedef struct probe {
     const at_hc_probe *p;
     at_hook hook;
     bool pending; /* not resolved yet: retried after each dlopen */
+    const struct probe *alias_of; /* another name of that probe's libc function (open64 for open) */
 } probe;
 
 static const at_hookconf *hk_conf;
 static rule *hk_rules;
 static probe *hk_probes;
-static int hk_nprobes;
+static int hk_nprobes, hk_nbase; /* the config's functions first, then their aliases */
+#define HK_ALIASES_MAX 96        /* aliases of all functions together */
+#define HK_ALIASES_EACH 16
 static pthread_mutex_t hk_install_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Threads' live calls that started an activity, by frame: a longjmp over them leaves entries
@@ -231,6 +234,12 @@ static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_strin
     }
 }
 
+/* Argument idx, 0 when the hooked variant has no such parameter (__open_2 has no mode). */
+static inline uint64_t arg_of(const at_hc_probe *p, const uint64_t *args, int idx)
+{
+    return args && (!p->has_sig || idx < p->sig.nparams) ? args[idx] : 0;
+}
+
 static AT_NOINLINE void put_captures_slow(at_payload *pl, const at_hc_probe *p,
                                           const uint64_t *args, uint64_t ret, bool have_ret,
                                           int which)
@@ -239,7 +248,7 @@ static AT_NOINLINE void put_captures_slow(at_payload *pl, const at_hc_probe *p,
         int idx = p->capture[i];
         if ((which == 0 && idx == AT_HC_RETURN) || (which == 1 && idx != AT_HC_RETURN))
             continue;
-        uint64_t v = idx == AT_HC_RETURN ? (have_ret ? ret : 0) : (args ? args[idx] : 0);
+        uint64_t v = idx == AT_HC_RETURN ? (have_ret ? ret : 0) : arg_of(p, args, idx);
         at_ctype t = cap_type(p, idx);
         if (t == AT_CT_STR && idx == AT_HC_RETURN && !have_ret)
             v = 0;
@@ -261,7 +270,7 @@ static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
     if (!args && p->when_what != AT_HC_RETURN)
         return true;
     at_ctype t = cap_type(p, p->when_what);
-    uint64_t raw = p->when_what == AT_HC_RETURN ? ret : args[p->when_what];
+    uint64_t raw = p->when_what == AT_HC_RETURN ? ret : arg_of(p, args, p->when_what);
     bool is_signed = t == AT_CT_I8 || t == AT_CT_I16 || t == AT_CT_I32 || t == AT_CT_I64;
     int cmp;
     if (is_signed) {
@@ -364,7 +373,7 @@ static void *cb_run(void *p)
 
 static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
 {
-    return p->key == AT_HC_RETURN ? ret : args[p->key];
+    return p->key == AT_HC_RETURN ? ret : arg_of(p, args, p->key);
 }
 
 void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
@@ -490,8 +499,8 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
         } else if (pr->role == 0 && status == AT_HOOK_RETURNED && args && when_holds(p, args, ret)) {
             /* The Start of a pair: a child of what is current, not left current (each pair is its
              * own thread of work) unless the fd hand-off takes it over. */
-            if (r->key_is_fd)
-                at_fdflow_thread_exit(); /* a new connection: the previous one's hold is over */
+            if (r->key_is_fd) /* the previous pair's hold is over, not the adoption it runs in */
+                at_fdflow_hold_prepare(r->kind);
             at_activity *base = at_flow_capture();
             at_activity *prev = at_flow_enter(base);
             at_payload_init(&pl, buf, sizeof buf);
@@ -603,16 +612,22 @@ static void install(probe *pr)
      * them. Entry-patched functions may be called by their own file with the stack unaligned
      * (-fipa-stack-alignment), which libffi's closures do not survive: the register-saving stub
      * realigns and reads typed arguments from the registers it saved. */
-    int tier = pr->r->e->tier;
+    /* an alias is hooked where modules import it, never by patching: the function's own entry is
+     * patched already, or its other names' GOT slots are */
+    int tier = pr->alias_of ? AT_HC_TIER_GOT : pr->r->e->tier;
     bool got = tier != AT_HC_TIER_ENTRY && h->res.exported && !h->res.is_exe && h->res.sym[0] &&
                at_got_patch(h->res.sym, hook_version(&h->res), NULL, NULL, 0) > 0;
     if (tier == AT_HC_TIER_GOT && !got) {
         snprintf(h->why, sizeof h->why, "no module imports it through a GOT slot (tier = got)");
+        pr->pending = pr->alias_of != NULL; /* a module loaded later may */
         return;
     }
+    /* An alias's signature is derived (a fortified variant's extra size): the register-saving stub
+     * passes every register on as the caller set it, whatever the real parameter list is. */
+    bool ffi = got && h->sig && !pr->alias_of;
     if (!h->wrapper) {
-        if (got && h->sig ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
-            snprintf(h->why, sizeof h->why, "%s", got && h->sig ? why : "no stub left (512 hooks at most)");
+        if (ffi ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
+            snprintf(h->why, sizeof h->why, "%s", ffi ? why : "no stub left (512 hooks at most)");
             return;
         }
     }
@@ -671,7 +686,7 @@ static void summary(void)
     int got = 0, entry = 0, skipped = 0, missing = 0;
     char skip[2048] = "";
     size_t off = 0;
-    for (int i = 0; i < hk_nprobes; i++) {
+    for (int i = 0; i < hk_nbase; i++) {
         at_hook *h = &hk_probes[i].hook;
         if (h->tier == 1)
             got++;
@@ -691,8 +706,147 @@ static void summary(void)
      * image's line said what the config hooks. */
     if (missing == skipped && (at_exec_generation > 0 || parent_traced()))
         return;
-    fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s\n", got + entry,
-            hk_nprobes, got, entry, skipped ? "; skipped: " : "", skip);
+    /* and, on the same line, the other names of libc functions hooked with them */
+    char al[2048] = "";
+    size_t aoff = 0;
+    for (int i = hk_nbase; i < hk_nprobes; i++) {
+        const at_hook *h = &hk_probes[i].hook;
+        if (h->tier != 1)
+            continue;
+        int k = snprintf(al + aoff, sizeof al - aoff, "%s%s (%s, %d slot%s)",
+                         aoff ? ", " : "; aliases: ", h->res.sym,
+                         hk_probes[i].alias_of->hook.res.sym, h->nslots, h->nslots > 1 ? "s" : "");
+        if (k > 0 && aoff + (size_t)k < sizeof al)
+            aoff += (size_t)k;
+    }
+    fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s%s\n", got + entry,
+            hk_nbase, got, entry, skipped ? "; skipped: " : "", skip, al);
+}
+
+/* ---------------- aliases ---------------- */
+
+/* glibc's fortified variants take the function's parameters plus the caller's buffer size (the
+ * printf family: a flag, and a size for those writing into a buffer), at a place fixed per
+ * function: at the end unless listed here. */
+typedef struct fortify_ins {
+    const char *fn;
+    uint8_t at, flag, size; /* inserted before parameter at: flag (int), then size (size_t) */
+} fortify_ins;
+static const fortify_ins hk_fortify[] = {
+    {"recv", 3, 0, 1}, {"recvfrom", 3, 0, 1}, {"fgets", 1, 0, 1}, {"fgets_unlocked", 1, 0, 1},
+    {"fgetws", 1, 0, 1}, {"fgetws_unlocked", 1, 0, 1}, {"fread", 1, 0, 1},
+    {"fread_unlocked", 1, 0, 1}, {"printf", 0, 1, 0}, {"vprintf", 0, 1, 0}, {"wprintf", 0, 1, 0},
+    {"vwprintf", 0, 1, 0}, {"fprintf", 1, 1, 0}, {"vfprintf", 1, 1, 0}, {"fwprintf", 1, 1, 0},
+    {"vfwprintf", 1, 1, 0}, {"dprintf", 1, 1, 0}, {"vdprintf", 1, 1, 0}, {"asprintf", 1, 1, 0},
+    {"vasprintf", 1, 1, 0}, {"obstack_printf", 1, 1, 0}, {"obstack_vprintf", 1, 1, 0},
+    {"syslog", 1, 1, 0}, {"vsyslog", 1, 1, 0}, {"sprintf", 1, 1, 1}, {"vsprintf", 1, 1, 1},
+    {"snprintf", 2, 1, 1}, {"vsnprintf", 2, 1, 1}, {"swprintf", 2, 1, 1}, {"vswprintf", 2, 1, 1},
+    {"longjmp", 0, 0, 0}, {"siglongjmp", 0, 0, 0},
+};
+/* __NAME_2: open and its kin without the optional mode (and attributes): the parameters kept */
+static const struct {
+    const char *fn;
+    int keep;
+} hk_fortify2[] = {{"open", 2}, {"open64", 2}, {"openat", 3}, {"openat64", 3}, {"mq_open", 2}};
+
+/* The probe of alias name of base's function: the same rule and captures, its parameters mapped
+ * to the variant's. false when the variant's parameters are not known (a typed hook then skips
+ * it: a capture would read the wrong register). */
+static bool alias_probe(const at_hc_probe *base, const char *module, const char *name,
+                        at_hc_probe *ap)
+{
+    *ap = *base;
+    const char *lib = strrchr(module, '/');
+    snprintf(ap->symbol, sizeof ap->symbol, "%.200s!%s", lib ? lib + 1 : module, name);
+    size_t l = strlen(name);
+    bool chk = l > 6 && !strncmp(name, "__", 2) && !strcmp(name + l - 4, "_chk");
+    bool two = !chk && l > 4 && !strncmp(name, "__", 2) && !strcmp(name + l - 2, "_2");
+    if (!ap->has_sig || (!chk && !two))
+        return true; /* another name of the very function, or a signature-less hook */
+    char fn[64];
+    snprintf(fn, sizeof fn, "%.*s", (int)(l - (chk ? 6 : 4)), name + 2);
+    at_sig *sg = &ap->sig;
+    snprintf(sg->fname, sizeof sg->fname, "%s", name);
+    if (two) {
+        for (size_t i = 0; i < sizeof hk_fortify2 / sizeof *hk_fortify2; i++)
+            if (!strcmp(fn, hk_fortify2[i].fn)) {
+                if (sg->nparams > hk_fortify2[i].keep)
+                    sg->nparams = hk_fortify2[i].keep; /* captures beyond them read 0 */
+                return true;
+            }
+        return false;
+    }
+    fortify_ins ins = {fn, (uint8_t)sg->nparams, 0, 1};
+    for (size_t i = 0; i < sizeof hk_fortify / sizeof *hk_fortify; i++)
+        if (!strcmp(fn, hk_fortify[i].fn))
+            ins = hk_fortify[i];
+    int n = ins.flag + ins.size;
+    if (ins.at > sg->nparams || sg->nparams + n > AT_SIG_MAX_PARAMS)
+        return false;
+    for (int i = sg->nparams - 1; i >= ins.at; i--)
+        sg->p[i + n] = sg->p[i];
+    for (int k = 0; k < n; k++)
+        sg->p[ins.at + k] = (at_sig_param){.type = k < ins.flag ? AT_CT_I32 : AT_CT_U64};
+    sg->nparams += n;
+    for (int i = 0; i < ap->ncapture; i++)
+        if (ap->capture[i] >= ins.at)
+            ap->capture[i] += n;
+    if (ap->key >= ins.at)
+        ap->key += n;
+    if (ap->has_when && ap->when_what >= ins.at)
+        ap->when_what += n;
+    return true;
+}
+
+static bool is_libc(const char *module)
+{
+    const char *b = strrchr(module, '/');
+    return !strncmp(b ? b + 1 : module, "libc.so", 7);
+}
+
+/* libc's definition of the function r names: r itself, or (r found first in an interposer
+ * loaded before libc, a sanitizer's runtime or a preloaded allocator) libc's own of that name. */
+static const at_resolved *libc_def(const at_resolved *r, at_resolved *buf)
+{
+    if (is_libc(r->module))
+        return r;
+    char spec[300], why[256];
+    if (!r->sym[0] || r->is_exe || r->table != AT_SYM_DYNSYM)
+        return NULL;
+    snprintf(spec, sizeof spec, "libc.so!%s", r->sym);
+    return at_resolve(spec, buf, why, sizeof why) == 0 ? buf : NULL;
+}
+
+/* A libc function's other names are hooked with it (the program may import open64 or __open_2
+ * rather than open), through the GOT only: an entry patch covers every name of the function
+ * already. Called with the install lock held, after the config's functions are installed. */
+static void add_aliases(void)
+{
+    for (int i = 0; i < hk_nbase; i++) {
+        probe *b = &hk_probes[i];
+        at_resolved lbuf;
+        const at_resolved *lc;
+        if (b->pending || b->hook.tier == 2 || strchr(b->hook.spec, '@') ||
+            !(lc = libc_def(&b->hook.res, &lbuf)))
+            continue;
+        char names[HK_ALIASES_EACH][64];
+        int n = at_resolve_aliases(lc, names, HK_ALIASES_EACH);
+        for (int k = 0; k < n && hk_nprobes < hk_nbase + HK_ALIASES_MAX; k++) {
+            at_hc_probe *ap = malloc(sizeof *ap);
+            if (!ap)
+                return;
+            if (!alias_probe(b->p, lc->module, names[k], ap)) {
+                free(ap);
+                continue;
+            }
+            probe *pr = &hk_probes[hk_nprobes++];
+            *pr = (probe){.r = b->r, .role = b->role, .p = ap, .alias_of = b};
+            snprintf(pr->hook.spec, sizeof pr->hook.spec, "%s", ap->symbol);
+            pr->hook.sig = ap->has_sig ? &ap->sig : NULL;
+            pr->hook.user = pr;
+            install(pr);
+        }
+    }
 }
 
 static int rule_make(rule *r, const at_hc_entry *e, const char *provider, char *err, size_t n)
@@ -834,7 +988,7 @@ static void hk_rescan(const char *file)
             h->nslots += at_got_patch(h->res.sym, hook_version(&h->res), h->wrapper, NULL, 0);
         else if (h->tier == 0 && hk_probes[i].pending) {
             install(&hk_probes[i]);
-            if (!hk_probes[i].pending)
+            if (!hk_probes[i].pending && !hk_probes[i].alias_of)
                 fprintf(stderr, "acttrace: %s %s after dlopen(%s)%s%s\n", h->spec,
                         h->tier == 1 ? "hooked (GOT)" : h->tier == 2 ? "hooked (entry)" : "not hooked",
                         file, h->tier ? "" : ": ", h->tier ? "" : h->why);
@@ -904,7 +1058,7 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
         return 0;
     const char *provider = hc->provider[0] ? hc->provider : AT_ACTIVITY_PROVIDER;
     hk_rules = calloc((size_t)hc->nentries, sizeof *hk_rules);
-    hk_probes = calloc((size_t)hc->nentries * 2, sizeof *hk_probes);
+    hk_probes = calloc((size_t)hc->nentries * 2 + HK_ALIASES_MAX, sizeof *hk_probes);
     if (!hk_rules || !hk_probes) {
         snprintf(err, n, "out of memory");
         return -1;
@@ -942,8 +1096,10 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     }
     pthread_atfork(NULL, NULL, hk_atfork_child);
     pthread_mutex_lock(&hk_install_lock);
+    hk_nbase = hk_nprobes;
     for (int i = 0; i < hk_nprobes; i++)
         install(&hk_probes[i]);
+    add_aliases();
     real_dlopen_fn = dlsym(RTLD_DEFAULT, "dlopen");
     if (real_dlopen_fn && hk_nprobes)
         at_got_patch("dlopen", NULL, (void *)at_hk_dlopen, NULL, 0);
@@ -967,6 +1123,37 @@ static const char *table_name(at_sym_table t)
     case AT_SYM_OFFSET: return "module+offset";
     }
     return "?";
+}
+
+/* acttrace check: the other names of a libc function hooked with it, and where each is bound. */
+static void check_aliases(FILE *out, const at_resolved *res, const at_hc_probe *p,
+                          const at_hc_entry *e)
+{
+    char names[HK_ALIASES_EACH][64];
+    int n = at_resolve_aliases(res, names, HK_ALIASES_EACH);
+    for (int k = 0; k < n; k++) {
+        at_hc_probe ap;
+        at_resolved ar;
+        char why[512];
+        fprintf(out, "  alias %s: ", names[k]);
+        if (!alias_probe(p, res->module, names[k], &ap)) {
+            fprintf(out, "NOT hooked: its parameters are not known for the signature of [%s]\n",
+                    e->name);
+            continue;
+        }
+        if (at_resolve(ap.symbol, &ar, why, sizeof why) < 0) {
+            fprintf(out, "not found (%s)\n", why);
+            continue;
+        }
+        int slots = at_got_patch(ar.sym, hook_version(&ar), NULL, NULL, 0);
+        if (slots > 0)
+            fprintf(out, "hooked by GOT (%d slot%s)%s\n", slots, slots > 1 ? "s" : "",
+                     ap.has_sig && strcmp(ap.sig.fname, p->sig.fname)
+                         ? ", parameters mapped to the variant's"
+                         : "");
+        else
+            fprintf(out, "no module imports it now (hooked if one loaded later does)\n");
+    }
 }
 
 /* ACTTRACE_CHECK=1 (acttrace check): the program is loaded, main has not run. Resolve every
@@ -1035,6 +1222,10 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
             if (slots > 0) {
                 fprintf(out, "hooked by GOT (%d slot%s), %s\n", slots, slots > 1 ? "s" : "", wrap);
                 ok++;
+                at_resolved lbuf;
+                const at_resolved *lc = strchr(p->symbol, '@') ? NULL : libc_def(&res, &lbuf);
+                if (lc)
+                    check_aliases(out, lc, p, e);
             } else if (at_entry_check(res.addr, res.size, why, sizeof why) == 0) {
                 fprintf(out, "hooked by entry patching, %s\n", wrap);
                 ok++;

@@ -64,8 +64,9 @@ typedef struct at_fd_slot {
     uint32_t readers;        /* threads between loading act and holding their own reference */
     uint8_t reported;        /* an ambiguity of this tag was reported already */
     uint8_t owns;            /* the tag is a Connection activity the shim started: stop it at close */
-    uint32_t last_tid;       /* atomic: the thread that last received the tag (0: none since it was
-                              * set); its next adoptions write no Receive, the hop was recorded */
+    uint32_t last_tid;       /* atomic: the thread that tagged or last received the tag: its next
+                              * adoptions write no Receive (no hop, or one recorded already) */
+    uint64_t send_id;        /* atomic: the TransferId of the tag's Send (0: none written) */
 } __attribute__((aligned(64))) at_fd_slot;
 
 /* What every interposed call reads before it calls the real function, on one page (real.c): the

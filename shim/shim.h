@@ -111,6 +111,7 @@ void at_fdflow_untag_range(unsigned first, unsigned last);
 int at_fdflow_init(char *err, size_t n);
 void at_fdflow_thread_exit(void); /* drop an adoption the exiting thread still holds */
 bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base);
+void at_fdflow_hold_prepare(const at_activity_kind *kind); /* before an fd-keyed pair of kind starts */
 /* hooks.c: the config file's hooks (issue 5) */
 struct at_hookconf;
 int at_hooks_install(const struct at_hookconf *hc, char *err, size_t n);

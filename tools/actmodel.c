@@ -29,6 +29,15 @@ typedef struct am_input {
     int64_t head_time;
 } am_input;
 
+/* A Send with a TransferId, for the Receive that names it (direct-mapped: a Send pushed out by a
+ * later one that hashes alike is matched by its thread alone, with the Receive's time). */
+#define AM_SENT_BITS 14
+typedef struct am_sent {
+    uint64_t tid, id;
+    int64_t ts;
+    int file;
+} am_sent;
+
 struct am_model {
     am_options o;
     am_callbacks cb;
@@ -50,6 +59,7 @@ struct am_model {
     int last_pct;
     bool progress_shown;
     uint64_t progress_min;
+    am_sent *sent;             /* Sends that carry a TransferId, by (file, thread, id); see xfer_ */
 };
 
 /* ---------------- small helpers ---------------- */
@@ -682,6 +692,70 @@ static bool stop_names(const char *ev_name, const char *name)
     return strcmp(n, name) == 0;
 }
 
+/* A UInt64 payload field of a transfer event by name, when every field before it is 8 bytes (the
+ * layout the shim writes); false when the event has no such field (files of older shims). */
+static bool xfer_field(const nt_event *ev, const char *name, uint64_t *v)
+{
+    const nt_metadata *md = ev->meta;
+    for (uint32_t i = 0; i < md->nfields; i++) {
+        uint32_t t = md->fields[i].type;
+        if (t != NT_TYPE_UINT64 && t != NT_TYPE_INT64) return false;
+        if (strcmp(md->fields[i].name, name) == 0) {
+            if (ev->payload_len < 8 * (i + 1)) return false;
+            memcpy(v, ev->payload + 8 * i, 8);
+            return true;
+        }
+    }
+    return false;
+}
+
+static am_sent *xfer_slot(am_model *m, int f, uint64_t tid, uint64_t id)
+{
+    if (!m->sent && !(m->sent = calloc((size_t)1 << AM_SENT_BITS, sizeof *m->sent))) return NULL;
+    uint64_t h = (id ^ (tid * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)f << 40)) * 0xff51afd7ed558ccdull;
+    return &m->sent[h >> (64 - AM_SENT_BITS)];
+}
+
+/* The Send a Receive answers: by the sender's thread and TransferId the Receive names (a Send that
+ * several threads receive, such as a parallel region's, answers each), else the oldest pending
+ * Send of the activity from the named thread, else (files of older shims, which name no sender) the
+ * oldest pending Send of the activity. */
+static void xfer_receive(am_model *m, am_activity *a, int f, const nt_event *ev, int64_t t)
+{
+    uint64_t from = 0, id = 0;
+    int64_t st = t;
+    bool named = xfer_field(ev, "SenderThreadId", &from) && from != 0;
+    if (named && xfer_field(ev, "TransferId", &id) && id) {
+        am_sent *s = xfer_slot(m, f, from, id);
+        if (s && s->id == id && s->tid == from && s->file == f) {
+            add_xfer(a, from, s->ts, ev->thread, t);
+            return;
+        }
+    }
+    uint32_t k = 0;
+    if (named) {
+        while (k < a->send_n && a->send_tid[(a->send_head + k) % 8] != from) k++;
+    } else {
+        from = a->last_send_tid;
+        st = a->last_send_ts;
+    }
+    if (k < a->send_n) {
+        /* take entry k out of the ring, keeping the order of the rest */
+        uint32_t i = (a->send_head + k) % 8;
+        from = a->send_tid[i];
+        st = a->send_ts[i];
+        for (; k > 0; k--) {
+            uint32_t prev = (a->send_head + k - 1) % 8, cur = (a->send_head + k) % 8;
+            a->send_tid[cur] = a->send_tid[prev];
+            a->send_ts[cur] = a->send_ts[prev];
+        }
+        a->send_head = (a->send_head + 1) % 8;
+        a->send_n--;
+    }
+    if (!from) st = t;
+    if (from != ev->thread) add_xfer(a, from, st, ev->thread, t);
+}
+
 static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
 {
     uint32_t pid = (uint32_t)m->in[f].info.pid;
@@ -728,17 +802,12 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
             a->send_ts[k] = t;
             a->last_send_tid = ev->thread;
             a->last_send_ts = t;
+            uint64_t id;
+            am_sent *sl;
+            if (xfer_field(ev, "TransferId", &id) && id && (sl = xfer_slot(m, f, ev->thread, id)))
+                *sl = (am_sent){.tid = ev->thread, .id = id, .ts = t, .file = f};
         } else if (op == NT_OPCODE_RECEIVE) {
-            uint64_t from = a->last_send_tid;
-            int64_t st = a->last_send_ts;
-            if (a->send_n) {
-                from = a->send_tid[a->send_head];
-                st = a->send_ts[a->send_head];
-                a->send_head = (a->send_head + 1) % 8;
-                a->send_n--;
-            }
-            if (!from) st = t;
-            if (from != ev->thread) add_xfer(a, from, st, ev->thread, t);
+            xfer_receive(m, a, f, ev, t);
         }
     }
     e.act = a;
@@ -911,6 +980,7 @@ void am_close(am_model *m)
     }
     free(m->shadow);
     free(m->kept);
+    free(m->sent);
     free(m);
 }
 

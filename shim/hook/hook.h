@@ -39,6 +39,11 @@ typedef struct at_resolved {
 
 /* Resolve spec among the loaded modules. Returns 0, or -1 with the reason in why. */
 int at_resolve(const char *spec, at_resolved *r, char *why, size_t whylen);
+/* The other names of the function r found in .dynsym (a plain or lib! name): the exported,
+ * default-version names at its address (open64 and __open for open; private versions left out),
+ * then the fortified variants the module defines for each name (__open_2, __open64_2,
+ * __read_chk). Fills up to max names; returns how many. */
+int at_resolve_aliases(const at_resolved *r, char (*names)[64], int max);
 /* Does a loaded module whose path ends in name exist (for lib!sym)? */
 bool at_module_loaded(const char *name);
 /* Hex build-id of the module file path ("" when it has none). */

@@ -400,3 +400,70 @@ int at_resolve(const char *spec, at_resolved *r, char *why, size_t whylen)
     free(l.m);
     return rc;
 }
+
+/* ---- aliases ---- */
+
+static bool name_listed(char (*names)[64], int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], s))
+            return true;
+    return false;
+}
+
+int at_resolve_aliases(const at_resolved *r, char (*names)[64], int max)
+{
+    if (r->table != AT_SYM_DYNSYM || !r->sym[0] || r->version[0] || r->is_exe)
+        return 0;
+    elf_file f;
+    if (elf_open(r->module, &f) < 0)
+        return 0;
+    GElf_Sym base;
+    bool exported;
+    int n = 0;
+    if (!lookup(f.e, SHT_DYNSYM, r->sym, NULL, &base, &exported, NULL))
+        goto out;
+    /* the same function under other exported names: one st_value (open64, __open for open) */
+    Elf_Scn *s = NULL;
+    while ((s = elf_nextscn(f.e, s))) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(s, &sh) || sh.sh_type != SHT_DYNSYM || !sh.sh_entsize)
+            continue;
+        Elf_Data *d = elf_getdata(s, NULL);
+        size_t cnt = sh.sh_size / sh.sh_entsize;
+        for (size_t i = 1; d && i < cnt && n < max; i++) {
+            GElf_Sym st;
+            if (!gelf_getsym(d, (int)i, &st) || st.st_shndx == SHN_UNDEF ||
+                st.st_value != base.st_value || GELF_ST_BIND(st.st_info) == STB_LOCAL ||
+                GELF_ST_VISIBILITY(st.st_other) != STV_DEFAULT)
+                continue;
+            int type = GELF_ST_TYPE(st.st_info);
+            if (type != STT_FUNC && type != STT_GNU_IFUNC)
+                continue;
+            const char *name = elf_strptr(f.e, sh.sh_link, st.st_name);
+            const char *ver = version_of(f.e, i);
+            if (!name || !strcmp(name, r->sym) || strlen(name) >= 64 || version_hidden(f.e, i) ||
+                (ver && strstr(ver, "PRIVATE")) || name_listed(names, n, name))
+                continue;
+            snprintf(names[n++], 64, "%s", name);
+        }
+        break;
+    }
+    /* the fortified variants of each of those names (__read_chk, __open_2, __open64_2) */
+    int same = n;
+    for (int k = -1; k < same && n < max; k++) {
+        const char *b = k < 0 ? r->sym : names[k];
+        static const char *const forms[] = {"__%s_chk", "__%s_2"};
+        for (int j = 0; j < 2 && n < max; j++) {
+            char cand[96];
+            snprintf(cand, sizeof cand, forms[j], b);
+            GElf_Sym st;
+            if (strlen(cand) < 64 && !name_listed(names, n, cand) &&
+                lookup(f.e, SHT_DYNSYM, cand, NULL, &st, &exported, NULL) && exported)
+                snprintf(names[n++], 64, "%s", cand);
+        }
+    }
+out:
+    elf_close(&f);
+    return n;
+}
