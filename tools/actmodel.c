@@ -813,21 +813,22 @@ static int refill(am_model *m, int f)
 
 int am_run(am_model *m, char *err, size_t errlen)
 {
+    /* a damaged file ends where its damage starts; the others are read to their end */
     int status = 0;
-    for (int i = 0; i < m->nin && status == 0; i++)
-        if (refill(m, i) < 0) {
+    for (int i = 0; i < m->nin; i++)
+        if (refill(m, i) < 0 && status == 0) {
             snprintf(err, errlen, "%s", nt_error(m->in[i].r));
             status = -1;
         }
     uint64_t n = 0;
-    while (status == 0) {
+    for (;;) {
         int best = -1;
         for (int i = 0; i < m->nin; i++)
             if (m->in[i].has_head && (best < 0 || m->in[i].head_time < m->in[best].head_time)) best = i;
         if (best < 0) break;
         apply(m, best, &m->in[best].head, m->in[best].head_time);
         if ((++n & 0xfff) == 0) progress(m, false);
-        if (refill(m, best) < 0) {
+        if (refill(m, best) < 0 && status == 0) {
             snprintf(err, errlen, "%s", nt_error(m->in[best].r));
             status = -1;
         }
@@ -869,6 +870,32 @@ void am_close(am_model *m)
     }
     free(m->shadow);
     free(m);
+}
+
+int am_report_damage(const am_model *m, const char *cmd)
+{
+    int rc = 0;
+    for (int i = 0; i < m->nin; i++) {
+        const nt_reader *r = m->in[i].r;
+        const nt_damage *d = nt_get_damage(r);
+        const nt_counts *c = nt_get_counts(r);
+        if (d) {
+            rc = AM_EXIT_DAMAGED;
+            if (d->kind == NT_DAMAGE_TORN)
+                am_errorf(cmd, "%s: %s", m->in[i].path, d->text);
+            else if (d->file_size)
+                am_errorf(cmd, "damaged file: the results cover its first %llu of %llu bytes (%llu events); %s",
+                          (unsigned long long)d->offset, (unsigned long long)d->file_size,
+                          (unsigned long long)d->events_before, d->text);
+            else
+                am_errorf(cmd, "damaged input: the results cover its first %llu bytes (%llu events); %s",
+                          (unsigned long long)d->offset, (unsigned long long)d->events_before, d->text);
+        }
+        if (c->events_lost)
+            am_errorf(cmd, "%s: %llu events lost by the writer (full buffers or a failed write): the results miss them",
+                      m->in[i].path, (unsigned long long)c->events_lost);
+    }
+    return rc;
 }
 
 int am_nfiles(const am_model *m) { return m->nin; }

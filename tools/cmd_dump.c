@@ -256,10 +256,24 @@ int at_cmd_dump(int argc, char **argv)
     }
     fprintf(out, "  events lost %llu\n", (unsigned long long)c->events_lost);
     int status = 0;
-    if (rc < 0) {
+    const nt_damage *d = nt_get_damage(r);
+    if (d) {
+        fflush(out);
+        if (d->kind == NT_DAMAGE_TORN)
+            fprintf(stderr, "acttrace dump: %s: %s\n", path, d->text);
+        else
+            fprintf(stderr, "acttrace dump: damaged file: the dump covers its first %llu bytes (%llu events); %s\n",
+                    (unsigned long long)d->offset, (unsigned long long)d->events_before, d->text);
+        status = 3;
+    } else if (rc < 0) {
         fflush(out);
         fprintf(stderr, "acttrace dump: %s\n", nt_error(r));
         status = 1;
+    }
+    if (c->events_lost) {
+        fflush(out);
+        fprintf(stderr, "acttrace dump: %llu events lost by the writer (full buffers or a failed write)\n",
+                (unsigned long long)c->events_lost);
     }
     nt_close(r);
     return status;
