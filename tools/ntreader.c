@@ -1138,6 +1138,15 @@ static int read_object(nt_reader *r)
                 uint64_t boff;
                 if (next_blob(r, &pp, &sorted, &boff)) return -1;
                 r->counts.events++;
+                /* sequence accounting as for a decoded event: the drop count stays exact */
+                bool created;
+                thread_ent *t = thread_get(r, r->last.capture_thread, &created);
+                if (!t) return fail(r, boff, "out of memory");
+                if ((!created || r->seq_baseline) && r->last.seq - 1 != t->st.last_seq)
+                    note_seq(r, t, r->last.seq - 1, boff, false, created);
+                t->st.last_seq = r->last.seq;
+                t->st.events++;
+                t->last_ts = r->last.timestamp;
                 uint64_t ts = r->last.timestamp;
                 if (!r->any_event || ts < r->counts.first_ts) r->counts.first_ts = ts;
                 r->any_event = true;
