@@ -476,6 +476,17 @@ START_TEST(metadata_encoding)
     at_event_type *t2 = at_event_type_register(&d2);
     ck_assert_int_eq(t2->event_id, 8);
     ck_assert_int_eq(t2->meta_len, 4 + 4 + 4 + 4 + 8 + 12); /* no tag for opcode 0 */
+    /* an informational event named like a Start or a Stop says it is Info: without the tag,
+     * TraceEvent (and our reader) would take the opcode from the name and open an activity */
+    const char *infos[] = {"XStart", "cachestop", "Stop"};
+    for (int i = 0; i < 3; i++) {
+        at_event_desc di = {.provider = "Q", .name = infos[i]};
+        at_event_type *ti = at_event_type_register(&di);
+        ck_assert_ptr_nonnull(ti);
+        static const uint8_t info_tag[] = {1, 0, 0, 0, 1, 0};
+        ck_assert_int_eq(ti->meta_len, 4 + (strlen(infos[i]) + 1) * 2 + 4 + 4 + 8 + 12 + 6);
+        ck_assert_mem_eq(ti->meta + ti->meta_len - 6, info_tag, 6);
+    }
     /* the same name with another shape is another type (a payload read with the first one's fields
      * would be garbage), with its own event id; the same shape again is the same type */
     at_field fs[] = {{"Id", NT_TYPE_UINT64}, {"Name", NT_TYPE_INT32}};
