@@ -729,15 +729,23 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
 
 /* ---------------- input ---------------- */
 
+/* Times are kept within +-2^62 ns (146 years): a corrupt timestamp or frequency is clamped there,
+ * and the differences the commands take (stop - start, time - origin) cannot overflow. */
+#define AM_TIME_LIMIT ((__int128)1 << 62)
+static int64_t clamp_ns(__int128 v)
+{
+    return (int64_t)(v > AM_TIME_LIMIT ? AM_TIME_LIMIT : v < -AM_TIME_LIMIT ? -AM_TIME_LIMIT : v);
+}
+
 static int64_t to_ns(const nt_trace_info *in, uint64_t ts)
 {
-    if (in->qpc_freq == 1000000000 || in->qpc_freq <= 0) return (int64_t)ts;
-    return (int64_t)((__int128)ts * 1000000000 / in->qpc_freq);
+    if (in->qpc_freq == 1000000000 || in->qpc_freq <= 0) return clamp_ns(ts);
+    return clamp_ns((__int128)ts * 1000000000 / in->qpc_freq);
 }
 
 int64_t am_time(const am_model *m, int f, uint64_t ts)
 {
-    return to_ns(&m->in[f].info, ts) - m->origin;
+    return clamp_ns((__int128)to_ns(&m->in[f].info, ts) - m->origin);
 }
 
 am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_callbacks *cb,

@@ -4,7 +4,8 @@
  * 256 KiB tmpfs leaves a file that ends at its end tag, counts what it lost, and every command says
  * so (the program runs as untraced). Killed mid-flush: SIGKILL at random points of a writer flushing
  * large events every millisecond leaves a file every reader ends cleanly (a torn tail is reported as
- * such, its complete blocks recovered), never a broken one. */
+ * such, its complete blocks recovered), never a broken one. Exec: the images of one pid never give
+ * out the same activity id (the pid is in the id's checksum). */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
@@ -236,6 +237,40 @@ START_TEST(test_killed_mid_flush)
 }
 END_TEST
 
+/* ---- exec keeps the pid: no activity id is given out twice ---- */
+
+START_TEST(test_exec_ids_unique)
+{
+    at_session s;
+    const char *argv[] = {"proc_chain", "exec", "3", NULL};
+    ck_assert_int_eq(at_session_run(&s, "truth-exec", argv, NULL), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    char **files = at_trace_files(s.dir);
+    ck_assert_uint_eq(at_strv_len(files), 4);
+    at_guid ids[8];
+    int n = 0;
+    for (size_t f = 0; files[f]; f++) {
+        at_trace t;
+        ck_assert_int_eq(at_trace_load(files[f], &t), 0);
+        for (long i = at_find(&t, NULL, "HopStart", 0); i >= 0 && n < 8; i = at_find(&t, NULL, "HopStart", (size_t)i + 1)) {
+            ids[n] = t.ev[i].activity;
+            n++;
+            /* the new image's first root is related to the activity that exec'd it, never that id itself */
+            ck_assert_msg(!at_guid_eq(&t.ev[i].activity, &t.ev[i].related), "%s: HopStart %s is its own parent",
+                          files[f], t.ev[i].act_path);
+        }
+        at_trace_free(&t);
+    }
+    ck_assert_int_eq(n, 4);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            ck_assert_msg(!at_guid_eq(&ids[i], &ids[j]), "two images gave out the same activity id");
+    at_strv_free(files);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     char *fd = at_tmpdir("truth-full");
@@ -251,6 +286,7 @@ int main(void)
     tcase_add_loop_test(tc, test_drops_counted_exactly, 0, 3);
     tcase_add_test(tc, test_full_disk);
     tcase_add_test(tc, test_killed_mid_flush);
+    tcase_add_test(tc, test_exec_ids_unique);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
