@@ -119,7 +119,7 @@ static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bo
                         char *buf, size_t buflen)
 {
     double freq = in->qpc_freq > 0 ? (double)in->qpc_freq : 1.0;
-    double ms = ((double)((int64_t)ev->timestamp - in->sync_time_qpc)) * 1000.0 / freq;
+    double ms = (double)((__int128)ev->timestamp - in->sync_time_qpc) * 1000.0 / freq; /* exact, and no overflow on corrupt values */
     const nt_metadata *m = ev->meta;
     const char *op = nt_opcode_name(m->opcode);
     fprintf(f, "%12.6f ms  tid %llu  %s/%s", ms, (unsigned long long)ev->thread, m->provider,
@@ -251,8 +251,8 @@ int at_cmd_dump(int argc, char **argv)
     if (c->events) {
         double freq = in->qpc_freq > 0 ? (double)in->qpc_freq : 1.0;
         fprintf(out, "  first %.6f ms, last %.6f ms\n",
-                (double)((int64_t)c->first_ts - in->sync_time_qpc) * 1000.0 / freq,
-                (double)((int64_t)c->last_ts - in->sync_time_qpc) * 1000.0 / freq);
+                (double)((__int128)c->first_ts - in->sync_time_qpc) * 1000.0 / freq,
+                (double)((__int128)c->last_ts - in->sync_time_qpc) * 1000.0 / freq);
     }
     fprintf(out, "  events lost %llu\n", (unsigned long long)c->events_lost);
     int status = 0;
