@@ -175,9 +175,9 @@ bench: deps
 	@bash tests/bench/run.sh $(BUILD) $(BENCH_BIN)
 
 FUZZ_SECONDS ?= 60
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(TOOLLIB_SRC) $(RUNTIME_SRC)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(TOOLLIB_SRC) $(RUNTIME_SRC) $(CONFIG_SRC)
 	@mkdir -p $(dir $@)
-	clang $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(TOOLLIB_SRC) $(RUNTIME_SRC) -ldl -lpthread -lrt -lm
+	clang $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(TOOLLIB_SRC) $(RUNTIME_SRC) $(CONFIG_SRC) -lffi -lelf -lZydis -ldl -lpthread -lrt -lm
 fuzz: deps $(FUZZ_BIN)
 	@for f in $(FUZZ_BIN); do echo "== $$f ($(FUZZ_SECONDS)s)"; \
 	  mkdir -p $(BUILD)/fuzz/corpus-$$(basename $$f); \

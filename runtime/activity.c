@@ -40,6 +40,7 @@ static uint32_t g_pid;            /* the pid in checksums; set lazily and after 
 static at_guid g_root_prefix;     /* "//1" (the AppDomain) encoded, set in init_once before g_pid */
 static int g_root_off;
 static uint32_t g_root_next;      /* atomic: EventSource's static m_nextId (wraps, by design) */
+static uint32_t g_domain = 1;     /* the AppDomain part of root paths: 1, or 1 + the exec generation */
 static uint64_t g_unique_next = 1;/* atomic: per-thread blocks of <Name>Id values are taken from it */
 static at_guid g_process_parent;  /* RelatedActivityId of root Starts (exec chains) */
 static bool g_have_process_parent;
@@ -79,7 +80,7 @@ static void after_fork_child(void)
 static void init_once(void)
 {
     memset(&g_root_prefix, 0, sizeof g_root_prefix);
-    g_root_off = at_actpath_add_id(&g_root_prefix, 0, 1, false, (uint32_t)getpid());
+    g_root_off = at_actpath_add_id(&g_root_prefix, 0, g_domain, false, (uint32_t)getpid());
     pthread_key_create(&g_thread_key, thread_exit);
     pthread_atfork(NULL, NULL, after_fork_child);
     __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE); /* last: the fast check reads it */
@@ -755,6 +756,12 @@ void at_activity_set_process_parent(const at_guid *parent_id)
     } else {
         g_have_process_parent = false;
     }
+}
+
+void at_activity_set_exec_generation(uint32_t gen)
+{
+    if (__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) == 0) /* before the first activity only */
+        g_domain = gen + 1;
 }
 
 void at_activity_after_fork_child(void)

@@ -107,6 +107,11 @@ void at_flow_transfer_receive_from(at_activity *a, const at_guid *previous, uint
 
 /* Process start: root activities link to an activity of the parent process (exec chains). */
 void at_activity_set_process_parent(const at_guid *parent_id);
+/* Process start, before any activity: the image's exec generation (0 for a process's first image).
+ * An exec keeps the pid, which activity ids carry in their checksum: image k numbers its roots
+ * under //(k+1) rather than //1, so that no id of an earlier image (the one the new image's first
+ * root is related to) is given out again. */
+void at_activity_set_exec_generation(uint32_t gen);
 /* After fork in the child: reset per-process counters' pid binding (checksums use the new pid). */
 void at_activity_after_fork_child(void);
 /* The end of a thread with at_thread_managed set: release its activities and caches now (what the

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "trace_int.h"
 
 at_event_type *at_types[AT_MAX_TYPES];
@@ -90,6 +91,13 @@ static bool valid_type(uint32_t t)
     }
 }
 
+/* Does a reader imply an opcode from this name (a "Start"/"Stop" suffix, any case)? */
+static bool implies_opcode(const char *name)
+{
+    size_t n = strlen(name);
+    return (n >= 5 && strcasecmp(name + n - 5, "Start") == 0) || (n >= 4 && strcasecmp(name + n - 4, "Stop") == 0);
+}
+
 /* The V5 metadata payload of d under metadata id index and event id (nettrace-v5.md §4.4). */
 static void encode_meta(mbuf *b, uint32_t index, uint32_t event_id, const at_event_desc *d)
 {
@@ -105,7 +113,9 @@ static void encode_meta(mbuf *b, uint32_t index, uint32_t event_id, const at_eve
         mb_u32(b, d->fields[i].type);
         mb_str(b, d->fields[i].name);
     }
-    if (d->opcode != 0) {
+    /* The tag also for Info (0) when the name ends in Start/Stop: without it TraceEvent takes the
+     * opcode from the name (nettrace-v5.md §4.4) and "XStart" would open an activity. */
+    if (d->opcode != 0 || implies_opcode(d->name)) {
         uint8_t tag[6] = {1, 0, 0, 0, NT_META_TAG_OPCODE, d->opcode};
         mb_put(b, tag, sizeof tag);
     }

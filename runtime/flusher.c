@@ -222,6 +222,9 @@ void at_flush_locked(bool holdback, bool force_sp)
         atomic_fetch_add(&at_stat_dropped_io, at_ntw_pending_events);
         at_ntw_pending_events = 0;
     }
+    /* a write failed (now or before): a sequence point counts the lost events in the file as soon
+     * as it fits, and writing resumes after it */
+    at_ntw_retry();
     for (uint32_t i = 0; i < nr; i++)
         recycle(active[i]);
     if (!holdback) /* an explicit flush, stop or exit: every chunk back on the free list */

@@ -5,7 +5,16 @@
  *
  * Crash safety: each flush appends after the previous end tag. The first byte of the new content
  * (which overwrites that end tag) is written last, after the new end tag: a process killed in the
- * middle of a flush leaves the previous complete file (plus unread bytes after its end tag). */
+ * middle of a flush leaves the previous complete file (plus unread bytes after its end tag, which
+ * the project's reader recognises as a torn tail and recovers the complete blocks of).
+ *
+ * A failed write (full disk, quota, file size limit, I/O error) cuts the file back to its last
+ * complete part; what that part would have held is forgotten (metadata and symbols are written
+ * again), and a sequence point appended as soon as it fits lists every thread's number: the events
+ * that were lost are sequence gaps for every reader.
+ *
+ * Each file starts with a sequence point (the baseline: every thread's number so far), so that a
+ * reader counts drops from it, also those before a thread's first event in the file. */
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -69,6 +78,10 @@ static struct {
     uint32_t pi_len;
     size_t pi_cap;
     int32_t nprocs;
+    uint32_t part;          /* the current file part (metadata written in it: at_event_type.meta_part) */
+    uint32_t part_flusher_seq; /* flusher_seq when the part began */
+    uint32_t sym_gen;       /* the symbol rundown's generation: new per file and per failed part */
+    uint8_t sp_buf[12 + 12 * AT_MAX_THREADS];
 } W;
 
 static void *map(size_t n)
@@ -115,6 +128,11 @@ static int ob_drain(void)
 {
     if (W.ob_len == 0)
         return 0;
+    if (at_out.failed) { /* the part is lost already: it will be cut off */
+        W.ob_off += W.ob_len;
+        W.ob_len = 0;
+        return -1;
+    }
     const uint8_t *p = W.ob;
     size_t len = W.ob_len;
     uint64_t off = W.ob_off;
@@ -320,15 +338,14 @@ static void stacks_reset(void)
     W.sb_first = 1;
 }
 
-/* Sequence point (§5): every thread's last sequence number, then stack ids start again at 1. */
-void at_ntw_write_sp(void)
+/* Sequence point (§5) at ts: every thread's last sequence number, then stack ids start again at 1. */
+static void write_sp_at(uint64_t ts)
 {
     emit_pending();
-    uint8_t buf[12 + 12 * 512];
-    uint64_t ts = W.max_ts + 1; /* strictly after every earlier event (old readers drop the rest) */
+    uint8_t *buf = W.sp_buf;
     uint32_t n = 0;
     size_t len = 12;
-    for (uint32_t i = 0, lim = at_ring_limit(); i < lim && n < 512; i++) {
+    for (uint32_t i = 0, lim = at_ring_limit(); i < lim && n < AT_MAX_THREADS; i++) {
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
@@ -348,6 +365,11 @@ void at_ntw_write_sp(void)
     stacks_reset();
     W.bytes_at_sp = ob_pos();
     W.sp_time = at_now_ns();
+}
+
+void at_ntw_write_sp(void)
+{
+    write_sp_at(W.max_ts + 1); /* strictly after every earlier event (old readers drop the rest) */
 }
 
 static uint64_t hash_ips(const uintptr_t *ips, uint32_t n)
@@ -412,6 +434,7 @@ static void put_metadata(at_event_type *t, uint64_t ts, uint64_t tid)
     h.plen = t->meta_len;
     blob_put(&W.mb, &h, t->meta, true);
     t->file_gen = W.file_gen;
+    t->meta_part = W.part;
 }
 
 /* ---- file level ---- */
@@ -462,6 +485,7 @@ int at_ntw_file_begin(uint64_t sync_qpc)
     W.rotate_due = false;
     W.file_events = 0;
     W.flusher_seq = 1; /* ProcessInfo */
+    W.sym_gen++;
     eb_reset(&W.eb);
     eb_reset(&W.mb);
     stacks_reset();
@@ -475,6 +499,8 @@ int at_ntw_file_begin(uint64_t sync_qpc)
     sync_qpc = write_trace_object(sync_qpc);
     if (sync_qpc < prev)
         sync_qpc = prev;
+    /* the baseline: at the sync time, which no event of the file precedes */
+    write_sp_at(sync_qpc);
     W.max_ts = sync_qpc;
     if (at_processinfo_type && W.pi_payload) {
         put_metadata(at_processinfo_type, sync_qpc, at_flusher_tid);
@@ -498,7 +524,7 @@ int at_ntw_file_begin(uint64_t sync_qpc)
     return at_out.failed ? -1 : rc;
 }
 
-void at_ntw_flush_begin(void)
+static void part_begin(void)
 {
     W.ob_off = at_out.pos;
     W.ob_len = 0;
@@ -507,32 +533,81 @@ void at_ntw_flush_begin(void)
     W.held_off = at_out.pos;
     eb_reset(&W.eb);
     eb_reset(&W.mb);
+    if (++W.part == 0)
+        W.part = 1;
+    W.part_flusher_seq = W.flusher_seq;
+}
+
+void at_ntw_flush_begin(void)
+{
+    part_begin();
+}
+
+/* The part being written failed: cut the file back to where it was (its end tag is still there,
+ * since the part's first byte is written last), and forget what the part defined. */
+static void part_lost(void)
+{
+    at_output_cut(&at_out, W.held_off + 1);
+    for (uint32_t i = 0, n = atomic_load(&at_ntypes); i <= n && i < AT_MAX_TYPES; i++) {
+        at_event_type *t = at_types[i];
+        if (t && t->file_gen == W.file_gen && t->meta_part == W.part)
+            t->file_gen = 0;
+    }
+    if (++W.sym_gen == 0)
+        W.sym_gen = 1;
+    W.flusher_seq = W.part_flusher_seq; /* the flusher's lost symbol events are written again */
+    W.ob_off = W.held_off;
+    W.ob_len = 0;
+    W.held_taken = false;
+    eb_reset(&W.eb);
+    eb_reset(&W.mb);
+    stacks_reset(); /* its stack definitions are gone: ids start again after the next SP */
 }
 
 static int finish_file_part(void)
 {
     emit_pending();
     uint64_t end = ob_pos();
-    if (end == W.held_off)
-        return at_out.failed ? -1 : 0; /* nothing new: the file already ends with its tag */
+    if (end == W.held_off && !at_out.failed)
+        return 0; /* nothing new: the file already ends with its tag */
     ob_u8(NT_TAG_NULL_REFERENCE);
     ob_drain();
     if (W.held_taken && !at_out.failed)
         at_output_pwrite(&at_out, &W.held_byte, 1, W.held_off);
+    if (at_out.failed) {
+        part_lost();
+        return -1;
+    }
     at_out.pos = end;
     /* anything more in this flush starts a new part over the tag just written */
     W.ob_off = W.held_off = end;
     W.held_taken = false;
-    if (at_out.failed)
-        return -1;
+    if (++W.part == 0)
+        W.part = 1;
+    W.part_flusher_seq = W.flusher_seq;
     atomic_fetch_add(&at_stat_written, at_ntw_pending_events);
     at_ntw_pending_events = 0;
     return 0;
 }
 
+void at_ntw_retry(void)
+{
+    if (!at_out.failed || at_out.fd < 0)
+        return;
+    at_out.failed = false;
+    part_begin();
+    write_sp_at(W.max_ts + 1);
+    if (finish_file_part() < 0)
+        at_out.failed = true;
+}
+
 static void rotate(void)
 {
-    finish_file_part();
+    /* the old file's last word on every thread: drops since its last sequence point are counted
+     * there, and the new file's baseline starts after them */
+    at_ntw_write_sp();
+    if (finish_file_part() < 0)
+        return;
     uint64_t sync = W.max_ts; /* the next events are (almost always) not older than this */
     if (at_output_open_next(&at_out) < 0)
         return;
@@ -583,7 +658,7 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
     /* a stack new in this interval: name what this file has not named yet (before the event, so a
      * reader meets the symbols first) */
     if (W.stack_fresh && at_symrun_on)
-        at_symrun_cover((const uintptr_t *)p, r->nips, W.file_gen);
+        at_symrun_cover((const uintptr_t *)p, r->nips, W.sym_gen);
     p += (size_t)r->nips * 8;
     h.plen = r->payload_len;
     /* IsSorted only when no earlier-written event is newer (§6). A late event (a thread published

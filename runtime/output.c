@@ -149,11 +149,23 @@ void at_errmsg(const char *a, const char *b, int err)
 
 void at_output_report(at_output *o, const char *what, int err)
 {
-    if (o->failed)
-        return; /* one line per output, then drops are counted silently */
     o->failed = true;
+    if (o->reported)
+        return; /* one line per output, then drops are counted silently */
+    o->reported = true;
     at_errmsg(what, o->path, err);
-    at_errmsg("events are dropped and counted from now on", "", 0);
+    at_errmsg("the file keeps its last complete part; lost events are counted in it", "", 0);
+}
+
+int at_output_cut(at_output *o, uint64_t len)
+{
+    if (o->fd < 0)
+        return -1;
+    int rc;
+    do {
+        rc = ftruncate(o->fd, (off_t)len);
+    } while (rc != 0 && errno == EINTR);
+    return rc;
 }
 
 /* Insert sfx before the extension of the file name in base (a dot that starts the name is not one). */
@@ -296,6 +308,7 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
 {
     o->fd = -1;
     o->failed = false;
+    o->reported = false;
     o->dup = 0;
     if (expand(o, err, errlen) < 0)
         return -1;

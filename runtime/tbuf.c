@@ -539,6 +539,13 @@ static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
     if (AT_UNLIKELY(!atomic_load_explicit(&at_sess_active, memory_order_relaxed) || !t))
         goto drop_noring;
     if (AT_UNLIKELY(!r || thr.gen != gen)) {
+        if (thr.gen != gen) {
+            /* a new session (its files start from a baseline of their own): the thread's numbers
+             * start again at 1, or its first event would count the earlier ones as lost */
+            thr.seq = seq = 1;
+            thr.seq_written = 0;
+            thr.gen = gen; /* once: a drop for want of a buffer keeps counting on */
+        }
         r = ring_acquire(gen);
         if (!r)
             goto drop_noring;
@@ -623,8 +630,13 @@ AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, co
     return at_event_write_now(0, false, t, activity, related, payload, payload_len, ips, nips);
 }
 
-/* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap). */
-void at_tbuf_test_set_seq(uint32_t seq) { thr.seq = seq; }
+/* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap) in the
+ * current session (a thread's first event in a session would start it again at 1). */
+void at_tbuf_test_set_seq(uint32_t seq)
+{
+    thr.seq = seq;
+    thr.gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
+}
 
 /* ---- the flusher's horizon ----
  * A writer announces its clock read on its ring before making it (clock_announced). The flusher takes

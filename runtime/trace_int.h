@@ -22,6 +22,8 @@ struct at_event_type {
     uint8_t *meta;                  /* encoded V5 metadata payload (id + provider + ... + tags) */
     uint32_t meta_len;
     uint32_t file_gen;              /* flusher only: file generation its metadata was written to */
+    uint32_t meta_part;             /* flusher only: the file part that holds it (a part whose write
+                                     * failed is cut off: its metadata must be written again) */
 };
 
 extern at_event_type *at_types[AT_MAX_TYPES];
@@ -168,7 +170,8 @@ typedef struct at_output {
     unsigned max_files;   /* circular: files kept */
     int fd;
     uint64_t dev, ino;    /* the file fd was opened on: a number the program took over is not ours */
-    bool failed;
+    bool failed;          /* the last write failed: nothing more is written until a loss record fits */
+    bool reported;        /* the failure was reported on stderr (once per output) */
     bool child_suffix;    /* fork child (or a later image of one) of a pattern without %p: add -<pid> */
     unsigned exec_gen;    /* > 0: add -exec<n> (after -<pid>); 0 in a fork child */
     unsigned dup;         /* > 0: add -dup<n> last (another live process holds the name without
@@ -182,6 +185,8 @@ int at_output_open_next(at_output *o);   /* rotation/circular; -1 on error (repo
 void at_output_close(at_output *o);
 int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off);
 void at_output_report(at_output *o, const char *what, int err);
+/* Cut the file back to len bytes (after a failed write: its last complete state). */
+int at_output_cut(at_output *o, uint64_t len);
 /* Move the current file to another descriptor, leaving the old number open for the caller (who is
  * about to dup2 onto it); 0 or -1. Under at_flush_lock. */
 int at_output_move_fd(at_output *o);
@@ -197,6 +202,9 @@ int at_ntw_file_begin(uint64_t sync_qpc);   /* header + ProcessInfo into a fresh
 void at_ntw_flush_begin(void);
 int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid);
 int at_ntw_flush_end(bool force_sp);     /* pending blocks, SP, end tag; -1 on write error */
+/* After a failed write (at_out.failed): try to append a sequence point that counts what was lost,
+ * and resume writing if it fits. */
+void at_ntw_retry(void);
 void at_ntw_write_sp(void);
 /* An event of the flusher's own (the symbol rundown): capture thread = the flusher, the next sequence
  * number of its per-file count (ProcessInfo is 1), timestamp = the newest written so far. */

@@ -53,6 +53,7 @@ static bool parse_hex_guid(const char *s, at_guid *g)
 
 void at_exec_env_init(void)
 {
+    at_activity_set_exec_generation((uint32_t)at_exec_generation); /* ids unique across images */
     const char *v = getenv(AT_ENV_PARENT);
     if (!v)
         return;

@@ -830,15 +830,23 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
 
 /* ---------------- input ---------------- */
 
+/* Times are kept within +-2^62 ns (146 years): a corrupt timestamp or frequency is clamped there,
+ * and the differences the commands take (stop - start, time - origin) cannot overflow. */
+#define AM_TIME_LIMIT ((__int128)1 << 62)
+static int64_t clamp_ns(__int128 v)
+{
+    return (int64_t)(v > AM_TIME_LIMIT ? AM_TIME_LIMIT : v < -AM_TIME_LIMIT ? -AM_TIME_LIMIT : v);
+}
+
 static int64_t to_ns(const nt_trace_info *in, uint64_t ts)
 {
-    if (in->qpc_freq == 1000000000 || in->qpc_freq <= 0) return (int64_t)ts;
-    return (int64_t)((__int128)ts * 1000000000 / in->qpc_freq);
+    if (in->qpc_freq == 1000000000 || in->qpc_freq <= 0) return clamp_ns(ts);
+    return clamp_ns((__int128)ts * 1000000000 / in->qpc_freq);
 }
 
 int64_t am_time(const am_model *m, int f, uint64_t ts)
 {
-    return to_ns(&m->in[f].info, ts) - m->origin;
+    return clamp_ns((__int128)to_ns(&m->in[f].info, ts) - m->origin);
 }
 
 am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_callbacks *cb,
@@ -914,21 +922,22 @@ static int refill(am_model *m, int f)
 
 int am_run(am_model *m, char *err, size_t errlen)
 {
+    /* a damaged file ends where its damage starts; the others are read to their end */
     int status = 0;
-    for (int i = 0; i < m->nin && status == 0; i++)
-        if (refill(m, i) < 0) {
+    for (int i = 0; i < m->nin; i++)
+        if (refill(m, i) < 0 && status == 0) {
             snprintf(err, errlen, "%s", nt_error(m->in[i].r));
             status = -1;
         }
     uint64_t n = 0;
-    while (status == 0) {
+    for (;;) {
         int best = -1;
         for (int i = 0; i < m->nin; i++)
             if (m->in[i].has_head && (best < 0 || m->in[i].head_time < m->in[best].head_time)) best = i;
         if (best < 0) break;
         apply(m, best, &m->in[best].head, m->in[best].head_time);
         if ((++n & 0xfff) == 0) progress(m, false);
-        if (refill(m, best) < 0) {
+        if (refill(m, best) < 0 && status == 0) {
             snprintf(err, errlen, "%s", nt_error(m->in[best].r));
             status = -1;
         }
@@ -982,6 +991,32 @@ void am_close(am_model *m)
     free(m->kept);
     free(m->sent);
     free(m);
+}
+
+int am_report_damage(const am_model *m, const char *cmd)
+{
+    int rc = 0;
+    for (int i = 0; i < m->nin; i++) {
+        const nt_reader *r = m->in[i].r;
+        const nt_damage *d = nt_get_damage(r);
+        const nt_counts *c = nt_get_counts(r);
+        if (d) {
+            rc = AM_EXIT_DAMAGED;
+            if (d->kind == NT_DAMAGE_TORN)
+                am_errorf(cmd, "%s: %s", m->in[i].path, d->text);
+            else if (d->file_size)
+                am_errorf(cmd, "damaged file: the results cover its first %llu of %llu bytes (%llu events); %s",
+                          (unsigned long long)d->offset, (unsigned long long)d->file_size,
+                          (unsigned long long)d->events_before, d->text);
+            else
+                am_errorf(cmd, "damaged input: the results cover its first %llu bytes (%llu events); %s",
+                          (unsigned long long)d->offset, (unsigned long long)d->events_before, d->text);
+        }
+        if (c->events_lost)
+            am_errorf(cmd, "%s: %llu events lost by the writer (full buffers or a failed write): the results miss them",
+                      m->in[i].path, (unsigned long long)c->events_lost);
+    }
+    return rc;
 }
 
 int am_nfiles(const am_model *m) { return m->nin; }

@@ -105,8 +105,13 @@ am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_
                   char *err, size_t errlen);
 /* Read everything. 0 = clean end of every file; -1 = a file is truncated/corrupt: err has the
  * reader's message ("file: ... at offset N"); what was read before is reported as if the stream
- * ended there (open activities are reported as never stopped). */
+ * ended there (open activities are reported as never stopped), and the other files are read on. */
 int am_run(am_model *m, char *err, size_t errlen);
+/* After am_run: one line on stderr per damaged file (where the damage starts, how much was read,
+ * or the torn tail a killed writer left) and per file with lost events. Returns AM_EXIT_DAMAGED
+ * when a file is damaged (torn or broken), else 0. */
+#define AM_EXIT_DAMAGED 3
+int am_report_damage(const am_model *m, const char *cmd);
 void am_close(am_model *m);
 
 /* Trace facts for the commands. */

@@ -119,7 +119,7 @@ static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bo
                         char *buf, size_t buflen)
 {
     double freq = in->qpc_freq > 0 ? (double)in->qpc_freq : 1.0;
-    double ms = ((double)((int64_t)ev->timestamp - in->sync_time_qpc)) * 1000.0 / freq;
+    double ms = (double)((__int128)ev->timestamp - in->sync_time_qpc) * 1000.0 / freq; /* exact, and no overflow on corrupt values */
     const nt_metadata *m = ev->meta;
     const char *op = nt_opcode_name(m->opcode);
     fprintf(f, "%12.6f ms  tid %llu  %s/%s", ms, (unsigned long long)ev->thread, m->provider,
@@ -251,15 +251,29 @@ int at_cmd_dump(int argc, char **argv)
     if (c->events) {
         double freq = in->qpc_freq > 0 ? (double)in->qpc_freq : 1.0;
         fprintf(out, "  first %.6f ms, last %.6f ms\n",
-                (double)((int64_t)c->first_ts - in->sync_time_qpc) * 1000.0 / freq,
-                (double)((int64_t)c->last_ts - in->sync_time_qpc) * 1000.0 / freq);
+                (double)((__int128)c->first_ts - in->sync_time_qpc) * 1000.0 / freq,
+                (double)((__int128)c->last_ts - in->sync_time_qpc) * 1000.0 / freq);
     }
     fprintf(out, "  events lost %llu\n", (unsigned long long)c->events_lost);
     int status = 0;
-    if (rc < 0) {
+    const nt_damage *d = nt_get_damage(r);
+    if (d) {
+        fflush(out);
+        if (d->kind == NT_DAMAGE_TORN)
+            fprintf(stderr, "acttrace dump: %s: %s\n", path, d->text);
+        else
+            fprintf(stderr, "acttrace dump: damaged file: the dump covers its first %llu bytes (%llu events); %s\n",
+                    (unsigned long long)d->offset, (unsigned long long)d->events_before, d->text);
+        status = 3;
+    } else if (rc < 0) {
         fflush(out);
         fprintf(stderr, "acttrace dump: %s\n", nt_error(r));
         status = 1;
+    }
+    if (c->events_lost) {
+        fflush(out);
+        fprintf(stderr, "acttrace dump: %llu events lost by the writer (full buffers or a failed write)\n",
+                (unsigned long long)c->events_lost);
     }
     nt_close(r);
     return status;

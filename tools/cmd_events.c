@@ -216,10 +216,10 @@ int at_cmd_events(int argc, char **argv)
         status = 1;
         goto out;
     }
-    status = am_run(m, err, sizeof err) < 0;
+    am_run(m, err, sizeof err);
     am_buf_flush(&c->out);
     fflush(stdout);
-    if (status) am_errorf("events", "%s", err);
+    status = am_report_damage(m, "events");
     am_close(m);
 out:
     for (uint32_t i = 0; i < c->nlabels; i++) free(c->labels[i]);

@@ -250,24 +250,25 @@ int at_cmd_export(int argc, char **argv)
             fputs("}}", c.out);
         }
     }
-    int status = am_run(m, err, sizeof err) < 0;
-    if (status) {
-        am_errorf("export", "%s", err);
-    } else if (c.speedscope) {
+    am_run(m, err, sizeof err); /* a damaged file: what was read before the damage is exported */
+    if (c.speedscope) {
         speedscope_write(&c);
     } else {
         fputs("\n]}\n", c.out);
     }
-    am_close(m);
+    int status = 0;
     if (outpath) {
-        if (fclose(c.out) != 0 && !status) {
+        if (fclose(c.out) != 0) {
             am_errorf("export", "%s: write failed", outpath);
             status = 1;
+            remove(outpath);
         }
-        if (status) remove(outpath);
     } else {
         fflush(stdout);
     }
+    int dmg = am_report_damage(m, "export");
+    if (!status) status = dmg;
+    am_close(m);
     free(c.sl);
     free(c.frames);
     return status;

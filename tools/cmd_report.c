@@ -60,7 +60,7 @@ static const char report_script[] =
     "function title(e,t){el('title',{},e).textContent=t;}\n"
     "var items=J('timeline-data'),meta=J('report-meta'),names=J('names-data');\n"
     "var sl=items.filter(function(x){return !x.x;}),xf=items.filter(function(x){return x.x;});\n"
-    "document.getElementById('summary').textContent=meta.files.join(', ')+': '+meta.activities+' activities, '+meta.never+' never stopped, '+sl.length+' slices and '+xf.length+' transfers on the timeline'+(meta.cut?' ('+meta.cut+' more slices left out)':'')+'.';\n"
+    "document.getElementById('summary').textContent=meta.files.join(', ')+': '+meta.activities+' activities, '+meta.never+' never stopped, '+sl.length+' slices and '+xf.length+' transfers on the timeline'+(meta.cut?' ('+meta.cut+' more slices left out)':'')+'.'+(meta.lost?' '+meta.lost+' events were lost by the writer: they are missing here.':'')+(meta.damaged?' '+meta.damaged+' file(s) damaged: only what was read before the damage is shown.':'');\n"
     /* timeline: one row per thread, lanes inside a row for nested/overlapping slices */
     "var t0=Infinity,t1=-Infinity,rows={},order=[];\n"
     "sl.forEach(function(s){t0=Math.min(t0,s.a);t1=Math.max(t1,s.b);var k=s.pid+':'+s.tid;if(!(k in rows)){rows[k]={lanes:[],list:[]};order.push(k);}rows[k].list.push(s);});\n"
@@ -256,12 +256,7 @@ int at_cmd_report(int argc, char **argv)
     }
     c->first = true;
     fputs(report_head, c->out);
-    if (am_run(m, err, sizeof err) < 0) {
-        am_errorf("report", "%s", err);
-        fclose(c->out);
-        remove(outpath);
-        goto out;
-    }
+    am_run(m, err, sizeof err); /* a damaged file: what was read before the damage is reported */
     FILE *f = c->out;
     fputs("\n]</script>\n<script id=\"report-meta\" type=\"application/json\">{\"files\":[", f);
     for (int i = 0; i < nfiles; i++) {
@@ -270,8 +265,15 @@ int at_cmd_report(int argc, char **argv)
     }
     uint64_t total = 0;
     for (int i = 0; i < c->nnames; i++) total += c->names[i].d.n + c->names[i].never;
-    fprintf(f, "],\"activities\":%llu,\"never\":%llu,\"cut\":%llu}</script>\n", (unsigned long long)total,
-            (unsigned long long)am_never_stopped(m), (unsigned long long)c->cut);
+    uint64_t lost = 0;
+    int damaged = 0;
+    for (int i = 0; i < am_nfiles(m); i++) {
+        lost += nt_get_counts(am_reader(m, i))->events_lost;
+        damaged += nt_get_damage(am_reader(m, i)) != NULL;
+    }
+    fprintf(f, "],\"activities\":%llu,\"never\":%llu,\"cut\":%llu,\"lost\":%llu,\"damaged\":%d}</script>\n",
+            (unsigned long long)total, (unsigned long long)am_never_stopped(m), (unsigned long long)c->cut,
+            (unsigned long long)lost, damaged);
     fputs("<script id=\"names-data\" type=\"application/json\">[", f);
     qsort(c->names, (size_t)c->nnames, sizeof c->names[0], by_name);
     bool firstname = true;
@@ -301,7 +303,7 @@ int at_cmd_report(int argc, char **argv)
         goto out;
     }
     fprintf(stderr, "acttrace report: wrote %s\n", outpath);
-    status = 0;
+    status = am_report_damage(m, "report");
 out:
     am_close(m);
     if (c->sym)

@@ -3,6 +3,7 @@
  * ACTTRACE_CONFIG and ACTTRACE_OUTPUT set, passes its exit status through (128+N for a signal, as
  * shells do) and says on stderr which trace files it left, as `strace -o` and `uftrace record` do. */
 #include "cmds.h"
+#include "ntreader.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -69,6 +70,27 @@ static void pattern_glob(const char *pat, long pid, char *out, size_t n)
     out[k] = 0;
 }
 
+/* What a file holds, as its readers will see it: events, events lost, damage. */
+static void file_summary(const char *path, char *out, size_t n)
+{
+    char err[512];
+    nt_options o = {.skip_events = true};
+    nt_reader *r = nt_open_ex(path, &o, err, sizeof err);
+    if (!r) {
+        snprintf(out, n, "unreadable (%s)", err);
+        return;
+    }
+    nt_event ev;
+    while (nt_next(r, &ev) == 1) {}
+    const nt_counts *c = nt_get_counts(r);
+    const nt_damage *d = nt_get_damage(r);
+    int k = snprintf(out, n, "%llu events, %llu lost", (unsigned long long)c->events,
+                     (unsigned long long)c->events_lost);
+    if (d && k > 0 && (size_t)k < n)
+        snprintf(out + k, n - (size_t)k, "; %s", d->text);
+    nt_close(r);
+}
+
 /* Name the files the run left: the program's own, then those of its children (forks get
  * "-<pid>" or their own %p, exec'ed images "-exec<n>"), written since the run started. */
 static void report_files(const char *pattern, long pid, time_t since)
@@ -92,7 +114,10 @@ static void report_files(const char *pattern, long pid, time_t since)
             for (size_t j = 0; j < i; j++) dup |= !strcmp(gl.gl_pathv[j], p);
             if (dup || stat(p, &st) != 0 || !S_ISREG(st.st_mode) || st.st_mtime < since) continue;
             if ((fnmatch(g[0], p, 0) == 0) != (pass == 0)) continue;
-            fprintf(stderr, "acttrace: trace written to %s%s\n", p, pass ? " (a child process or an exec'ed image)" : "");
+            char what[700];
+            file_summary(p, what, sizeof what);
+            fprintf(stderr, "acttrace: trace written to %s%s: %s\n", p, pass ? " (a child process or an exec'ed image)" : "",
+                    what);
             shown++;
         }
     if (!shown) fprintf(stderr, "acttrace: no trace file matching %s was written (did the shim load?)\n", g[0]);

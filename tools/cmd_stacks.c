@@ -97,10 +97,11 @@ int at_cmd_stacks(int argc, char **argv)
         am_errorf("stacks", "%s", err);
         goto out;
     }
-    status = am_run(m, err, sizeof err) < 0;
+    am_run(m, err, sizeof err);
+    am_fold_each(c->fold, print_line, stdout);
+    fflush(stdout);
+    status = am_report_damage(m, "stacks");
     am_close(m);
-    if (status) am_errorf("stacks", "%s", err);
-    else am_fold_each(c->fold, print_line, stdout);
 out:
     if (c->sym)
         for (int i = 0; i < nfiles; i++) nt_sym_free(c->sym[i]);

@@ -185,11 +185,11 @@ int at_cmd_tree(int argc, char **argv)
         am_errorf("tree", "%s", err);
         return 1;
     }
-    int status = am_run(m, err, sizeof err) < 0;
+    am_run(m, err, sizeof err);
     am_buf_flush(&c.out);
     fflush(stdout);
-    if (status) am_errorf("tree", "%s", err);
-    else if (am_unmatched_stops(m))
+    int status = am_report_damage(m, "tree");
+    if (am_unmatched_stops(m))
         fprintf(stderr, "acttrace tree: %llu Stop events matched no open activity\n",
                 (unsigned long long)am_unmatched_stops(m));
     am_close(m);

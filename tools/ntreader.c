@@ -108,6 +108,15 @@ struct nt_reader {
     uint64_t order_floor;   /* newest IsSorted event or sequence point so far (opt.order) */
     bool reported_before_sync;
     bool any_event;
+
+    /* A file whose first block is a sequence point (acttrace's writer: the baseline of the threads'
+     * numbers) counts every capture thread's drops from that baseline, also those before a thread's
+     * first event; other files follow TraceEvent (a thread's first number starts its count). */
+    bool seq_baseline;
+    uint64_t good_end;      /* end of the last complete object: where damage starts */
+    uint64_t tail_off;      /* > 0: reading a part after an end tag whose first byte was never written */
+    nt_damage damage;
+    char damage_msg[NT_ERR_LEN];
 };
 
 /* ---------------------------------------------------------------- errors and problems */
@@ -880,15 +889,16 @@ static int parse_stack_block(nt_reader *r)
     return 0;
 }
 
-static void note_seq(nt_reader *r, thread_ent *t, uint32_t expected_last, uint64_t off, bool from_sp)
+static void note_seq(nt_reader *r, thread_ent *t, uint32_t expected_last, uint64_t off, bool from_sp, bool first)
 {
-    /* TraceEvent: a thread whose last sequence number is 0 counts no drops (recycled thread id). */
-    if (t->st.last_seq != 0) {
+    /* TraceEvent: a thread whose last sequence number is 0 counts no drops (recycled thread id);
+     * a file with a baseline counts from 0 */
+    if (t->st.last_seq != 0 || r->seq_baseline) {
         int32_t d = (int32_t)(expected_last - t->st.last_seq);
         if (d > 0) {
             t->st.dropped += (uint32_t)d;
             r->counts.events_lost += (uint32_t)d; /* drops are data, not a structural problem */
-        } else if (d < 0) {
+        } else if (d < 0 && !first) { /* a first number past 2^31 is a counter that wrapped, not a regression */
             problem(r, off, "sequence number of capture thread %llu goes backwards (%u after %u)",
                     (unsigned long long)t->st.capture_thread, expected_last + (from_sp ? 0 : 1), t->st.last_seq);
         }
@@ -913,6 +923,10 @@ static int parse_sp_block(nt_reader *r)
             problem(r, r->blk_off + 12 + 12 * n, "SPBlock has %u bytes after its %u thread entries",
                     end - 12 - 12 * n, n);
     }
+    /* the file's first block: the baseline (nothing before it can have been lost in this file) */
+    bool baseline = r->counts.event_blocks + r->counts.metadata_blocks + r->counts.stack_blocks
+                        + r->counts.sp_blocks == 0;
+    if (baseline) r->seq_baseline = true;
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *e = b + 12 + 12 * i;
         uint64_t tid = ld64(e);
@@ -920,7 +934,7 @@ static int parse_sp_block(nt_reader *r)
         bool created;
         thread_ent *t = thread_get(r, tid, &created);
         if (!t) return fail(r, r->blk_off, "out of memory");
-        if (!created) note_seq(r, t, seq, r->blk_off + 12 + 12 * i, true);
+        if (!baseline && (!created || r->seq_baseline)) note_seq(r, t, seq, r->blk_off + 12 + 12 * i, true, created);
         t->st.last_seq = seq;
     }
     stacks_flush(r);
@@ -1027,14 +1041,23 @@ static int read_object(nt_reader *r)
         return fail(r, r->off, "file ends without the end-of-stream tag (0x01) after the last block");
     if (rd_u8(r, &tag, "object tag")) return -1;
     if (tag == NT_TAG_NULL_REFERENCE) {
-        /* end of stream; nothing may follow */
-        size_t more = rd_avail(r, 1);
-        if (more) {
+        /* end of stream; nothing may follow, except a part our writer had not finished: it starts
+         * where this tag is, with its first byte (the object's BeginPrivateObject) held back until the
+         * rest is written, so what follows is the rest of a type header */
+        size_t more = rd_avail(r, 2);
+        if (more >= 2 && !r->tail_off && r->buf[r->buf_pos] == NT_TAG_BEGIN_PRIVATE_OBJECT &&
+            r->buf[r->buf_pos + 1] == NT_TAG_NULL_REFERENCE) {
+            r->tail_off = obj_off;
+            r->damage.recovered = r->counts.events;
+            tag = NT_TAG_BEGIN_PRIVATE_OBJECT;
+        } else if (more) {
             uint64_t extra = r->file_size ? r->file_size - r->off : more;
             problem(r, r->off, "%llu%s trailing byte(s) after the end-of-stream tag", (unsigned long long)extra,
                     r->file_size ? "" : "+");
+            return 2;
+        } else {
+            return 2;
         }
-        return 2;
     }
     if (tag != NT_TAG_BEGIN_PRIVATE_OBJECT)
         return fail(r, obj_off, "expected a BeginPrivateObject tag (5) or the end-of-stream tag (1), found 0x%02x",
@@ -1117,6 +1140,15 @@ static int read_object(nt_reader *r)
                 uint64_t boff;
                 if (next_blob(r, &pp, &sorted, &boff)) return -1;
                 r->counts.events++;
+                /* sequence accounting as for a decoded event: the drop count stays exact */
+                bool created;
+                thread_ent *t = thread_get(r, r->last.capture_thread, &created);
+                if (!t) return fail(r, boff, "out of memory");
+                if ((!created || r->seq_baseline) && r->last.seq - 1 != t->st.last_seq)
+                    note_seq(r, t, r->last.seq - 1, boff, false, created);
+                t->st.last_seq = r->last.seq;
+                t->st.events++;
+                t->last_ts = r->last.timestamp;
                 uint64_t ts = r->last.timestamp;
                 if (!r->any_event || ts < r->counts.first_ts) r->counts.first_ts = ts;
                 r->any_event = true;
@@ -1150,6 +1182,7 @@ static nt_reader *finish_open(nt_reader *r, char *err, size_t errlen)
         nt_close(r);
         return NULL;
     }
+    r->good_end = r->off;
     return r;
 }
 
@@ -1204,13 +1237,14 @@ nt_reader *nt_open_mem(const void *data, size_t len, const nt_options *opt, char
     return finish_open(r, err, errlen);
 }
 
-int nt_next(nt_reader *r, nt_event *ev)
+static int next_inner(nt_reader *r, nt_event *ev)
 {
     for (;;) {
         if (r->state == 3) return -1;
         if (r->state == 2) return 0;
         if (r->state == 1) {
             if (r->blk_pos >= r->blk_size) {
+                r->good_end = r->off; /* every event of the block was returned */
                 r->state = 0;
                 continue;
             }
@@ -1230,8 +1264,8 @@ int nt_next(nt_reader *r, nt_event *ev)
             bool created;
             thread_ent *t = thread_get(r, h->capture_thread, &created);
             if (AT_UNLIKELY(!t)) return fail(r, boff, "out of memory");
-            if (!created) {
-                if (AT_UNLIKELY(h->seq - 1 != t->st.last_seq)) note_seq(r, t, h->seq - 1, boff, false);
+            if (!created || r->seq_baseline) {
+                if (AT_UNLIKELY(h->seq - 1 != t->st.last_seq)) note_seq(r, t, h->seq - 1, boff, false, created);
                 if (AT_UNLIKELY(r->opt.strict) && h->timestamp < t->last_ts)
                     problem(r, boff, "timestamp %llu of capture thread %llu is earlier than its previous event's %llu",
                             (unsigned long long)h->timestamp, (unsigned long long)h->capture_thread,
@@ -1290,7 +1324,7 @@ int nt_next(nt_reader *r, nt_event *ev)
             if (h->stack_id) {
                 const stack_ent *s = stack_find(r, h->stack_id);
                 if (s) {
-                    ev->frames = r->frames + s->start;
+                    ev->frames = s->nframes ? r->frames + s->start : NULL; /* no frames: no pointer arithmetic on a NULL table */
                     ev->nframes = s->nframes;
                 } else {
                     /* TraceEvent silently shows no stack; we say so */
@@ -1302,12 +1336,57 @@ int nt_next(nt_reader *r, nt_event *ev)
         }
         int rc = read_object(r);
         if (rc < 0) return -1;
+        if (rc != 1) r->good_end = r->off; /* an event block: once its events are all read */
         if (rc == 2) {
             r->state = 2;
             return 0;
         }
         if (rc == 1) r->state = 1;
     }
+}
+
+int nt_next(nt_reader *r, nt_event *ev)
+{
+    int prev = r->state;
+    int rc = next_inner(r, ev);
+    if (rc == 1 || prev >= 2) return rc;
+    uint64_t size = r->file_size ? r->file_size : r->off + (r->buf_len - r->buf_pos);
+    nt_damage *d = &r->damage;
+    d->offset = r->good_end;
+    d->file_size = r->file_size;
+    if (r->tail_off) {
+        /* a torn part: its complete blocks were read, the rest is what the killed writer left */
+        d->kind = NT_DAMAGE_TORN;
+        d->recovered = r->counts.events - d->recovered;
+        d->events_before = r->counts.events;
+        uint64_t torn = rc < 0 && size > r->good_end ? size - r->good_end : 0;
+        if (rc < 0)
+            snprintf(r->damage_msg, sizeof r->damage_msg,
+                     "torn tail: %llu bytes after the last complete block at offset %llu, the process was killed "
+                     "while writing (%llu events recovered after the end tag at offset %llu)",
+                     (unsigned long long)torn, (unsigned long long)r->good_end, (unsigned long long)d->recovered,
+                     (unsigned long long)r->tail_off);
+        else
+            snprintf(r->damage_msg, sizeof r->damage_msg,
+                     "torn tail: the part after the end tag at offset %llu is complete but was never committed, the "
+                     "process was killed while writing (%llu events recovered from it)",
+                     (unsigned long long)r->tail_off, (unsigned long long)d->recovered);
+        d->text = r->damage_msg;
+        r->err[0] = 0;
+        r->state = 2;
+        return 0;
+    }
+    if (rc < 0) {
+        d->kind = NT_DAMAGE_BROKEN;
+        d->events_before = r->counts.events;
+        d->text = r->err;
+    }
+    return rc;
+}
+
+const nt_damage *nt_get_damage(const nt_reader *r)
+{
+    return r->damage.kind != NT_DAMAGE_NONE ? &r->damage : NULL;
 }
 
 const char *nt_error(const nt_reader *r) { return r->err[0] ? r->err : "no error"; }

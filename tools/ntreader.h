@@ -74,6 +74,24 @@ nt_reader *nt_open(const char *path, char *err, size_t errlen);
  * threads by timestamp). */
 int nt_next(nt_reader *r, nt_event *ev);
 const char *nt_error(const nt_reader *r);
+
+/* Damage: where a file stops being readable, for commands that analyse what came before it.
+ * NT_DAMAGE_TORN: after an end tag, a part whose first byte was never written (a writer killed while
+ * flushing: it writes that byte last); the part's complete blocks are read (nt_next goes on into it
+ * and ends cleanly at its first incomplete block). NT_DAMAGE_BROKEN: the file ends early or holds
+ * bytes no reader accepts (nt_next returned -1). */
+enum { NT_DAMAGE_NONE = 0, NT_DAMAGE_TORN = 1, NT_DAMAGE_BROKEN = 2 };
+typedef struct nt_damage {
+    int kind;
+    uint64_t offset;          /* end of the last complete object: the damage starts here */
+    uint64_t file_size;       /* 0 if unknown (pipe) */
+    uint64_t events_before;   /* events read before the damage */
+    uint64_t recovered;       /* TORN: events read from the torn part */
+    const char *text;         /* one line: what and where (no file name prefix for TORN, the reader's
+                               * "file: offset N: ..." message for BROKEN) */
+} nt_damage;
+/* NULL while the file is sound (or not read to its end yet). */
+const nt_damage *nt_get_damage(const nt_reader *r);
 const nt_trace_info *nt_info(const nt_reader *r);
 const nt_counts *nt_get_counts(const nt_reader *r);
 /* Metadata by id (NULL if unknown). */

@@ -402,12 +402,21 @@ START_TEST(header_bytes)
     memcpy(&year, b + 0x35, 2);
     ck_assert_int_ge(year, 2024);
     ck_assert_int_eq(b[0x65], 6);
-    /* the first block is the ProcessInfo metadata, padded after its size to a 4-byte offset */
+    /* the first block is the baseline sequence point (at the sync time, no thread yet), padded
+     * after its size to a 4-byte offset: readers count every drop from it */
+    static const uint8_t sp[] = {5, 5, 1, 2, 0, 0, 0, 2, 0, 0, 0, 7, 0, 0, 0, 'S', 'P', 'B', 'l',
+                                 'o', 'c', 'k', 6, 12, 0, 0, 0, 0, 0, 0};
+    ck_assert_mem_eq(b + 0x66, sp, sizeof sp); /* 0x7d + 4 = 0x81 -> 0x84 */
+    ck_assert_int_eq((int64_t)ld64(b + 0x84), qpc);
+    ck_assert_int_eq(ld32(b + 0x8c), 0);
+    ck_assert_int_eq(b[0x90], 6);
+    /* then the ProcessInfo metadata */
     static const uint8_t mb[] = {5, 5, 1, 2, 0, 0, 0, 2, 0, 0, 0, 13, 0, 0, 0, 'M', 'e', 't', 'a',
                                  'd', 'a', 't', 'a', 'B', 'l', 'o', 'c', 'k', 6};
-    ck_assert_mem_eq(b + 0x66, mb, sizeof mb);
-    ck_assert_int_eq(b[0x87], 0);   /* one padding byte: 0x83 + 4 = 0x87 -> 0x88 */
-    ck_assert_int_eq(ld32(b + 0x88), 20 | (1u << 16));
+    ck_assert_mem_eq(b + 0x91, mb, sizeof mb);
+    ck_assert_int_eq(b[0xb2], 0);   /* two padding bytes: 0xae + 4 = 0xb2 -> 0xb4 */
+    ck_assert_int_eq(b[0xb3], 0);
+    ck_assert_int_eq(ld32(b + 0xb4), 20 | (1u << 16));
     ck_assert_int_eq(b[len - 1], 1); /* end of stream */
     free(b);
     walk w;
@@ -467,6 +476,17 @@ START_TEST(metadata_encoding)
     at_event_type *t2 = at_event_type_register(&d2);
     ck_assert_int_eq(t2->event_id, 8);
     ck_assert_int_eq(t2->meta_len, 4 + 4 + 4 + 4 + 8 + 12); /* no tag for opcode 0 */
+    /* an informational event named like a Start or a Stop says it is Info: without the tag,
+     * TraceEvent (and our reader) would take the opcode from the name and open an activity */
+    const char *infos[] = {"XStart", "cachestop", "Stop"};
+    for (int i = 0; i < 3; i++) {
+        at_event_desc di = {.provider = "Q", .name = infos[i]};
+        at_event_type *ti = at_event_type_register(&di);
+        ck_assert_ptr_nonnull(ti);
+        static const uint8_t info_tag[] = {1, 0, 0, 0, 1, 0};
+        ck_assert_int_eq(ti->meta_len, 4 + (strlen(infos[i]) + 1) * 2 + 4 + 4 + 8 + 12 + 6);
+        ck_assert_mem_eq(ti->meta + ti->meta_len - 6, info_tag, 6);
+    }
     /* the same name with another shape is another type (a payload read with the first one's fields
      * would be garbage), with its own event id; the same shape again is the same type */
     at_field fs[] = {{"Id", NT_TYPE_UINT64}, {"Name", NT_TYPE_INT32}};
