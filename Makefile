@@ -82,6 +82,12 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
 # the typed hook wrapper runs cleanups when a C++ exception unwinds through it
 $(BUILD)/obj/shim/hook/ffiwrap.o: CFLAGS += -fexceptions
+# A hooked function's stub does not save vector/x87 state on every call: the code it runs (the hook's
+# C code and the runtime) never touches that state (runtime/xstate.h), and no loop becomes a call to
+# libc's memcpy (which uses AVX).
+NOVEC_CFLAGS = -mgeneral-regs-only -fno-tree-loop-distribute-patterns
+$(BUILD)/obj/runtime/%.o $(addprefix $(BUILD)/obj/shim/,hooks.o fdflow.o events.o hook/stub.o): \
+  CFLAGS += $(NOVEC_CFLAGS)
 $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@

@@ -20,6 +20,7 @@
 
 #include "activity_int.h"
 #include "actpath.h"
+#include "xstate.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -110,7 +111,7 @@ static inline at_activity *act_alloc(void)
     }
     if (AT_UNLIKELY(!at_thread_registered))
         register_thread();
-    return malloc(sizeof(at_activity));
+    return at_xs_malloc(sizeof(at_activity)); /* may be a hooked call: xstate.h */
 }
 
 static inline void act_free(at_activity *a)
@@ -121,7 +122,7 @@ static inline void act_free(at_activity *a)
         at_free_count++;
         return;
     }
-    free(a);
+    at_xs_free(a);
 }
 
 #define is_live at_act_is_live

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <stdio.h>
 #include "trace_int.h"
+#include "xstate.h"
 
 #define AT_DEFAULT_CAP (256u << 20) /* virtual; chunks are reused LIFO so RSS follows the backlog */
 #define AT_MAX_PAYLOAD (48u * 1024)
@@ -512,7 +513,7 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
         p += 16;
     }
     if (nips) {
-        memcpy(p, ips, (size_t)nips * 8);
+        at_copy_words((uint64_t *)p, (const uint64_t *)ips, nips); /* no libc memcpy: xstate.h */
         p += (size_t)nips * 8;
     }
     if (payload_len)
