@@ -8,8 +8,11 @@
  *     and every call's Start and Stop in the trace.
  *   hk_regs: assembly leaves whose callers check r10, r11, rcx, rdx, rsi, rdi, r8, r9, the flags,
  *     xmm/ymm/zmm0-31, k0-7, MXCSR and the x87 control word after the call, and what the leaf
- *     was entered with (r10, r11, flags), hooked without a signature, with one, and with stacks. */
+ *     was entered with (r10, r11, flags), hooked without a signature, with one, and with stacks.
+ *   libacttrace.so itself: no code the stub's C calls reach touches vector/x87 state, and it calls
+ *     out only to functions known not to, or through the XSAVE guard (runtime/xstate.h). */
 #include <check.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +128,146 @@ START_TEST(test_registers)
 }
 END_TEST
 
+/* ---------------- the hook's code, read from the shim's disassembly ---------------- */
+
+typedef struct fn {
+    char *name;
+    char **ins;
+    size_t n, cap;
+} fn;
+
+/* What the hook's C code may call in libc: small functions with no vector instruction on their path
+ * (glibc 2.36: disassembled), and malloc/free from the XSAVE guard only. */
+static const char *const ext_ok[] = {
+    "__errno_location", "clock_gettime", "pthread_once", "pthread_setspecific",
+    "pthread_getspecific", "pthread_mutex_lock", "pthread_mutex_unlock", "pthread_self",
+    "sem_post", "sched_yield", "syscall", "mmap", "mmap64", "munmap", "getpid", "gettid", NULL};
+static const char *const guarded[][2] = {{"at_xs_malloc", "malloc"},
+                                         {"at_xs_free", "free"},
+                                         {"walk_libunwind", "*"},       /* libunwind, guarded */
+                                         {"walk_slow_unguarded", "*"}}; /* only from walk_slow */
+
+static bool in_list(const char *const *l, const char *s)
+{
+    for (; *l; l++)
+        if (!strcmp(*l, s))
+            return true;
+    return false;
+}
+
+/* "name.part.0" -> "name" */
+static void base_name(const char *s, char *out, size_t n)
+{
+    snprintf(out, n, "%s", s);
+    char *d = strchr(out, '.');
+    if (d)
+        *d = 0;
+}
+
+static bool guard_allows(const char *f, const char *target)
+{
+    char b[256];
+    base_name(f, b, sizeof b);
+    for (size_t i = 0; i < sizeof guarded / sizeof guarded[0]; i++)
+        if (!strcmp(guarded[i][0], b) && (!strcmp(guarded[i][1], "*") || !strcmp(guarded[i][1], target)))
+            return true;
+    return false;
+}
+
+START_TEST(test_hook_code_is_vector_free)
+{
+    if (getenv("ACTTRACE_ASAN"))
+        return; /* the sanitizers' own calls are everywhere */
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "objdump -d --no-show-raw-insn '%s' 2>/dev/null", at_shim_path());
+    FILE *p = popen(cmd, "r");
+    ck_assert(p);
+    fn *fns = NULL;
+    size_t nf = 0, cap = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = 0;
+        char name[512];
+        unsigned long long a;
+        if (sscanf(line, "%llx <%511[^>]>:", &a, name) == 2 && line[strlen(line) - 1] == ':') {
+            if (nf == cap)
+                fns = realloc(fns, (cap = cap ? 2 * cap : 1024) * sizeof *fns);
+            fns[nf++] = (fn){.name = strdup(name)};
+        } else if (nf && line[0] == ' ' && strchr(line, ':')) {
+            fn *f = &fns[nf - 1];
+            if (f->n == f->cap)
+                f->ins = realloc(f->ins, (f->cap = f->cap ? 2 * f->cap : 64) * sizeof *f->ins);
+            f->ins[f->n++] = strdup(line);
+        }
+    }
+    pclose(p);
+    ck_assert_msg(nf > 100, "no disassembly of %s (objdump)", at_shim_path());
+    regex_t vec, call, ind;
+    ck_assert(!regcomp(&vec, "%[xyz]mm|%k[0-7]|%st|\\bf(ld|st|nst|ldcw)[a-z]* |mxcsr|vzero",
+                       REG_EXTENDED | REG_NOSUB));
+    ck_assert(!regcomp(&call, "\\b(call|jmp)[a-z]*[ \t]+[0-9a-f]+ <([^>+]+)(\\+0x[0-9a-f]+)?>",
+                       REG_EXTENDED));
+    ck_assert(!regcomp(&ind, "\\bcall[a-z]*[ \t]+\\*", REG_EXTENDED | REG_NOSUB));
+    bool *seen = calloc(nf, 1);
+    size_t *stack = malloc(nf * sizeof *stack), sp = 0, reached = 0;
+    for (size_t i = 0; i < nf; i++)
+        if (!strcmp(fns[i].name, "at_stub_enter") || !strcmp(fns[i].name, "at_stub_exit"))
+            seen[i] = true, stack[sp++] = i;
+    ck_assert_uint_eq(sp, 2);
+    char bad[8192] = "";
+    size_t nb = 0;
+    while (sp) {
+        fn *f = &fns[stack[--sp]];
+        reached++;
+        for (size_t k = 0; k < f->n; k++) {
+            const char *l = f->ins[k];
+            regmatch_t m[4];
+            if (!regexec(&vec, l, 0, NULL, 0)) /* (the guard's xsave/xrstor name no register) */
+                nb += (size_t)snprintf(bad + nb, nb < sizeof bad ? sizeof bad - nb : 0,
+                                       "\n  vector code in %s: %s", f->name, l);
+            /* an indirect call (a jump through a register is a switch's table) */
+            else if (!regexec(&ind, l, 0, NULL, 0) && !guard_allows(f->name, "*") &&
+                     !strstr(l, "@plt"))
+                nb += (size_t)snprintf(bad + nb, nb < sizeof bad ? sizeof bad - nb : 0,
+                                       "\n  indirect call in %s: %s", f->name, l);
+            else if (!regexec(&call, l, 4, m, 0)) {
+                char t[512];
+                snprintf(t, sizeof t, "%.*s", (int)(m[2].rm_eo - m[2].rm_so), l + m[2].rm_so);
+                char *plt = strstr(t, "@plt");
+                if (plt) {
+                    *plt = 0;
+                    if (!in_list(ext_ok, t) && !guard_allows(f->name, t))
+                        nb += (size_t)snprintf(bad + nb, nb < sizeof bad ? sizeof bad - nb : 0,
+                                               "\n  %s calls %s", f->name, t);
+                } else if (m[3].rm_so < 0 || !strncmp(l + m[1].rm_so, "call", 4)) {
+                    for (size_t j = 0; j < nf; j++)
+                        if (!seen[j] && !strcmp(fns[j].name, t)) {
+                            seen[j] = true;
+                            stack[sp++] = j;
+                        }
+                }
+            }
+        }
+    }
+    ck_assert_msg(reached > 20, "only %zu functions reached from the stub", reached);
+    ck_assert_msg(!nb, "the hook's code may change the caller's vector/x87 state (build it with "
+                       "-mgeneral-regs-only, call libc only through runtime/xstate.h's guard, or list "
+                       "a function proven free of vector code):%s", bad);
+    regfree(&vec);
+    regfree(&call);
+    regfree(&ind);
+    free(seen);
+    free(stack);
+    for (size_t i = 0; i < nf; i++) {
+        for (size_t k = 0; k < fns[i].n; k++)
+            free(fns[i].ins[k]);
+        free(fns[i].ins);
+        free(fns[i].name);
+    }
+    free(fns);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("harm_stub");
@@ -132,6 +275,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_loop_test(tc, test_matrix, 0, (int)(sizeof matrix / sizeof matrix[0]));
     tcase_add_test(tc, test_registers);
+    tcase_add_test(tc, test_hook_code_is_vector_free);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
