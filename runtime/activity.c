@@ -89,7 +89,7 @@ static void init_once(void)
 static inline void ensure_init(void)
 {
     if (AT_UNLIKELY(__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) == 0))
-        pthread_once(&g_once, init_once);
+        at_xs_once(&g_once, init_once); /* may be inside a hooked call: xstate.h */
 }
 
 /* The thread's activities and its allocation cache are released when it ends; registering the key
@@ -98,7 +98,7 @@ static AT_NOINLINE void register_thread(void)
 {
     at_thread_registered = true;
     if (!at_thread_managed) /* otherwise at_activity_thread_exit is called at the thread's end */
-        pthread_setspecific(g_thread_key, (void *)1);
+        at_xs_setspecific(g_thread_key, (void *)1);
 }
 
 static inline at_activity *act_alloc(void)
@@ -670,7 +670,7 @@ static void init_transfer_once(void)
 static inline void transfer_types(void)
 {
     if (AT_UNLIKELY(!__atomic_load_n(&g_transfer_ready, __ATOMIC_ACQUIRE)))
-        pthread_once(&g_transfer_once, init_transfer_once);
+        at_xs_once(&g_transfer_once, init_transfer_once);
 }
 
 AT_HOT_FN static uint64_t write_transfer(at_event_type *t, at_activity *a, const at_guid *related,

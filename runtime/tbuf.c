@@ -386,7 +386,7 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
     thr.ring = r;
     thr.gen = gen;
     if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
-        pthread_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
+        at_xs_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
     return r;
 }
 

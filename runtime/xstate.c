@@ -74,3 +74,20 @@ void at_xs_free(void *p)
     free(p);
     at_xstate_restore(&x);
 }
+
+void at_xs_once(pthread_once_t *once, void (*fn)(void))
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    pthread_once(once, fn);
+    at_xstate_restore(&x);
+}
+
+int at_xs_setspecific(pthread_key_t key, const void *v)
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    int r = pthread_setspecific(key, v);
+    at_xstate_restore(&x);
+    return r;
+}

@@ -139,11 +139,13 @@ typedef struct fn {
 /* What the hook's C code may call in libc: small functions with no vector instruction on their path
  * (glibc 2.36: disassembled), and malloc/free from the XSAVE guard only. */
 static const char *const ext_ok[] = {
-    "__errno_location", "clock_gettime", "pthread_once", "pthread_setspecific",
-    "pthread_getspecific", "pthread_mutex_lock", "pthread_mutex_unlock", "pthread_self",
-    "sem_post", "sched_yield", "syscall", "mmap", "mmap64", "munmap", "getpid", "gettid", NULL};
+    "__errno_location", "clock_gettime", "pthread_getspecific", "pthread_mutex_lock",
+    "pthread_mutex_unlock", "pthread_self", "sem_post", "sched_yield", "syscall", "mmap", "mmap64",
+    "munmap", "getpid", "gettid", NULL};
 static const char *const guarded[][2] = {{"at_xs_malloc", "malloc"},
                                          {"at_xs_free", "free"},
+                                         {"at_xs_once", "pthread_once"},
+                                         {"at_xs_setspecific", "pthread_setspecific"},
                                          {"walk_libunwind", "*"},       /* libunwind, guarded */
                                          {"walk_slow_unguarded", "*"}}; /* only from walk_slow */
 
