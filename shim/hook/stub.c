@@ -12,6 +12,9 @@
 
 extern char at_stub_tramps[];
 static at_hook *at_stub_table[AT_STUB_MAX];
+/* 1 for a hook with a signature: the stub stores xmm0-7 (typed arguments) and xmm0-1 (a typed
+ * return value) for it only */
+uint8_t at_stub_typed[AT_STUB_MAX] __attribute__((visibility("hidden")));
 static int at_stub_used;
 
 /* Frame offsets shared with stub_asm.S, from the stub's rbp: the index the trampoline pushed is
@@ -47,6 +50,7 @@ int at_stub_make(at_hook *h)
     if (i >= AT_STUB_MAX)
         return -1;
     h->stub_index = i;
+    at_stub_typed[i] = h->sig != NULL;
     __atomic_store_n(&at_stub_table[i], h, __ATOMIC_RELEASE);
     h->wrapper = at_stub_tramps + 16 * i;
     return 0;

@@ -16,8 +16,9 @@
  * -mgeneral-regs-only and wraps each call into code that may use those registers (malloc, libunwind)
  * in an XSAVE/XRSTOR pair (runtime/xstate.h), which costs far less than saving them on every call.
  * xmm0-7 are only stored (never reloaded), for typed arguments, and xmm0-1 after the call for a
- * typed floating-point return value. No instruction between the caller's state and the restore of it
- * relies on flags it has not saved: lea, not add, adjusts rsp.
+ * typed floating-point return value: only for hooks with a signature (at_stub_typed). No
+ * instruction between the caller's state and the restore of it relies on flags it has not saved:
+ * lea, not add, adjusts rsp.
  * Its frame is an ordinary rbp frame described by CFI, so unwinders and debuggers walk through it;
  * its personality routine writes the Stop when a C++ exception unwinds through it. */
 
@@ -101,6 +102,10 @@ at_stub_common:
     movq %rax, REGS+48(%rsp)
     movq %r10, REGS+56(%rsp)
     movq %r11, R11(%rsp)
+    movl INDEX(%rbp), %eax
+    leaq at_stub_typed(%rip), %rdi
+    cmpb $0, (%rdi,%rax)
+    je 1f
     movdqu %xmm0, REGS+64(%rsp)
     movdqu %xmm1, REGS+80(%rsp)
     movdqu %xmm2, REGS+96(%rsp)
@@ -109,7 +114,7 @@ at_stub_common:
     movdqu %xmm5, REGS+144(%rsp)
     movdqu %xmm6, REGS+160(%rsp)
     movdqu %xmm7, REGS+176(%rsp)
-    movl INDEX(%rbp), %edi
+1:  movl INDEX(%rbp), %edi
     movq %rsp, %rsi                 /* regs (the typed arguments may be rewritten there) */
     leaq CALL(%rbp), %rdx
     leaq CALLER(%rbp), %rcx         /* the caller's stack: stack arguments, and the call's depth */
@@ -139,8 +144,6 @@ at_stub_common:
     movq %rax, RETS+0(%rsp)
     SAVE_FLAGS
     movq %rdx, RETS+8(%rsp)
-    movdqu %xmm0, RETS+16(%rsp)
-    movdqu %xmm1, RETS+32(%rsp)
     movq %rcx, OUT+0(%rsp)
     movq %rsi, OUT+8(%rsp)
     movq %rdi, OUT+16(%rsp)
@@ -149,6 +152,12 @@ at_stub_common:
     movq %r10, OUT+40(%rsp)
     movq %r11, OUT+48(%rsp)
     movl INDEX(%rbp), %edi
+    leaq at_stub_typed(%rip), %rax
+    cmpb $0, (%rax,%rdi)
+    je 1f
+    movdqu %xmm0, RETS+16(%rsp)
+    movdqu %xmm1, RETS+32(%rsp)
+1:
     leaq CALL(%rbp), %rsi
     leaq RETS(%rsp), %rdx
     leaq ARGS(%rsp), %rcx
