@@ -84,11 +84,13 @@ $(BUILD)/obj/%.o: %.c
 # the typed hook wrapper runs cleanups when a C++ exception unwinds through it
 $(BUILD)/obj/shim/hook/ffiwrap.o: CFLAGS += -fexceptions
 # A hooked function's stub does not save vector/x87 state on every call: the code it runs (the hook's
-# C code and the runtime) never touches that state (runtime/xstate.h), and no loop becomes a call to
-# libc's memcpy (which uses AVX).
+# C code and what it calls in the runtime) never touches that state (runtime/xstate.h), and no loop
+# becomes a call to libc's memcpy (which uses AVX). The flusher's serialisation keeps its vector code.
+# test_harm_stub checks the result in the shim's disassembly.
 NOVEC_CFLAGS = -mgeneral-regs-only -fno-tree-loop-distribute-patterns
-$(BUILD)/obj/runtime/%.o $(addprefix $(BUILD)/obj/shim/,hooks.o fdflow.o events.o hook/stub.o): \
-  CFLAGS += $(NOVEC_CFLAGS)
+NOVEC_OBJ = $(addprefix $(BUILD)/obj/runtime/,activity.o actpath.o tbuf.o flusher.o payload.o stack.o \
+              tid.o clock.o xstate.o) $(addprefix $(BUILD)/obj/shim/,hooks.o fdflow.o events.o hook/stub.o)
+$(NOVEC_OBJ): CFLAGS += $(NOVEC_CFLAGS)
 $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
