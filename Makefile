@@ -68,7 +68,8 @@ INTEG_BIN := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(INTEG_SRC))
 FIXTURE_BIN := $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%,$(FIXTURE_C)) \
                $(patsubst tests/fixtures/%.cc,$(BUILD)/fixtures/%,$(FIXTURE_CXX)) \
                $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%.so,$(FIXTURE_LIB_SRC)) \
-               $(if $(wildcard tests/fixtures/hk_calls.c),$(addprefix $(BUILD)/fixtures/hk_calls-,now nopie stripped dbg))
+               $(if $(wildcard tests/fixtures/hk_calls.c),$(addprefix $(BUILD)/fixtures/hk_calls-,now nopie stripped dbg)) \
+               $(if $(wildcard tests/fixtures/hk_matrix.c),$(addprefix $(BUILD)/fixtures/hk_matrix-,O0 O2 O3))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 DEMO_BIN := $(patsubst tests/demo/%.c,$(BUILD)/demo/%,$(DEMO_SRC))
@@ -84,6 +85,15 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
 # the typed hook wrapper runs cleanups when a C++ exception unwinds through it
 $(BUILD)/obj/shim/hook/ffiwrap.o: CFLAGS += -fexceptions
+# A hooked function's stub does not save vector/x87 state on every call: the code it runs (the hook's
+# C code and what it calls in the runtime) never touches that state (runtime/xstate.h), and no loop
+# becomes a call to libc's memcpy (which uses AVX). The flusher's serialisation keeps its vector code.
+# test_harm_stub checks the result in the shim's disassembly.
+NOVEC_CFLAGS = -mgeneral-regs-only -fno-tree-loop-distribute-patterns
+NOVEC_OBJ = $(addprefix $(BUILD)/obj/runtime/,activity.o actpath.o tbuf.o flusher.o payload.o stack.o \
+              tid.o clock.o xstate.o saferead.o) \
+            $(addprefix $(BUILD)/obj/shim/,hooks.o fdflow.o events.o stacks.o hook/stub.o)
+$(NOVEC_OBJ): CFLAGS += $(NOVEC_CFLAGS)
 $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -135,6 +145,7 @@ $(BUILD)/fixtures/hk_calls-now: FIXTURE_FLAGS = -Wl,-z,now -Wl,-z,relro
 $(BUILD)/fixtures/hk_calls-nopie: FIXTURE_FLAGS = -no-pie -fno-pie
 $(BUILD)/fixtures/hk_calls-stripped: FIXTURE_FLAGS = -s
 $(BUILD)/fixtures/hk_bench: FIXTURE_FLAGS = -O2 -fpatchable-function-entry=5
+$(BUILD)/fixtures/hk_matrix: FIXTURE_FLAGS = -fopenmp
 # stripped, its symbols in a separate file found through .gnu_debuglink
 $(BUILD)/fixtures/hk_calls-dbg: $(BUILD)/fixtures/hk_calls
 	objcopy --only-keep-debug $< $@.debug
@@ -142,6 +153,12 @@ $(BUILD)/fixtures/hk_calls-dbg: $(BUILD)/fixtures/hk_calls
 $(BUILD)/fixtures/hk_calls-%: tests/fixtures/hk_calls.c $(BUILD)/fixtures/libhkfx.so
 	@mkdir -p $(dir $@)
 	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS)
+# hk_matrix at -O0/-O2/-O3, as two objects: callers in the hooked functions' file and in another
+$(BUILD)/fixtures/hk_matrix-%: tests/fixtures/hk_matrix.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FIX_CFLAGS) -$* -fopenmp -DHKM_PART=1 -c -o $@-1.o $<
+	$(CC) $(FIX_CFLAGS) -$* -fopenmp -DHKM_PART=2 -c -o $@-2.o $<
+	$(CC) $(FIX_CFLAGS) -$* -fopenmp -o $@ $@-1.o $@-2.o
 $(BUILD)/fixtures/%: tests/fixtures/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS) -lrt

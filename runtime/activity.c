@@ -20,6 +20,7 @@
 
 #include "activity_int.h"
 #include "actpath.h"
+#include "xstate.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -89,7 +90,7 @@ static void init_once(void)
 static inline void ensure_init(void)
 {
     if (AT_UNLIKELY(__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) == 0))
-        pthread_once(&g_once, init_once);
+        at_xs_once(&g_once, init_once); /* may be inside a hooked call: xstate.h */
 }
 
 /* The thread's activities and its allocation cache are released when it ends; registering the key
@@ -99,7 +100,7 @@ static AT_NOINLINE void register_thread(void)
     at_thread_registered = true;
     AT_INTERNAL_BEGIN();
     if (!at_thread_managed) /* otherwise at_activity_thread_exit is called at the thread's end */
-        pthread_setspecific(g_thread_key, (void *)1);
+        at_xs_setspecific(g_thread_key, (void *)1);
     AT_INTERNAL_END();
 }
 
@@ -114,7 +115,7 @@ static inline at_activity *act_alloc(void)
     if (AT_UNLIKELY(!at_thread_registered))
         register_thread();
     AT_INTERNAL_BEGIN(); /* a hooked malloc sees only the program's own */
-    a = malloc(sizeof(at_activity));
+    a = at_xs_malloc(sizeof(at_activity)); /* may be a hooked call: xstate.h */
     AT_INTERNAL_END();
     return a;
 }
@@ -128,7 +129,7 @@ static inline void act_free(at_activity *a)
         return;
     }
     AT_INTERNAL_BEGIN();
-    free(a);
+    at_xs_free(a);
     AT_INTERNAL_END();
 }
 
@@ -690,7 +691,7 @@ static void init_transfer_once(void)
 static inline void transfer_types(void)
 {
     if (AT_UNLIKELY(!__atomic_load_n(&g_transfer_ready, __ATOMIC_ACQUIRE)))
-        pthread_once(&g_transfer_once, init_transfer_once);
+        at_xs_once(&g_transfer_once, init_transfer_once);
 }
 
 AT_HOT_FN static int write_transfer(at_event_type *t, at_activity *a, const at_guid *related,

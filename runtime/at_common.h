@@ -73,7 +73,17 @@ static inline void at_copy_small(void *dst, const void *src, size_t n)
             d[i] = s[i];
         return;
     }
-    __builtin_memcpy(d, s, n);
+    /* longer (string captures): 8-byte moves and an overlapping last one, not libc's memcpy, which
+     * uses vector registers a hooked call must leave alone (xstate.h) */
+    uint64_t a;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __builtin_memcpy(&a, s + i, 8);
+        __builtin_memcpy(d + i, &a, 8);
+        __asm__("" ::: "memory"); /* not turned back into a memcpy call */
+    }
+    __builtin_memcpy(&a, s + n - 8, 8);
+    __builtin_memcpy(d + n - 8, &a, 8);
 }
 
 /* Set by the shim's thread start trampoline: the thread's end calls at_activity_thread_exit() and

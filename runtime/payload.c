@@ -18,7 +18,6 @@ void at_payload_u32(at_payload *pl, uint32_t v) { put(pl, &v, 4); }
 void at_payload_u64(at_payload *pl, uint64_t v) { put(pl, &v, 8); }
 void at_payload_i32(at_payload *pl, int32_t v) { put(pl, &v, 4); }
 void at_payload_i64(at_payload *pl, int64_t v) { put(pl, &v, 8); }
-void at_payload_double(at_payload *pl, double v) { put(pl, &v, 8); }
 void at_payload_guid(at_payload *pl, const at_guid *g)
 {
     static const at_guid zero;

@@ -180,9 +180,9 @@ size_t at_saferead_str(char *dst, const char *src, size_t n, uintptr_t *bad)
             return n;
     }
     size_t got = kernel_copy(dst + i, a + i, n - i);
-    char *nul = memchr(dst + i, 0, got);
-    if (nul)
-        return (size_t)(nul - dst);
+    for (size_t k = i; k < i + got; k++) /* no memchr: libc's uses vector registers */
+        if (dst[k] == 0)
+            return k;
     if (i + got < n)
         *bad = a + i + got;
     return i + got;

@@ -12,6 +12,7 @@
 #include <libunwind.h>
 #include "stack.h"
 #include "unwmem.h"
+#include "xstate.h"
 
 #define NO_ASAN __attribute__((no_sanitize_address))
 
@@ -154,8 +155,8 @@ NO_ASAN static uint64_t rule_learn(uint64_t sp, uint64_t bp, const unw_save_loc_
 
 /* The slow path: libunwind's DWARF walk from here, skipping frames up to the one that starts at
  * (ip0, sp0), recording from there and learning the rule of every frame it passes. */
-AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint32_t skip,
-                                              uint64_t ip0, uint64_t sp0)
+AT_NOINLINE NO_ASAN static uint32_t walk_slow_unguarded(uintptr_t *ips, uint32_t max, uint32_t skip,
+                                                        uint64_t ip0, uint64_t sp0)
 {
     unw_context_t uc;
     unw_cursor_t c;
@@ -193,6 +194,17 @@ AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint
         if (r == 0)
             break;
     }
+    return n;
+}
+
+/* libunwind uses vector registers (its context, libc's memcpy): keep the caller's (xstate.h) */
+AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint32_t skip,
+                                              uint64_t ip0, uint64_t sp0)
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    uint32_t n = walk_slow_unguarded(ips, max, skip, ip0, sp0);
+    at_xstate_restore(&x);
     return n;
 }
 
@@ -267,7 +279,10 @@ static uint32_t walk_libunwind(uintptr_t *ips, uint32_t max, uint32_t skip, uint
     int want = (int)(max + skip + 4);
     if (want > (int)AT_ARRAY_LEN(buf))
         want = (int)AT_ARRAY_LEN(buf);
+    at_xstate x;
+    at_xstate_save(&x);
     int got = U.backtrace(buf, want);
+    at_xstate_restore(&x);
     int i = 0;
     while (i < got && i < 4 && (uint64_t)(uintptr_t)buf[i] != ip0)
         i++;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <stdio.h>
 #include "trace_int.h"
+#include "xstate.h"
 
 #define AT_DEFAULT_CAP (256u << 20) /* virtual; chunks are reused LIFO so RSS follows the backlog */
 #define AT_MAX_PAYLOAD (48u * 1024)
@@ -388,7 +389,7 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
     thr.gen = gen;
     AT_INTERNAL_BEGIN();
     if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
-        pthread_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
+        at_xs_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
     AT_INTERNAL_END();
     return r;
 }
@@ -591,7 +592,7 @@ static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
         p += 16;
     }
     if (nips) {
-        memcpy(p, ips, (size_t)nips * 8);
+        at_copy_words((uint64_t *)p, (const uint64_t *)ips, nips); /* no libc memcpy: xstate.h */
         p += (size_t)nips * 8;
     }
     if (payload_len)

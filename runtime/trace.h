@@ -101,7 +101,14 @@ void at_payload_u32(at_payload *pl, uint32_t v);
 void at_payload_u64(at_payload *pl, uint64_t v);
 void at_payload_i32(at_payload *pl, int32_t v);
 void at_payload_i64(at_payload *pl, int64_t v);
-void at_payload_double(at_payload *pl, double v);
+/* A double is its 8 bytes, as a u64 of the same bits: the runtime is built without vector registers
+ * (runtime/xstate.h), so the double stays in the caller's code. */
+static inline void at_payload_double(at_payload *pl, double v)
+{
+    uint64_t b;
+    __builtin_memcpy(&b, &v, 8);
+    at_payload_u64(pl, b);
+}
 void at_payload_guid(at_payload *pl, const at_guid *g);
 /* UTF-8 in, UTF-16LE + NUL out, at most max_chars code units copied (invalid UTF-8 -> U+FFFD);
  * s == NULL writes an empty string. */

@@ -24,6 +24,7 @@
 #include "hookconf.h"
 #include "shim.h"
 #include "stack.h"
+#include "xstate.h"
 
 /* ---------------- keyed tables ---------------- */
 
@@ -68,7 +69,7 @@ static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
     if (n) {
         old = n->a;
         n->a = a;
-    } else if (a && (n = malloc(sizeof *n))) {
+    } else if (a && (n = at_xs_malloc(sizeof *n))) { /* a hook's code: xstate.h */
         n->key = key;
         n->a = a;
         n->next = t->list;
@@ -92,7 +93,7 @@ static at_activity *kt_take(keytab *t, uint64_t key)
             kt_node *n = *pp;
             a = n->a;
             *pp = n->next;
-            free(n);
+            at_xs_free(n);
             break;
         }
     pthread_mutex_unlock(&t->lock);
@@ -224,12 +225,7 @@ static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_strin
     case NT_TYPE_UINT32: at_payload_u32(pl, (uint32_t)v); break;
     case NT_TYPE_INT64: at_payload_i64(pl, (int64_t)v); break;
     case NT_TYPE_UINT64: at_payload_u64(pl, v); break;
-    case NT_TYPE_DOUBLE: {
-        double d;
-        memcpy(&d, &v, 8);
-        at_payload_double(pl, d);
-        break;
-    }
+    case NT_TYPE_DOUBLE: at_payload_u64(pl, v); break; /* the double's bits (no vector register) */
     case NT_TYPE_STRING: at_payload_str_safe(pl, (const char *)(uintptr_t)v, max_string); break;
     }
 }
@@ -447,7 +443,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
             at_activity *cap = at_flow_capture();
             if (!cap)
                 break; /* nothing current: the callback runs as it would anyway */
-            cb_ctx *x = malloc(sizeof *x);
+            cb_ctx *x = at_xs_malloc(sizeof *x);
             if (!x) {
                 at_flow_release(cap);
                 break;

@@ -10,13 +10,14 @@
 
 #include "shim.h"
 #include "stack.h"
+#include "xstate.h"
 
 static bool at_stacks_ready;
 
 /* ---- the program's frames only ----
  * A stack taken inside the shim holds its machinery wherever hooks nest: the stub, the handlers,
- * libffi's closure and call code (and the closure trampoline, which libffi maps from its file
- * outside its loaded segments), the thread-start trampoline. Each run of such frames that holds one
+ * libffi's closure and call code, the thread-start trampoline. (libffi's closure trampolines jump,
+ * they make no frame.) Each run of such frames that holds one
  * of the shim's own is dropped, wherever it stands; a run of libffi frames alone is the program's
  * own use of libffi and stays. */
 static uintptr_t own_lo[2], own_hi[2]; /* [shim, libffi] executable segments */
@@ -68,12 +69,6 @@ static inline int frame_kind(uintptr_t ip)
     return 0;
 }
 
-/* libffi's closure trampoline: code in no loaded object (asked only next to the shim's frames) */
-static inline bool in_no_object(uintptr_t ip)
-{
-    struct dl_find_object o;
-    return _dl_find_object((void *)(ip - 1), &o) != 0;
-}
 
 uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth)
 {
@@ -88,7 +83,7 @@ uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth)
         bool shim = false;
         for (; j < n; j++) {
             int kj = j == i ? k : frame_kind(ips[j]);
-            if (kj == 0 && !(shim && in_no_object(ips[j])))
+            if (kj == 0)
                 break;
             shim |= kj == 2;
         }
@@ -108,7 +103,7 @@ uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
     uint32_t n = at_stack_capture(tmp, want, skip + 1);
     __asm__ volatile("" ::: "memory"); /* no tail call: this frame counts in skip */
     n = at_shim_stack_trim(tmp, n, depth);
-    memcpy(ips, tmp, n * sizeof *ips);
+    at_move_words((uint64_t *)ips, (const uint64_t *)tmp, n); /* no libc memcpy: no vector state */
     return n;
 }
 

@@ -3,9 +3,10 @@
  *   resolve.c  a name (sym, lib!sym, sym@VER, module+0xOFF) -> the loaded module and address (libelf)
  *   got.c      tier 1: rewrite the GOT slots of every module importing the symbol (RELRO too)
  *   entry.c    tier 2: patch the function's first instructions (Zydis), relocating what they displace
- *   stub_asm.S the register-saving wrapper (all argument registers kept, stack realigned, CFI, a
- *   stub.c     personality for unwinds); with a signature it reads typed arguments from the saved
- *              registers (entry tier: callers in the same file may leave the stack unaligned)
+ *   stub_asm.S the register-saving wrapper (every register and flag the caller can see kept as the
+ *   stub.c     unhooked function leaves it, stack realigned, CFI, a personality for unwinds); with a
+ *              signature it reads typed arguments from the saved registers (entry tier: callers in
+ *              the same file may leave the stack unaligned)
  *   ffiwrap.c  the typed wrapper of GOT slots: a libffi closure built from the signature
  * A wrapper calls h->orig to run the original: the definition itself (GOT tier) or the relocated
  * first instructions followed by a jump back (entry tier). */
@@ -109,6 +110,8 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 /* Give h a register-saving stub wrapper (h->wrapper; typed when h->sig is set). 0, or -1 when all
  * stubs are taken. */
 int at_stub_make(at_hook *h);
+/* The bits of the double equal to the float of bits f (integer arithmetic only). */
+uint64_t at_stub_f32_bits_to_f64(uint32_t f);
 /* Give h a libffi closure built from h->sig. 0 or -1 with why. */
 int at_ffi_make(at_hook *h, char *why, size_t n);
 

@@ -12,11 +12,15 @@
 
 extern char at_stub_tramps[];
 static at_hook *at_stub_table[AT_STUB_MAX];
+/* 1 for a hook with a signature: the stub stores xmm0-7 (typed arguments) and xmm0-1 (a typed
+ * return value) for it only */
+uint8_t at_stub_typed[AT_STUB_MAX] __attribute__((visibility("hidden")));
 static int at_stub_used;
 
-/* Frame offsets shared with stub_asm.S, from the stub's rbp. (The personality reads rbp, which the
- * unwind context holds for the stub's frame; its CFA field is still the callee's then.) */
-#define STUB_INDEX_FROM_RBP 8
+/* Frame offsets shared with stub_asm.S, from the stub's rbp: the index the trampoline pushed is
+ * above it, the call state below. (The personality reads rbp, which the unwind context holds for the
+ * stub's frame; its CFA field is still the callee's then.) */
+#define STUB_INDEX_ABOVE_RBP 8
 #define STUB_CALL_FROM_RBP 48
 #define DWARF_RBP 6
 
@@ -46,9 +50,30 @@ int at_stub_make(at_hook *h)
     if (i >= AT_STUB_MAX)
         return -1;
     h->stub_index = i;
+    at_stub_typed[i] = h->sig != NULL;
     __atomic_store_n(&at_stub_table[i], h, __ATOMIC_RELEASE);
     h->wrapper = at_stub_tramps + 16 * i;
     return 0;
+}
+
+/* A float's bits as the double of the same value, in integer arithmetic: this file is built without
+ * vector registers (stub_asm.S), and a conversion instruction would also raise MXCSR's flags (a
+ * signalling NaN) where the program could see them. NaNs keep their payload and become quiet, as
+ * cvtss2sd makes them. */
+uint64_t at_stub_f32_bits_to_f64(uint32_t f)
+{
+    uint64_t sign = (uint64_t)(f >> 31) << 63;
+    uint32_t exp = (f >> 23) & 0xff, man = f & 0x7fffff;
+    if (exp == 0xff)
+        return sign | 0x7ff0000000000000ull | ((uint64_t)man << 29) | (man ? 1ull << 51 : 0);
+    if (exp == 0) {
+        if (!man)
+            return sign;
+        int sh = __builtin_clz(man) - 8; /* normalise: the leading 1 to bit 23 */
+        man = (man << sh) & 0x7fffff;
+        return sign | ((uint64_t)(897 - sh) << 52) | ((uint64_t)man << 29);
+    }
+    return sign | ((uint64_t)(exp + 896) << 52) | ((uint64_t)man << 29);
 }
 
 /* A value of type t from a 64-bit register or stack slot (upper bits of narrow integers are
@@ -62,14 +87,7 @@ static uint64_t from_slot(at_ctype t, uint64_t v)
     case AT_CT_U16: return (uint16_t)v;
     case AT_CT_I32: return (uint64_t)(int64_t)(int32_t)v;
     case AT_CT_U32: return (uint32_t)v;
-    case AT_CT_F32: {
-        float f;
-        uint32_t lo = (uint32_t)v;
-        memcpy(&f, &lo, 4);
-        double d = f;
-        memcpy(&v, &d, 8);
-        return v;
-    }
+    case AT_CT_F32: return at_stub_f32_bits_to_f64((uint32_t)v);
     default: return v;
     }
 }
@@ -139,7 +157,7 @@ _Unwind_Reason_Code at_stub_personality(int version, _Unwind_Action actions, uin
     (void)version, (void)cls, (void)ue;
     if ((actions & _UA_CLEANUP_PHASE) && ctx) {
         uintptr_t rbp = _Unwind_GetGR(ctx, DWARF_RBP);
-        unsigned index = (unsigned)*(uint64_t *)(rbp - STUB_INDEX_FROM_RBP);
+        unsigned index = (unsigned)*(uint64_t *)(rbp + STUB_INDEX_ABOVE_RBP);
         at_hook_call *c = (at_hook_call *)(rbp - STUB_CALL_FROM_RBP);
         if (index < AT_STUB_MAX && at_stub_table[index] && !c->done) {
             c->done = 1;
