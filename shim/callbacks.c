@@ -474,38 +474,30 @@ AT_EXPORT guint g_unix_signal_add(int sig, GSourceFunc fn, void *data)
  * arguments first (the trampoline is chosen by the source's kind); other kinds (GIO's socket
  * sources...) are left alone. GSource's third member is its GSourceFuncs (public struct, stable
  * ABI). */
-static void *src_tramp_for(void *src)
+static void *src_tramp_for(void *src, const void *ret)
 {
-    static const void *idle, *timeout, *io, *child, *usig, *ufd;
-    static bool looked;
-    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-        __atomic_store_n(&idle, dlsym(RTLD_DEFAULT, "g_idle_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&timeout, dlsym(RTLD_DEFAULT, "g_timeout_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&io, dlsym(RTLD_DEFAULT, "g_io_watch_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&child, dlsym(RTLD_DEFAULT, "g_child_watch_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&usig, dlsym(RTLD_DEFAULT, "g_unix_signal_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&ufd, dlsym(RTLD_DEFAULT, "g_unix_fd_source_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&looked, true, __ATOMIC_RELEASE);
-    }
+    /* the source kinds of the GLib the caller reaches (lazy.c), which may be a plugin's own */
+    static at_lazy idle = {.sym = "g_idle_funcs"}, timeout = {.sym = "g_timeout_funcs"},
+                   io = {.sym = "g_io_watch_funcs"}, child = {.sym = "g_child_watch_funcs"},
+                   usig = {.sym = "g_unix_signal_funcs"}, ufd = {.sym = "g_unix_fd_source_funcs"};
     const void *funcs = ((void *const *)src)[2];
     if (!funcs)
         return NULL;
-    if (funcs == __atomic_load_n(&idle, __ATOMIC_RELAXED) ||
-        funcs == __atomic_load_n(&timeout, __ATOMIC_RELAXED) ||
-        funcs == __atomic_load_n(&usig, __ATOMIC_RELAXED))
+    if (funcs == at_lazy_get(&idle, ret, false) || funcs == at_lazy_get(&timeout, ret, false) ||
+        funcs == at_lazy_get(&usig, ret, false))
         return (void *)src_tramp;
-    if (funcs == __atomic_load_n(&io, __ATOMIC_RELAXED))
+    if (funcs == at_lazy_get(&io, ret, false))
         return (void *)io_tramp;
-    if (funcs == __atomic_load_n(&child, __ATOMIC_RELAXED))
+    if (funcs == at_lazy_get(&child, ret, false))
         return (void *)child_tramp;
-    if (funcs == __atomic_load_n(&ufd, __ATOMIC_RELAXED))
+    if (funcs == at_lazy_get(&ufd, ret, false))
         return (void *)unixfd_tramp;
     return NULL;
 }
 
 AT_EXPORT void g_source_set_callback(void *src, GSourceFunc fn, void *data, GDestroyNotify notify)
 {
-    void *tramp = src && fn ? src_tramp_for(src) : NULL;
+    void *tramp = src && fn ? src_tramp_for(src, __builtin_return_address(0)) : NULL;
     void *f = (void *)fn;
     if (tramp && src_wrap_with(&f, &data, &notify, 0, tramp))
         fn = (GSourceFunc)f;
@@ -1275,7 +1267,8 @@ REAL(uv_is_active, int, (const void *))
     REAL(name, int, decl)                                                                          \
     AT_EXPORT int name decl                                                                        \
     {                                                                                              \
-        if (keep && h && real_uv_is_active() && real_uv_is_active()(h))                            \
+        uv_is_active_fn act_ = keep && h ? real_uv_is_active_opt(__builtin_return_address(0)) : NULL;       \
+        if (act_ && act_(h))                                                                       \
             return real_##name() args;                                                             \
         cb_ctx *old_, *c_ = uvh_begin(h, (void *)cb, &old_);                                       \
         if (c_)                                                                                    \
@@ -1367,11 +1360,12 @@ static bool called_from_libevent(const void *ret)
     return n && strncmp(n, "libevent", 8) == 0;
 }
 
-static ev_ctx *ev_ctx_of(const void *ev)
+/* ret: the wrapper's return address (the libevent its caller reaches) */
+static ev_ctx *ev_ctx_of(const void *ev, const void *ret)
 {
-    if (!ev || real_event_get_callback()(ev) != ev_tramp)
+    if (!ev || real_event_get_callback_from(ret)(ev) != ev_tramp)
         return NULL;
-    return real_event_get_callback_arg()(ev);
+    return real_event_get_callback_arg_from(ret)(ev);
 }
 
 static ev_ctx *ev_ctx_new(ev_cb cb, void *arg)
@@ -1428,7 +1422,7 @@ AT_EXPORT int event_assign(void *ev, void *base, int fd, short what, ev_cb cb, v
 
 AT_EXPORT int event_add(void *ev, const void *tv)
 {
-    ev_ctx *c = at_on() ? ev_ctx_of(ev) : NULL;
+    ev_ctx *c = at_on() ? ev_ctx_of(ev, __builtin_return_address(0)) : NULL;
     if (c) {
         at_activity *cap = at_flow_capture();
         if (cap)
@@ -1441,7 +1435,7 @@ AT_EXPORT int event_add(void *ev, const void *tv)
 
 AT_EXPORT void event_free(void *ev)
 {
-    ev_ctx *c = ev_ctx_of(ev);
+    ev_ctx *c = ev_ctx_of(ev, __builtin_return_address(0));
     real_event_free()(ev); /* deletes the event: its callback cannot run any more */
     if (c) {
         reg_take(OWN_EVENT, ev, c);
@@ -1452,13 +1446,13 @@ AT_EXPORT void event_free(void *ev)
 
 AT_EXPORT ev_cb event_get_callback(const void *ev)
 {
-    ev_ctx *c = ev_ctx_of(ev);
+    ev_ctx *c = ev_ctx_of(ev, __builtin_return_address(0));
     return c ? c->cb : real_event_get_callback()(ev);
 }
 
 AT_EXPORT void *event_get_callback_arg(const void *ev)
 {
-    ev_ctx *c = ev_ctx_of(ev);
+    ev_ctx *c = ev_ctx_of(ev, __builtin_return_address(0));
     return c ? c->arg : real_event_get_callback_arg()(ev);
 }
 
@@ -1519,14 +1513,15 @@ static void bev_event_tramp(void *bev, short what, void *p)
 }
 
 /* bev's context, when its callbacks are ours */
-static bev_ctx *bev_ctx_of(void *bev)
+static bev_ctx *bev_ctx_of(void *bev, const void *ret)
 {
     bev_data_cb r = NULL, w = NULL;
     bev_event_cb ev = NULL;
     void *arg = NULL;
-    if (!bev || !real_bufferevent_getcb())
+    bufferevent_getcb_fn getcb = bev ? real_bufferevent_getcb_opt(ret) : NULL;
+    if (!getcb)
         return NULL;
-    real_bufferevent_getcb()(bev, &r, &w, &ev, &arg);
+    getcb(bev, &r, &w, &ev, &arg);
     return r == bev_read_tramp || w == bev_write_tramp || ev == bev_event_tramp ? arg : NULL;
 }
 
@@ -1543,7 +1538,7 @@ static void bev_ctx_free(bev_ctx *c)
 AT_EXPORT void bufferevent_setcb(void *bev, bev_data_cb readcb, bev_data_cb writecb,
                                  bev_event_cb eventcb, void *arg)
 {
-    bev_ctx *old = bev_ctx_of(bev), *c = NULL;
+    bev_ctx *old = bev_ctx_of(bev, __builtin_return_address(0)), *c = NULL;
     at_activity *cap = NULL;
     if (at_on() && (readcb || writecb || eventcb) &&
         !called_from_libevent(__builtin_return_address(0)) && (cap = at_flow_capture())) {
@@ -1568,7 +1563,7 @@ AT_EXPORT void bufferevent_setcb(void *bev, bev_data_cb readcb, bev_data_cb writ
 AT_EXPORT void bufferevent_getcb(void *bev, bev_data_cb *readcb, bev_data_cb *writecb,
                                  bev_event_cb *eventcb, void **arg)
 {
-    bev_ctx *c = bev_ctx_of(bev);
+    bev_ctx *c = bev_ctx_of(bev, __builtin_return_address(0));
     if (!c) {
         real_bufferevent_getcb()(bev, readcb, writecb, eventcb, arg);
         return;
@@ -1591,12 +1586,14 @@ REAL(bufferevent_unlock, void, (void *))
 AT_EXPORT void bufferevent_free(void *bev)
 {
     bev_ctx *c = NULL;
-    if (bev && real_bufferevent_lock() && real_bufferevent_unlock()) {
-        real_bufferevent_lock()(bev);
-        c = bev_ctx_of(bev);
+    bufferevent_lock_fn lock = bev ? real_bufferevent_lock_opt(__builtin_return_address(0)) : NULL;
+    bufferevent_unlock_fn unlock = bev ? real_bufferevent_unlock_opt(__builtin_return_address(0)) : NULL;
+    if (lock && unlock) {
+        lock(bev);
+        c = bev_ctx_of(bev, __builtin_return_address(0));
         if (c)
             real_bufferevent_setcb()(bev, NULL, NULL, NULL, NULL);
-        real_bufferevent_unlock()(bev);
+        unlock(bev);
     }
     bev_ctx_free(c);
     real_bufferevent_free()(bev);

@@ -12,19 +12,56 @@
 #include "config.h"
 #include "trace.h"
 
-/* A next definition resolved on first use, for functions off the hot page (real.h) whose library
- * may be absent: defines name##_fn and real_##name(), NULL when nothing defines name. */
+/* The real definitions of functions off the hot page (real.h) whose library may be absent, or
+ * loaded only in a plugin's local scope (lazy.c). AT_LAZY_REAL(name, ret, args) defines name##_fn
+ * and, for use in name's wrapper itself (the return address is the wrapper's caller):
+ *   real_##name()             the definition the calling module binds to; never NULL (when none
+ *                             exists it is a stub that fails the way the dynamic linker does);
+ *   real_##name##_from(ret)   the same for a caller's return address handed down to a helper;
+ *   real_##name##_opt(ret)    the same, but NULL when nothing defines name (the shim's own
+ *                             queries of a function a library version may lack).
+ * When the global scope has the library, all three are one load and a predicted branch. */
+#define AT_LAZY_LOCAL 8
+typedef struct at_lazy_local {
+    const void *caller; /* the calling module's link_map, and its base address */
+    uintptr_t caller_base;
+    void *fn;           /* its definition (NULL: none, for an optional look-up) */
+    const void *def;    /* the module fn lies in, and its base: the entry is stale when that changed */
+    uintptr_t def_base;
+    int ready;          /* atomic: the entry is filled in */
+} at_lazy_local;
+typedef struct at_lazy {
+    const char *sym;
+    void *global;       /* atomic: the global scope's definition (every caller binds to it) */
+    unsigned claimed;   /* atomic: entries of local taken */
+    at_lazy_local local[AT_LAZY_LOCAL];
+} at_lazy;
+void *at_lazy_slow(at_lazy *l, const void *ret, bool need);
+
+static inline __attribute__((always_inline)) void *at_lazy_get(at_lazy *l, const void *ret,
+                                                               bool need)
+{
+    void *f = __atomic_load_n(&l->global, __ATOMIC_ACQUIRE);
+    return AT_LIKELY(f != NULL) ? f : at_lazy_slow(l, ret, need);
+}
+
 #define AT_LAZY_REAL(name, ret, args)                                                              \
     typedef ret(*name##_fn) args;                                                                  \
-    static name##_fn real_##name(void)                                                             \
+    static at_lazy at_lazy_##name = {.sym = #name};                                               \
+    static inline __attribute__((always_inline, unused)) name##_fn real_##name##_from(             \
+        const void *ret_)                                                                          \
     {                                                                                              \
-        static void *p;                                                                            \
-        void *f = __atomic_load_n(&p, __ATOMIC_ACQUIRE);                                           \
-        if (!f) {                                                                                  \
-            f = dlsym(RTLD_NEXT, #name);                                                           \
-            __atomic_store_n(&p, f, __ATOMIC_RELEASE);                                             \
-        }                                                                                          \
-        return (name##_fn)f;                                                                       \
+        return (name##_fn)at_lazy_get(&at_lazy_##name, ret_, true);                                \
+    }                                                                                              \
+    static inline __attribute__((always_inline, unused)) name##_fn real_##name##_opt(              \
+        const void *ret_)                                                                          \
+    {                                                                                              \
+        return (name##_fn)at_lazy_get(&at_lazy_##name, ret_, false);                               \
+    }                                                                                              \
+    /* always inlined: the return address is the wrapper's own caller's */                        \
+    static inline __attribute__((always_inline, unused)) name##_fn real_##name(void)               \
+    {                                                                                              \
+        return real_##name##_from(__builtin_return_address(0));                                    \
     }
 
 /* 0 until the constructor succeeded (and forever in secure-execution mode or after a failure):
