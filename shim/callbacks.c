@@ -1267,7 +1267,7 @@ REAL(uv_is_active, int, (const void *))
     REAL(name, int, decl)                                                                          \
     AT_EXPORT int name decl                                                                        \
     {                                                                                              \
-        uv_is_active_fn act_ = keep && h ? real_uv_is_active_opt(__builtin_return_address(0)) : NULL;       \
+        uv_is_active_fn act_ = keep && h ? real_uv_is_active_opt() : NULL;       \
         if (act_ && act_(h))                                                                       \
             return real_##name() args;                                                             \
         cb_ctx *old_, *c_ = uvh_begin(h, (void *)cb, &old_);                                       \
@@ -1360,12 +1360,12 @@ static bool called_from_libevent(const void *ret)
     return n && strncmp(n, "libevent", 8) == 0;
 }
 
-/* ret: the wrapper's return address (the libevent its caller reaches) */
-static ev_ctx *ev_ctx_of(const void *ev, const void *ret)
+/* inlined into the wrappers: the libevent it asks is the one their caller reaches */
+static inline __attribute__((always_inline)) ev_ctx *ev_ctx_of(const void *ev)
 {
-    if (!ev || real_event_get_callback_from(ret)(ev) != ev_tramp)
+    if (!ev || real_event_get_callback()(ev) != ev_tramp)
         return NULL;
-    return real_event_get_callback_arg_from(ret)(ev);
+    return real_event_get_callback_arg()(ev);
 }
 
 static ev_ctx *ev_ctx_new(ev_cb cb, void *arg)
@@ -1422,7 +1422,7 @@ AT_EXPORT int event_assign(void *ev, void *base, int fd, short what, ev_cb cb, v
 
 AT_EXPORT int event_add(void *ev, const void *tv)
 {
-    ev_ctx *c = at_on() ? ev_ctx_of(ev, __builtin_return_address(0)) : NULL;
+    ev_ctx *c = at_on() ? ev_ctx_of(ev) : NULL;
     if (c) {
         at_activity *cap = at_flow_capture();
         if (cap)
@@ -1435,7 +1435,7 @@ AT_EXPORT int event_add(void *ev, const void *tv)
 
 AT_EXPORT void event_free(void *ev)
 {
-    ev_ctx *c = ev_ctx_of(ev, __builtin_return_address(0));
+    ev_ctx *c = ev_ctx_of(ev);
     real_event_free()(ev); /* deletes the event: its callback cannot run any more */
     if (c) {
         reg_take(OWN_EVENT, ev, c);
@@ -1446,13 +1446,13 @@ AT_EXPORT void event_free(void *ev)
 
 AT_EXPORT ev_cb event_get_callback(const void *ev)
 {
-    ev_ctx *c = ev_ctx_of(ev, __builtin_return_address(0));
+    ev_ctx *c = ev_ctx_of(ev);
     return c ? c->cb : real_event_get_callback()(ev);
 }
 
 AT_EXPORT void *event_get_callback_arg(const void *ev)
 {
-    ev_ctx *c = ev_ctx_of(ev, __builtin_return_address(0));
+    ev_ctx *c = ev_ctx_of(ev);
     return c ? c->arg : real_event_get_callback_arg()(ev);
 }
 
@@ -1512,13 +1512,13 @@ static void bev_event_tramp(void *bev, short what, void *p)
     errno = e;
 }
 
-/* bev's context, when its callbacks are ours */
-static bev_ctx *bev_ctx_of(void *bev, const void *ret)
+/* bev's context, when its callbacks are ours (inlined into the wrappers, like ev_ctx_of) */
+static inline __attribute__((always_inline)) bev_ctx *bev_ctx_of(void *bev)
 {
     bev_data_cb r = NULL, w = NULL;
     bev_event_cb ev = NULL;
     void *arg = NULL;
-    bufferevent_getcb_fn getcb = bev ? real_bufferevent_getcb_opt(ret) : NULL;
+    bufferevent_getcb_fn getcb = bev ? real_bufferevent_getcb_opt() : NULL;
     if (!getcb)
         return NULL;
     getcb(bev, &r, &w, &ev, &arg);
@@ -1538,7 +1538,7 @@ static void bev_ctx_free(bev_ctx *c)
 AT_EXPORT void bufferevent_setcb(void *bev, bev_data_cb readcb, bev_data_cb writecb,
                                  bev_event_cb eventcb, void *arg)
 {
-    bev_ctx *old = bev_ctx_of(bev, __builtin_return_address(0)), *c = NULL;
+    bev_ctx *old = bev_ctx_of(bev), *c = NULL;
     at_activity *cap = NULL;
     if (at_on() && (readcb || writecb || eventcb) &&
         !called_from_libevent(__builtin_return_address(0)) && (cap = at_flow_capture())) {
@@ -1563,7 +1563,7 @@ AT_EXPORT void bufferevent_setcb(void *bev, bev_data_cb readcb, bev_data_cb writ
 AT_EXPORT void bufferevent_getcb(void *bev, bev_data_cb *readcb, bev_data_cb *writecb,
                                  bev_event_cb *eventcb, void **arg)
 {
-    bev_ctx *c = bev_ctx_of(bev, __builtin_return_address(0));
+    bev_ctx *c = bev_ctx_of(bev);
     if (!c) {
         real_bufferevent_getcb()(bev, readcb, writecb, eventcb, arg);
         return;
@@ -1586,11 +1586,11 @@ REAL(bufferevent_unlock, void, (void *))
 AT_EXPORT void bufferevent_free(void *bev)
 {
     bev_ctx *c = NULL;
-    bufferevent_lock_fn lock = bev ? real_bufferevent_lock_opt(__builtin_return_address(0)) : NULL;
-    bufferevent_unlock_fn unlock = bev ? real_bufferevent_unlock_opt(__builtin_return_address(0)) : NULL;
+    bufferevent_lock_fn lock = bev ? real_bufferevent_lock_opt() : NULL;
+    bufferevent_unlock_fn unlock = bev ? real_bufferevent_unlock_opt() : NULL;
     if (lock && unlock) {
         lock(bev);
-        c = bev_ctx_of(bev, __builtin_return_address(0));
+        c = bev_ctx_of(bev);
         if (c)
             real_bufferevent_setcb()(bev, NULL, NULL, NULL, NULL);
         unlock(bev);

@@ -1,6 +1,6 @@
 /* lazy.c: the real definitions of the interposed functions of libraries that may be absent or
  * loaded only in a plugin's local scope (AT_LAZY_REAL in shim.h: GLib, GIO, libuv, libevent,
- * libgomp, libmicrohttpd...).
+ * libgomp, and the libc functions the shim wraps off the hot page).
  *
  * The shim sits in the global scope, ahead of every library but the program itself, so every
  * module that calls, say, g_idle_add binds to our wrapper, including a plugin dlopen()ed with
@@ -11,8 +11,9 @@
  * have bound to: looked up in the caller's own scope (the module and its dependencies), found from
  * the wrapper's return address, and cached per calling module, so plugins that bring different
  * copies of a library each reach their own. The cache is lock-free (a call may come from a signal
- * handler, or from a fork child whose other threads are gone); an entry is used only while the
- * object it points into is still the one that was loaded. */
+ * handler, or from a fork child whose other threads are gone), keyed by call site so that a hit
+ * looks nothing up; after the program unloads anything (dlclose) an entry is checked again before
+ * use, since its library may have gone and another come in its place. */
 #include "shim.h"
 
 #include <dlfcn.h>
@@ -145,34 +146,98 @@ __attribute__((noreturn)) static void missing(void)
     __builtin_unreachable();
 }
 
-static void cache_put(at_lazy *l, at_obj caller, void *fn)
+/* Unloads by the program so far (our dlclose). The libraries whose functions the cache holds are
+ * unloaded by no one else (libc's own dlclose serves NSS and iconv modules). */
+static unsigned long at_lazy_unloads;
+
+AT_LAZY_REAL(dlclose, int, (void *))
+AT_EXPORT int dlclose(void *h)
 {
+    int r = real_dlclose()(h);
+    __atomic_add_fetch(&at_lazy_unloads, 1, __ATOMIC_RELEASE);
+    return r;
+}
+
+static void cache_put(at_lazy *l, const void *ret, at_obj caller, void *fn)
+{
+    unsigned long gen = __atomic_load_n(&at_lazy_unloads, __ATOMIC_ACQUIRE);
     unsigned i = __atomic_fetch_add(&l->claimed, 1, __ATOMIC_RELAXED);
     if (i >= AT_LAZY_LOCAL)
-        return; /* full: later calls from this module resolve again (slow, still right) */
+        return; /* full: later calls from that site find their module's entry (slower, still right) */
     at_lazy_local *e = &l->local[i];
     at_obj def = obj_of(fn);
+    e->ret = ret;
     e->caller = caller.map;
     e->caller_base = caller.base;
     e->fn = fn;
     e->def = def.map;
     e->def_base = def.base;
+    e->gen = gen;
     __atomic_store_n(&e->ready, 1, __ATOMIC_RELEASE);
 }
 
+/* e's definition is still loaded where it was found: nothing was unloaded since it was last
+ * checked, or its module is still there (it may have been unloaded, and another loaded in its
+ * place). */
+static bool live(at_lazy_local *e)
+{
+    unsigned long gen = __atomic_load_n(&at_lazy_unloads, __ATOMIC_ACQUIRE);
+    if (AT_LIKELY(__atomic_load_n(&e->gen, __ATOMIC_RELAXED) == gen))
+        return true;
+    if (e->fn && !obj_eq(obj_of(e->fn), (at_obj){e->def, e->def_base})) {
+        __atomic_store_n(&e->ready, 0, __ATOMIC_RELAXED); /* for good: its slot is not reused */
+        return false;
+    }
+    __atomic_store_n(&e->gen, gen, __ATOMIC_RELAXED); /* a racing older store only costs a check */
+    return true;
+}
+
+static void *found(at_lazy *l, void *f, const void *ret, bool need)
+{
+    if (f || !need)
+        return f;
+    missing_name = l->sym;
+    missing_caller = ret;
+    return (void *)missing;
+}
+
+static __attribute__((noinline)) void *resolve(at_lazy *l, const void *ret, bool need);
+
+/* A call site seen before, with nothing unloaded since: a short scan and no call (the rest, with
+ * its look-ups, is out of line). */
 void *at_lazy_slow(at_lazy *l, const void *ret, bool need)
 {
-    at_obj caller = obj_of(ret);
     unsigned n = __atomic_load_n(&l->claimed, __ATOMIC_RELAXED);
+    unsigned long gen = __atomic_load_n(&at_lazy_unloads, __ATOMIC_ACQUIRE);
     for (unsigned i = 0; i < n && i < AT_LAZY_LOCAL; i++) {
         at_lazy_local *e = &l->local[i];
-        if (!__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) || e->caller != caller.map ||
-            e->caller_base != caller.base)
-            continue;
-        /* the module may have been unloaded and another loaded in its place */
-        if (!e->fn || obj_eq(obj_of(e->fn), (at_obj){e->def, e->def_base}))
-            return e->fn ? e->fn : need ? (missing_name = l->sym, missing_caller = ret, (void *)missing)
-                                        : NULL;
+        if (e->ret == ret && __atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) &&
+            __atomic_load_n(&e->gen, __ATOMIC_RELAXED) == gen && (e->fn || !need))
+            return e->fn;
+    }
+    return resolve(l, ret, need);
+}
+
+static void *resolve(at_lazy *l, const void *ret, bool need)
+{
+    /* by call site first: one look-up of the definition's module, none of the caller's */
+    unsigned n = __atomic_load_n(&l->claimed, __ATOMIC_RELAXED);
+    if (n > AT_LAZY_LOCAL)
+        n = AT_LAZY_LOCAL;
+    for (unsigned i = 0; i < n; i++) {
+        at_lazy_local *e = &l->local[i];
+        if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->ret == ret && live(e))
+            return found(l, e->fn, ret, need);
+    }
+    /* then by the calling module: another call site of it */
+    at_obj caller = obj_of(ret);
+    for (unsigned i = 0; i < n; i++) {
+        at_lazy_local *e = &l->local[i];
+        if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->caller == caller.map &&
+            e->caller_base == caller.base && live(e)) {
+            cache_put(l, ret, caller, e->fn);
+            return found(l, e->fn, ret, need);
+        }
     }
 
     int err = errno;
@@ -188,15 +253,9 @@ void *at_lazy_slow(at_lazy *l, const void *ret, bool need)
     if (!f)
         f = lookup_any(l->sym);
     errno = err;
-    /* an absent optional symbol is remembered too (per module); an absent required one is not:
-     * the call that needs it ends the process */
+    /* an absent optional symbol is remembered too; an absent required one is not: the call that
+     * needs it ends the process */
     if (f || !need)
-        cache_put(l, caller, f);
-    if (f)
-        return f;
-    if (!need)
-        return NULL;
-    missing_name = l->sym;
-    missing_caller = ret;
-    return (void *)missing;
+        cache_put(l, ret, caller, f);
+    return found(l, f, ret, need);
 }
