@@ -219,6 +219,27 @@ START_TEST(python_ctypes_plugins)
 }
 END_TEST
 
+/* dbus-python's GLib main loop binding (what python3 -m dbusmock uses) is an extension that links
+ * GLib, loaded into its own local scope; connecting to a bus gives GLib its watch sources. */
+START_TEST(python_dbus_glib)
+{
+    at_session s;
+    at_run_result u;
+    run_both(&s, &u, "local-dbus",
+             (const char *const[]){"/usr/bin/dbus-run-session", "--", "/usr/bin/python3", "-c",
+                                   "import dbus, dbus.mainloop.glib\n"
+                                   "dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)\n"
+                                   "bus = dbus.SessionBus()\n"
+                                   "print('names', 'org.freedesktop.DBus' in bus.list_names())",
+                                   NULL});
+    same(&s, &u, false); /* the bus daemon's stderr names its pid */
+    ok_traced(&s);
+    ck_assert_str_eq(s.r.out, "names True\n");
+    at_run_result_free(&u);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("harm_local");
@@ -230,6 +251,7 @@ int main(void)
     tcase_add_test(tc, global_and_local_copy);
     tcase_add_test(tc, undefined_ends_like_the_linker);
     tcase_add_test(tc, python_ctypes_plugins);
+    tcase_add_test(tc, python_dbus_glib);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
