@@ -477,9 +477,13 @@ AT_EXPORT guint g_unix_signal_add(int sig, GSourceFunc fn, void *data)
 static void *src_tramp_for(void *src, const void *ret)
 {
     /* the source kinds of the GLib the caller reaches (lazy.c), which may be a plugin's own */
-    static at_lazy idle = {.sym = "g_idle_funcs"}, timeout = {.sym = "g_timeout_funcs"},
-                   io = {.sym = "g_io_watch_funcs"}, child = {.sym = "g_child_watch_funcs"},
-                   usig = {.sym = "g_unix_signal_funcs"}, ufd = {.sym = "g_unix_fd_source_funcs"};
+    static at_lazy_local tab[6][AT_LAZY_LOCAL];
+    static at_lazy idle = {"g_idle_funcs", NULL, tab[0], 0},
+                   timeout = {"g_timeout_funcs", NULL, tab[1], 0},
+                   io = {"g_io_watch_funcs", NULL, tab[2], 0},
+                   child = {"g_child_watch_funcs", NULL, tab[3], 0},
+                   usig = {"g_unix_signal_funcs", NULL, tab[4], 0},
+                   ufd = {"g_unix_fd_source_funcs", NULL, tab[5], 0};
     const void *funcs = ((void *const *)src)[2];
     if (!funcs)
         return NULL;

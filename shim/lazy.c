@@ -211,7 +211,7 @@ void *at_lazy_slow(at_lazy *l, const void *ret, bool need)
     unsigned long gen = __atomic_load_n(&at_lazy_unloads, __ATOMIC_ACQUIRE);
     for (unsigned i = 0; i < n && i < AT_LAZY_LOCAL; i++) {
         at_lazy_local *e = &l->local[i];
-        if (e->ret == ret && __atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) &&
+        if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->ret == ret &&
             __atomic_load_n(&e->gen, __ATOMIC_RELAXED) == gen && (e->fn || !need))
             return e->fn;
     }

@@ -33,11 +33,13 @@ typedef struct at_lazy_local {
     unsigned long gen;  /* atomic: at_lazy_unloads when fn was last seen loaded */
     int ready;          /* atomic: the entry is filled in */
 } at_lazy_local;
+/* The hot part, a few words in .data, packed with the other symbols' as the bare pointers they
+ * replace were; the per-caller table (1 KiB, touched only for local-scope callers) lies apart. */
 typedef struct at_lazy {
     const char *sym;
-    void *global;       /* atomic: the global scope's definition (every caller binds to it) */
-    unsigned claimed;   /* atomic: entries of local taken */
-    at_lazy_local local[AT_LAZY_LOCAL];
+    void *global;          /* atomic: the global scope's definition (every caller binds to it) */
+    at_lazy_local *local;  /* AT_LAZY_LOCAL entries */
+    unsigned claimed;      /* atomic: entries of local taken */
 } at_lazy;
 void *at_lazy_slow(at_lazy *l, const void *ret, bool need);
 
@@ -57,7 +59,8 @@ static inline __attribute__((always_inline)) void *at_lazy_get(at_lazy *l, const
 
 #define AT_LAZY_REAL(name, ret, args)                                                              \
     typedef ret(*name##_fn) args;                                                                  \
-    static at_lazy at_lazy_##name = {.sym = #name};                                                \
+    static at_lazy_local at_lazy_tab_##name[AT_LAZY_LOCAL];                                        \
+    static at_lazy at_lazy_##name = {.sym = #name, .local = at_lazy_tab_##name};                   \
     static inline __attribute__((always_inline, unused)) name##_fn real_##name##_from(             \
         const void *ret_)                                                                          \
     {                                                                                              \
