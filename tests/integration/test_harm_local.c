@@ -164,6 +164,25 @@ START_TEST(two_local_copies)
 }
 END_TEST
 
+/* The same, each plugin unloaded (with its copy) after its run, so that the next may be loaded in
+ * its place: no call reaches a copy that is gone. */
+START_TEST(local_copies_unloaded)
+{
+    at_session s;
+    at_run_result u;
+    run_both(&s, &u, "local-close",
+             (const char *const[]){"harm_local", "-close", "liblocal_plug.so", "liblocal_plug2.so",
+                                   "liblocal_plug.so", "liblocal_plug2.so", NULL});
+    same(&s, &u, true);
+    ok_traced(&s);
+    ck_assert_str_eq(s.r.out, "liblocal_plug.so: 11\nliblocal_plug2.so: 11\nliblocal_plug.so: 11\n"
+                              "liblocal_plug2.so: 11\n");
+    ck_assert_uint_eq(at_count(&s.t, NULL, "CRegion"), 4);
+    at_run_result_free(&u);
+    at_session_free(&s);
+}
+END_TEST
+
 /* A copy in the global scope and a plugin with its own: the plugin binds to the global copy (the
  * global scope is searched first), traced as untraced (plug2: 1, its own copy never called). */
 START_TEST(global_and_local_copy)
@@ -248,6 +267,7 @@ int main(void)
     tcase_add_test(tc, omp_plugin_local);
     tcase_add_test(tc, glib_plugin_local);
     tcase_add_test(tc, two_local_copies);
+    tcase_add_test(tc, local_copies_unloaded);
     tcase_add_test(tc, global_and_local_copy);
     tcase_add_test(tc, undefined_ends_like_the_linker);
     tcase_add_test(tc, python_ctypes_plugins);
