@@ -85,7 +85,7 @@ static void omp_flowed(const at_trace *t)
     const char *jp = t->ev[job].act_path;
     uint64_t main_tid = t->ev[job].thread;
     int off = 0;
-    char v[8];
+    char v[16];
     for (int k = 0; k < 4; k++) {
         snprintf(v, sizeof v, "%d", k);
         ck_assert_int_eq(marks_in(t, "OPar", v, jp, main_tid, &off), 1);
@@ -108,7 +108,7 @@ static void glib_flowed(const at_trace *t)
         ck_assert_msg(marks_in(t, one[k], "1", jp, main_tid, &off) == 1, "%s", one[k]);
         ck_assert_int_eq(off, 1);
     }
-    char v[8];
+    char v[16];
     for (int k = 1; k <= 4; k++) {
         int off = 0;
         snprintf(v, sizeof v, "%d", k);
