@@ -69,7 +69,8 @@ FIXTURE_BIN := $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%,$(FIXTURE_C)) \
                $(patsubst tests/fixtures/%.cc,$(BUILD)/fixtures/%,$(FIXTURE_CXX)) \
                $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%.so,$(FIXTURE_LIB_SRC)) \
                $(if $(wildcard tests/fixtures/hk_calls.c),$(addprefix $(BUILD)/fixtures/hk_calls-,now nopie stripped dbg)) \
-               $(if $(wildcard tests/fixtures/hk_matrix.c),$(addprefix $(BUILD)/fixtures/hk_matrix-,O0 O2 O3))
+               $(if $(wildcard tests/fixtures/hk_matrix.c),$(addprefix $(BUILD)/fixtures/hk_matrix-,O0 O2 O3)) \
+               $(if $(wildcard tests/fixtures/liblocal_plug.c),$(addprefix $(BUILD)/fixtures/,liblocal_copy2.so liblocal_plug2.so))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 DEMO_BIN := $(patsubst tests/demo/%.c,$(BUILD)/demo/%,$(DEMO_SRC))
@@ -138,7 +139,19 @@ $(BUILD)/fixtures/mhd_%: FIX_LIBS = $(shell pkg-config --cflags --libs libmicroh
 # hook fixtures: linked with libhkfx.so (GOT calls), built again with -z now, non-PIE and stripped
 $(BUILD)/fixtures/lib%.so: tests/fixtures/lib%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(FIX_CFLAGS) -shared -fPIC -o $@ $<
+	$(CC) $(FIX_CFLAGS) -shared -fPIC -o $@ $< $(LIB_LIBS)
+# plugins for harm_local (dlopen RTLD_LOCAL): their libraries are theirs alone. liblocal_copy is a
+# library two plugins bring a copy each of (same source, two sonames).
+FIX_DIR_LINK = -L$(BUILD)/fixtures -Wl,-rpath,$(abspath $(BUILD)/fixtures)
+$(BUILD)/fixtures/liblocal_glib.so: LIB_LIBS = $(shell pkg-config --cflags --libs glib-2.0 gio-2.0) -pthread
+$(BUILD)/fixtures/liblocal_omp.so: LIB_LIBS = -fopenmp
+$(BUILD)/fixtures/liblocal_copy.so: LIB_LIBS = -Wl,-soname,liblocal_copy.so
+$(BUILD)/fixtures/liblocal_plug.so: LIB_LIBS = $(FIX_DIR_LINK) -llocal_copy
+$(BUILD)/fixtures/liblocal_plug.so: $(BUILD)/fixtures/liblocal_copy.so
+$(BUILD)/fixtures/liblocal_copy2.so: tests/fixtures/liblocal_copy.c
+	$(CC) $(FIX_CFLAGS) -DLOCAL_COPY=2 -shared -fPIC -Wl,-soname,liblocal_copy2.so -o $@ $<
+$(BUILD)/fixtures/liblocal_plug2.so: tests/fixtures/liblocal_plug.c $(BUILD)/fixtures/liblocal_copy2.so
+	$(CC) $(FIX_CFLAGS) -DLOCAL_COPY=2 -shared -fPIC -o $@ $< $(FIX_DIR_LINK) -llocal_copy2
 $(BUILD)/fixtures/hk_%: FIX_LIBS = -L$(BUILD)/fixtures -lhkfx -Wl,-rpath,$(abspath $(BUILD)/fixtures) -ldl
 $(filter $(BUILD)/fixtures/hk_%,$(FIXTURE_BIN)): $(BUILD)/fixtures/libhkfx.so
 $(BUILD)/fixtures/hk_calls-now: FIXTURE_FLAGS = -Wl,-z,now -Wl,-z,relro

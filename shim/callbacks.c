@@ -474,38 +474,34 @@ AT_EXPORT guint g_unix_signal_add(int sig, GSourceFunc fn, void *data)
  * arguments first (the trampoline is chosen by the source's kind); other kinds (GIO's socket
  * sources...) are left alone. GSource's third member is its GSourceFuncs (public struct, stable
  * ABI). */
-static void *src_tramp_for(void *src)
+static void *src_tramp_for(void *src, const void *ret)
 {
-    static const void *idle, *timeout, *io, *child, *usig, *ufd;
-    static bool looked;
-    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-        __atomic_store_n(&idle, dlsym(RTLD_DEFAULT, "g_idle_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&timeout, dlsym(RTLD_DEFAULT, "g_timeout_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&io, dlsym(RTLD_DEFAULT, "g_io_watch_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&child, dlsym(RTLD_DEFAULT, "g_child_watch_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&usig, dlsym(RTLD_DEFAULT, "g_unix_signal_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&ufd, dlsym(RTLD_DEFAULT, "g_unix_fd_source_funcs"), __ATOMIC_RELAXED);
-        __atomic_store_n(&looked, true, __ATOMIC_RELEASE);
-    }
+    /* the source kinds of the GLib the caller reaches (lazy.c), which may be a plugin's own */
+    static at_lazy_local tab[6][AT_LAZY_LOCAL];
+    static at_lazy idle = {"g_idle_funcs", NULL, tab[0], 0},
+                   timeout = {"g_timeout_funcs", NULL, tab[1], 0},
+                   io = {"g_io_watch_funcs", NULL, tab[2], 0},
+                   child = {"g_child_watch_funcs", NULL, tab[3], 0},
+                   usig = {"g_unix_signal_funcs", NULL, tab[4], 0},
+                   ufd = {"g_unix_fd_source_funcs", NULL, tab[5], 0};
     const void *funcs = ((void *const *)src)[2];
     if (!funcs)
         return NULL;
-    if (funcs == __atomic_load_n(&idle, __ATOMIC_RELAXED) ||
-        funcs == __atomic_load_n(&timeout, __ATOMIC_RELAXED) ||
-        funcs == __atomic_load_n(&usig, __ATOMIC_RELAXED))
+    if (funcs == at_lazy_get(&idle, ret, false) || funcs == at_lazy_get(&timeout, ret, false) ||
+        funcs == at_lazy_get(&usig, ret, false))
         return (void *)src_tramp;
-    if (funcs == __atomic_load_n(&io, __ATOMIC_RELAXED))
+    if (funcs == at_lazy_get(&io, ret, false))
         return (void *)io_tramp;
-    if (funcs == __atomic_load_n(&child, __ATOMIC_RELAXED))
+    if (funcs == at_lazy_get(&child, ret, false))
         return (void *)child_tramp;
-    if (funcs == __atomic_load_n(&ufd, __ATOMIC_RELAXED))
+    if (funcs == at_lazy_get(&ufd, ret, false))
         return (void *)unixfd_tramp;
     return NULL;
 }
 
 AT_EXPORT void g_source_set_callback(void *src, GSourceFunc fn, void *data, GDestroyNotify notify)
 {
-    void *tramp = src && fn ? src_tramp_for(src) : NULL;
+    void *tramp = src && fn ? src_tramp_for(src, __builtin_return_address(0)) : NULL;
     void *f = (void *)fn;
     if (tramp && src_wrap_with(&f, &data, &notify, 0, tramp))
         fn = (GSourceFunc)f;
@@ -1275,7 +1271,8 @@ REAL(uv_is_active, int, (const void *))
     REAL(name, int, decl)                                                                          \
     AT_EXPORT int name decl                                                                        \
     {                                                                                              \
-        if (keep && h && real_uv_is_active() && real_uv_is_active()(h))                            \
+        uv_is_active_fn act_ = keep && h ? real_uv_is_active_opt() : NULL;       \
+        if (act_ && act_(h))                                                                       \
             return real_##name() args;                                                             \
         cb_ctx *old_, *c_ = uvh_begin(h, (void *)cb, &old_);                                       \
         if (c_)                                                                                    \
@@ -1367,7 +1364,8 @@ static bool called_from_libevent(const void *ret)
     return n && strncmp(n, "libevent", 8) == 0;
 }
 
-static ev_ctx *ev_ctx_of(const void *ev)
+/* inlined into the wrappers: the libevent it asks is the one their caller reaches */
+static inline __attribute__((always_inline)) ev_ctx *ev_ctx_of(const void *ev)
 {
     if (!ev || real_event_get_callback()(ev) != ev_tramp)
         return NULL;
@@ -1518,15 +1516,16 @@ static void bev_event_tramp(void *bev, short what, void *p)
     errno = e;
 }
 
-/* bev's context, when its callbacks are ours */
-static bev_ctx *bev_ctx_of(void *bev)
+/* bev's context, when its callbacks are ours (inlined into the wrappers, like ev_ctx_of) */
+static inline __attribute__((always_inline)) bev_ctx *bev_ctx_of(void *bev)
 {
     bev_data_cb r = NULL, w = NULL;
     bev_event_cb ev = NULL;
     void *arg = NULL;
-    if (!bev || !real_bufferevent_getcb())
+    bufferevent_getcb_fn getcb = bev ? real_bufferevent_getcb_opt() : NULL;
+    if (!getcb)
         return NULL;
-    real_bufferevent_getcb()(bev, &r, &w, &ev, &arg);
+    getcb(bev, &r, &w, &ev, &arg);
     return r == bev_read_tramp || w == bev_write_tramp || ev == bev_event_tramp ? arg : NULL;
 }
 
@@ -1591,12 +1590,14 @@ REAL(bufferevent_unlock, void, (void *))
 AT_EXPORT void bufferevent_free(void *bev)
 {
     bev_ctx *c = NULL;
-    if (bev && real_bufferevent_lock() && real_bufferevent_unlock()) {
-        real_bufferevent_lock()(bev);
+    bufferevent_lock_fn lock = bev ? real_bufferevent_lock_opt() : NULL;
+    bufferevent_unlock_fn unlock = bev ? real_bufferevent_unlock_opt() : NULL;
+    if (lock && unlock) {
+        lock(bev);
         c = bev_ctx_of(bev);
         if (c)
             real_bufferevent_setcb()(bev, NULL, NULL, NULL, NULL);
-        real_bufferevent_unlock()(bev);
+        unlock(bev);
     }
     bev_ctx_free(c);
     real_bufferevent_free()(bev);

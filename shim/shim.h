@@ -12,19 +12,68 @@
 #include "config.h"
 #include "trace.h"
 
-/* A next definition resolved on first use, for functions off the hot page (real.h) whose library
- * may be absent: defines name##_fn and real_##name(), NULL when nothing defines name. */
+/* The real definitions of functions off the hot page (real.h) whose library may be absent, or
+ * loaded only in a plugin's local scope (lazy.c). AT_LAZY_REAL(name, ret, args) defines name##_fn
+ * and, for use in name's wrapper or a helper always inlined into it (the return address is then
+ * the wrapper's caller's):
+ *   real_##name()             the definition the calling module binds to; never NULL (when none
+ *                             exists it is a stub that fails the way the dynamic linker does);
+ *   real_##name##_opt()       the same, but NULL when nothing defines name (the shim's own
+ *                             queries of a function a library version may lack);
+ *   real_##name##_from(ret)   real_##name() for a caller's return address handed down.
+ * When the global scope has the library, each is one load and a predicted branch. */
+#define AT_LAZY_LOCAL 16
+typedef struct at_lazy_local {
+    const void *ret;    /* the call site (a wrapper's return address) */
+    const void *caller; /* its module's link_map, and that module's base address */
+    uintptr_t caller_base;
+    void *fn;           /* its definition (NULL: none, for an optional look-up) */
+    const void *def;    /* the module fn lies in, and its base: the entry is stale when that changed */
+    uintptr_t def_base;
+    unsigned long gen;  /* atomic: at_lazy_unloads when fn was last seen loaded */
+    int ready;          /* atomic: the entry is filled in */
+} at_lazy_local;
+/* The hot part, a few words in .data, packed with the other symbols' as the bare pointers they
+ * replace were; the per-caller table (1 KiB, touched only for local-scope callers) lies apart. */
+typedef struct at_lazy {
+    const char *sym;
+    void *global;          /* atomic: the global scope's definition (every caller binds to it) */
+    at_lazy_local *local;  /* AT_LAZY_LOCAL entries */
+    unsigned claimed;      /* atomic: entries of local taken */
+} at_lazy;
+void *at_lazy_slow(at_lazy *l, const void *ret, bool need);
+
+static inline __attribute__((always_inline)) void *at_lazy_get(at_lazy *l, const void *ret,
+                                                               bool need)
+{
+    void *f = __atomic_load_n(&l->global, __ATOMIC_ACQUIRE);
+    return AT_LIKELY(f != NULL) ? f : at_lazy_slow(l, ret, need);
+}
+
+/* The return address is taken on the slow side only: the global case reads nothing more. */
+#define AT_LAZY_HERE(l, need)                                                                      \
+    __extension__({                                                                                \
+        void *f_ = __atomic_load_n(&(l)->global, __ATOMIC_ACQUIRE);                                \
+        AT_LIKELY(f_ != NULL) ? f_ : at_lazy_slow((l), __builtin_return_address(0), (need));       \
+    })
+
 #define AT_LAZY_REAL(name, ret, args)                                                              \
     typedef ret(*name##_fn) args;                                                                  \
-    static name##_fn real_##name(void)                                                             \
+    static at_lazy_local at_lazy_tab_##name[AT_LAZY_LOCAL];                                        \
+    static at_lazy at_lazy_##name = {.sym = #name, .local = at_lazy_tab_##name};                   \
+    static inline __attribute__((always_inline, unused)) name##_fn real_##name##_from(             \
+        const void *ret_)                                                                          \
     {                                                                                              \
-        static void *p;                                                                            \
-        void *f = __atomic_load_n(&p, __ATOMIC_ACQUIRE);                                           \
-        if (!f) {                                                                                  \
-            f = dlsym(RTLD_NEXT, #name);                                                           \
-            __atomic_store_n(&p, f, __ATOMIC_RELEASE);                                             \
-        }                                                                                          \
-        return (name##_fn)f;                                                                       \
+        return (name##_fn)at_lazy_get(&at_lazy_##name, ret_, true);                                \
+    }                                                                                              \
+    /* always inlined: the return address is the wrapper's own caller's */                        \
+    static inline __attribute__((always_inline, unused)) name##_fn real_##name(void)               \
+    {                                                                                              \
+        return (name##_fn)AT_LAZY_HERE(&at_lazy_##name, true);                                     \
+    }                                                                                              \
+    static inline __attribute__((always_inline, unused)) name##_fn real_##name##_opt(void)         \
+    {                                                                                              \
+        return (name##_fn)AT_LAZY_HERE(&at_lazy_##name, false);                                    \
     }
 
 /* 0 until the constructor succeeded (and forever in secure-execution mode or after a failure):
