@@ -178,6 +178,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     strcpy(at_out.pattern, o->path);
     at_out.mode = o->mode;
     at_out.mode_size = o->mode_size;
+    at_out.file_mode = o->file_mode;
     at_out.child_suffix = o->descendant;
     at_out.exec_gen = o->exec_generation;
     struct timespec rt;

@@ -123,6 +123,7 @@ typedef struct at_trace_options {
                                   file "-exec<n>" before the extension (a fork child restarts at 0) */
     bool descendant;           /* a process below the one the trace began in (a fork child, or a later
                                   image of one): a pattern without %p gets "-<pid>" too */
+    unsigned file_mode;        /* permissions of the trace files, applied whatever the umask; 0 = 0600 */
 } at_trace_options;
 
 /* Start the session: open the output, write header and ProcessInfo, start the flusher thread.

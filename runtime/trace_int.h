@@ -170,6 +170,9 @@ typedef struct at_output {
                            * it: the same pid in another pid namespace) */
     uint64_t pos;         /* logical end of the written content (where the end tag is) */
     uint64_t start_time_s;
+    unsigned file_mode;   /* permissions of every file created (0: 0600) */
+    uint64_t seg_dev[4], seg_ino[4]; /* circular: the files of the last segments (index % 4), so
+                                      * only a file of ours is ever unlinked */
 } at_output;
 
 int at_output_open_first(at_output *o, char *err, size_t errlen);
