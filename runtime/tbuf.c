@@ -23,6 +23,7 @@ at_pool at_pool_g;
 at_rt_hot_t at_rt_hot __attribute__((aligned(64)));
 _Atomic uint64_t at_drops_noring;
 _Atomic uint64_t at_drops_retired;
+_Atomic uint64_t at_drops_damaged;
 
 typedef struct at_thr {
     at_ring *ring;
@@ -249,6 +250,7 @@ static void ring_clear(at_ring *r)
     r->wchunk = r->rchunk = -1;
     atomic_store(&r->first, -1);
     r->last_seq = 0;
+    r->rlast_ts = 0;
     atomic_store(&r->seq_pub, 0);
     atomic_store(&r->drops, 0);
     r->inited = 1;
@@ -318,6 +320,7 @@ void at_pool_reset_child(void)
     pool_reset();
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
+    atomic_store(&at_drops_damaged, 0);
     thr.ring = NULL;
     thr.tid = 0; /* the child's only thread has a new tid */
     at_tid_cache = 0;
@@ -327,7 +330,8 @@ void at_pool_reset_child(void)
 
 uint64_t at_tbuf_total_drops(void)
 {
-    uint64_t d = atomic_load(&at_drops_noring) + atomic_load(&at_drops_retired);
+    uint64_t d = atomic_load(&at_drops_noring) + atomic_load(&at_drops_retired) +
+                 atomic_load(&at_drops_damaged);
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++)
         d += atomic_load_explicit(&at_pool_g.rings[i].drops, memory_order_relaxed);
     return d;
@@ -548,5 +552,20 @@ AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, co
     return at_event_write_ts(at_ticks(), t, activity, related, payload, payload_len, ips, nips);
 }
 
-/* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap). */
-void at_tbuf_test_set_seq(uint32_t seq) { thr.seq = seq; }
+/* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap). The
+ * reader of the buffers skips a record whose number does not follow (a second writer's, flusher.c):
+ * an owner record (the same thread) tells it the numbers start again. */
+void at_tbuf_test_set_seq(uint32_t seq)
+{
+    thr.seq = seq;
+    at_ring *r = thr.ring;
+    uint32_t size = (uint32_t)sizeof(at_rec) + 8;
+    if (!r || thr.gen != atomic_load(&at_sess_gen) || (r->wpos + size > AT_CHUNK_SIZE && !next_chunk(r)))
+        return;
+    at_chunk *c = at_wchunk(r->wchunk);
+    at_rec *rec = (at_rec *)((uint8_t *)c + r->wpos);
+    *rec = (at_rec){.size = size, .type_index = AT_REC_OWNER_TYPE, .ts = thr.last_ts, .payload_len = 8};
+    memcpy(rec + 1, &thr.tid, 8);
+    r->wpos += size;
+    atomic_store_explicit(&c->used, r->wpos, memory_order_release);
+}

@@ -194,6 +194,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     atomic_store(&at_stat_files, 1);
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
+    atomic_store(&at_drops_damaged, 0);
     at_last_ts_written = 0;
 
     pthread_mutex_lock(&at_flush_lock);
@@ -237,11 +238,22 @@ void at_trace_stop(void)
     /* events from now on are dropped and counted; then everything published is written */
     atomic_store(&at_sess_active, 0);
     at_flusher_stop();
-    pthread_mutex_lock(&at_flush_lock);
-    at_flush_locked(false, true);
-    at_output_close(&at_out);
-    atomic_fetch_add(&at_sess_gen, 1);
-    pthread_mutex_unlock(&at_flush_lock);
+    /* a flusher that did not stop may hold the lock for ever: exit waits a bounded time for it */
+    int rc = 0;
+    if (at_flusher_is_stuck()) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 5;
+        rc = pthread_mutex_timedlock(&at_flush_lock, &dl);
+    } else {
+        pthread_mutex_lock(&at_flush_lock);
+    }
+    if (rc == 0) {
+        at_flush_locked(false, true);
+        at_output_close(&at_out);
+        atomic_fetch_add(&at_sess_gen, 1);
+        pthread_mutex_unlock(&at_flush_lock);
+    }
     atomic_store(&sess_state, 0);
 }
 
