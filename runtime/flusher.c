@@ -349,9 +349,18 @@ int at_flusher_start(void)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old); /* no signal may land on the new thread before it masks */
+    /* under a finite RLIMIT_AS the default stack (RLIMIT_STACK, 8 MiB) would come out of the
+     * program's room: the flusher's calls are shallow */
+    pthread_attr_t attr, *ap = NULL;
+    if (at_as_limited() && pthread_attr_init(&attr) == 0) {
+        ap = &attr;
+        pthread_attr_setstacksize(&attr, 1u << 20);
+    }
     at_rt_own_thread++;
-    int rc = pthread_create(&flusher, NULL, flusher_main, NULL);
+    int rc = pthread_create(&flusher, ap, flusher_main, NULL);
     at_rt_own_thread--;
+    if (ap)
+        pthread_attr_destroy(ap);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         errno = rc;

@@ -18,6 +18,9 @@
  * segments circular mode removes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -501,9 +504,33 @@ int at_output_move_fd(at_output *o)
     return 0;
 }
 
+static int pwrite_all(at_output *o, const uint8_t *p, size_t len, uint64_t off);
+
+/* A write past RLIMIT_FSIZE raises SIGXFSZ, whose default action kills the process: the writer's
+ * writes happen with it blocked (the flusher blocks everything; the final flush runs on a program's
+ * thread), and the one a write of ours raised is taken back, unless the program's own was already
+ * pending. The write then fails with EFBIG: reported once, the rest counted as dropped. */
 int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off)
 {
-    const uint8_t *p = buf;
+    sigset_t xf, old, pend;
+    sigemptyset(&xf);
+    sigaddset(&xf, SIGXFSZ);
+    if (pthread_sigmask(SIG_BLOCK, &xf, &old) != 0)
+        return pwrite_all(o, buf, len, off);
+    bool was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGXFSZ);
+    int e = errno;
+    int rc = pwrite_all(o, buf, len, off);
+    if (!was_pending && sigpending(&pend) == 0 && sigismember(&pend, SIGXFSZ)) {
+        struct timespec zero = {0, 0};
+        (void)sigtimedwait(&xf, NULL, &zero);
+    }
+    errno = e;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+static int pwrite_all(at_output *o, const uint8_t *p, size_t len, uint64_t off)
+{
     if (len && o->fd >= 0 && !still_ours(o)) {
         at_output_report(o, "cannot open the trace file again after the program closed or "
                             "replaced its descriptor: ", errno ? errno : EBADF);

@@ -281,6 +281,11 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
 {
     if (cap == 0)
         cap = AT_DEFAULT_CAP;
+    /* an eighth of a finite address-space limit at most: the rest is the program's (events beyond
+     * what fits are dropped and counted) */
+    size_t as = at_as_cap(cap, 8);
+    if (as < cap)
+        cap = as > 2 * AT_CHUNK_SIZE ? as : 2 * AT_CHUNK_SIZE;
     if (cap < 2 * AT_CHUNK_SIZE) {
         snprintf(err, errlen, "buffer cap %zu is below the minimum of %u bytes", cap,
                  2 * AT_CHUNK_SIZE);

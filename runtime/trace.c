@@ -101,7 +101,9 @@ static void fork_child(void)
     at_out.child_suffix = true;
     at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
     char err[256];
-    if (at_output_open_first(&at_out, err, sizeof err) < 0 || at_flusher_start() < 0) {
+    /* no thread left under RLIMIT_NPROC (EAGAIN): the events wait in the buffers for exit */
+    if (at_output_open_first(&at_out, err, sizeof err) < 0 ||
+        (at_flusher_start() < 0 && errno != EAGAIN)) {
         at_errmsg("fork child: no trace: ", err, 0);
         atomic_store(&at_sess_active, 0);
         atomic_store(&sess_state, 0);
@@ -199,7 +201,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
 
     pthread_mutex_lock(&at_flush_lock);
     at_lastthread_reset();
-    if (at_flusher_start() < 0) {
+    if (at_flusher_start() < 0 && errno != EAGAIN) { /* EAGAIN: as in a fork child */
         pthread_mutex_unlock(&at_flush_lock);
         snprintf(errbuf, errlen, "cannot start the flusher thread: %s", strerror(errno));
         at_output_close(&at_out);
@@ -321,6 +323,18 @@ void at_trace_flusher_resume(void)
         pause_restart = false;
     }
     pthread_mutex_unlock(&pause_lock);
+}
+
+bool at_trace_flusher_yield(void)
+{
+    pthread_mutex_lock(&pause_lock);
+    pthread_mutex_lock(&at_flush_lock);
+    bool run = atomic_load(&sess_state) == 1 && at_flusher_is_running();
+    pthread_mutex_unlock(&at_flush_lock);
+    if (run)
+        at_flusher_stop();
+    pthread_mutex_unlock(&pause_lock);
+    return run;
 }
 
 bool at_trace_pid_named(void)
