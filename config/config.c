@@ -68,6 +68,17 @@ static int parse_uint(const char *name, const char *v, uint64_t max, uint64_t *o
     return 0;
 }
 
+int at_config_parse_file_mode(const char *v, unsigned *mode)
+{
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(v, &end, 8);
+    if (errno || end == v || *end || v[0] == '-' || v[0] == '+' || x > 0777)
+        return -1;
+    *mode = (unsigned)x;
+    return 0;
+}
+
 int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name), char *err,
                        size_t errlen)
 {
@@ -128,6 +139,15 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         rc = parse_word("ACTTRACE_CLOCK", v, "auto|monotonic|tsc", &w, err, errlen);
         if (rc == 0)
             c->clock = w;
+    }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_FILE_MODE")) && *v) {
+        unsigned m;
+        if (at_config_parse_file_mode(v, &m) != 0 || m == 0) {
+            snprintf(err, errlen, "ACTTRACE_FILE_MODE=%s: expected octal permissions such as 0600 or 0640", v);
+            rc = -1;
+        } else {
+            c->file_mode = m;
+        }
     }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_STACK_DEPTH")) && *v) {
         rc = parse_uint("ACTTRACE_STACK_DEPTH", v, 256, &x, err, errlen);

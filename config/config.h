@@ -33,6 +33,8 @@ typedef struct at_config {
     int clock;              /* ACTTRACE_CLOCK=auto|monotonic|tsc: the event clock, as runtime/trace.h's
                                enum at_clock_kind (default auto: the TSC when the machine keeps it
                                one clock for every CPU) */
+    unsigned file_mode;     /* ACTTRACE_FILE_MODE: octal permissions of the trace files, whatever the
+                               umask (0 = the default, 0600) */
     bool symbols;           /* ACTTRACE_SYMBOLS=0|1: symbol rundown in the file (default 1; 0 keeps
                                PerfView's "Thread Time (with StartStop Activities)" view) */
 } at_config;
@@ -41,6 +43,8 @@ void at_config_defaults(at_config *c);
 /* Apply ACTTRACE_* overrides read through getenv_fn (getenv, or a test's own lookup).
  * Returns 0, or -1 with one precise message in err (the setting named; c keeps its defaults
  * for that setting). Never reads a file. */
+/* "0644" (octal, at most 0777) into *mode; -1 when it is not one. */
+int at_config_parse_file_mode(const char *v, unsigned *mode);
 int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name), char *err,
                        size_t errlen);
 

@@ -3,6 +3,7 @@
  * neither columns nor lines longer than its compile-time limit. Values that name arguments (capture,
  * key, when) are kept raw with their position and resolved against the signature when the section
  * ends, so keys may come in any order. */
+#include "config.h"
 #include "hookconf.h"
 
 #include <ctype.h>
@@ -535,6 +536,9 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
                 c->clock = i + 1;
         if (!c->clock)
             return fail(p, vpos, "'%s': expected auto, monotonic or tsc", v);
+    } else if (!strcmp(key, "file_mode")) {
+        if (at_config_parse_file_mode(v, &c->file_mode) != 0 || c->file_mode == 0)
+            return fail(p, vpos, "'%s': expected octal permissions such as 0600 or 0640", v);
     } else if (!strcmp(key, "level")) {
         uint8_t l;
         if (parse_level(p, &r, &l) < 0)
@@ -546,7 +550,7 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         c->has_keywords = true;
     } else
         return fail(p, kpos, "unknown key '%s' in [trace]; expected provider, output, mode, "
-                             "buffer, flush_ms, clock, level or keywords", key);
+                             "buffer, flush_ms, clock, file_mode, level or keywords", key);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <string.h>
 #include <semaphore.h>
+#include <time.h>
 #include <unistd.h>
 #include "trace_int.h"
 
@@ -27,6 +28,10 @@ static sem_t flusher_ready;
  * filling (at_flusher_kick): no polling, so a traced program's cores are not woken a thousand times
  * a second (on a server busy with syscalls each wake-up took a core from the program). */
 static sem_t flusher_wake;
+/* Set when a flusher did not stop in time (a write blocked for ever, say on a hung network file
+ * system): it is left alone, and no second flusher ever starts beside it. */
+static bool flusher_stuck;
+
 
 static at_ring *active[AT_MAX_THREADS];
 static uint64_t active_ts[AT_MAX_THREADS]; /* the next record's timestamp of each active ring */
@@ -37,21 +42,40 @@ static uint64_t active_ts[AT_MAX_THREADS]; /* the next record's timestamp of eac
  * an event while the flusher drained. */
 static uint32_t flush_pass = 1;
 
-/* The next published record of r, or NULL. Chunks the reader has left behind go back to the pool.
- * fresh: look at `used` again even if this pass already did (sequence points and recycling must
- * know whether anything at all is left). */
+/* A record as a writer leaves it, within the published part of its chunk: anything else means two
+ * writers shared the ring (a clone(CLONE_VM) child without a TLS of its own writes through its
+ * parent's ring) and the chunk is damaged from there. */
+static bool rec_sane(const at_rec *h, uint32_t pos, uint32_t used)
+{
+    if (h->size < sizeof(at_rec) || (h->size & 7u) || h->size > used - pos)
+        return false;
+    if (h->type_index == AT_REC_OWNER_TYPE)
+        return h->size == sizeof(at_rec) + 8 && h->payload_len == 8 && h->nips == 0;
+    uint32_t want = (uint32_t)(sizeof(at_rec) + ((h->flags & AT_REC_ACT) ? 16 : 0) +
+                               ((h->flags & AT_REC_REL) ? 16 : 0) + (size_t)h->nips * 8 +
+                               h->payload_len + 7) & ~7u;
+    return want == h->size && !(h->flags & ~(AT_REC_ACT | AT_REC_REL)) &&
+           at_types[h->type_index] != NULL;
+}
+
+/* The next published record of r (a checked copy, body at r->rbody), or NULL. Chunks the reader
+ * has left behind go back to the pool. fresh: look at `used` again even if this pass already did
+ * (sequence points and recycling must know whether anything at all is left). Bounded whatever the
+ * buffer holds: every step consumes a record of at least 24 bytes or a chunk, a damaged stretch is
+ * skipped to the end of what its chunk published, and a chain longer than the pool (links two
+ * writers made) ends the look. */
 static const at_rec *peek_ex(at_ring *r, bool fresh)
 {
     if (r->rchunk < 0) {
         int32_t f = atomic_load_explicit(&r->first, memory_order_acquire);
-        if (f < 0)
+        if (f < 0 || (uint32_t)f >= at_pool_g.nchunks)
             return NULL;
         r->rchunk = f;
         r->rtid = r->tid; /* written before first was published */
         r->rpos = r->rused = AT_CHUNK_HDR;
         r->rused_pass = 0;
     }
-    for (;;) {
+    for (uint32_t hops = 0; hops <= at_pool_g.nchunks;) {
         at_chunk *c = at_chunk_at(&at_pool_g, r->rchunk);
         /* `used` is on the line the writer stores to at every event: read it only when what was
          * seen last time is consumed, not per record */
@@ -59,36 +83,65 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
             if (r->rpos >= r->rused) {
                 r->rused_pass = flush_pass;
                 r->rused = atomic_load_explicit(&c->used, memory_order_acquire);
+                if (r->rused > AT_CHUNK_SIZE)
+                    r->rused = AT_CHUNK_SIZE;
             }
             if (r->rpos < r->rused) {
-                const at_rec *rec = (const at_rec *)((const uint8_t *)c + r->rpos);
-                if (AT_LIKELY(rec->type_index != AT_REC_OWNER_TYPE))
-                    return rec;
+                const uint8_t *p = (const uint8_t *)c + r->rpos;
+                memcpy(&r->rcopy, p, sizeof r->rcopy);
+                const at_rec *h = &r->rcopy;
+                if (AT_UNLIKELY(!rec_sane(h, r->rpos, r->rused))) {
+                    atomic_fetch_add_explicit(&at_drops_damaged, 1, memory_order_relaxed);
+                    r->rpos = r->rused;
+                    continue;
+                }
+                if (AT_LIKELY(h->type_index != AT_REC_OWNER_TYPE)) {
+                    /* a thread's numbers only go up and its clock never back: a record that breaks
+                     * that came from a second writer */
+                    if (AT_UNLIKELY((r->last_seq && (int32_t)(h->seq - r->last_seq) <= 0) ||
+                                    h->ts < r->rlast_ts)) {
+                        atomic_fetch_add_explicit(&at_drops_damaged, 1, memory_order_relaxed);
+                        r->rpos += h->size;
+                        continue;
+                    }
+                    r->rbody = p + sizeof(at_rec);
+                    return h;
+                }
                 /* the ring changed hands (tbuf.c): what follows is the new owner's, whose
                  * sequence numbers start again */
-                memcpy(&r->rtid, rec + 1, 8);
+                memcpy(&r->rtid, p + sizeof(at_rec), 8);
                 r->last_seq = 0;
                 r->rowners++;
-                r->rpos += rec->size;
+                r->rpos += h->size;
                 continue;
             }
         }
         int32_t n = atomic_load_explicit(&c->next, memory_order_acquire);
         if (n < 0)
             return NULL;
+        if ((uint32_t)n >= at_pool_g.nchunks || n == r->rchunk) {
+            atomic_fetch_add_explicit(&at_drops_damaged, 1, memory_order_relaxed);
+            return NULL; /* a link no writer makes alone: stay here */
+        }
         /* next is linked only after the chunk's last record was published: used is final now.
          * Records published after this pass first looked are taken too (keeping the stale look
          * here made this loop spin for ever) */
         uint32_t used = atomic_load_explicit(&c->used, memory_order_acquire);
+        if (used > AT_CHUNK_SIZE)
+            used = AT_CHUNK_SIZE;
         if (r->rpos < used) {
             r->rused = used;
+            r->rused_pass = flush_pass;
             continue;
         }
         at_chunk_retire(r->rchunk);
         r->rchunk = n;
         r->rpos = r->rused = AT_CHUNK_HDR;
         r->rused_pass = 0;
+        hops++;
     }
+    atomic_fetch_add_explicit(&at_drops_damaged, 1, memory_order_relaxed);
+    return NULL;
 }
 
 static inline const at_rec *peek(at_ring *r)
@@ -108,8 +161,12 @@ uint32_t at_ring_sp_seq(at_ring *r)
         return r->last_seq;
     if (r->rchunk < 0) /* nothing ever written (its events all dropped): its only owner's count */
         r->rtid = r->tid;
-    /* seq_pub may lag the last record consumed (stored just after publishing it) */
-    return (int32_t)(s - r->last_seq) > 0 ? s : r->last_seq;
+    /* seq_pub may lag the last record consumed (stored just after publishing it). What the point
+     * lists is the thread's last number from now on: a later record at or below it (a second writer
+     * on the ring) is skipped, as the file must never go back */
+    if ((int32_t)(s - r->last_seq) > 0)
+        r->last_seq = s;
+    return r->last_seq;
 }
 
 static void recycle(at_ring *r)
@@ -121,6 +178,7 @@ static void recycle(at_ring *r)
     atomic_fetch_add(&at_drops_retired, atomic_load(&r->drops));
     atomic_store(&r->drops, 0);
     r->last_seq = 0;
+    r->rlast_ts = 0;
     r->rowners = 0;
     atomic_store_explicit(&r->seq_pub, 0, memory_order_relaxed);
     atomic_store_explicit(&r->state, AT_RING_FREE, memory_order_release);
@@ -190,10 +248,11 @@ void at_flush_locked(bool holdback, bool force_sp)
         const at_rec *rec = peek(r);
         do {
             if (ok)
-                at_ntw_event(rec, (const uint8_t *)(rec + 1), r->rtid);
+                at_ntw_event(rec, r->rbody, r->rtid);
             else
                 atomic_fetch_add(&at_stat_dropped_io, 1);
             r->last_seq = rec->seq;
+            r->rlast_ts = rec->ts;
             r->rpos += rec->size;
             rec = peek(r);
         } while (rec && rec->ts <= second
@@ -298,6 +357,10 @@ static void *flusher_main(void *arg)
 
 int at_flusher_start(void)
 {
+    if (flusher_stuck) {
+        errno = EBUSY;
+        return -1;
+    }
     atomic_store(&flusher_stop, 0);
     atomic_store(&at_flusher_armed, 0);
     sem_init(&flusher_ready, 0, 0);
@@ -305,9 +368,18 @@ int at_flusher_start(void)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old); /* no signal may land on the new thread before it masks */
+    /* under a finite RLIMIT_AS the default stack (RLIMIT_STACK, 8 MiB) would come out of the
+     * program's room: the flusher's calls are shallow */
+    pthread_attr_t attr, *ap = NULL;
+    if (at_as_limited() && pthread_attr_init(&attr) == 0) {
+        ap = &attr;
+        pthread_attr_setstacksize(&attr, 1u << 20);
+    }
     at_rt_own_thread++;
-    int rc = pthread_create(&flusher, NULL, flusher_main, NULL);
+    int rc = pthread_create(&flusher, ap, flusher_main, NULL);
     at_rt_own_thread--;
+    if (ap)
+        pthread_attr_destroy(ap);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         errno = rc;
@@ -319,18 +391,34 @@ int at_flusher_start(void)
     return 0;
 }
 
+/* Every pass is bounded, but one write can block for as long as the file system wants: exit waits
+ * this long for the flusher, then goes on without it (at_trace_stop writes what it can). */
+#define FLUSHER_JOIN_S 5
+
 void at_flusher_stop(void)
 {
     if (!flusher_running)
         return;
     atomic_store(&flusher_stop, 1);
     sem_post(&flusher_wake);
-    if (!pthread_equal(pthread_self(), flusher))
-        pthread_join(flusher, NULL);
-    else
+    if (!pthread_equal(pthread_self(), flusher)) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += FLUSHER_JOIN_S;
+        int rc;
+        while ((rc = pthread_timedjoin_np(flusher, NULL, &dl)) == EINTR)
+            ;
+        if (rc != 0) {
+            flusher_stuck = true;
+            at_errmsg("the trace writer's thread did not stop; the file may end early", "", 0);
+        }
+    } else {
         pthread_detach(flusher);
+    }
     flusher_running = false;
 }
+
+bool at_flusher_is_stuck(void) { return flusher_stuck; }
 
 /* A writer took a chunk and the buffers are filling: wake the flusher if it sleeps. Async-signal-safe
  * (sem_post). */
@@ -344,6 +432,10 @@ void at_flusher_kick(void)
 }
 
 /* In a fork child the parent's flusher does not exist. */
-void at_flusher_forget(void) { flusher_running = false; }
+void at_flusher_forget(void)
+{
+    flusher_running = false;
+    flusher_stuck = false;
+}
 
 bool at_flusher_is_running(void) { return flusher_running; }

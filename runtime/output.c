@@ -8,9 +8,19 @@
  *              trace.nettrace, trace.1.nettrace, trace.2.nettrace, ... (never deleted).
  * circular:SIZE the same names; a new segment starts when one reaches SIZE/4 and at most 4 segments
  *              exist: opening segment k deletes segment k-4, so about the last SIZE bytes are kept.
- * A fork child of a pattern without %p writes to B with "-<childpid>" before the extension. */
+ * A fork child of a pattern without %p writes to B with "-<childpid>" before the extension.
+ *
+ * Files are only ever created, never opened as they are: O_CREAT|O_EXCL|O_NOFOLLOW, so a symlink or a
+ * file someone planted at a trace's name (in a shared folder) never receives a byte. A name taken by
+ * a file of ours from an earlier run is reused (that file is removed first); one taken by anything
+ * else makes the trace take the next -dup<n>. A relative pattern is resolved against the working
+ * directory once, at the session's start: the program's chdir moves neither later segments nor the
+ * segments circular mode removes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -63,6 +73,8 @@ static void remember(at_output *o, int fd)
     } else {
         o->dev = o->ino = 0;
     }
+    o->seg_dev[o->index % 4] = o->dev;
+    o->seg_ino[o->index % 4] = o->ino;
     at_trace_fd = fd;
 }
 
@@ -279,29 +291,112 @@ static void file_name(const at_output *o, unsigned k, char *out, size_t cap)
     memcpy(out + pre + 1 + nl, dot, strlen(dot) + 1);
 }
 
+/* The name is taken (EEXIST). A file of ours from an earlier run may go: a regular file of this
+ * user, with no other link, that nobody else may write and no live writer holds (each holds an flock
+ * on its file). 0: removed, *held is the old file's descriptor, locked, for the caller to close once
+ * its new file exists (a process that waited for that lock then finds another file at the name and
+ * leaves it). -EBUSY: a live writer's. -EEXIST: anything else, left alone. */
+static int remove_stale(const char *path, int *held)
+{
+    struct stat st, st2;
+    *held = -1;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : -EEXIST;
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1 ||
+        (st.st_mode & (S_IWGRP | S_IWOTH)))
+        return -EEXIST;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -EEXIST;
+    int rc = -EEXIST;
+    if (fstat(fd, &st2) == 0 && st2.st_dev == st.st_dev && st2.st_ino == st.st_ino) {
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+            rc = errno == EWOULDBLOCK ? -EBUSY : -EEXIST;
+        else if (lstat(path, &st2) != 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino)
+            rc = -EBUSY; /* a process that had it locked put its new file there meanwhile */
+        else if (unlink(path) == 0 || errno == ENOENT)
+            rc = 0;
+    }
+    if (rc == 0)
+        *held = fd;
+    else
+        close(fd);
+    return rc;
+}
+
+/* Create file number k anew (see the top comment): 0, or -errno (-EBUSY: a live process writes that
+ * name; -EEXIST: something not ours has it). */
 static int open_index(at_output *o, unsigned k)
 {
     file_name(o, k, o->path, sizeof o->path);
-    int fd = open(o->path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -errno;
-    /* A file another live process is writing stays its own (a child that names its file like its
-     * parent: a pattern without %p and a child glibc spawns itself, as system() and popen() do, whose
-     * environment carries nothing of ours). The lock lives as long as the writer's descriptor. */
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-        close(fd);
-        return -EBUSY;
+    mode_t mode = o->file_mode ? (mode_t)o->file_mode : 0600;
+    int held = -1, fd = -1;
+    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+        fd = open(o->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, mode);
+        if (fd >= 0)
+            break;
+        if (errno != EEXIST || attempt > 0)
+            break;
+        int rc = remove_stale(o->path, &held);
+        if (rc < 0)
+            return rc;
     }
-    if (ftruncate(fd, 0) != 0) {
-        int e = errno;
-        close(fd);
+    if (fd < 0) {
+        int e = errno == ELOOP ? EEXIST : errno; /* a symlink raced in: not ours either */
+        if (held >= 0)
+            close(held);
         return -e;
     }
-    remember(o, at_fd_move_high(fd));
+    /* A child glibc spawns itself (system(), popen()) carries nothing of ours and may name its file
+     * like its parent: the lock, held as long as the writer's descriptor, tells it the name is a
+     * live writer's. Fresh, nobody else holds it. */
+    (void)flock(fd, LOCK_EX | LOCK_NB);
+    if (held >= 0)
+        close(held);
+    /* the mode asked for, whatever the program's umask */
+    (void)fchmod(fd, mode);
     o->index = k;
+    remember(o, at_fd_move_high(fd));
     o->pos = 0;
     atomic_fetch_add(&at_stat_files, 1);
     return 0;
+}
+
+/* A relative pattern becomes absolute, against the working directory now ('%' in it escaped for
+ * expand). An absolute path rather than a descriptor of the folder: nothing more for the program to
+ * close or reuse, and a folder removed or renamed under a running program makes the next segment
+ * fail, reported, never land somewhere the program chdir'd to. */
+static int resolve_dir(at_output *o, char *err, size_t errlen)
+{
+    if (o->pattern[0] == '/')
+        return 0;
+    char cwd[sizeof o->pattern];
+    if (!getcwd(cwd, sizeof cwd) || cwd[0] != '/')
+        return 0; /* no reachable working directory: the name stays relative (it will fail there) */
+    char out[sizeof o->pattern];
+    size_t n = 0;
+    const char *p = o->pattern;
+    if (p[0] == '.' && p[1] == '/')
+        p += 2;
+    for (const char *c = cwd; *c; c++) {
+        if (*c == '%')
+            out[n++] = '%';
+        out[n++] = *c;
+        if (n + 2 >= sizeof out)
+            goto too_long;
+    }
+    if (n > 1)
+        out[n++] = '/';
+    size_t pl = strlen(p);
+    if (n + pl >= sizeof out)
+        goto too_long;
+    memcpy(out + n, p, pl + 1);
+    memcpy(o->pattern, out, n + pl + 1);
+    return 0;
+too_long:
+    if (err)
+        snprintf(err, errlen, "output path '%s' is too long in %s", o->pattern, cwd);
+    return -1;
 }
 
 int at_output_open_first(at_output *o, char *err, size_t errlen)
@@ -310,7 +405,7 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
     o->failed = false;
     o->reported = false;
     o->dup = 0;
-    if (expand(o, err, errlen) < 0)
+    if (resolve_dir(o, err, errlen) < 0 || expand(o, err, errlen) < 0)
         return -1;
     o->max_files = 0;
     o->seg_size = 0;
@@ -334,8 +429,9 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
             return -1;
         rc = open_index(o, 0);
     }
-    /* still held: the same pid in another pid namespace (each namespace's first process is 1) */
-    for (unsigned d = 2; rc == -EBUSY && d < 100; d++) {
+    /* still held: the same pid in another pid namespace (each namespace's first process is 1); or
+     * the name is taken by something not ours (a link, another user's file) */
+    for (unsigned d = 2; (rc == -EBUSY || rc == -EEXIST) && d < 100; d++) {
         o->dup = d;
         if (expand(o, err, errlen) < 0)
             return -1;
@@ -344,7 +440,9 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
     if (rc < 0) {
         if (err)
             snprintf(err, errlen, "cannot create %s: %s", o->path,
-                     rc == -EBUSY ? "another process is writing it" : strerror(-rc));
+                     rc == -EBUSY ? "another process is writing it"
+                     : rc == -EEXIST ? "a file that is not the trace's has that name"
+                                     : strerror(-rc));
         return -1;
     }
     return 0;
@@ -355,9 +453,14 @@ int at_output_open_next(at_output *o)
     at_output_close(o);
     unsigned k = o->index + 1;
     if (o->max_files && k >= o->max_files) {
+        /* only the file this output created: whatever took the name since stays */
         char old[sizeof o->path];
+        struct stat st;
+        unsigned j = (k - o->max_files) % 4;
         file_name(o, k - o->max_files, old, sizeof old);
-        unlink(old);
+        if (lstat(old, &st) == 0 && (uint64_t)st.st_dev == o->seg_dev[j] &&
+            (uint64_t)st.st_ino == o->seg_ino[j])
+            unlink(old);
     }
     int rc = open_index(o, k);
     if (rc < 0) {
@@ -388,10 +491,12 @@ static bool still_ours(at_output *o)
     if (o->fd >= 0 && fstat(o->fd, &st) == 0 && (uint64_t)st.st_dev == o->dev &&
         (uint64_t)st.st_ino == o->ino)
         return true;
-    int fd = open(o->path, O_WRONLY | O_CLOEXEC);
+    /* never through a link, and never blocking on a FIFO put under our name */
+    int fd = open(o->path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return false;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != o->dev || (uint64_t)st.st_ino != o->ino) {
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_dev != o->dev || (uint64_t)st.st_ino != o->ino ||
+        fcntl(fd, F_SETFL, 0) != 0) {
         int e = errno;
         close(fd); /* another file under our name: the trace's own was removed */
         errno = e;
@@ -414,9 +519,33 @@ int at_output_move_fd(at_output *o)
     return 0;
 }
 
+static int pwrite_all(at_output *o, const uint8_t *p, size_t len, uint64_t off);
+
+/* A write past RLIMIT_FSIZE raises SIGXFSZ, whose default action kills the process: the writer's
+ * writes happen with it blocked (the flusher blocks everything; the final flush runs on a program's
+ * thread), and the one a write of ours raised is taken back, unless the program's own was already
+ * pending. The write then fails with EFBIG: reported once, the rest counted as dropped. */
 int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off)
 {
-    const uint8_t *p = buf;
+    sigset_t xf, old, pend;
+    sigemptyset(&xf);
+    sigaddset(&xf, SIGXFSZ);
+    if (pthread_sigmask(SIG_BLOCK, &xf, &old) != 0)
+        return pwrite_all(o, buf, len, off);
+    bool was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGXFSZ);
+    int e = errno;
+    int rc = pwrite_all(o, buf, len, off);
+    if (!was_pending && sigpending(&pend) == 0 && sigismember(&pend, SIGXFSZ)) {
+        struct timespec zero = {0, 0};
+        (void)sigtimedwait(&xf, NULL, &zero);
+    }
+    errno = e;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+static int pwrite_all(at_output *o, const uint8_t *p, size_t len, uint64_t off)
+{
     if (len && o->fd >= 0 && !still_ours(o)) {
         at_output_report(o, "cannot open the trace file again after the program closed or "
                             "replaced its descriptor: ", errno ? errno : EBADF);

@@ -26,6 +26,7 @@ at_pool at_pool_g;
 at_rt_hot_t at_rt_hot __attribute__((aligned(64)));
 _Atomic uint64_t at_drops_noring;
 _Atomic uint64_t at_drops_retired;
+_Atomic uint64_t at_drops_damaged;
 
 typedef struct at_thr {
     at_ring *ring;
@@ -252,6 +253,7 @@ static void ring_clear(at_ring *r)
     r->wchunk = r->rchunk = -1;
     atomic_store(&r->first, -1);
     r->last_seq = 0;
+    r->rlast_ts = 0;
     atomic_store(&r->seq_pub, 0);
     atomic_store(&r->drops, 0);
     r->inited = 1;
@@ -282,6 +284,11 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
 {
     if (cap == 0)
         cap = AT_DEFAULT_CAP;
+    /* an eighth of a finite address-space limit at most: the rest is the program's (events beyond
+     * what fits are dropped and counted) */
+    size_t as = at_as_cap(cap, 8);
+    if (as < cap)
+        cap = as > 2 * AT_CHUNK_SIZE ? as : 2 * AT_CHUNK_SIZE;
     if (cap < 2 * AT_CHUNK_SIZE) {
         snprintf(err, errlen, "buffer cap %zu is below the minimum of %u bytes", cap,
                  2 * AT_CHUNK_SIZE);
@@ -321,6 +328,7 @@ void at_pool_reset_child(void)
     pool_reset();
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
+    atomic_store(&at_drops_damaged, 0);
     thr.ring = NULL;
     thr.tid = 0; /* the child's only thread has a new tid */
     at_tid_cache = 0;
@@ -330,7 +338,8 @@ void at_pool_reset_child(void)
 
 uint64_t at_tbuf_total_drops(void)
 {
-    uint64_t d = atomic_load(&at_drops_noring) + atomic_load(&at_drops_retired);
+    uint64_t d = atomic_load(&at_drops_noring) + atomic_load(&at_drops_retired) +
+                 atomic_load(&at_drops_damaged);
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++)
         d += atomic_load_explicit(&at_pool_g.rings[i].drops, memory_order_relaxed);
     return d;
@@ -632,11 +641,28 @@ AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, co
 }
 
 /* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap) in the
- * current session (a thread's first event in a session would start it again at 1). */
+ * current session (its first event there would otherwise start the numbers again at 1). The reader
+ * of the buffers skips a record whose number does not follow (a second writer's, flusher.c): an
+ * owner record (the same thread) tells it the numbers start again. */
 void at_tbuf_test_set_seq(uint32_t seq)
 {
+    uint32_t gen = atomic_load(&at_sess_gen);
+    if (thr.gen != gen) {
+        thr.ring = NULL;
+        thr.gen = gen;
+        thr.seq_written = 0;
+    }
     thr.seq = seq;
-    thr.gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
+    at_ring *r = thr.ring;
+    uint32_t size = (uint32_t)sizeof(at_rec) + 8;
+    if (!r || (r->wpos + size > AT_CHUNK_SIZE && !next_chunk(r)))
+        return;
+    at_chunk *c = at_wchunk(r->wchunk);
+    at_rec *rec = (at_rec *)((uint8_t *)c + r->wpos);
+    *rec = (at_rec){.size = size, .type_index = AT_REC_OWNER_TYPE, .ts = thr.last_ts, .payload_len = 8};
+    memcpy(rec + 1, &thr.tid, 8);
+    r->wpos += size;
+    atomic_store_explicit(&c->used, r->wpos, memory_order_release);
 }
 
 /* ---- the flusher's horizon ----

@@ -104,7 +104,9 @@ static void fork_child(void)
     at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
     char err[256];
     at_rings_barrier_init(); /* a new address space is registered anew */
-    if (at_output_open_first(&at_out, err, sizeof err) < 0 || at_flusher_start() < 0) {
+    /* no thread left under RLIMIT_NPROC (EAGAIN): the events wait in the buffers for exit */
+    if (at_output_open_first(&at_out, err, sizeof err) < 0 ||
+        (at_flusher_start() < 0 && errno != EAGAIN)) {
         at_errmsg("fork child: no trace: ", err, 0);
         atomic_store(&at_sess_active, 0);
         atomic_store(&sess_state, 0);
@@ -182,6 +184,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     strcpy(at_out.pattern, o->path);
     at_out.mode = o->mode;
     at_out.mode_size = o->mode_size;
+    at_out.file_mode = o->file_mode;
     at_out.child_suffix = o->descendant;
     at_out.exec_gen = o->exec_generation;
     struct timespec rt;
@@ -197,11 +200,12 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     atomic_store(&at_stat_files, 1);
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
+    atomic_store(&at_drops_damaged, 0);
     at_last_ts_written = 0;
 
     pthread_mutex_lock(&at_flush_lock);
     at_lastthread_reset();
-    if (at_flusher_start() < 0) {
+    if (at_flusher_start() < 0 && errno != EAGAIN) { /* EAGAIN: as in a fork child */
         pthread_mutex_unlock(&at_flush_lock);
         snprintf(errbuf, errlen, "cannot start the flusher thread: %s", strerror(errno));
         at_output_close(&at_out);
@@ -251,11 +255,22 @@ void at_trace_stop(void)
     atomic_store(&at_sess_active, 0);
     AT_INTERNAL_BEGIN();
     at_flusher_stop();
-    pthread_mutex_lock(&at_flush_lock);
-    at_flush_locked(false, true);
-    at_output_close(&at_out);
-    atomic_fetch_add(&at_sess_gen, 1);
-    pthread_mutex_unlock(&at_flush_lock);
+    /* a flusher that did not stop may hold the lock for ever: exit waits a bounded time for it */
+    int rc = 0;
+    if (at_flusher_is_stuck()) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 5;
+        rc = pthread_mutex_timedlock(&at_flush_lock, &dl);
+    } else {
+        pthread_mutex_lock(&at_flush_lock);
+    }
+    if (rc == 0) {
+        at_flush_locked(false, true);
+        at_output_close(&at_out);
+        atomic_fetch_add(&at_sess_gen, 1);
+        pthread_mutex_unlock(&at_flush_lock);
+    }
     AT_INTERNAL_END();
     atomic_store(&sess_state, 0);
 }
@@ -332,6 +347,18 @@ void at_trace_flusher_resume(void)
     }
     pthread_mutex_unlock(&pause_lock);
     AT_INTERNAL_END();
+}
+
+bool at_trace_flusher_yield(void)
+{
+    pthread_mutex_lock(&pause_lock);
+    pthread_mutex_lock(&at_flush_lock);
+    bool run = atomic_load(&sess_state) == 1 && at_flusher_is_running();
+    pthread_mutex_unlock(&at_flush_lock);
+    if (run)
+        at_flusher_stop();
+    pthread_mutex_unlock(&pause_lock);
+    return run;
 }
 
 bool at_trace_pid_named(void)

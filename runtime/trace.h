@@ -155,11 +155,21 @@ typedef struct at_trace_options {
                                   file "-exec<n>" before the extension (a fork child restarts at 0) */
     bool descendant;           /* a process below the one the trace began in (a fork child, or a later
                                   image of one): a pattern without %p gets "-<pid>" too */
+    unsigned file_mode;        /* permissions of the trace files, applied whatever the umask; 0 = 0600 */
 } at_trace_options;
 
 /* Start the session: open the output, write header and ProcessInfo, start the flusher thread.
  * Returns 0, or -1 with a message in errbuf. Only one session per process. */
 int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen);
+/* limits.c: want, or a 1/share of the soft RLIMIT_AS when that is less (the program keeps the rest
+ * of its address space); whether a finite RLIMIT_AS is set. */
+size_t at_as_cap(size_t want, unsigned share);
+/* The writer's thread counts against the program's RLIMIT_NPROC (and takes a stack): when a
+ * program's thread or process creation failed with EAGAIN, the shim stops it for good (events then
+ * wait in the buffers for exit; what does not fit is dropped and counted) and the call is tried
+ * again. true when there was a flusher to stop. */
+bool at_trace_flusher_yield(void);
+bool at_as_limited(void);
 /* Make everything written so far (by every thread) durable in the file; returns when done.
  * Not for signal handlers. */
 void at_trace_flush(void);

@@ -97,6 +97,12 @@ typedef struct at_ring {
                                 * flusher reads it per record, and reading the writer's line then
                                 * would take it away from the writer at each event */
     uint32_t rowners;          /* owner records consumed (at_ring_sp_seq: did the owner change?) */
+    /* The record peeked, copied after checking it: a ring two writers share (a clone(CLONE_VM)
+     * child runs with its parent's thread-local storage, hence its ring) may change under the
+     * reader, which then still reads within the chunk what the copy says. */
+    at_rec rcopy;
+    const uint8_t *rbody;
+    uint64_t rlast_ts;         /* timestamp of the last record taken (a thread's never go back) */
     char pad2[64];
 } at_ring;
 
@@ -138,6 +144,9 @@ static inline uint32_t at_ring_limit(void)
 #define at_sess_active (at_rt_hot.sess_active)
 extern _Atomic uint64_t at_drops_noring; /* events dropped with no buffer (cap reached, no session) */
 extern _Atomic uint64_t at_drops_retired;
+/* records skipped in damaged buffers (two writers on one ring, see at_ring.rcopy): their sequence
+ * numbers show as gaps in the file */
+extern _Atomic uint64_t at_drops_damaged;
 
 
 int at_pool_init(size_t cap, char *err, size_t errlen);
@@ -178,6 +187,9 @@ typedef struct at_output {
                            * it: the same pid in another pid namespace) */
     uint64_t pos;         /* logical end of the written content (where the end tag is) */
     uint64_t start_time_s;
+    unsigned file_mode;   /* permissions of every file created (0: 0600) */
+    uint64_t seg_dev[4], seg_ino[4]; /* circular: the files of the last segments (index % 4), so
+                                      * only a file of ours is ever unlinked */
 } at_output;
 
 int at_output_open_first(at_output *o, char *err, size_t errlen);
@@ -227,6 +239,7 @@ int at_flusher_start(void);
 void at_flusher_stop(void);
 void at_flusher_forget(void);
 bool at_flusher_is_running(void);
+bool at_flusher_is_stuck(void); /* it did not stop within its deadline: left alone */
 /* Writers: the buffers are filling (a quarter of the chunks, at most 64, in use); wake the flusher. */
 bool at_rings_filling(void);
 #define at_flusher_armed (at_rt_hot.flusher_armed)

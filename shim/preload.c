@@ -61,6 +61,8 @@ static void hookconf_apply(const at_hookconf *hc, at_config *c)
         c->flush_ms = hc->flush_ms;
     if (hc->clock && !getenv("ACTTRACE_CLOCK"))
         c->clock = hc->clock - 1;
+    if (hc->file_mode && !getenv("ACTTRACE_FILE_MODE"))
+        c->file_mode = hc->file_mode;
 }
 
 static void at_preload_fail(const char *what, const char *why)
@@ -115,6 +117,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         .clock = (enum at_clock_kind)at_cfg.clock,
         .exec_generation = (unsigned)at_exec_generation,
         .descendant = at_process_descendant,
+        .file_mode = at_cfg.file_mode,
     };
     if (have_hc) {
         if (hc.mode)

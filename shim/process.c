@@ -400,6 +400,8 @@ AT_EXPORT pid_t fork(void)
     pid_t parent = at_pid;
     at_internal++;
     pid_t p = AT_REAL(fork)(); /* the writer's atfork handlers run in here */
+    if (p < 0 && errno == EAGAIN && at_trace_flusher_yield()) /* see at_trace_flusher_yield */
+        p = AT_REAL(fork)();
     int e = errno;
     at_internal--;
     if (p == 0) {

@@ -76,11 +76,16 @@ static inline __attribute__((always_inline)) void *at_lazy_get(at_lazy *l, const
         return (name##_fn)AT_LAZY_HERE(&at_lazy_##name, false);                                    \
     }
 
+/* clonevm.c: is the caller a clone(CLONE_VM) child running on its parent's thread-local storage? */
+bool at_clonevm_caller_is_child(void);
+
 /* 0 until the constructor succeeded (and forever in secure-execution mode or after a failure):
- * every interposed function then only calls the real one. On the hot page (real.h). */
+ * every interposed function then only calls the real one. 2 while a child lives that clone() made
+ * with CLONE_VM and no TLS of its own: such a child is off (clonevm.c). On the hot page (real.h). */
 static inline bool at_on(void)
 {
-    return AT_LIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 0);
+    int v = __atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED);
+    return AT_LIKELY(v == 1) || (v == 2 && !at_clonevm_caller_is_child());
 }
 
 extern at_config at_cfg;

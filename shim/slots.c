@@ -31,6 +31,7 @@ uintptr_t at_slot_lo = UINTPTR_MAX;
 size_t at_slot_used; /* atomic: bytes carved so far (slots below lo+used may be live) */
 
 static size_t slot_committed;
+static size_t slot_reserve; /* bytes reserved at at_slot_lo */
 static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
 static free_slot *slot_batches; /* under slot_lock: full batches */
 static free_slot *slot_loose;   /* under slot_lock: short remainders of ended threads' caches */
@@ -46,8 +47,11 @@ static free_slot *carve_locked(unsigned n)
     if (slot_failed)
         return NULL;
     if (at_slot_lo == UINTPTR_MAX) {
-        void *p = mmap(NULL, AT_SLOT_RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                       -1, 0);
+        /* a reserved range counts against RLIMIT_AS too: a share of a finite limit at most */
+        slot_reserve = at_as_cap(AT_SLOT_RESERVE, 16) & ~(size_t)(AT_SLOT_COMMIT - 1);
+        void *p = slot_reserve ? mmap(NULL, slot_reserve, PROT_NONE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                               : MAP_FAILED;
         if (p == MAP_FAILED) {
             slot_failed = true;
             return NULL;
@@ -55,7 +59,7 @@ static free_slot *carve_locked(unsigned n)
         __atomic_store_n(&at_slot_lo, (uintptr_t)p, __ATOMIC_RELEASE);
     }
     size_t used = at_slot_used, need = used + (size_t)n * AT_SLOT_SIZE;
-    if (need > AT_SLOT_RESERVE) {
+    if (need > slot_reserve) {
         slot_failed = true;
         return NULL;
     }

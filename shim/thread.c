@@ -311,6 +311,8 @@ AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr,
     s->fn.posix = fn;
     s->arg = arg;
     int r = AT_REAL(pthread_create)(t, attr, posix_trampoline, s);
+    if (r == EAGAIN && at_trace_flusher_yield()) /* our thread took the last one the limit allows */
+        r = AT_REAL(pthread_create)(t, attr, posix_trampoline, s);
     if (r != 0)
         start_abandon(s);
     return r;

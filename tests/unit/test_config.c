@@ -81,8 +81,10 @@ START_TEST(test_overrides)
     const char *env[] = {"ACTTRACE_OUTPUT=/tmp/x-%p.nettrace", "ACTTRACE_CONFIG=/etc/a.conf",
                          "ACTTRACE_FDFLOW=0", "ACTTRACE_ACCEPT_ACTIVITY=yes",
                          "ACTTRACE_THREAD_EVENTS=off", "ACTTRACE_SIGNALS=false",
-                         "ACTTRACE_BUFFER_KB=512", "ACTTRACE_FLUSH_MS=20", NULL};
+                         "ACTTRACE_BUFFER_KB=512", "ACTTRACE_FLUSH_MS=20",
+                         "ACTTRACE_FILE_MODE=0640", NULL};
     ck_assert_int_eq(load(&c, env, err, sizeof err), 0);
+    ck_assert_uint_eq(c.file_mode, 0640);
     ck_assert_str_eq(c.output, "/tmp/x-%p.nettrace");
     ck_assert_str_eq(c.config_file, "/etc/a.conf");
     ck_assert(!c.fdflow);
@@ -114,6 +116,8 @@ static const struct {
     {"ACTTRACE_BUFFER_KB=-1", "ACTTRACE_BUFFER_KB=-1: expected a number from 0 to 16777216"},
     {"ACTTRACE_BUFFER_KB=12k", "ACTTRACE_BUFFER_KB=12k: expected a number from 0 to 16777216"},
     {"ACTTRACE_FLUSH_MS=99999999", "ACTTRACE_FLUSH_MS=99999999: expected a number from 0 to 3600000"},
+    {"ACTTRACE_FILE_MODE=0999", "ACTTRACE_FILE_MODE=0999: expected octal permissions such as 0600 or 0640"},
+    {"ACTTRACE_FILE_MODE=01777", "ACTTRACE_FILE_MODE=01777: expected octal permissions such as 0600 or 0640"},
 };
 
 START_TEST(test_bad_values)
