@@ -9,6 +9,7 @@
 #define AT_TRACE_H
 
 #include <signal.h>
+#include <stdatomic.h>
 
 #include "at_common.h"
 #include "nt_format.h"
@@ -167,7 +168,7 @@ void at_trace_thread_ending_slow(void);
 extern _Atomic int at_last_thread_watch;
 static inline void at_trace_thread_ending(void)
 {
-    if (AT_UNLIKELY(__atomic_load_n(&at_last_thread_watch, __ATOMIC_RELAXED)))
+    if (AT_UNLIKELY(atomic_load_explicit(&at_last_thread_watch, memory_order_relaxed)))
         at_trace_thread_ending_slow();
 }
 
