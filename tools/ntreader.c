@@ -1280,7 +1280,8 @@ int nt_next(nt_reader *r, nt_event *ev)
             if (h->stack_id) {
                 const stack_ent *s = stack_find(r, h->stack_id);
                 if (s) {
-                    ev->frames = r->frames + s->start;
+                    /* an empty stack may come before any frame was stored (frames still NULL) */
+                    ev->frames = s->nframes ? r->frames + s->start : NULL;
                     ev->nframes = s->nframes;
                 } else {
                     /* TraceEvent silently shows no stack; we say so */
