@@ -467,8 +467,12 @@ static inline int write_event(uint64_t ts, const at_event_type *t, const at_guid
     uint32_t seq = seq_next();
     at_ring *r = thr.ring;
     uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
-    if (AT_UNLIKELY(!atomic_load_explicit(&at_sess_active, memory_order_relaxed) || !t))
-        goto drop_noring;
+    int active = atomic_load_explicit(&at_sess_active, memory_order_relaxed);
+    if (AT_UNLIKELY(active != 1 || !t)) {
+        if (!active || !t)
+            goto drop_noring;
+        at_trace_child_gate(); /* a fork child's first events: its file is not open yet */
+    }
     if (AT_UNLIKELY(!r || thr.gen != gen)) {
         r = ring_acquire(gen);
         if (!r)
