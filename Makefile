@@ -98,7 +98,7 @@ $(LIBTOOLS): $(TOOLLIB_OBJ)
 
 # The shim links the runtime and config statically; only the interposed API is exported.
 $(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME)
-	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,--no-undefined -o $@ $(SHIM_OBJ) \
+	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -o $@ $(SHIM_OBJ) \
 	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(FFI_LIBS) $(LDLIBS_COMMON)
 
 $(ACTTRACE): $(BUILD)/obj/tools/main.o $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)

@@ -324,9 +324,34 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     return 0;
 }
 
+/* In a fork child, the parent's free chunks and free rings stay free: each free stack is whole at
+ * any instant (one CAS per change; the flusher, which frees rings and chunks, is between passes while
+ * fork holds at_flush_lock), and rebuilding both touched 8 pages, a copy-on-write fault each in every
+ * child. What the parent's threads held (their rings, the chunks chained in them, the cooling chunks)
+ * holds the parent's events: those rings are cleared so that no flusher here reads them, and their
+ * chunks stay unused. When that is more than half the pool, the whole pool is reset instead. */
+static void pool_reset_child(void)
+{
+    at_pool *p = &at_pool_g;
+    uint32_t lim = atomic_load(&p->hiwater), held = 0;
+    for (uint32_t i = 0; i < lim; i++)
+        held += atomic_load_explicit(&p->rings[i].state, memory_order_relaxed) != AT_RING_FREE;
+    if (atomic_load(&p->nfree) < (int32_t)(p->nchunks / 2) || held > p->nrings / 2) {
+        pool_reset();
+        return;
+    }
+    cool_head = 0;
+    retired_pass = retired_prev = 0;
+    atomic_store(&cool_n, 0);
+    for (uint32_t i = 0; i < lim; i++)
+        if (atomic_load_explicit(&p->rings[i].state, memory_order_relaxed) != AT_RING_FREE)
+            ring_clear(&p->rings[i]);
+    atomic_store(&warm_head, 0);
+}
+
 void at_pool_reset_child(void)
 {
-    pool_reset();
+    pool_reset_child();
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
     thr.ring = NULL;
