@@ -111,7 +111,7 @@ $(LIBTOOLS): $(TOOLLIB_OBJ)
 
 # The shim links the runtime and config statically; only the interposed API is exported.
 $(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME)
-	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,--no-undefined -o $@ $(SHIM_OBJ) \
+	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -o $@ $(SHIM_OBJ) \
 	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(FFI_LIBS) $(LDLIBS_COMMON)
 
 $(ACTTRACE): $(BUILD)/obj/tools/main.o $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
@@ -193,8 +193,8 @@ tests: all $(UNIT_BIN) $(INTEG_BIN) $(FIXTURE_BIN)
 # The test command of the README. Prints Check's lines per binary and a closing
 # "N passed, N failed" line over all of them.
 check: deps
-	@$(MAKE) --no-print-directory tests
-	@bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN)
+	@$(MAKE) --no-print-directory tests $(FUZZ_BIN)
+	@AT_FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_BIN)
 
 check-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan SAN=1 tests
@@ -204,14 +204,27 @@ bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN) $(FIXTURE_BIN)
 	@bash tests/bench/run.sh $(BUILD) $(BENCH_BIN)
 
+# libFuzzer targets: clang, with ASan and UBSan (UB aborts so the fuzzer sees it). The code under
+# test is built once per build folder into its own objects. `make fuzz` runs each target for
+# FUZZ_SECONDS; `make check` runs each for FUZZ_CHECK_SECONDS (tests/run-tests.sh counts them). Each
+# target's seeds are in tests/fuzz/seeds/<target>; new inputs go to $(BUILD)/fuzz/corpus-<target>.
 FUZZ_SECONDS ?= 60
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(TOOLLIB_SRC) $(RUNTIME_SRC) $(CONFIG_SRC)
+FUZZ_CHECK_SECONDS ?= 10
+FUZZ_CC ?= clang
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+FUZZ_LIB_SRC := $(TOOLLIB_SRC) $(CONFIG_SRC) $(RUNTIME_SRC)
+FUZZ_LIB := $(BUILD)/fuzz/libatfuzz.a
+$(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	clang $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(TOOLLIB_SRC) $(RUNTIME_SRC) $(CONFIG_SRC) -lffi -lelf -lZydis -ldl -lpthread -lrt -lm
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
+$(FUZZ_LIB): $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_LIB_SRC))
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_LIB) \
+	  $(FFI_LIBS) $(LDLIBS_COMMON) $(TOOL_LIBS)
 fuzz: deps $(FUZZ_BIN)
-	@for f in $(FUZZ_BIN); do echo "== $$f ($(FUZZ_SECONDS)s)"; \
-	  mkdir -p $(BUILD)/fuzz/corpus-$$(basename $$f); \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 $(BUILD)/fuzz/corpus-$$(basename $$f) tests/fuzz/seeds || exit 1; done
+	@AT_FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/run-tests.sh $(BUILD) $(FUZZ_BIN)
 
 demo: deps
 	@$(MAKE) --no-print-directory all $(DEMO_BIN) $(BUILD)/fixtures/demo_server
@@ -226,4 +239,4 @@ install: all
 clean:
 	rm -rf build build-asan
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)

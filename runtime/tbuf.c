@@ -107,6 +107,20 @@ static void istack_push(_Atomic uint64_t *head, uint32_t *next, uint32_t i)
                                                     memory_order_release, memory_order_relaxed));
 }
 
+/* Set the stack to hold 0..n-1, 0 on top, with plain stores: for a reset nothing else touches it
+ * (start, fork child), and n pushes cost a CAS each (8192 of them ~0.1 ms at every process start
+ * and every fork). */
+static void istack_fill(_Atomic uint64_t *head, uint32_t *next, uint32_t n)
+{
+    for (uint32_t i = 0; i + 1 < n; i++)
+        next[i] = i + 2;
+    if (n)
+        next[n - 1] = 0;
+    uint64_t h = atomic_load_explicit(head, memory_order_relaxed);
+    atomic_store_explicit(head, n ? ((h >> 32) + 1) << 32 | 1u : ((h >> 32) + 1) << 32,
+                          memory_order_release);
+}
+
 static int32_t chunk_pop(void)
 {
     int32_t i = istack_pop(&at_pool_g.free_head, at_pool_g.free_next);
@@ -265,19 +279,16 @@ static void pool_reset(void)
     cool_head = 0;
     retired_pass = retired_prev = 0;
     atomic_store(&cool_n, 0);
-    atomic_store(&p->free_head, 0);
-    atomic_store(&p->nfree, 0);
-    for (int32_t i = (int32_t)p->nchunks - 1; i >= 0; i--)
-        at_chunk_free(i); /* chunk 0 on top: the lowest addresses are reused first */
+    /* chunk 0 on top: the lowest addresses are reused first */
+    istack_fill(&p->free_head, p->free_next, p->nchunks);
+    atomic_store(&p->nfree, (int32_t)p->nchunks);
     /* Only the rings used so far hold anything: 4096 rings are 192 pages, and touching them all
      * cost every process start ~3 ms of page faults. A ring never used is set up by its first
      * owner (ring_acquire). */
     for (uint32_t i = 0, lim = atomic_load(&p->hiwater); i < lim; i++)
         ring_clear(&p->rings[i]);
-    atomic_store(&ring_head, 0);
     atomic_store(&warm_head, 0);
-    for (uint32_t i = p->nrings; i-- > 0;)
-        ring_push(i);
+    istack_fill(&ring_head, ring_next, p->nrings);
 }
 
 int at_pool_init(size_t cap, char *err, size_t errlen)
@@ -323,9 +334,34 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     return 0;
 }
 
+/* In a fork child, the parent's free chunks and free rings stay free: each free stack is whole at
+ * any instant (one CAS per change; the flusher, which frees rings and chunks, is between passes while
+ * fork holds at_flush_lock), and rebuilding both touched 8 pages, a copy-on-write fault each in every
+ * child. What the parent's threads held (their rings, the chunks chained in them, the cooling chunks)
+ * holds the parent's events: those rings are cleared so that no flusher here reads them, and their
+ * chunks stay unused. When that is more than half the pool, the whole pool is reset instead. */
+static void pool_reset_child(void)
+{
+    at_pool *p = &at_pool_g;
+    uint32_t lim = atomic_load(&p->hiwater), held = 0;
+    for (uint32_t i = 0; i < lim; i++)
+        held += atomic_load_explicit(&p->rings[i].state, memory_order_relaxed) != AT_RING_FREE;
+    if (atomic_load(&p->nfree) < (int32_t)(p->nchunks / 2) || held > p->nrings / 2) {
+        pool_reset();
+        return;
+    }
+    cool_head = 0;
+    retired_pass = retired_prev = 0;
+    atomic_store(&cool_n, 0);
+    for (uint32_t i = 0; i < lim; i++)
+        if (atomic_load_explicit(&p->rings[i].state, memory_order_relaxed) != AT_RING_FREE)
+            ring_clear(&p->rings[i]);
+    atomic_store(&warm_head, 0);
+}
+
 void at_pool_reset_child(void)
 {
-    pool_reset();
+    pool_reset_child();
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
     atomic_store(&at_drops_damaged, 0);
@@ -546,8 +582,12 @@ static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
     uint32_t seq = seq_next();
     at_ring *r = thr.ring;
     uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
-    if (AT_UNLIKELY(!atomic_load_explicit(&at_sess_active, memory_order_relaxed) || !t))
-        goto drop_noring;
+    int active = atomic_load_explicit(&at_sess_active, memory_order_relaxed);
+    if (AT_UNLIKELY(active != 1 || !t)) {
+        if (!active || !t)
+            goto drop_noring;
+        at_trace_child_gate(); /* a fork child's first events: its file is not open yet */
+    }
     if (AT_UNLIKELY(!r || thr.gen != gen)) {
         if (thr.gen != gen) {
             /* a new session (its files start from a baseline of their own): the thread's numbers

@@ -83,6 +83,18 @@ static void fork_parent(void)
     }
 }
 
+/* A fork child's file and flusher wait for its first event: a child that records nothing (fork
+ * then _exit, a worker that only computes) opens no file and starts no thread, which is most of what
+ * a fork cost traced. Until then at_sess_active is AT_SESS_PENDING: events go to the buffers as
+ * usual (ProcessForked is already there, in the forking thread's ring), and the first one that is not
+ * quiet (at_trace_quiet) opens the file, named as it would have been at the fork, and starts the
+ * flusher. The exit paths open it themselves when something was recorded and no flusher runs. */
+#define AT_SESS_PENDING 2
+AT_TLS int at_trace_quiet;
+static _Atomic int child_claim;    /* a thread has taken the job of opening the child's file */
+static _Atomic int child_recorded; /* an event that counts was written */
+static uint64_t child_fork_ts;     /* the file's sync time: its first events are the fork's */
+
 static void fork_child(void)
 {
     at_event_type_fork_child();
@@ -102,20 +114,90 @@ static void fork_child(void)
     at_output_close(&at_out);
     at_out.child_suffix = true;
     at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
-    char err[256];
     at_rings_barrier_init(); /* a new address space is registered anew */
-    /* no thread left under RLIMIT_NPROC (EAGAIN): the events wait in the buffers for exit */
-    if (at_output_open_first(&at_out, err, sizeof err) < 0 ||
-        (at_flusher_start() < 0 && errno != EAGAIN)) {
+    child_fork_ts = at_ticks();
+    atomic_store(&child_claim, 0);
+    atomic_store(&child_recorded, 0);
+    atomic_store(&at_sess_active, AT_SESS_PENDING);
+}
+
+/* Under at_flush_lock, while pending: open the child's file (and start its flusher). On failure the
+ * session ends, as a failed start would have. */
+static int child_open(bool flusher)
+{
+    char err[256] = "";
+    if (at_output_open_first(&at_out, err, sizeof err) < 0) {
         at_errmsg("fork child: no trace: ", err, 0);
         atomic_store(&at_sess_active, 0);
         atomic_store(&sess_state, 0);
         at_output_close(&at_out);
-        return;
+        return -1;
     }
+    atomic_store(&at_stat_files, 1);
+    at_ntw_file_begin(at_clock_file_ts(child_fork_ts));
+    /* refused after the child entered a new pid namespace (no thread can be made there): its
+     * events then stay in the buffers until exit, as when a paused flusher cannot come back */
+    if (flusher)
+        (void)at_flusher_start();
+    return 0;
+}
+
+/* The caller may be a hook whose caller keeps values in any register the hook's own code leaves
+ * alone: opening a file and starting a thread run libc code that uses vector registers, so the
+ * whole extended state is saved around it (once per process; one thread at a time, by the claim). */
+static uint8_t child_xarea[16384] __attribute__((aligned(64)));
+
+static inline void cpuid2(uint32_t leaf, uint32_t sub, uint32_t r[4])
+{
+    __asm__ volatile("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+}
+
+static AT_NOINLINE void child_begin(void)
+{
+    uint32_t r[4];
+    cpuid2(1, 0, r);
+    bool xs = (r[2] >> 27) & 1; /* OSXSAVE */
+    if (xs) {
+        cpuid2(0xd, 0, r);
+        xs = r[1] <= sizeof child_xarea;
+    }
+    memset(child_xarea + 512, 0, 64); /* the XSAVE header xrstor checks */
+    if (xs)
+        __asm__ volatile("xsave64 %0" : "+m"(child_xarea) : "a"(~0u), "d"(~0u) : "memory");
+    else
+        __asm__ volatile("fxsave64 %0" : "+m"(child_xarea) : : "memory");
+    int e = errno;
     pthread_mutex_lock(&at_flush_lock);
-    at_ntw_file_begin(at_clock_file_now());
+    if (atomic_load(&at_sess_active) == AT_SESS_PENDING && child_open(true) == 0)
+        atomic_store(&at_sess_active, 1);
     pthread_mutex_unlock(&at_flush_lock);
+    errno = e;
+    if (xs)
+        __asm__ volatile("xrstor64 %0" : : "m"(child_xarea), "a"(~0u), "d"(~0u) : "memory");
+    else
+        __asm__ volatile("fxrstor64 %0" : : "m"(child_xarea) : "memory");
+}
+
+AT_NOINLINE void at_trace_child_gate(void)
+{
+    if (at_trace_quiet == 1)
+        return;
+    atomic_store_explicit(&child_recorded, 1, memory_order_relaxed);
+    int expect = 0;
+    if (at_trace_quiet == 0 && atomic_compare_exchange_strong(&child_claim, &expect, 1))
+        child_begin();
+}
+
+/* Exit paths, under at_flush_lock: true when there is a file to flush to (opening a pending child's
+ * now, without a flusher, if it recorded anything). */
+static bool child_ready_for_exit(void)
+{
+    if (atomic_load(&at_sess_active) != AT_SESS_PENDING)
+        return true;
+    if (!atomic_load(&child_recorded) || child_open(false) < 0)
+        return false;
+    atomic_store(&at_sess_active, 1);
+    return true;
 }
 
 /* Pausing the writer's thread (at_trace_flusher_pause): one caller at a time; a fork child, alone
@@ -237,7 +319,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
 
 void at_trace_flush(void)
 {
-    if (atomic_load(&sess_state) != 1)
+    if (atomic_load(&sess_state) != 1 || atomic_load(&at_sess_active) == AT_SESS_PENDING)
         return;
     AT_INTERNAL_BEGIN();
     pthread_mutex_lock(&at_flush_lock);
@@ -251,7 +333,14 @@ void at_trace_stop(void)
     int expect = 1;
     if (!atomic_compare_exchange_strong(&sess_state, &expect, 2))
         return;
-    /* events from now on are dropped and counted; then everything published is written */
+    /* events from now on are dropped and counted; then everything published is written (a pending
+     * fork child has no flusher that could hold the lock) */
+    bool write = true;
+    if (atomic_load(&at_sess_active) == AT_SESS_PENDING) {
+        pthread_mutex_lock(&at_flush_lock);
+        write = child_ready_for_exit();
+        pthread_mutex_unlock(&at_flush_lock);
+    }
     atomic_store(&at_sess_active, 0);
     AT_INTERNAL_BEGIN();
     at_flusher_stop();
@@ -266,7 +355,8 @@ void at_trace_stop(void)
         pthread_mutex_lock(&at_flush_lock);
     }
     if (rc == 0) {
-        at_flush_locked(false, true);
+        if (write)
+            at_flush_locked(false, true);
         at_output_close(&at_out);
         atomic_fetch_add(&at_sess_gen, 1);
         pthread_mutex_unlock(&at_flush_lock);
@@ -285,7 +375,8 @@ void at_trace_emergency_flush(void)
     for (int i = 0; i < 200; i++) {
         int rc = pthread_mutex_trylock(&at_flush_lock);
         if (rc == 0) {
-            at_flush_locked(false, true);
+            if (child_ready_for_exit())
+                at_flush_locked(false, true);
             pthread_mutex_unlock(&at_flush_lock);
             break;
         }

@@ -216,7 +216,11 @@ static inline void at_trace_thread_ending(void)
 /* fork handling (the runtime registers these itself with pthread_atfork in at_trace_start): the child
  * gets its own file named from the pattern with its own pid (a pattern without %p gets "-<pid>" added
  * before the extension) and no exec generation (the child is the first image of its pid), its own
- * flusher, and none of the parent's buffered events. */
+ * flusher, and none of the parent's buffered events. The file and the flusher wait for the child's
+ * first event that is not quiet: set at_trace_quiet around an event the shim writes on the child's
+ * behalf, 1 for one that alone does not make a file (ProcessForked, the exit), 2 for one that does
+ * but must start no thread (a fatal signal: the emergency flush then opens the file itself). */
+extern AT_TLS int at_trace_quiet;
 
 typedef struct at_trace_stats {
     uint64_t events_written; /* reached the file */

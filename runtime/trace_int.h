@@ -150,6 +150,8 @@ extern _Atomic uint64_t at_drops_damaged;
 
 
 int at_pool_init(size_t cap, char *err, size_t errlen);
+/* trace.c: an event is written in a fork child whose file is not open yet (at_sess_active 2). */
+void at_trace_child_gate(void);
 /* After fork in the child: forget every buffered event and every buffer owner. */
 void at_pool_reset_child(void);
 void at_chunk_free(int32_t i);

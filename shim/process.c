@@ -372,7 +372,9 @@ static void fork_child_fixup(pid_t parent)
     at_payload pl;
     at_payload_init(&pl, buf, sizeof buf);
     at_payload_i32(&pl, parent);
+    at_trace_quiet = 1; /* alone it makes no file: a child that records nothing costs no file */
     at_shim_event(at_ev.fork_child, buf, (uint32_t)(pl.p - buf));
+    at_trace_quiet = 0;
 }
 
 /* A fork glibc makes itself (daemon() calls it without the PLT) does not come through fork()
@@ -426,7 +428,9 @@ static void exit_now(int status)
         at_payload pl;
         at_payload_init(&pl, buf, sizeof buf);
         at_payload_i32(&pl, status);
+        at_trace_quiet = 1; /* written when the process has a file; makes none */
         at_shim_event(at_ev.exit, buf, (uint32_t)(pl.p - buf));
+        at_trace_quiet = 0;
         at_trace_emergency_flush();
     }
 }
@@ -496,7 +500,10 @@ static void at_fatal_handler(int sig, siginfo_t *si, void *uc)
     at_payload_u64(&pl, si ? (uint64_t)(uintptr_t)si->si_addr : 0);
     if (!in_vfork_child()) {
         AT_INTERNAL_BEGIN();
+        int q = at_trace_quiet;
+        at_trace_quiet = 2; /* a fork child's file is opened by the flush below, no thread started */
         at_shim_event(at_ev.fatal, buf, (uint32_t)(pl.p - buf));
+        at_trace_quiet = q;
         at_trace_emergency_flush();
         AT_INTERNAL_END();
     }

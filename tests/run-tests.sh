@@ -1,13 +1,33 @@
 #!/usr/bin/env bash
 # Runs every Check test binary given, prints each one's own summary line, and closes with the
 # totals as "N passed, N failed". Exit status is non-zero if any check failed or a binary died.
+# A libFuzzer target (fuzz_*) counts as one check: it runs AT_FUZZ_SECONDS (default 10) over its
+# seeds (tests/fuzz/seeds/<name>) and its corpus in the build folder, and passes when it finds nothing.
 set -u
 build=$1; shift
 passed=0; failed=0; broken=()
 export AT_TEST_BUILD_DIR="$build"
+seeds=$(cd "$(dirname "$0")" && pwd)/fuzz/seeds
+run_fuzz() { # name binary log
+  local corpus="$build/fuzz/corpus-$1" rc
+  mkdir -p "$corpus" "$build/fuzz/crash-$1"
+  "$2" -max_total_time="${AT_FUZZ_SECONDS:-10}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$build/fuzz/crash-$1/" "$corpus" "$seeds/$1" >"$3" 2>&1
+  rc=$?
+  local runs; runs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$3" | grep -Eo '[0-9]+$')
+  if [ $rc -eq 0 ]; then
+    passed=$((passed + 1)); printf '%-34s fuzz: %s runs, no finding (%ss)\n' "$1" "${runs:-?}" "${AT_FUZZ_SECONDS:-10}"
+  else
+    failed=$((failed + 1)); broken+=("$1")
+    echo "$1: fuzz finding (exit $rc); inputs in $build/fuzz/crash-$1/, log $3"
+    grep -E 'ERROR|runtime error|SUMMARY|^    #[0-9]' "$3" | head -n 30
+  fi
+}
+mkdir -p "$build/tests"
 for t in "$@"; do
   name=$(basename "$t")
   log="$build/tests/$name.log"
+  case "$name" in fuzz_*) run_fuzz "$name" "$t" "$log"; continue ;; esac
   start=$(date +%s)
   "$t" >"$log" 2>&1; rc=$?
   secs=$(( $(date +%s) - start ))

@@ -1324,7 +1324,8 @@ static int next_inner(nt_reader *r, nt_event *ev)
             if (h->stack_id) {
                 const stack_ent *s = stack_find(r, h->stack_id);
                 if (s) {
-                    ev->frames = s->nframes ? r->frames + s->start : NULL; /* no frames: no pointer arithmetic on a NULL table */
+                    /* an empty stack may come before any frame was stored (frames still NULL) */
+                    ev->frames = s->nframes ? r->frames + s->start : NULL;
                     ev->nframes = s->nframes;
                 } else {
                     /* TraceEvent silently shows no stack; we say so */

@@ -203,6 +203,29 @@ START_TEST(corrupt_size_on_a_pipe)
 }
 END_TEST
 
+/* A real file whose events reference an empty stack before any frame was stored: each such event
+ * reads with no frames (the reader once computed an address from a NULL frame table, which UBSan
+ * stops: make check-asan and the fuzz targets' seeds catch it). */
+START_TEST(empty_stack_before_any_frame)
+{
+    char err[512];
+    nt_reader *r = nt_open(SAMPLES "/eventpipe-dotnetcore6.0-win-x64-executioncheckpoints.nettrace", err,
+                           sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    nt_event ev;
+    int rc, with_stack_id = 0;
+    while ((rc = nt_next(r, &ev)) == 1) {
+        if (ev.stack_id)
+            with_stack_id++;
+        if (ev.nframes == 0)
+            ck_assert_ptr_null(ev.frames);
+    }
+    ck_assert_msg(rc == 0, "%s", nt_error(r));
+    ck_assert_int_gt(with_stack_id, 0);
+    nt_close(r);
+}
+END_TEST
+
 START_TEST(v3_netperf_refused_by_name)
 {
     char err[512];
@@ -498,6 +521,7 @@ int main(void)
     tcase_add_test(tc, samples_match_expected_from_memory);
     tcase_add_test(tc, samples_match_expected_from_a_pipe);
     tcase_add_test(tc, corrupt_size_on_a_pipe);
+    tcase_add_test(tc, empty_stack_before_any_frame);
     tcase_add_test(tc, v3_netperf_refused_by_name);
     tcase_add_test(tc, v6_refused_by_name);
     tcase_add_test(tc, arraytypes_metadata_and_payloads);
