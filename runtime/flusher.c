@@ -58,6 +58,64 @@ static bool rec_sane(const at_rec *h, uint32_t pos, uint32_t used)
            at_types[h->type_index] != NULL;
 }
 
+/* Thread ids whose thread ended after its events were written (its ring was recycled or handed to
+ * another thread). The kernel reuses ids: when an id of this set writes again it is a new thread,
+ * whose numbers start at 1, and a sequence point first lists the id with number 0 (ntw_block.c), so no
+ * reader takes the new numbers for a regression or the old thread's for lost events. Open addressing
+ * with tombstones; when full, the oldest knowledge is dropped by clearing it (a reuse after that shows
+ * as a regression, as before). */
+#define ENDED_SLOTS 8192u
+#define ENDED_TOMB 1u
+static uint64_t ended[ENDED_SLOTS];
+static uint32_t nended, nended_used;
+
+static inline uint32_t ended_hash(uint64_t tid)
+{
+    return (uint32_t)((tid * 0x9E3779B97F4A7C15ull) >> 40) & (ENDED_SLOTS - 1);
+}
+
+static void ended_add(uint64_t tid)
+{
+    if (tid <= ENDED_TOMB)
+        return;
+    if (nended_used >= ENDED_SLOTS / 2) {
+        memset(ended, 0, sizeof ended);
+        nended = nended_used = 0;
+    }
+    uint32_t i = ended_hash(tid), tomb = UINT32_MAX;
+    for (;; i = (i + 1) & (ENDED_SLOTS - 1)) {
+        if (ended[i] == tid)
+            return;
+        if (ended[i] == ENDED_TOMB && tomb == UINT32_MAX)
+            tomb = i;
+        if (ended[i] == 0)
+            break;
+    }
+    if (tomb != UINT32_MAX) {
+        i = tomb;
+    } else {
+        nended_used++;
+    }
+    ended[i] = tid;
+    nended++;
+}
+
+/* Was tid's thread seen to end? Forget it then (the new thread is now the live one). */
+static bool ended_take(uint64_t tid)
+{
+    if (!nended)
+        return false;
+    for (uint32_t i = ended_hash(tid);; i = (i + 1) & (ENDED_SLOTS - 1)) {
+        if (ended[i] == 0)
+            return false;
+        if (ended[i] == tid) {
+            ended[i] = ENDED_TOMB;
+            nended--;
+            return true;
+        }
+    }
+}
+
 /* The next published record of r (a checked copy, body at r->rbody), or NULL. Chunks the reader
  * has left behind go back to the pool. fresh: look at `used` again even if this pass already did
  * (sequence points and recycling must know whether anything at all is left). Bounded whatever the
@@ -109,7 +167,11 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
                 }
                 /* the ring changed hands (tbuf.c): what follows is the new owner's, whose
                  * sequence numbers start again */
-                memcpy(&r->rtid, p + sizeof(at_rec), 8);
+                uint64_t owner;
+                memcpy(&owner, p + sizeof(at_rec), 8);
+                if (r->last_seq && (owner != r->rtid || h->seq == 1))
+                    ended_add(r->rtid);
+                r->rtid = owner;
                 r->last_seq = 0;
                 r->rowners++;
                 r->rpos += h->size;
@@ -171,6 +233,8 @@ uint32_t at_ring_sp_seq(at_ring *r)
 
 static void recycle(at_ring *r)
 {
+    if (r->last_seq || r->rowners)
+        ended_add(r->rtid);
     if (r->rchunk >= 0)
         at_chunk_retire(r->rchunk);
     r->rchunk = -1;
@@ -247,6 +311,10 @@ void at_flush_locked(bool holdback, bool force_sp)
         /* a run: this thread's records up to the next-oldest of the others */
         const at_rec *rec = peek(r);
         do {
+            /* a thread's first event written: if its id belonged to a thread that ended, the
+             * readers learn first that this is another thread */
+            if (AT_UNLIKELY(nended) && r->last_seq == 0 && ended_take(r->rtid) && ok)
+                at_ntw_write_sp_ended(r->rtid);
             if (ok)
                 at_ntw_event(rec, r->rbody, r->rtid);
             else

@@ -69,6 +69,7 @@ static struct {
     uint32_t arena_len, stk_used, next_stack_id;
     uint32_t file_gen;
     uint64_t max_ts;        /* of every event written to this file so far */
+    uint64_t sp_ts;         /* of the last sequence point: no later event is older */
     uint64_t bytes_at_sp, sp_time;
     bool rotate_due;
     bool stack_fresh;       /* the last stack_intern added a stack */
@@ -338,19 +339,29 @@ static void stacks_reset(void)
     W.sb_first = 1;
 }
 
-/* Sequence point (§5) at ts: every thread's last sequence number, then stack ids start again at 1. */
-static void write_sp_at(uint64_t ts)
+/* Sequence point (§5) at ts: every thread's last sequence number, then stack ids start again at 1.
+ * ended: a thread id (0: none) listed with number 0: its thread ended and a new thread has the same
+ * id (the kernel reuses them), whose numbers start again at 1; readers take a last number of 0 as a
+ * recycled thread and count no loss or regression for it. */
+static void write_sp_ended(uint64_t ts, uint64_t ended)
 {
     emit_pending();
     uint8_t *buf = W.sp_buf;
     uint32_t n = 0;
     size_t len = 12;
+    if (ended) {
+        uint32_t zero = 0;
+        memcpy(buf + len, &ended, 8);
+        memcpy(buf + len + 8, &zero, 4);
+        len += 12;
+        n++;
+    }
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim && n < AT_MAX_THREADS; i++) {
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
         uint32_t seq = at_ring_sp_seq(r);
-        if (seq == 0)
+        if (seq == 0 || (ended && r->rtid == ended))
             continue;
         memcpy(buf + len, &r->rtid, 8); /* the owner whose records were read: it changes hands */
         memcpy(buf + len + 8, &seq, 4);
@@ -365,6 +376,17 @@ static void write_sp_at(uint64_t ts)
     stacks_reset();
     W.bytes_at_sp = ob_pos();
     W.sp_time = at_now_ns();
+    W.sp_ts = ts;
+}
+
+static void write_sp_at(uint64_t ts)
+{
+    write_sp_ended(ts, 0);
+}
+
+void at_ntw_write_sp_ended(uint64_t tid)
+{
+    write_sp_ended(W.max_ts + 1, tid);
 }
 
 void at_ntw_write_sp(void)
@@ -648,13 +670,12 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
     } else {
         memset(&h.rel, 0, 16);
     }
-    uint64_t max_before = W.max_ts;
     h.stack = stack_intern((const uintptr_t *)p, r->nips);
-    /* the stack table filled up and a sequence point (time: newest event + 1) was written for it:
-     * an event of the same nanosecond as the newest would now come after it, and readers would
-     * dispatch it out of order; it moves to the sequence point's time (1 ns, and only then) */
-    if (W.max_ts != max_before && h.ts < W.max_ts)
-        h.ts = W.max_ts;
+    /* a sequence point written just before (a full stack table, a reused thread id; time: newest
+     * event + 1) with an event of the same nanosecond as the newest still to come: readers would
+     * dispatch it out of order, so it moves to the sequence point's time (1 ns, and only then) */
+    if (h.ts < W.sp_ts && h.ts + 1 == W.sp_ts)
+        h.ts = W.sp_ts;
     /* a stack new in this interval: name what this file has not named yet (before the event, so a
      * reader meets the symbols first) */
     if (W.stack_fresh && at_symrun_on)

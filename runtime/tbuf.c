@@ -408,8 +408,10 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
         } else {
             at_chunk *c = at_wchunk(r->wchunk);
             at_rec *rec = (at_rec *)((uint8_t *)c + r->wpos);
+            /* seq 1: another thread than the ring's last owner, even if the kernel gave it the
+             * same id (the flusher tells readers the numbers start again) */
             *rec = (at_rec){.size = size, .type_index = AT_REC_OWNER_TYPE, .ts = thr.last_ts,
-                            .payload_len = 8};
+                            .seq = 1, .payload_len = 8};
             memcpy(rec + 1, &thr.tid, 8);
             r->wpos += size;
             atomic_store_explicit(&c->used, r->wpos, memory_order_release);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "symrun.h"
+#include "xstate.h"
 
 AT_TLS int at_internal;
 
@@ -143,39 +144,16 @@ static int child_open(bool flusher)
 }
 
 /* The caller may be a hook whose caller keeps values in any register the hook's own code leaves
- * alone: opening a file and starting a thread run libc code that uses vector registers, so the
- * whole extended state is saved around it (once per process; one thread at a time, by the claim). */
-static uint8_t child_xarea[16384] __attribute__((aligned(64)));
-
-static inline void cpuid2(uint32_t leaf, uint32_t sub, uint32_t r[4])
+ * alone: opening a file and starting a thread run libc code that uses vector registers, so it runs
+ * inside the extended-state guard (xstate.h; once per process, one thread at a time by the claim). */
+static void child_begin(void)
 {
-    __asm__ volatile("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
-}
-
-static AT_NOINLINE void child_begin(void)
-{
-    uint32_t r[4];
-    cpuid2(1, 0, r);
-    bool xs = (r[2] >> 27) & 1; /* OSXSAVE */
-    if (xs) {
-        cpuid2(0xd, 0, r);
-        xs = r[1] <= sizeof child_xarea;
-    }
-    memset(child_xarea + 512, 0, 64); /* the XSAVE header xrstor checks */
-    if (xs)
-        __asm__ volatile("xsave64 %0" : "+m"(child_xarea) : "a"(~0u), "d"(~0u) : "memory");
-    else
-        __asm__ volatile("fxsave64 %0" : "+m"(child_xarea) : : "memory");
     int e = errno;
     pthread_mutex_lock(&at_flush_lock);
     if (atomic_load(&at_sess_active) == AT_SESS_PENDING && child_open(true) == 0)
         atomic_store(&at_sess_active, 1);
     pthread_mutex_unlock(&at_flush_lock);
     errno = e;
-    if (xs)
-        __asm__ volatile("xrstor64 %0" : : "m"(child_xarea), "a"(~0u), "d"(~0u) : "memory");
-    else
-        __asm__ volatile("fxrstor64 %0" : : "m"(child_xarea) : "memory");
 }
 
 AT_NOINLINE void at_trace_child_gate(void)
@@ -185,7 +163,7 @@ AT_NOINLINE void at_trace_child_gate(void)
     atomic_store_explicit(&child_recorded, 1, memory_order_relaxed);
     int expect = 0;
     if (at_trace_quiet == 0 && atomic_compare_exchange_strong(&child_claim, &expect, 1))
-        child_begin();
+        at_xs_call(child_begin);
 }
 
 /* Exit paths, under at_flush_lock: true when there is a file to flush to (opening a pending child's

@@ -232,6 +232,8 @@ extern pthread_mutex_t at_flush_lock;
 extern _Atomic uint64_t at_stat_written, at_stat_dropped_io, at_stat_bytes, at_stat_files;
 extern uint64_t at_flusher_tid;
 void at_flush_locked(bool holdback, bool force_sp);
+/* A sequence point that also lists tid with number 0 (ntw_block.c): its id now names a new thread. */
+void at_ntw_write_sp_ended(uint64_t tid);
 /* The newest timestamp the flusher may write up to: cut, lowered to the clock read of any event a
  * thread is writing (tbuf.c). */
 uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback);

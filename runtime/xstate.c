@@ -91,3 +91,11 @@ int at_xs_setspecific(pthread_key_t key, const void *v)
     at_xstate_restore(&x);
     return r;
 }
+
+void at_xs_call(void (*fn)(void))
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    fn();
+    at_xstate_restore(&x);
+}

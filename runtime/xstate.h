@@ -36,6 +36,8 @@ void *at_xs_malloc(size_t n);
 void at_xs_free(void *p);
 void at_xs_once(pthread_once_t *once, void (*fn)(void));
 int at_xs_setspecific(pthread_key_t key, const void *v);
+/* fn() with the extended state kept: rare work that runs libc code (opening a file, starting a thread) */
+void at_xs_call(void (*fn)(void));
 
 /* Copy n 8-byte words without a call into libc (whose memcpy uses vector registers). */
 static inline void at_copy_words(uint64_t *d, const uint64_t *s, size_t n)

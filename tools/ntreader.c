@@ -934,7 +934,10 @@ static int parse_sp_block(nt_reader *r)
         bool created;
         thread_ent *t = thread_get(r, tid, &created);
         if (!t) return fail(r, r->blk_off, "out of memory");
-        if (!baseline && (!created || r->seq_baseline)) note_seq(r, t, seq, r->blk_off + 12 + 12 * i, true, created);
+        /* number 0: the id's thread ended and a new one has it (the kernel reuses ids): its numbers
+         * start again, as TraceEvent takes a last number of 0 (a recycled thread) */
+        if (!baseline && seq != 0 && (!created || r->seq_baseline))
+            note_seq(r, t, seq, r->blk_off + 12 + 12 * i, true, created);
         t->st.last_seq = seq;
     }
     stacks_flush(r);

@@ -146,6 +146,7 @@ static const char *const guarded[][2] = {{"at_xs_malloc", "malloc"},
                                          {"at_xs_free", "free"},
                                          {"at_xs_once", "pthread_once"},
                                          {"at_xs_setspecific", "pthread_setspecific"},
+                                         {"at_xs_call", "*"},           /* the rare work it guards */
                                          {"walk_libunwind", "*"},       /* libunwind, guarded */
                                          {"walk_slow_unguarded", "*"}}; /* only from walk_slow */
 
