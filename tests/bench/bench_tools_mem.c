@@ -3,6 +3,7 @@
  * then runs `acttrace stats`, `tree` and `report` on each and prints their wall time, peak RSS and
  * (peak RSS - the peak RSS on a 1000-activity trace) / N; and the model's own accounting
  * (am_mem_peak, in process). BENCH_MEM_SIZES overrides the sizes (default "1000000,10000000").
+ * BENCH_MEM_KEEP leaves the last trace in <build>/bench/bench_tools_mem.nettrace.
  * Prints "metric\tmeasured\ttarget" rows; never fails on a figure. */
 #include "at_tracegen.h"
 #include "actmodel.h"
@@ -53,8 +54,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Runs acttrace cmd file (> /dev/null); returns seconds (or -1) and the peak RSS in KB. */
-static double run(const char *cmd, const char *file, long *rss_kb)
+/* Runs acttrace cmd file (> /dev/null); returns seconds (or -1), the peak RSS in KB and the CPU
+ * seconds (the machine may be shared: wall time then says little). */
+static double run(const char *cmd, const char *file, long *rss_kb, double *cpu)
 {
     char tool[4096], out[4200];
     snprintf(tool, sizeof tool, "%s/acttrace", at_build_dir());
@@ -72,6 +74,8 @@ static double run(const char *cmd, const char *file, long *rss_kb)
     struct rusage ru;
     if (pid < 0 || wait4(pid, &st, 0, &ru) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
     *rss_kb = ru.ru_maxrss;
+    *cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
     unlink(out);
     return now_s() - t0;
 }
@@ -98,7 +102,7 @@ static void measure(long n, long *base_rss, bool print)
     }
     for (int i = 0; i < 3; i++) {
         long rss = 0;
-        double s = run(cmds[i], path, &rss);
+        double cpu = 0, s = run(cmds[i], path, &rss, &cpu);
         if (!print) {
             base_rss[i] = rss;
             continue;
@@ -107,14 +111,16 @@ static void measure(long n, long *base_rss, bool print)
             printf("acttrace %s, %ld activities\tfailed\t\n", cmds[i], n);
             continue;
         }
-        printf("acttrace %s, %ld open activities: time\t%.2f s\t%s\n", cmds[i], n, s,
-               !strcmp(cmds[i], "report") && n <= 1000000 ? "< 10 s" : "");
+        double load[1] = {0};
+        getloadavg(load, 1);
+        printf("acttrace %s, %ld open activities: time\t%.2f s (CPU %.2f s, load %.1f)\t%s\n", cmds[i], n, s, cpu,
+               load[0], !strcmp(cmds[i], "report") && n <= 1000000 ? "< 10 s" : "");
         printf("acttrace %s, %ld open activities: peak RSS\t%.1f MB\t\n", cmds[i], n, rss / 1024.0);
         printf("acttrace %s, %ld open activities: peak RSS per activity\t%.1f bytes\t<= 128\n", cmds[i], n,
                (double)(rss - base_rss[i]) * 1024.0 / (double)n);
         fflush(stdout);
     }
-    unlink(path);
+    if (!getenv("BENCH_MEM_KEEP")) unlink(path);
 }
 
 int main(void)
