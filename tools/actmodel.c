@@ -511,13 +511,20 @@ static bool tab_put(am_model *m, am_activity *a)
     if ((m->tn + 1) * 10 > m->tcap * 7 && !tab_grow(m)) return false;
     uint32_t *s = tab_slot(m, &a->id);
     if (!*s) m->tn++;
+    else slot_act(m, *s)->in_tab = false;
     *s = act_slot(a);
+    a->in_tab = true;
     return true;
 }
 
 static void tab_del(am_model *m, am_activity *a)
 {
-    if (m->ended) return; /* the table became the list of open activities (am_run's end) */
+    if (!a->in_tab) return; /* replaced by a newer one of the same id */
+    a->in_tab = false;
+    if (m->ended) {
+        m->tn--; /* the table became the list of open activities (am_run's end) */
+        return;
+    }
     size_t mask = m->tcap - 1, i = guid_hash(&a->id) & mask;
     uint32_t sa = act_slot(a);
     while (m->tab[i] && m->tab[i] != sa) {
@@ -680,9 +687,16 @@ static void spill(am_model *m)
     size_t k = 0;
     am_activity **v = malloc((m->tn + 1) * sizeof *v);
     if (!v) return;
-    for (size_t i = 0; i < m->tcap; i++) {
-        am_activity *a = m->tab[i] ? slot_act(m, m->tab[i]) : NULL;
-        if (a && a->done_reported && a->open_below == 0 && a->parent && a->parent->open_below > 0) v[k++] = a;
+    /* the activities the id table holds (scanned in memory order: at the end of the stream the table
+     * is the list of open activities) */
+    for (uint32_t c = 0; c < m->nchunks; c++) {
+        am_activity *all = (am_activity *)(m->chunks[c] + AM_CHUNK_HDR);
+        for (size_t i = 0; i < AM_PER_CHUNK; i++) {
+            am_activity *a = &all[i];
+            if (a->used && a->in_tab && a->done_reported && a->open_below == 0 && a->parent &&
+                a->parent->open_below > 0)
+                v[k++] = a;
+        }
     }
     /* a finished subtree replaced in the table by a newer activity of its id is not found here: it
      * waits for its root, as it would without spilling */
@@ -1114,7 +1128,6 @@ int am_run(am_model *m, char *err, size_t errlen)
     for (size_t i = 0; i < m->tcap; i++)
         if (m->tab[i] && !slot_act(m, m->tab[i])->done_reported) open[k++] = m->tab[i];
     m->ended = true;
-    m->tn = 0;
     if (k + m->nshadow > m->tcap) {
         uint32_t *v = realloc(m->tab, (k + m->nshadow) * sizeof *v);
         if (v) {

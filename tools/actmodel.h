@@ -68,7 +68,7 @@ struct am_activity {
     uint32_t start_tid32;     /* am_start_tid() */
     uint32_t open_below;      /* activities of this subtree (itself included) not yet stopped */
     uint32_t live_children;   /* children not yet freed */
-    uint32_t file : 14;       /* index of the input file that has its Start (AM_MAX_FILES) */
+    uint32_t file : 13;       /* index of the input file that has its Start (AM_MAX_FILES) */
     uint32_t depth : 10;      /* 0 for a root (below AM_MAX_DEPTH) */
     bool stopped : 1;
     bool moved : 1;           /* stopped on another thread than its start thread */
@@ -79,9 +79,10 @@ struct am_activity {
                                * it later, so its tree is reported at the end (several files) */
     bool spilled_kept : 1;    /* listed among the kept roots */
     bool used : 1;            /* model-internal: the slot holds an activity */
+    bool in_tab : 1;          /* model-internal: found by its id (not replaced by a newer one) */
 };
 
-#define AM_MAX_FILES 16384
+#define AM_MAX_FILES 8192
 #define AM_MAX_DEPTH 1000 /* deeper activities become roots (with their link): recursion and walks stay bounded */
 #define AM_PATH_MAX 80 /* an activity path "//1/5/1" or a GUID, formatted (with its NUL) */
 #define AM_LINK_MAX 96
