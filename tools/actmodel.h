@@ -5,7 +5,8 @@
  * process), records the threads it visited and the transfers between them (acttrace-flow Send 9 /
  * Receive 240), and hands finished activities to the command. Memory is bounded by the activities
  * still open (and, for tree output, by at most o.hold finished activities under open ancestors),
- * never by the size of the files. */
+ * never by the size of the files: about 120 bytes per open activity (its slot and its share of the id
+ * table), plus its rare fields when it has them. */
 #ifndef AM_ACTMODEL_H
 #define AM_ACTMODEL_H
 
