@@ -138,7 +138,9 @@ bool am_fold_key(char *buf, size_t n, const am_activity *a, const char *from_nam
     for (int i = top; i >= 0; i--) {
         if (i != top && !sep(buf, n, &len)) return false;
         if (!put(buf, n, &len, chain[i]->name)) return false;
-        if (by_activity && (!put(buf, n, &len, " ") || !put(buf, n, &len, chain[i]->path))) return false;
+        char path[AM_PATH_MAX];
+        if (by_activity) am_act_path(chain[i], path, sizeof path);
+        if (by_activity && (!put(buf, n, &len, " ") || !put(buf, n, &len, path))) return false;
     }
     char sb[512];
     for (uint32_t i = ev->nframes; i-- > 0;) {

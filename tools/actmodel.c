@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define AM_MAX_VISITS 256
-#define AM_MAX_DEPTH 1000 /* deeper activities become roots (with their link): recursion and walks stay bounded */
 #define AM_MAX_XFERS 256
 #define AM_PROGRESS_MIN (64ull << 20) /* bytes; ACTTRACE_PROGRESS_MIN overrides (tests) */
 
@@ -45,9 +45,17 @@ struct am_model {
     int nin;
     int64_t origin;
     int64_t end;
-    /* open-addressing table of activities by id (linear probing, backward-shift delete) */
-    am_activity **tab;
+    /* open-addressing table of activities by id (linear probing, backward-shift delete): slot
+     * numbers + 1 (0: empty) */
+    uint32_t *tab;
     size_t tcap, tn;
+    bool ended;                /* am_run's end: tab lists the open activities */
+    char **chunks;             /* activity storage (AM_CHUNK_BYTES each, aligned) */
+    uint32_t nchunks, cchunks;
+    am_activity *free_acts;    /* free slots, linked through parent */
+    char **names;              /* interned names (open addressing) */
+    size_t nnames, cnames;
+    size_t mem, mem_peak;      /* bytes allocated for activities, table, names, rare fields */
     uint64_t never_stopped, unmatched_stops;
     uint64_t total_size;
     uint64_t serial;
@@ -117,9 +125,27 @@ bool am_parse_ms(const char *s, int64_t *ns)
 
 int am_visit_index(const am_activity *a, uint64_t tid)
 {
-    for (uint32_t i = 0; i < a->nvisits; i++)
-        if (a->visits[i].tid == tid) return (int)i;
+    for (uint32_t i = 0; i < am_nvisits(a); i++)
+        if (am_visit_at(a, i).tid == tid) return (int)i;
     return -1;
+}
+
+void am_act_path(const am_activity *a, char *out, size_t n)
+{
+    am_format_id(&a->id, a->pid, out, n);
+}
+
+bool am_act_link(const am_activity *a, char *out, size_t n)
+{
+    out[0] = 0;
+    if (!a->has_link) return false;
+    const at_guid *g = &a->x->related;
+    uint32_t pid = a->pid;
+    uint32_t rp = at_actpath_is_path(g, pid) ? pid : at_actpath_is_path(g, 0) ? at_actpath_pid(g) : pid;
+    char rs[AM_PATH_MAX];
+    am_format_id(g, rp, rs, sizeof rs);
+    snprintf(out, n, "pid %u %s", rp, rs);
+    return true;
 }
 
 void am_json_string(FILE *f, const char *s)
@@ -136,13 +162,12 @@ void am_json_string(FILE *f, const char *s)
 
 void am_slices(const am_activity *a, void (*fn)(void *, const am_activity *, uint64_t, int64_t, int64_t), void *ctx)
 {
-    bool moved = a->stopped && a->stop_tid != a->start_tid;
-    for (uint32_t i = 0; i < a->nvisits; i++) {
-        const am_visit *v = &a->visits[i];
-        if (v->tid == a->start_tid) fn(ctx, a, v->tid, a->start, moved ? v->last : a->stop);
-        else fn(ctx, a, v->tid, v->first, v->last);
+    uint64_t st = am_start_tid(a);
+    for (uint32_t i = 0, n = am_nvisits(a); i < n; i++) {
+        am_visit v = am_visit_at(a, i);
+        if (v.tid == st) fn(ctx, a, v.tid, a->start, a->moved ? v.last : a->stop);
+        else fn(ctx, a, v.tid, v.first, v.last);
     }
-    if (a->nvisits == 0) fn(ctx, a, a->start_tid, a->start, a->stop);
 }
 
 void am_buf_flush(am_buf *b)
@@ -314,6 +339,140 @@ void am_dist_free(am_dist *d)
     memset(d, 0, sizeof *d);
 }
 
+/* ---------------- activity storage ---------------- */
+
+/* Activities live in aligned chunks of fixed-size slots (no per-activity allocation header); the id
+ * table holds 32-bit slot numbers, and a slot's number is found from its address through the chunk's
+ * header. */
+#define AM_CHUNK_BYTES (512u << 10)
+#define AM_CHUNK_HDR 16u
+#define AM_PER_CHUNK ((AM_CHUNK_BYTES - AM_CHUNK_HDR) / sizeof(am_activity))
+
+typedef struct am_chunk_hdr {
+    uint32_t no;
+} am_chunk_hdr;
+
+static void mem_add(am_model *m, size_t n)
+{
+    m->mem += n;
+    if (m->mem > m->mem_peak) m->mem_peak = m->mem;
+}
+
+static am_activity *slot_act(const am_model *m, uint32_t s) /* s: slot number + 1 */
+{
+    s--;
+    return (am_activity *)(m->chunks[s / AM_PER_CHUNK] + AM_CHUNK_HDR) + s % AM_PER_CHUNK;
+}
+
+static uint32_t act_slot(const am_activity *a)
+{
+    uintptr_t base = (uintptr_t)a & ~(uintptr_t)(AM_CHUNK_BYTES - 1);
+    uint32_t no = ((const am_chunk_hdr *)base)->no;
+    return no * (uint32_t)AM_PER_CHUNK + (uint32_t)(((uintptr_t)a - base - AM_CHUNK_HDR) / sizeof *a) + 1;
+}
+
+static bool add_chunk(am_model *m)
+{
+    if ((uint64_t)(m->nchunks + 1) * AM_PER_CHUNK >= UINT32_MAX) return false;
+    if (m->nchunks == m->cchunks) {
+        uint32_t c = m->cchunks ? m->cchunks * 2 : 16;
+        char **v = realloc(m->chunks, c * sizeof *v);
+        if (!v) return false;
+        mem_add(m, (c - m->cchunks) * sizeof *v);
+        m->chunks = v;
+        m->cchunks = c;
+    }
+    /* aligned: map twice the size, give back what is around the aligned chunk */
+    char *p = mmap(NULL, 2 * AM_CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    char *c = (char *)(((uintptr_t)p + AM_CHUNK_BYTES - 1) & ~(uintptr_t)(AM_CHUNK_BYTES - 1));
+    if (c > p) munmap(p, (size_t)(c - p));
+    if (c + AM_CHUNK_BYTES < p + 2 * AM_CHUNK_BYTES) munmap(c + AM_CHUNK_BYTES, (size_t)(p + 2 * AM_CHUNK_BYTES - (c + AM_CHUNK_BYTES)));
+    ((am_chunk_hdr *)c)->no = m->nchunks;
+    m->chunks[m->nchunks++] = c;
+    mem_add(m, AM_CHUNK_BYTES);
+    /* its slots join the free list, lowest first */
+    am_activity *first = (am_activity *)(c + AM_CHUNK_HDR);
+    for (size_t i = AM_PER_CHUNK; i-- > 0;) {
+        first[i].parent = m->free_acts;
+        m->free_acts = &first[i];
+    }
+    return true;
+}
+
+static am_activity *act_new(am_model *m)
+{
+    if (!m->free_acts && !add_chunk(m)) return NULL;
+    am_activity *a = m->free_acts;
+    m->free_acts = a->parent;
+    memset(a, 0, sizeof *a);
+    a->used = true;
+    return a;
+}
+
+static am_extra *extra(am_model *m, am_activity *a)
+{
+    if (!a->x) {
+        a->x = calloc(1, sizeof *a->x);
+        if (a->x) mem_add(m, sizeof *a->x);
+    }
+    return a->x;
+}
+
+static void act_free(am_model *m, am_activity *a)
+{
+    if (a->x) {
+        am_extra *x = a->x;
+        m->mem -= sizeof *x + x->cvisits * sizeof *x->visits + x->cxfers * sizeof *x->xfers +
+                  (x->sends ? sizeof *x->sends : 0);
+        free(x->visits);
+        free(x->xfers);
+        free(x->sends);
+        free(x);
+    }
+    a->used = false;
+    a->parent = m->free_acts;
+    m->free_acts = a;
+}
+
+/* ---------------- names ---------------- */
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* The one copy of name (NULL when out of memory). */
+static const char *intern(am_model *m, const char *name)
+{
+    if ((m->nnames + 1) * 2 > m->cnames) {
+        size_t oc = m->cnames, nc = oc ? oc * 2 : 64;
+        char **t = calloc(nc, sizeof *t);
+        if (!t) return NULL;
+        for (size_t i = 0; i < oc; i++) {
+            if (!m->names[i]) continue;
+            size_t j = str_hash(m->names[i]) & (nc - 1);
+            while (t[j]) j = (j + 1) & (nc - 1);
+            t[j] = m->names[i];
+        }
+        free(m->names);
+        m->names = t;
+        m->cnames = nc;
+        mem_add(m, (nc - oc) * sizeof *t);
+    }
+    size_t j = str_hash(name) & (m->cnames - 1);
+    for (; m->names[j]; j = (j + 1) & (m->cnames - 1))
+        if (!strcmp(m->names[j], name)) return m->names[j];
+    size_t l = strlen(name) + 1;
+    if (!(m->names[j] = malloc(l))) return NULL;
+    memcpy(m->names[j], name, l);
+    m->nnames++;
+    mem_add(m, l);
+    return m->names[j];
+}
+
 /* ---------------- the id table ---------------- */
 
 static size_t guid_hash(const at_guid *g)
@@ -325,58 +484,73 @@ static size_t guid_hash(const at_guid *g)
     return (size_t)(h ^ (h >> 31));
 }
 
-static am_activity **tab_slot(am_model *m, const at_guid *g)
+static uint32_t *tab_slot(am_model *m, const at_guid *g)
 {
     size_t mask = m->tcap - 1, i = guid_hash(g) & mask;
-    while (m->tab[i] && !at_guid_eq(&m->tab[i]->id, g)) i = (i + 1) & mask;
+    while (m->tab[i] && !at_guid_eq(&slot_act(m, m->tab[i])->id, g)) i = (i + 1) & mask;
     return &m->tab[i];
 }
 
 static am_activity *tab_get(am_model *m, const at_guid *g)
 {
-    return at_guid_is_zero(g) ? NULL : *tab_slot(m, g);
+    if (at_guid_is_zero(g)) return NULL;
+    uint32_t s = *tab_slot(m, g);
+    return s ? slot_act(m, s) : NULL;
 }
 
+/* Grows past 70% full: linear probing stays short, 4-byte slots keep the table at 6-12 bytes per
+ * activity. */
 static bool tab_grow(am_model *m)
 {
     size_t oc = m->tcap, nc = oc ? oc * 2 : 1024;
-    am_activity **old = m->tab, **t = calloc(nc, sizeof *t);
+    uint32_t *old = m->tab, *t = calloc(nc, sizeof *t);
     if (!t) return false;
     m->tab = t;
     m->tcap = nc;
     for (size_t i = 0; i < oc; i++)
-        if (old[i]) *tab_slot(m, &old[i]->id) = old[i];
+        if (old[i]) *tab_slot(m, &slot_act(m, old[i])->id) = old[i];
     free(old);
+    mem_add(m, nc * sizeof *t);
+    m->mem -= oc * sizeof *t;
     return true;
 }
 
 /* Put a (replacing any activity of the same id: that one stays in its tree, unreachable by id). */
 static bool tab_put(am_model *m, am_activity *a)
 {
-    if ((m->tn + 1) * 2 > m->tcap && !tab_grow(m)) return false;
-    am_activity **s = tab_slot(m, &a->id);
+    if ((m->tn + 1) * 10 > m->tcap * 7 && !tab_grow(m)) return false;
+    uint32_t *s = tab_slot(m, &a->id);
     if (!*s) m->tn++;
-    *s = a;
+    else slot_act(m, *s)->in_tab = false;
+    *s = act_slot(a);
+    a->in_tab = true;
     return true;
 }
 
 static void tab_del(am_model *m, am_activity *a)
 {
+    if (!a->in_tab) return; /* replaced by a newer one of the same id */
+    a->in_tab = false;
+    if (m->ended) {
+        m->tn--; /* the table became the list of open activities (am_run's end) */
+        return;
+    }
     size_t mask = m->tcap - 1, i = guid_hash(&a->id) & mask;
-    while (m->tab[i] && m->tab[i] != a) {
-        if (at_guid_eq(&m->tab[i]->id, &a->id)) return; /* replaced by a newer one of the same id */
+    uint32_t sa = act_slot(a);
+    while (m->tab[i] && m->tab[i] != sa) {
+        if (at_guid_eq(&slot_act(m, m->tab[i])->id, &a->id)) return; /* replaced by a newer one of the same id */
         i = (i + 1) & mask;
     }
     if (!m->tab[i]) return;
-    m->tab[i] = NULL;
+    m->tab[i] = 0;
     m->tn--;
     for (size_t j = (i + 1) & mask; m->tab[j]; j = (j + 1) & mask) {
-        size_t h = guid_hash(&m->tab[j]->id) & mask;
+        size_t h = guid_hash(&slot_act(m, m->tab[j])->id) & mask;
         /* move back entries whose home is not in (i, j] */
         bool between = i <= j ? (h > i && h <= j) : (h > i || h <= j);
         if (!between) {
             m->tab[i] = m->tab[j];
-            m->tab[j] = NULL;
+            m->tab[j] = 0;
             i = j;
         }
     }
@@ -384,46 +558,57 @@ static void tab_del(am_model *m, am_activity *a)
 
 /* ---------------- activity lifecycle ---------------- */
 
-static void act_free(am_activity *a)
+static void visit(am_model *m, am_activity *a, uint64_t tid, int64_t t)
 {
-    free(a->visits);
-    free(a->xfers);
-    free(a);
-}
-
-static void visit(am_activity *a, uint64_t tid, int64_t t)
-{
-    int i = am_visit_index(a, tid);
-    if (i >= 0) {
-        a->visits[i].last = t;
-        a->visits[i].events++;
+    am_extra *x = a->x;
+    if (!x || !x->visits) {
+        if (tid == am_start_tid(a)) {
+            a->stop = t; /* while open: its last event on the start thread */
+            return;
+        }
+        /* a second thread: the visits go out of line */
+        if (!(x = extra(m, a)) || !(x->visits = malloc(2 * sizeof *x->visits))) return;
+        x->cvisits = 2;
+        mem_add(m, 2 * sizeof *x->visits);
+        x->visits[0] = (am_visit){.tid = am_start_tid(a), .first = a->start, .last = a->stop};
+        x->visits[1] = (am_visit){.tid = tid, .first = t, .last = t};
+        x->nvisits = 2;
         return;
     }
-    if (a->nvisits >= AM_MAX_VISITS) return;
-    if (a->nvisits == a->cvisits) {
-        uint32_t c = a->cvisits ? a->cvisits * 2 : 2;
-        am_visit *v = realloc(a->visits, c * sizeof *v);
+    for (uint32_t i = 0; i < x->nvisits; i++)
+        if (x->visits[i].tid == tid) {
+            x->visits[i].last = t;
+            return;
+        }
+    if (x->nvisits >= AM_MAX_VISITS) return;
+    if (x->nvisits == x->cvisits) {
+        uint32_t c = x->cvisits * 2;
+        am_visit *v = realloc(x->visits, c * sizeof *v);
         if (!v) return;
-        a->visits = v;
-        a->cvisits = c;
+        mem_add(m, (c - x->cvisits) * sizeof *v);
+        x->visits = v;
+        x->cvisits = c;
     }
-    a->visits[a->nvisits++] = (am_visit){.tid = tid, .first = t, .last = t, .events = 1};
+    x->visits[x->nvisits++] = (am_visit){.tid = tid, .first = t, .last = t};
 }
 
-static void add_xfer(am_activity *a, uint64_t from, int64_t send, uint64_t to, int64_t recv)
+static void add_xfer(am_model *m, am_activity *a, uint64_t from, int64_t send, uint64_t to, int64_t recv)
 {
-    if (a->nxfers >= AM_MAX_XFERS) {
-        a->nxfers_dropped++;
+    am_extra *x = extra(m, a);
+    if (!x) return;
+    if (x->nxfers >= AM_MAX_XFERS) {
+        x->nxfers_dropped++;
         return;
     }
-    if (a->nxfers == a->cxfers) {
-        uint32_t c = a->cxfers ? a->cxfers * 2 : 2;
-        am_transfer *x = realloc(a->xfers, c * sizeof *x);
-        if (!x) return;
-        a->xfers = x;
-        a->cxfers = c;
+    if (x->nxfers == x->cxfers) {
+        uint32_t c = x->cxfers ? x->cxfers * 2 : 2;
+        am_transfer *v = realloc(x->xfers, c * sizeof *v);
+        if (!v) return;
+        mem_add(m, (c - x->cxfers) * sizeof *v);
+        x->xfers = v;
+        x->cxfers = c;
     }
-    a->xfers[a->nxfers++] = (am_transfer){.from_tid = from, .to_tid = to, .send = send, .recv = recv};
+    x->xfers[x->nxfers++] = (am_transfer){.from_tid = from, .to_tid = to, .send = send, .recv = recv};
 }
 
 /* Non-tree mode: free a once it is closed and none of its children is alive, then its parent. */
@@ -432,9 +617,33 @@ static void try_free(am_model *m, am_activity *a)
     while (a && a->done_reported && a->live_children == 0) {
         am_activity *p = a->parent;
         tab_del(m, a);
-        act_free(a);
+        act_free(m, a);
         if (p) p->live_children--;
         a = p;
+    }
+}
+
+/* Children are prepended as they start (no last-child pointer per activity): put every list of the
+ * subtree in start order before it is handed over. Iterative: a chain may be AM_MAX_DEPTH deep and
+ * wide subtrees long. */
+static void order_subtree(am_activity *a)
+{
+    am_activity *n = a;
+    while (n) {
+        am_activity *prev = NULL, *c = n->first_child;
+        while (c) {
+            am_activity *next = c->next_sibling;
+            c->next_sibling = prev;
+            prev = c;
+            c = next;
+        }
+        n->first_child = prev;
+        /* next node in preorder (children are already in order, siblings not yet visited are) */
+        if (n->first_child) n = n->first_child;
+        else {
+            while (n != a && !n->next_sibling) n = n->parent;
+            n = n == a ? NULL : n->next_sibling;
+        }
     }
 }
 
@@ -454,14 +663,30 @@ static void free_subtree(am_model *m, am_activity *a)
     }
     if (a->done_reported) m->held--;
     tab_del(m, a);
-    act_free(a);
+    act_free(m, a);
 }
 
 static int by_start(const void *x, const void *y)
 {
     const am_activity *a = *(am_activity *const *)x, *b = *(am_activity *const *)y;
     if (a->start != b->start) return a->start < b->start ? -1 : 1;
-    return a->depth < b->depth ? -1 : a->depth > b->depth;
+    if (a->depth != b->depth) return a->depth < b->depth ? -1 : 1;
+    return a->serial < b->serial ? -1 : a->serial > b->serial;
+}
+
+static int cmp_u32(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int by_start_slot(const void *x, const void *y, void *vm)
+{
+    const am_model *m = vm;
+    const am_activity *a = slot_act(m, *(const uint32_t *)x), *b = slot_act(m, *(const uint32_t *)y);
+    if (a->start != b->start) return a->start < b->start ? -1 : 1;
+    if (a->depth != b->depth) return a->depth < b->depth ? -1 : 1;
+    return a->serial < b->serial ? -1 : a->serial > b->serial;
 }
 
 /* Tree mode, too many finished activities held for ancestors still open: hand over every finished
@@ -472,14 +697,22 @@ static void spill(am_model *m)
     size_t k = 0;
     am_activity **v = malloc((m->tn + 1) * sizeof *v);
     if (!v) return;
-    for (size_t i = 0; i < m->tcap; i++) {
-        am_activity *a = m->tab[i];
-        if (a && a->done_reported && a->open_below == 0 && a->parent && a->parent->open_below > 0) v[k++] = a;
+    /* the activities the id table holds (scanned in memory order: at the end of the stream the table
+     * is the list of open activities) */
+    for (uint32_t c = 0; c < m->nchunks; c++) {
+        am_activity *all = (am_activity *)(m->chunks[c] + AM_CHUNK_HDR);
+        for (size_t i = 0; i < AM_PER_CHUNK; i++) {
+            am_activity *a = &all[i];
+            if (a->used && a->in_tab && a->done_reported && a->open_below == 0 && a->parent &&
+                a->parent->open_below > 0)
+                v[k++] = a;
+        }
     }
     /* a finished subtree replaced in the table by a newer activity of its id is not found here: it
      * waits for its root, as it would without spilling */
     qsort(v, k, sizeof *v, by_start);
     for (size_t i = 0; i < k; i++) {
+        order_subtree(v[i]);
         report_subtree(m, v[i]);
         if (m->cb.spill) m->cb.spill(m->cb.ctx, v[i]);
         v[i]->spilled = true;
@@ -488,13 +721,9 @@ static void spill(am_model *m)
         am_activity *p = v[i]->parent;
         if (p->spilled) continue; /* this parent's list is already filtered (the mark is reset below) */
         am_activity **c = &p->first_child;
-        p->last_child = NULL;
         while (*c) {
             if ((*c)->spilled) *c = (*c)->next_sibling;
-            else {
-                p->last_child = *c;
-                c = &(*c)->next_sibling;
-            }
+            else c = &(*c)->next_sibling;
         }
         p->spilled = true;
     }
@@ -504,6 +733,15 @@ static void spill(am_model *m)
         free_subtree(m, v[i]);
     }
     free(v);
+}
+
+/* A root whose whole subtree has finished: to the command, then freed. */
+static void hand_tree(am_model *m, am_activity *root)
+{
+    order_subtree(root);
+    report_subtree(m, root);
+    if (m->cb.tree) m->cb.tree(m->cb.ctx, root);
+    free_subtree(m, root);
 }
 
 /* a has stopped (or the stream ended with it open): report it when final, free what can go. */
@@ -539,9 +777,7 @@ static void close_activity(am_model *m, am_activity *a)
     }
 report:
     if (root->open_below == 0) {
-        report_subtree(m, root);
-        if (m->cb.tree) m->cb.tree(m->cb.ctx, root);
-        free_subtree(m, root);
+        hand_tree(m, root);
     } else if (m->held > m->hold_limit) {
         spill(m);
         /* what stays is held by subtrees still open: wait for as many closes again */
@@ -600,62 +836,79 @@ static void shadow_push(am_model *m, am_activity *a)
 
 static am_activity *start_activity(am_model *m, const nt_event *ev, int file, uint32_t pid, int64_t t)
 {
-    am_activity *a = calloc(1, sizeof *a);
+    char nm[64];
+    am_activity_name(ev->meta->name, nm, sizeof nm);
+    const char *name = intern(m, nm);
+    am_activity *a = name ? act_new(m) : NULL;
     if (!a) return NULL;
-    a->file = file;
+    a->name = name;
+    a->file = (uint32_t)file;
     a->id = ev->activity;
-    a->related = ev->related;
     a->pid = pid;
-    am_format_id(&ev->activity, pid, a->path, sizeof a->path);
-    am_activity_name(ev->meta->name, a->name, sizeof a->name);
     a->unique_id = first_u64(ev);
     a->start = a->stop = t;
-    a->start_tid = ev->thread;
+    if (ev->thread < UINT32_MAX) a->start_tid32 = (uint32_t)ev->thread;
+    else {
+        a->start_tid32 = UINT32_MAX;
+        if (!extra(m, a)) {
+            act_free(m, a);
+            return NULL;
+        }
+        a->x->start_tid = ev->thread;
+    }
     a->open_below = 1;
     a->serial = ++m->serial;
 
+    char path[AM_PATH_MAX];
+    am_format_id(&ev->activity, pid, path, sizeof path);
     am_activity *p = NULL;
     at_guid pg;
     /* An exec'ed image keeps the pid, so its ids are those of the image before it, whose activities
      * never stopped (the image was replaced): the activity of the same id in an earlier file is the
      * one it continues, when the new Start names no other creator. */
     am_activity *old = tab_get(m, &a->id);
-    bool exec_cont = old && !old->done_reported && old->file != file &&
+    bool exec_cont = old && !old->done_reported && (int)old->file != file &&
                      (at_guid_is_zero(&ev->related) || at_guid_eq(&ev->related, &ev->activity));
     /* usually RelatedActivityId is the path parent: one lookup and a prefix check, no re-encoding */
     am_activity *r = at_guid_is_zero(&ev->related) ? NULL : tab_get(m, &ev->related);
-    size_t rl = r ? strlen(r->path) : 0;
+    char rpath[AM_PATH_MAX];
+    size_t rl = 0;
+    if (r && r->pid == pid && !exec_cont) {
+        am_act_path(r, rpath, sizeof rpath);
+        rl = strlen(rpath);
+    }
     if (exec_cont)
         p = old;
-    else if (r && r->pid == pid && rl && !strncmp(a->path, r->path, rl) && a->path[rl] == '/' && !strchr(a->path + rl + 1, '/'))
+    else if (rl && !strncmp(path, rpath, rl) && path[rl] == '/' && !strchr(path + rl + 1, '/'))
         p = r;
-    else if (path_parent_id(a->path, pid, &pg))
+    else if (path_parent_id(path, pid, &pg))
         p = tab_get(m, &pg);
     if (!p && !at_guid_is_zero(&ev->related) && !at_guid_eq(&ev->related, &ev->activity))
         p = tab_get(m, &ev->related);
     if (p && p->done_reported && !m->o.tree) p = NULL; /* already reported: nowhere to hang it */
     if (p && p->depth + 1 >= AM_MAX_DEPTH) p = NULL;   /* a hostile chain: the walks up stay short */
     if (!p && !at_guid_is_zero(&ev->related)) {
-        uint32_t rp = at_actpath_is_path(&ev->related, pid) ? pid
-                      : at_actpath_is_path(&ev->related, 0) ? at_actpath_pid(&ev->related) : pid;
-        char rs[80];
-        am_format_id(&ev->related, rp, rs, sizeof rs);
-        snprintf(a->link, sizeof a->link, "pid %u %s", rp, rs);
+        /* its link, formatted when printed (am_act_link) */
+        if (!extra(m, a)) {
+            act_free(m, a);
+            return NULL;
+        }
+        a->x->related = ev->related;
+        a->has_link = true;
     }
     if (p) {
         a->parent = p;
         a->depth = p->depth + 1;
         p->live_children++;
-        if (m->o.tree) {
-            if (p->last_child) p->last_child->next_sibling = a;
-            else p->first_child = a;
-            p->last_child = a;
+        if (m->o.tree) { /* prepended: order_subtree puts the list in start order when handed over */
+            a->next_sibling = p->first_child;
+            p->first_child = a;
         }
         for (am_activity *q = p; q; q = q->parent) q->open_below++;
     }
     if (old && !old->done_reported) {
         tab_del(m, old);
-        if (old->file != file) {
+        if ((int)old->file != file) {
             /* an earlier image's: it stays open (never stopped) until the end of the stream */
             shadow_push(m, old);
         } else {
@@ -669,15 +922,13 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, int file, ui
         if (p) {
             p->live_children--;
             for (am_activity *q = p; q; q = q->parent) q->open_below--;
-            if (m->o.tree) { /* unlink: a is p's last child */
+            if (m->o.tree) { /* unlink: a is p's first child */
                 am_activity **c = &p->first_child;
                 while (*c != a) c = &(*c)->next_sibling;
-                *c = NULL;
-                p->last_child = NULL;
-                for (am_activity *x = p->first_child; x; x = x->next_sibling) p->last_child = x;
+                *c = a->next_sibling;
             }
         }
-        act_free(a);
+        act_free(m, a);
         return NULL;
     }
     return a;
@@ -687,7 +938,7 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, int file, ui
  * given by tag, "Request"; compared as the model stores names, cut to the same length) */
 static bool stop_names(const char *ev_name, const char *name)
 {
-    char n[sizeof ((am_activity *)0)->name];
+    char n[64];
     am_activity_name(ev_name, n, sizeof n);
     return strcmp(n, name) == 0;
 }
@@ -728,32 +979,33 @@ static void xfer_receive(am_model *m, am_activity *a, int f, const nt_event *ev,
     if (named && xfer_field(ev, "TransferId", &id) && id) {
         am_sent *s = xfer_slot(m, f, from, id);
         if (s && s->id == id && s->tid == from && s->file == f) {
-            add_xfer(a, from, s->ts, ev->thread, t);
+            add_xfer(m, a, from, s->ts, ev->thread, t);
             return;
         }
     }
-    uint32_t k = 0;
+    am_sends *q = a->x ? a->x->sends : NULL;
+    uint32_t k = 0, n = q ? q->n : 0;
     if (named) {
-        while (k < a->send_n && a->send_tid[(a->send_head + k) % 8] != from) k++;
-    } else {
-        from = a->last_send_tid;
-        st = a->last_send_ts;
+        while (k < n && q->tid[(q->head + k) % 8] != from) k++;
+    } else if (q) {
+        from = q->last_tid;
+        st = q->last_ts;
     }
-    if (k < a->send_n) {
+    if (k < n) {
         /* take entry k out of the ring, keeping the order of the rest */
-        uint32_t i = (a->send_head + k) % 8;
-        from = a->send_tid[i];
-        st = a->send_ts[i];
+        uint32_t i = (q->head + k) % 8;
+        from = q->tid[i];
+        st = q->ts[i];
         for (; k > 0; k--) {
-            uint32_t prev = (a->send_head + k - 1) % 8, cur = (a->send_head + k) % 8;
-            a->send_tid[cur] = a->send_tid[prev];
-            a->send_ts[cur] = a->send_ts[prev];
+            uint32_t prev = (q->head + k - 1) % 8, cur = (q->head + k) % 8;
+            q->tid[cur] = q->tid[prev];
+            q->ts[cur] = q->ts[prev];
         }
-        a->send_head = (a->send_head + 1) % 8;
-        a->send_n--;
+        q->head = (q->head + 1) % 8;
+        q->n--;
     }
     if (!from) st = t;
-    if (from != ev->thread) add_xfer(a, from, st, ev->thread, t);
+    if (from != ev->thread) add_xfer(m, a, from, st, ev->thread, t);
 }
 
 static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
@@ -782,8 +1034,7 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
         return;
     }
     if (a) {
-        a->events++;
-        if (ev->nframes) a->stack_events++;
+        if (++a->events_lo == 0 && extra(m, a)) a->x->events_hi++;
         /* a process started in this activity: its files may link here after the tree closed */
         if (!a->keep && ev->meta->opcode == NT_OPCODE_INFO && ev->meta->provider
             && !strcmp(ev->meta->provider, "acttrace-shim")
@@ -793,15 +1044,19 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
             while (q->parent) q = q->parent;
             q->keep = true;
         }
-        visit(a, ev->thread, t);
+        visit(m, a, ev->thread, t);
         if (op == NT_OPCODE_SEND) {
-            uint32_t k = (a->send_head + a->send_n) % 8;
-            if (a->send_n == 8) a->send_head = (a->send_head + 1) % 8;
-            else a->send_n++;
-            a->send_tid[k] = ev->thread;
-            a->send_ts[k] = t;
-            a->last_send_tid = ev->thread;
-            a->last_send_ts = t;
+            am_sends *q = a->x && a->x->sends ? a->x->sends : NULL;
+            if (!q && extra(m, a) && (q = a->x->sends = calloc(1, sizeof *q))) mem_add(m, sizeof *q);
+            if (q) {
+                uint32_t k = (q->head + q->n) % 8;
+                if (q->n == 8) q->head = (q->head + 1) % 8;
+                else q->n++;
+                q->tid[k] = ev->thread;
+                q->ts[k] = t;
+                q->last_tid = ev->thread;
+                q->last_ts = t;
+            }
             uint64_t id;
             am_sent *sl;
             if (xfer_field(ev, "TransferId", &id) && id && (sl = xfer_slot(m, f, ev->thread, id)))
@@ -818,7 +1073,7 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
         if (a) {
             a->stopped = true;
             a->stop = t;
-            a->stop_tid = ev->thread;
+            a->moved = ev->thread != am_start_tid(a);
             e.stopped = a;
         } else {
             m->unmatched_stops++;
@@ -853,6 +1108,11 @@ am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_
                   char *err, size_t errlen)
 {
     am_model *m = calloc(1, sizeof *m);
+    if (npaths > AM_MAX_FILES) {
+        snprintf(err, errlen, "too many files (at most %d)", AM_MAX_FILES);
+        free(m);
+        return NULL;
+    }
     if (!m || npaths < 1 || !(m->in = calloc((size_t)npaths, sizeof *m->in))) {
         snprintf(err, errlen, "out of memory");
         free(m);
@@ -943,30 +1203,50 @@ int am_run(am_model *m, char *err, size_t errlen)
         }
     }
     progress(m, true);
-    /* the stream ended (or broke): activities still open were never stopped, in start order */
+    /* the stream ended (or broke): activities still open were never stopped, in start order. The
+     * table is not needed any more: it becomes their list (no memory on top of the peak). */
     size_t k = 0;
-    am_activity **open = malloc((m->tn + m->nshadow + 1) * sizeof *open);
-    if (open) {
-        for (size_t i = 0; i < m->tcap; i++)
-            if (m->tab[i] && !m->tab[i]->done_reported) open[k++] = m->tab[i];
-        for (size_t i = 0; i < m->nshadow; i++) open[k++] = m->shadow[i];
-        qsort(open, k, sizeof *open, by_start); /* parents before children */
-        /* close deepest-last so a parent's report sees its children final: close children first */
-        for (size_t i = k; i-- > 0;) {
-            open[i]->stop = m->end;
-            m->never_stopped++;
+    uint32_t *open = m->tab;
+    for (size_t i = 0; i < m->tcap; i++)
+        if (m->tab[i] && !slot_act(m, m->tab[i])->done_reported) open[k++] = m->tab[i];
+    m->ended = true;
+    if (k + m->nshadow > m->tcap) {
+        uint32_t *v = realloc(m->tab, (k + m->nshadow) * sizeof *v);
+        if (v) {
+            mem_add(m, (k + m->nshadow - m->tcap) * sizeof *v);
+            m->tab = open = v;
+            m->tcap = k + m->nshadow;
+        } else {
+            m->nshadow = 0; /* then they are freed at am_close without a report */
         }
-        for (size_t i = k; i-- > 0;) close_activity(m, open[i]);
-        free(open);
+    }
+    for (size_t i = 0; i < m->nshadow; i++) open[k++] = act_slot(m->shadow[i]);
+    memset(open + k, 0, (m->tcap - k) * sizeof *open);
+    /* parents before children. Slots are mostly taken in start order: in slot order the list is
+     * usually sorted already, and checking that reads the activities in memory order */
+    qsort(open, k, sizeof *open, cmp_u32);
+    for (size_t i = 1; i < k; i++)
+        if (by_start_slot(&open[i - 1], &open[i], m) > 0) {
+            qsort_r(open, k, sizeof *open, by_start_slot, m);
+            break;
+        }
+    /* close deepest-last so a parent's report sees its children final: close children first */
+    for (size_t i = k; i-- > 0;) {
+        slot_act(m, open[i])->stop = m->end;
+        m->never_stopped++;
+    }
+    for (size_t i = k; i-- > 0;) {
+        /* an activity freed with a tree closed earlier in this loop was closed already */
+        am_activity *a = slot_act(m, open[i]);
+        open[i] = 0;
+        close_activity(m, a);
     }
     /* the trees held for child processes, now final (a child may have reopened one: it is
      * reported when its last activity closes, which the loop above did) */
     for (size_t i = 0; i < m->nkept; i++) {
         am_activity *root = m->kept[i];
         if (root->open_below != 0) continue;
-        report_subtree(m, root);
-        if (m->cb.tree) m->cb.tree(m->cb.ctx, root);
-        free_subtree(m, root);
+        hand_tree(m, root);
     }
     m->nkept = 0;
     return status;
@@ -977,16 +1257,17 @@ void am_close(am_model *m)
     if (!m) return;
     for (int i = 0; i < m->nin; i++) nt_close(m->in[i].r);
     free(m->in);
-    /* what is left: activities kept by the table (an error path); free each once */
-    if (m->tab) {
-        for (size_t i = 0; i < m->tcap; i++)
-            if (m->tab[i]) {
-                am_activity *a = m->tab[i];
-                m->tab[i] = NULL;
-                if (!m->o.tree || !a->parent) act_free(a);
-            }
-        free(m->tab);
+    /* what is left (an error path): the rare fields of the activities still held, then the chunks */
+    for (uint32_t c = 0; c < m->nchunks; c++) {
+        am_activity *v = (am_activity *)(m->chunks[c] + AM_CHUNK_HDR);
+        for (size_t i = 0; i < AM_PER_CHUNK; i++)
+            if (v[i].used) act_free(m, &v[i]);
+        munmap(m->chunks[c], AM_CHUNK_BYTES);
     }
+    free(m->chunks);
+    for (size_t i = 0; i < m->cnames; i++) free(m->names[i]);
+    free(m->names);
+    free(m->tab);
     free(m->shadow);
     free(m->kept);
     free(m->sent);
@@ -1027,3 +1308,4 @@ int64_t am_origin_ns(const am_model *m) { return m->origin; }
 int64_t am_end_ns(const am_model *m) { return m->end; }
 uint64_t am_never_stopped(const am_model *m) { return m->never_stopped; }
 uint64_t am_unmatched_stops(const am_model *m) { return m->unmatched_stops; }
+size_t am_mem_peak(const am_model *m) { return m->mem_peak; }

@@ -5,18 +5,21 @@
  * process), records the threads it visited and the transfers between them (acttrace-flow Send 9 /
  * Receive 240), and hands finished activities to the command. Memory is bounded by the activities
  * still open (and, for tree output, by at most o.hold finished activities under open ancestors),
- * never by the size of the files. */
+ * never by the size of the files: about 120 bytes per open activity (its slot and its share of the id
+ * table), plus its rare fields when it has them. */
 #ifndef AM_ACTMODEL_H
 #define AM_ACTMODEL_H
 
 #include "ntreader.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #include <stdio.h>
 
 typedef struct am_visit {
     uint64_t tid;
     int64_t first, last;  /* ns from the origin: first and last event of the activity on the thread */
-    uint32_t events;
 } am_visit;
 
 typedef struct am_transfer {
@@ -24,44 +27,91 @@ typedef struct am_transfer {
     int64_t send, recv;        /* ns from the origin */
 } am_transfer;
 
+/* Pending sends (FIFO) of an activity, for matching receives: allocated at its first Send. */
+typedef struct am_sends {
+    uint64_t tid[8];
+    int64_t ts[8];
+    uint32_t head, n;
+    uint64_t last_tid;
+    int64_t last_ts;
+} am_sends;
+
+/* What few activities have, out of line (allocated at first use, freed with the activity). */
+typedef struct am_extra {
+    am_visit *visits;         /* every thread visited (start thread first), once a second one is */
+    uint32_t nvisits, cvisits;
+    uint32_t nxfers, cxfers;
+    uint32_t nxfers_dropped;  /* beyond the per-activity cap */
+    am_transfer *xfers;
+    am_sends *sends;
+    at_guid related;          /* a root whose RelatedActivityId names an unknown activity (has_link) */
+    uint64_t start_tid;       /* when it does not fit the 32 bits in line */
+    uint64_t events_hi;       /* carries of the 32-bit event count */
+} am_extra;
+
+/* An activity, kept small (memory is bounded by the open ones: millions in a long trace): its name
+ * is interned, its path formatted from the id only when printed (am_act_path), rare fields are in x.
+ * Read visits, transfers, the link and counts through the accessors below. */
 typedef struct am_activity am_activity;
 struct am_activity {
     at_guid id;
-    char path[80];            /* "//1/5/1", or the GUID when the id is not an activity path */
-    char name[64];            /* "Request" for RequestStart */
-    uint32_t pid;             /* of the process that wrote it (the file header's) */
-    int file;                 /* index of the input file that has its Start */
-    uint32_t depth;           /* 0 for a root */
+    const char *name;         /* "Request" for RequestStart; one copy per distinct name, valid until
+                               * am_close */
+    /* structure (children only in tree mode, in start order once handed to a callback) */
+    am_activity *parent, *first_child, *next_sibling;
+    int64_t start, stop;      /* ns from the origin; stop = last event of the stream if never stopped
+                               * (while open: the activity's last event on its start thread) */
     uint64_t unique_id;       /* the <Name>Id payload field (0 if none) */
-    int64_t start, stop;      /* ns from the origin; stop = last event of the stream if never stopped */
-    bool stopped;
-    uint64_t start_tid, stop_tid;
-    at_guid related;          /* RelatedActivityId of the Start */
-    char link[96];            /* a root whose RelatedActivityId names an unknown activity: "pid N //1/2" */
-    uint64_t events;          /* events with this ActivityId (Start, Stop, transfers, informational) */
-    uint64_t stack_events;    /* of them, with a stack */
-    am_visit *visits;
-    uint32_t nvisits, cvisits;
-    am_transfer *xfers;
-    uint32_t nxfers, cxfers;
-    uint32_t nxfers_dropped;  /* beyond the per-activity cap */
-    /* structure */
-    am_activity *parent, *first_child, *last_child, *next_sibling;
+    uint64_t serial;          /* 1, 2, ... in start order: names an activity after it is freed */
+    am_extra *x;              /* NULL while it has no rare field */
+    uint32_t pid;             /* of the process that wrote it (the file header's) */
+    uint32_t events_lo;       /* events with this ActivityId: am_events() */
+    uint32_t start_tid32;     /* am_start_tid() */
     uint32_t open_below;      /* activities of this subtree (itself included) not yet stopped */
     uint32_t live_children;   /* children not yet freed */
-    bool done_reported;
-    bool spilled;             /* model-internal mark */
-    bool keep;                /* a root under which a process was started: other files may link to
+    uint32_t file : 13;       /* index of the input file that has its Start (AM_MAX_FILES) */
+    uint32_t depth : 10;      /* 0 for a root (below AM_MAX_DEPTH) */
+    bool stopped : 1;
+    bool moved : 1;           /* stopped on another thread than its start thread */
+    bool has_link : 1;        /* a root whose RelatedActivityId names an unknown activity */
+    bool done_reported : 1;
+    bool spilled : 1;         /* model-internal mark */
+    bool keep : 1;            /* a root under which a process was started: other files may link to
                                * it later, so its tree is reported at the end (several files) */
-    bool spilled_kept;        /* listed among the kept roots */
-    uint64_t serial;          /* 1, 2, ... in start order: names an activity after it is freed */
-    /* pending sends (FIFO) for matching receives */
-    uint64_t send_tid[8];
-    int64_t send_ts[8];
-    uint32_t send_head, send_n;
-    uint64_t last_send_tid;
-    int64_t last_send_ts;
+    bool spilled_kept : 1;    /* listed among the kept roots */
+    bool used : 1;            /* model-internal: the slot holds an activity */
+    bool in_tab : 1;          /* model-internal: found by its id (not replaced by a newer one) */
 };
+
+#define AM_MAX_FILES 8192
+#define AM_MAX_DEPTH 1000 /* deeper activities become roots (with their link): recursion and walks stay bounded */
+#define AM_PATH_MAX 80 /* an activity path "//1/5/1" or a GUID, formatted (with its NUL) */
+#define AM_LINK_MAX 96
+
+/* The activity's path into out (AM_PATH_MAX bytes): "//1/5/1", or the GUID. */
+void am_act_path(const am_activity *a, char *out, size_t n);
+/* A root whose RelatedActivityId names an unknown activity: "pid N //1/2" into out (AM_LINK_MAX);
+ * false (out "") otherwise. */
+bool am_act_link(const am_activity *a, char *out, size_t n);
+static inline uint64_t am_start_tid(const am_activity *a)
+{
+    return a->start_tid32 != UINT32_MAX ? a->start_tid32 : a->x->start_tid;
+}
+static inline uint64_t am_events(const am_activity *a)
+{
+    return a->events_lo + (a->x ? a->x->events_hi << 32 : 0);
+}
+/* Threads the activity visited (capped), at least its start thread. */
+static inline uint32_t am_nvisits(const am_activity *a) { return a->x && a->x->visits ? a->x->nvisits : 1; }
+/* Visit i < am_nvisits(a) (0: the start thread). Without other threads, visit 0 ends at a->stop. */
+static inline am_visit am_visit_at(const am_activity *a, uint32_t i)
+{
+    if (a->x && a->x->visits) return a->x->visits[i];
+    return (am_visit){.tid = am_start_tid(a), .first = a->start, .last = a->stop};
+}
+static inline uint32_t am_nxfers(const am_activity *a) { return a->x ? a->x->nxfers : 0; }
+static inline const am_transfer *am_xfer_at(const am_activity *a, uint32_t i) { return &a->x->xfers[i]; }
+static inline uint32_t am_xfers_dropped(const am_activity *a) { return a->x ? a->x->nxfers_dropped : 0; }
 
 /* One event as the model saw it, for commands that list events or fold stacks. */
 typedef struct am_event {
@@ -139,6 +189,9 @@ bool am_path_within(const char *path, const char *prefix);
 bool am_parse_ms(const char *s, int64_t *ns);
 /* Find the index of a thread in a's visits (-1 if none). */
 int am_visit_index(const am_activity *a, uint64_t tid);
+/* Peak bytes the model allocated for activities, their table, names and rare fields (the files'
+ * readers aside). */
+size_t am_mem_peak(const am_model *m);
 
 /* Percentiles of durations: exact up to AM_EXACT samples, then a log histogram (1% precision). */
 #define AM_EXACT 65536

@@ -21,7 +21,19 @@ typedef struct ev_ctx {
     uint16_t *label_len;
     uint32_t nlabels;
     char buf[16384];
+    /* the last paths formatted (activity, parent), by serial: events of one activity come in runs */
+    uint64_t path_serial[2];
+    char path[2][AM_PATH_MAX];
 } ev_ctx;
+
+static const char *cached_path(ev_ctx *c, int k, const am_activity *a)
+{
+    if (c->path_serial[k] != a->serial) {
+        am_act_path(a, c->path[k], sizeof c->path[k]);
+        c->path_serial[k] = a->serial;
+    }
+    return c->path[k];
+}
 
 static void events_usage(FILE *f)
 {
@@ -75,10 +87,10 @@ static void on_event(void *vc, const am_event *e)
     char actb[80], relb[80];
     const char *act = actb, *rel = relb;
     /* the model already decoded the ids of its activities: reuse them (decoding was a fifth of the time) */
-    if (e->act && at_guid_eq(&e->act->id, &ev->activity)) act = e->act->path;
+    if (e->act && at_guid_eq(&e->act->id, &ev->activity)) act = cached_path(c, 0, e->act);
     else am_format_id(&ev->activity, e->pid, actb, sizeof actb);
     if (c->prefix && !am_path_within(act, c->prefix)) return;
-    if (e->act && e->act->parent && at_guid_eq(&e->act->parent->id, &ev->related)) rel = e->act->parent->path;
+    if (e->act && e->act->parent && at_guid_eq(&e->act->parent->id, &ev->related)) rel = cached_path(c, 1, e->act->parent);
     else am_format_id(&ev->related, e->pid, relb, sizeof relb);
     am_buf *f = &c->out;
     am_buf_ms(f, e->time, 12);

@@ -60,12 +60,14 @@ static void chrome_slice(void *vc, const am_activity *a, uint64_t tid, int64_t f
     am_json_string(f, a->name);
     fprintf(f, ",\"pid\":%u,\"tid\":%llu,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"path\":", a->pid,
             (unsigned long long)tid, us(from), us(to - from));
-    am_json_string(f, a->path);
+    char path[AM_PATH_MAX], link[AM_LINK_MAX];
+    am_act_path(a, path, sizeof path);
+    am_json_string(f, path);
     fprintf(f, ",\"id\":%llu,\"stopped\":%s", (unsigned long long)a->unique_id, a->stopped ? "true" : "false");
-    if (tid != a->start_tid) fprintf(f, ",\"visit\":true");
-    if (a->link[0]) {
+    if (tid != am_start_tid(a)) fprintf(f, ",\"visit\":true");
+    if (am_act_link(a, link, sizeof link)) {
         fprintf(f, ",\"from\":");
-        am_json_string(f, a->link);
+        am_json_string(f, link);
     }
     fprintf(f, "}}");
 }
@@ -74,8 +76,8 @@ static void chrome_activity(void *vc, const am_activity *a)
 {
     ex_ctx *c = vc;
     am_slices(a, chrome_slice, c);
-    for (uint32_t i = 0; i < a->nxfers; i++) {
-        const am_transfer *x = &a->xfers[i];
+    for (uint32_t i = 0; i < am_nxfers(a); i++) {
+        const am_transfer *x = am_xfer_at(a, i);
         if (!x->from_tid) continue;
         uint64_t id = ++c->flow_id;
         comma(c);

@@ -138,7 +138,9 @@ static void rp_slice(void *vc, const am_activity *a, uint64_t tid, int64_t from,
     fputs("{\"n\":", c->out);
     am_json_string(c->out, a->name);
     fputs(",\"p\":", c->out);
-    am_json_string(c->out, a->path);
+    char path[AM_PATH_MAX];
+    am_act_path(a, path, sizeof path);
+    am_json_string(c->out, path);
     fprintf(c->out, ",\"pid\":%u,\"tid\":%llu,\"a\":%.6f,\"b\":%.6f,\"s\":%d}", a->pid, (unsigned long long)tid,
             from / 1e6, to / 1e6, a->stopped ? 1 : 0);
 }
@@ -152,18 +154,20 @@ static void rp_activity(void *vc, const am_activity *a)
         else n->never++;
     }
     if (c->slices >= REPORT_MAX_SLICES) {
-        c->cut += a->nvisits ? a->nvisits : 1;
+        c->cut += am_nvisits(a);
         return;
     }
     am_slices(a, rp_slice, c);
-    for (uint32_t i = 0; i < a->nxfers; i++) {
-        const am_transfer *x = &a->xfers[i];
+    for (uint32_t i = 0; i < am_nxfers(a); i++) {
+        const am_transfer *x = am_xfer_at(a, i);
         if (!x->from_tid) continue;
         item_sep(c);
         fputs("{\"x\":1,\"n\":", c->out);
         am_json_string(c->out, a->name);
         fputs(",\"p\":", c->out);
-        am_json_string(c->out, a->path);
+        char path[AM_PATH_MAX];
+        am_act_path(a, path, sizeof path);
+        am_json_string(c->out, path);
         fprintf(c->out, ",\"pid\":%u,\"f\":%llu,\"t\":%llu,\"a\":%.6f,\"b\":%.6f}", a->pid,
                 (unsigned long long)x->from_tid, (unsigned long long)x->to_tid, x->send / 1e6, x->recv / 1e6);
     }

@@ -67,10 +67,10 @@ static void on_activity(void *vc, const am_activity *a)
     st_name *s = st_get(vc, a->name);
     if (!s) return;
     s->count++;
-    s->events += a->events;
+    s->events += am_events(a);
     if (a->stopped) am_dist_add(&s->d, a->stop - a->start);
     else s->never++;
-    for (uint32_t i = 0; i < a->nvisits; i++) add_tid(s, a->visits[i].tid);
+    for (uint32_t i = 0, n = am_nvisits(a); i < n; i++) add_tid(s, am_visit_at(a, i).tid);
 }
 
 static int by_name(const void *x, const void *y)

@@ -54,7 +54,9 @@ static void print_head(tree_ctx *c, const am_activity *a, int indent)
     for (int i = 0; i < indent; i++) am_buf_mem(f, "  ", 2);
     am_buf_str(f, a->name);
     am_buf_chr(f, ' ');
-    am_buf_str(f, a->path);
+    char path[AM_PATH_MAX];
+    am_act_path(a, path, sizeof path);
+    am_buf_str(f, path);
     if (c->multi && (!a->parent || a->parent->file != a->file)) {
         am_buf_str(f, " pid ");
         am_buf_u64(f, a->pid);
@@ -74,14 +76,14 @@ static void print_node(tree_ctx *c, const am_activity *a, int indent, bool insid
     am_buf_ms(f, a->stop - a->start, 0);
     am_buf_str(f, a->stopped ? " ms" : " ms at the end)");
     am_buf_str(f, "  threads ");
-    for (uint32_t i = 0; i < a->nvisits; i++) {
+    for (uint32_t i = 0, n = am_nvisits(a); i < n; i++) {
         if (i) am_buf_chr(f, ',');
-        am_buf_u64(f, a->visits[i].tid);
+        am_buf_u64(f, am_visit_at(a, i).tid);
     }
-    if (a->nxfers) {
+    if (am_nxfers(a)) {
         am_buf_str(f, "  transfers ");
-        for (uint32_t i = 0; i < a->nxfers; i++) {
-            const am_transfer *x = &a->xfers[i];
+        for (uint32_t i = 0; i < am_nxfers(a); i++) {
+            const am_transfer *x = am_xfer_at(a, i);
             if (i) am_buf_chr(f, ',');
             if (x->from_tid) am_buf_u64(f, x->from_tid);
             else am_buf_chr(f, '?');
@@ -90,15 +92,16 @@ static void print_node(tree_ctx *c, const am_activity *a, int indent, bool insid
             am_buf_chr(f, '@');
             am_buf_ms(f, x->recv, 0);
         }
-        if (a->nxfers_dropped) {
+        if (am_xfers_dropped(a)) {
             am_buf_str(f, " (+");
-            am_buf_u64(f, a->nxfers_dropped);
+            am_buf_u64(f, am_xfers_dropped(a));
             am_buf_str(f, " more)");
         }
     }
-    if (a->link[0]) {
+    char link[AM_LINK_MAX];
+    if (am_act_link(a, link, sizeof link)) {
         am_buf_str(f, "  from ");
-        am_buf_str(f, a->link);
+        am_buf_str(f, link);
     }
     am_buf_chr(f, '\n');
     c->printed++;
