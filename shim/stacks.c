@@ -97,14 +97,12 @@ uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth)
 
 uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
 {
-    /* the shim's frames do not count against the program's depth: take room for some */
-    uint32_t want = depth + 32 < AT_STACK_MAX_DEPTH ? depth + 32 : AT_STACK_MAX_DEPTH;
-    uintptr_t tmp[AT_STACK_MAX_DEPTH];
-    uint32_t n = at_stack_capture(tmp, want, skip + 1);
+    /* the shim's frames do not count against the program's depth: take room for some (the
+     * callers' arrays hold AT_STACK_MAX_DEPTH, a hook's from its second entry) */
+    uint32_t want = depth + 32 < AT_STACK_MAX_DEPTH - 1 ? depth + 32 : AT_STACK_MAX_DEPTH - 1;
+    uint32_t n = at_stack_capture(ips, want, skip + 1);
     __asm__ volatile("" ::: "memory"); /* no tail call: this frame counts in skip */
-    n = at_shim_stack_trim(tmp, n, depth);
-    at_move_words((uint64_t *)ips, (const uint64_t *)tmp, n); /* no libc memcpy: no vector state */
-    return n;
+    return at_shim_stack_trim(ips, n, depth);
 }
 
 void at_shim_stacks_init(void)
