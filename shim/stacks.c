@@ -95,7 +95,7 @@ uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth)
     return out;
 }
 
-uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
+AT_NOINLINE uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
 {
     /* the shim's frames do not count against the program's depth: take room for some (the
      * callers' arrays hold AT_STACK_MAX_DEPTH, a hook's from its second entry) */
