@@ -105,8 +105,39 @@ void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_
 _Unwind_Reason_Code at_stub_personality(int version, _Unwind_Action actions, uint64_t cls,
                                         struct _Unwind_Exception *ue, struct _Unwind_Context *ctx);
 
+/* Under a sanitizer (make check-asan) the hook's code calls into the sanitizer's runtime, which may
+ * use any vector register: there the whole extended state is kept around the C side of the stub.
+ * The production build needs none of this (its hook code touches no vector state). */
+#if defined(__SANITIZE_ADDRESS__)
+#include "xstate.h"
+static void *stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_t *caller_sp,
+                        uint64_t *args);
+static void stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args);
 void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_t *caller_sp,
                     uint64_t *args)
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    void *fn = stub_enter(index, regs, c, caller_sp, args);
+    at_xstate_restore(&x);
+    return fn;
+}
+void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args)
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    stub_exit(index, c, rets, args);
+    at_xstate_restore(&x);
+}
+#define at_stub_enter stub_enter
+#define at_stub_exit stub_exit
+#define AT_STUB_LINKAGE static
+#else
+#define AT_STUB_LINKAGE
+#endif
+
+AT_STUB_LINKAGE void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c,
+                                    uint64_t *caller_sp, uint64_t *args)
 {
     at_hook *h = at_stub_table[index];
     c->act = NULL;
@@ -137,7 +168,8 @@ void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_
     return h->orig;
 }
 
-void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args)
+AT_STUB_LINKAGE void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets,
+                                   uint64_t *args)
 {
     at_hook *h = at_stub_table[index];
     if (AT_UNLIKELY(c->done))

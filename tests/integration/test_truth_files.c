@@ -169,7 +169,10 @@ START_TEST(test_full_disk)
     ck_assert_msg(h && strstr(h, meta), "the report does not carry %s", meta);
     free(h);
 
-    /* acttrace run's closing line */
+    /* acttrace run's closing line (run preloads the shim itself, without the sanitizer runtimes an
+     * ASan build of it needs in front) */
+    if (getenv("ACTTRACE_ASAN"))
+        goto done;
     unlink(path);
     const char *run[] = {"run", "-o", path, "--", fx, "4", "20000", "200", NULL};
     ck_assert_int_eq(at_tool_run(&r, run), 0);
@@ -180,7 +183,7 @@ START_TEST(test_full_disk)
              (unsigned long long)t.lost);
     ck_assert_msg(t.lost > 0 && strstr(r.err, closing), "run's closing line lacks '%s': %s", closing, r.err);
     at_run_result_free(&r);
-
+done:
     at_run_result_free(&traced);
     at_run_result_free(&plain);
     free(fx);

@@ -487,6 +487,10 @@ END_TEST
 /* acttrace check names each alias and how it is bound. */
 START_TEST(test_check_lists_aliases)
 {
+    /* acttrace check preloads the shim itself, without the sanitizer runtimes an ASan build of it
+     * needs in front */
+    if (getenv("ACTTRACE_ASAN"))
+        return;
     char *conf = data_path("truth_alias.conf"), *fx = at_fixture_path("truth_alias");
     const char *args[] = {"check", conf, "--", fx, "/etc/hostname", NULL};
     at_run_result r;
