@@ -93,9 +93,9 @@ static void calibrate_start(void)
     if (C.based)
         return;
     clock_pair(&C.tsc0, &C.ns0);
-    /* a first estimate over 20 us (error ~1e-3): only what the header says until the first flush,
-     * which every file gets (the exit's too), refines it over the whole run. A longer wait here is
-     * paid by every process image at start. */
+    /* the first two pairs, 20 us apart: events before the first flush convert through them (the
+     * two reads' error, tens of ns, over a short span); every flush adds a pair. A longer wait here
+     * is paid by every process image at start. */
     uint64_t t, n;
     do
         clock_pair(&t, &n);
@@ -128,26 +128,6 @@ uint64_t at_clock_freq(void)
     return __atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED)
                ? atomic_load_explicit(&C.freq, memory_order_relaxed)
                : 1000000000u;
-}
-
-uint64_t at_clock_refine(void)
-{
-    if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))
-        return 1000000000u;
-    uint64_t t, n;
-    clock_pair(&t, &n);
-    uint64_t f = freq_from(t, n);
-    if (f)
-        atomic_store_explicit(&C.freq, f, memory_order_relaxed);
-    return at_clock_freq();
-}
-
-uint64_t at_clock_ticks_to_ns(uint64_t ticks)
-{
-    uint64_t f = at_clock_freq();
-    if (f == 1000000000u || f == 0)
-        return ticks;
-    return (uint64_t)((unsigned __int128)ticks * 1000000000u / f);
 }
 
 uint64_t at_clock_ns_to_ticks(uint64_t ns)

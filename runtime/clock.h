@@ -8,12 +8,9 @@
 
 /* Choose the event clock; only while no session is writing. Returns the clock chosen. */
 enum at_clock_kind at_clock_select(enum at_clock_kind want);
-/* Ticks per second of the event clock: 1e9, or the TSC's best estimate so far. */
+/* Ticks per second of the event clock: 1e9, or the TSC's best estimate so far (for spans in ticks;
+ * file times go through at_clock_file_ts). */
 uint64_t at_clock_freq(void);
-/* Measure again against CLOCK_MONOTONIC over the whole run so far and return the new estimate.
- * Async-signal-safe. */
-uint64_t at_clock_refine(void);
-uint64_t at_clock_ticks_to_ns(uint64_t ticks);
 /* The file time base (CLOCK_MONOTONIC ns). at_clock_mark takes a new (TSC, CLOCK_MONOTONIC) pair and
  * returns its TSC value; at_clock_file_ts converts event ticks to file ns through the pairs around
  * them. Both under at_flush_lock (the flusher and the emergency flush); async-signal-safe. */

@@ -31,7 +31,6 @@
 at_output at_out;
 at_event_type *at_processinfo_type;
 uint64_t at_ntw_pending_events;
-uint64_t at_last_ts_written;
 
 typedef struct blob_hdr {
     uint32_t meta, seq, proc, stack, plen;
@@ -702,8 +701,6 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
     blob_put(&W.eb, &h, p, sorted);
     at_ntw_pending_events++;
     W.file_events++;
-    if (h.ts > at_last_ts_written)
-        at_last_ts_written = h.ts;
     return 0;
 }
 

@@ -261,7 +261,6 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
     atomic_store(&at_drops_damaged, 0);
-    at_last_ts_written = 0;
 
     pthread_mutex_lock(&at_flush_lock);
     at_lastthread_reset();
