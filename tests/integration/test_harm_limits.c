@@ -139,7 +139,7 @@ START_TEST(test_process_limit)
     }
     char *fx = at_fixture_path("harm_limits");
     const char *argv[] = {fx, "nproc", NULL};
-    /* the folder is the test user's: the trace goes where uid 54321 may write */
+    /* the folder is the test user's: the trace goes where the fixture's unused uid may write */
     const char *env[] = {"ACTTRACE_OUTPUT=/tmp/acttrace-harm-nproc-%p.nettrace", NULL};
     pair p;
     run_pair(&p, "harm-nproc", argv, env);
