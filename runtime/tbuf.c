@@ -485,7 +485,7 @@ static inline void count_drop(at_ring *r, uint32_t seq)
     atomic_store_explicit(&r->seq_pub, seq, memory_order_release);
 }
 
-static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
+static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool live, const at_event_type *t,
                               const at_guid *activity, const at_guid *related, const void *payload,
                               uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp);
 
@@ -529,55 +529,7 @@ static inline uint64_t clock_announced(at_ring *r, uint64_t floor, bool ordered)
     return ts;
 }
 
-AT_HOT_FN int at_event_write_now(uint64_t floor, bool ordered, const at_event_type *t,
-                                 const at_guid *activity, const at_guid *related,
-                                 const void *payload, uint32_t payload_len, const uintptr_t *ips,
-                                 uint32_t nips)
-{
-    return at_event_write_stamped_ips(floor, ordered, t, activity, related, payload, payload_len,
-                                      ips, nips, -1);
-}
-
-AT_HOT_FN int at_event_write_stamped(uint64_t floor, bool ordered, const at_event_type *t,
-                                     const at_guid *activity, const at_guid *related,
-                                     const void *payload, uint32_t payload_len, int stamp)
-{
-    return at_event_write_stamped_ips(floor, ordered, t, activity, related, payload, payload_len,
-                                      NULL, 0, stamp);
-}
-
-AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_event_type *t,
-                                         const at_guid *activity, const at_guid *related,
-                                         const void *payload, uint32_t payload_len,
-                                         const uintptr_t *ips, uint32_t nips, int stamp)
-{
-    at_ring *r = thr.ring;
-    if (AT_UNLIKELY(r && thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed)))
-        r = NULL;
-    /* a signal handler's event inside this one's announcement puts the outer one back when done */
-    uint64_t outer = r ? atomic_load_explicit(&r->pending, memory_order_relaxed) : 0;
-    uint64_t ts = clock_announced(r, floor, ordered);
-    int rc = -1;
-    if (AT_UNLIKELY(thr.busy)) {
-        /* A signal handler interrupted this thread's own write: writing now would interleave the
-         * two records, so this one is dropped (counted; its sequence number makes a visible gap). */
-        seq_next();
-        atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
-    } else {
-        thr.busy = 1;
-        atomic_signal_fence(memory_order_seq_cst);
-        rc = write_event(ts, true, t, activity, related, payload, payload_len, ips, nips, stamp);
-        if (AT_LIKELY(thr.ring != NULL))
-            atomic_store_explicit(&thr.ring->seq_pub, thr.seq, memory_order_release);
-        atomic_signal_fence(memory_order_seq_cst);
-        thr.busy = 0;
-    }
-    if (AT_LIKELY(thr.ring != NULL))
-        atomic_store_explicit(&thr.ring->pending, thr.ring == r ? outer : 0, memory_order_release);
-    return rc;
-}
-
-static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
+static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool live, const at_event_type *t,
                               const at_guid *activity, const at_guid *related, const void *payload,
                               uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp)
 {
@@ -671,16 +623,79 @@ drop_noring:
     return -1;
 }
 
-uint64_t at_event_last_ts(void)
+/* The clock read, the record and its publication: one body, inlined into each entry point below (a
+ * hooked call writes two events; the layers of calls with stack-passed arguments cost more than
+ * the record). */
+static inline __attribute__((always_inline)) int write_live(uint64_t floor, bool ordered,
+                                                            const at_event_type *t,
+                                                            const at_guid *activity,
+                                                            const at_guid *related,
+                                                            const void *payload,
+                                                            uint32_t payload_len,
+                                                            const uintptr_t *ips, uint32_t nips,
+                                                            int stamp)
 {
-    return thr.last_ts;
+    at_ring *r = thr.ring;
+    if (AT_UNLIKELY(r && thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed)))
+        r = NULL;
+    /* a signal handler's event inside this one's announcement puts the outer one back when done */
+    uint64_t outer = r ? atomic_load_explicit(&r->pending, memory_order_relaxed) : 0;
+    uint64_t ts = clock_announced(r, floor, ordered);
+    int rc = -1;
+    if (AT_UNLIKELY(thr.busy)) {
+        /* A signal handler interrupted this thread's own write: writing now would interleave the
+         * two records, so this one is dropped (counted; its sequence number makes a visible gap). */
+        seq_next();
+        atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
+    } else {
+        thr.busy = 1;
+        atomic_signal_fence(memory_order_seq_cst);
+        rc = write_event(ts, true, t, activity, related, payload, payload_len, ips, nips, stamp);
+        if (AT_LIKELY(thr.ring != NULL))
+            atomic_store_explicit(&thr.ring->seq_pub, thr.seq, memory_order_release);
+        atomic_signal_fence(memory_order_seq_cst);
+        thr.busy = 0;
+    }
+    if (AT_LIKELY(thr.ring != NULL))
+        atomic_store_explicit(&thr.ring->pending, thr.ring == r ? outer : 0, memory_order_release);
+    return rc;
+}
+
+
+AT_HOT_FN int at_event_write_now(uint64_t floor, bool ordered, const at_event_type *t,
+                                 const at_guid *activity, const at_guid *related,
+                                 const void *payload, uint32_t payload_len, const uintptr_t *ips,
+                                 uint32_t nips)
+{
+    return write_live(floor, ordered, t, activity, related, payload, payload_len, ips, nips, -1);
+}
+
+AT_HOT_FN int at_event_write_stamped(uint64_t floor, bool ordered, const at_event_type *t,
+                                     const at_guid *activity, const at_guid *related,
+                                     const void *payload, uint32_t payload_len, int stamp)
+{
+    return write_live(floor, ordered, t, activity, related, payload, payload_len, NULL, 0, stamp);
+}
+
+AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_event_type *t,
+                                         const at_guid *activity, const at_guid *related,
+                                         const void *payload, uint32_t payload_len,
+                                         const uintptr_t *ips, uint32_t nips, int stamp)
+{
+    return write_live(floor, ordered, t, activity, related, payload, payload_len, ips, nips, stamp);
 }
 
 AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
-    return at_event_write_now(0, false, t, activity, related, payload, payload_len, ips, nips);
+    return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1);
 }
+
+uint64_t at_event_last_ts(void)
+{
+    return thr.last_ts;
+}
+
 
 /* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap) in the
  * current session (its first event there would otherwise start the numbers again at 1). The reader

@@ -372,6 +372,18 @@ static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
     return p->key == AT_HC_RETURN ? ret : arg_of(p, args, p->key);
 }
 
+/* The thread's errno, found once: &errno is a call into libc, twice per hooked call otherwise.
+ * (A clone(CLONE_VM) child without a thread pointer of its own shares the thread's TLS, errno
+ * included, so the cached address is right for it too.) */
+static AT_TLS int *hk_errp;
+static inline int *errno_ptr(void)
+{
+    int *p = hk_errp;
+    if (AT_UNLIKELY(!p))
+        p = hk_errp = &errno;
+    return p;
+}
+
 void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
@@ -383,7 +395,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
-    int *errp = &errno, err = *errp;
+    int *errp = errno_ptr(), err = *errp;
     if (AT_UNLIKELY(hk_nlive > 0))
         abandon_below(c->sp, true);
     uint8_t buf[1024];
@@ -469,7 +481,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
     if ((!at_on() && !c->started) || at_internal)
         return;
     AT_INTERNAL_BEGIN();
-    int *errp = &errno, err = *errp;
+    int *errp = errno_ptr(), err = *errp;
     if (AT_UNLIKELY(hk_nlive > 0))
         abandon_below(c->sp, false);
     uint8_t buf[1024];
