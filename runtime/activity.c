@@ -372,17 +372,14 @@ out:
 
 #define EXTRA_MAX 8192u
 
-static AT_NOINLINE void write_activity_event_slow(const at_event_type *t, const at_guid *id, const at_guid *related,
-                                 uint64_t unique, const void *extra, uint32_t extra_len,
-                                 const uintptr_t *ips, uint32_t nips)
+static AT_NOINLINE void write_activity_event_slow(const at_event_type *t, const at_guid *id,
+                                                  const at_guid *related, uint64_t unique,
+                                                  const void *extra, uint32_t extra_len,
+                                                  const uintptr_t *ips, uint32_t nips)
 {
-    uint8_t buf[8 + EXTRA_MAX];
-    if (extra_len > EXTRA_MAX) /* the writer's payload cap is larger; this keeps the stack bounded */
+    if (extra_len > EXTRA_MAX) /* extra fields this long are left out; the event is written */
         extra_len = 0;
-    memcpy(buf, &unique, 8);
-    if (extra_len)
-        at_copy_small(buf + 8, extra, extra_len);
-    at_event_write(t, id, related, buf, 8 + extra_len, ips, nips);
+    at_event_write_head(t, id, related, unique, extra, extra_len, ips, nips);
 }
 
 /* The enabled test inline; the payload frame only when the event is written. */

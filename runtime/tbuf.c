@@ -487,7 +487,8 @@ static inline void count_drop(at_ring *r, uint32_t seq)
 
 static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool live, const at_event_type *t,
                               const at_guid *activity, const at_guid *related, const void *payload,
-                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp);
+                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp,
+                              bool head, uint64_t head8);
 
 AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
@@ -502,7 +503,7 @@ AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_gu
     }
     thr.busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
-    int rc = write_event(ts, false, t, activity, related, payload, payload_len, ips, nips, -1);
+    int rc = write_event(ts, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);
     /* after the record is published (the SP logic relies on that order); thr.seq also covers
      * handler events dropped while this write was in progress */
     if (AT_LIKELY(thr.ring != NULL))
@@ -531,7 +532,8 @@ static inline uint64_t clock_announced(at_ring *r, uint64_t floor, bool ordered)
 
 static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool live, const at_event_type *t,
                               const at_guid *activity, const at_guid *related, const void *payload,
-                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp)
+                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp,
+                              bool head, uint64_t head8)
 {
     uint32_t seq = seq_next();
     at_ring *r = thr.ring;
@@ -559,13 +561,14 @@ static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool l
     }
     bool has_act = activity && !at_guid_is_zero(activity);
     bool has_rel = related && !at_guid_is_zero(related);
-    if (AT_UNLIKELY(payload_len > AT_MAX_PAYLOAD || nips > AT_MAX_IPS || (payload_len && !payload)
+    if (AT_UNLIKELY(payload_len > AT_MAX_PAYLOAD - (head ? 8u : 0u) || nips > AT_MAX_IPS || (payload_len && !payload)
                     || (nips && !ips))) {
         count_drop(r, seq);
         return -1;
     }
+    uint32_t plen = payload_len + (head ? 8 : 0); /* the record's payload: head8, then payload */
     uint32_t size = (uint32_t)(sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0)
-                               + (size_t)nips * 8 + payload_len + 7) & ~7u;
+                               + (size_t)nips * 8 + plen + 7) & ~7u;
     if (AT_UNLIKELY(r->wpos + size > AT_CHUNK_SIZE) && !next_chunk(r)) {
         count_drop(r, seq);
         return -1;
@@ -582,7 +585,7 @@ static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool l
     thr.last_ts = ts;
     rec->ts = ts;
     rec->seq = seq;
-    rec->payload_len = (uint16_t)payload_len;
+    rec->payload_len = (uint16_t)plen;
     rec->nips = (uint16_t)nips;
     rec->flags = (uint16_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0));
     p += sizeof(at_rec);
@@ -597,6 +600,10 @@ static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool l
     if (nips) {
         at_copy_words((uint64_t *)p, (const uint64_t *)ips, nips); /* no libc memcpy: xstate.h */
         p += (size_t)nips * 8;
+    }
+    if (head) {
+        memcpy(p, &head8, 8);
+        p += 8;
     }
     if (payload_len)
         at_copy_small(p, payload, payload_len);
@@ -635,7 +642,7 @@ static inline __attribute__((always_inline)) int write_live(uint64_t floor, bool
                                                             const void *payload,
                                                             uint32_t payload_len,
                                                             const uintptr_t *ips, uint32_t nips,
-                                                            int stamp)
+                                                            int stamp, bool head, uint64_t head8)
 {
     at_ring *r = thr.ring;
     if (AT_UNLIKELY(r && thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed)))
@@ -652,7 +659,8 @@ static inline __attribute__((always_inline)) int write_live(uint64_t floor, bool
     } else {
         thr.busy = 1;
         atomic_signal_fence(memory_order_seq_cst);
-        rc = write_event(ts, true, t, activity, related, payload, payload_len, ips, nips, stamp);
+        rc = write_event(ts, true, t, activity, related, payload, payload_len, ips, nips, stamp, head,
+                         head8);
         if (AT_LIKELY(thr.ring != NULL))
             atomic_store_explicit(&thr.ring->seq_pub, thr.seq, memory_order_release);
         atomic_signal_fence(memory_order_seq_cst);
@@ -669,14 +677,16 @@ AT_HOT_FN int at_event_write_now(uint64_t floor, bool ordered, const at_event_ty
                                  const void *payload, uint32_t payload_len, const uintptr_t *ips,
                                  uint32_t nips)
 {
-    return write_live(floor, ordered, t, activity, related, payload, payload_len, ips, nips, -1);
+    return write_live(floor, ordered, t, activity, related, payload, payload_len, ips, nips, -1,
+                      false, 0);
 }
 
 AT_HOT_FN int at_event_write_stamped(uint64_t floor, bool ordered, const at_event_type *t,
                                      const at_guid *activity, const at_guid *related,
                                      const void *payload, uint32_t payload_len, int stamp)
 {
-    return write_live(floor, ordered, t, activity, related, payload, payload_len, NULL, 0, stamp);
+    return write_live(floor, ordered, t, activity, related, payload, payload_len, NULL, 0, stamp,
+                      false, 0);
 }
 
 AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_event_type *t,
@@ -684,13 +694,22 @@ AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_
                                          const void *payload, uint32_t payload_len,
                                          const uintptr_t *ips, uint32_t nips, int stamp)
 {
-    return write_live(floor, ordered, t, activity, related, payload, payload_len, ips, nips, stamp);
+    return write_live(floor, ordered, t, activity, related, payload, payload_len, ips, nips, stamp,
+                      false, 0);
 }
 
 AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
-    return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1);
+    return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);
+}
+
+AT_HOT_FN int at_event_write_head(const at_event_type *t, const at_guid *activity,
+                                  const at_guid *related, uint64_t head8, const void *payload,
+                                  uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
+{
+    return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, true,
+                      head8);
 }
 
 uint64_t at_event_last_ts(void)

@@ -57,6 +57,11 @@ at_event_type *at_event_type_register(const at_event_desc *d);
  * drops are counted and the per-thread sequence number still advances, so readers see the gap. */
 int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips);
+/* The same with a payload of 8 bytes (head8) followed by payload[payload_len]: an activity event's
+ * id value and its captured fields, without a copy into a buffer first. */
+int at_event_write_head(const at_event_type *t, const at_guid *activity, const at_guid *related,
+                        uint64_t head8, const void *payload, uint32_t payload_len,
+                        const uintptr_t *ips, uint32_t nips);
 /* The same with the clock read inside, not before floor; ordered: the read waits for the loads
  * before it (an event that follows what another thread published). */
 int at_event_write_now(uint64_t floor, bool ordered, const at_event_type *t, const at_guid *activity,

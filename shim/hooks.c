@@ -322,6 +322,14 @@ static void abandon_below(uintptr_t sp, bool entering)
     }
 }
 
+/* abandon_below's first test, inline: the innermost listed call is deeper than sp (the common case,
+ * a call returning or a nested one entering, is not) */
+static inline bool jumped_over(uintptr_t sp, bool entering)
+{
+    uintptr_t top = live_at(hk_nlive - 1)->sp;
+    return top < sp || (entering && top == sp);
+}
+
 /* The thread ends (thread.c): calls it never returned from are abandoned (pthread_exit inside a
  * hooked function), and a keyed-flow adoption is left. */
 void at_hooks_thread_exit(void)
@@ -396,7 +404,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
     int *errp = errno_ptr(), err = *errp;
-    if (AT_UNLIKELY(hk_nlive > 0))
+    if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
     uint8_t buf[1024];
     at_payload pl;
@@ -482,7 +490,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
         return;
     AT_INTERNAL_BEGIN();
     int *errp = errno_ptr(), err = *errp;
-    if (AT_UNLIKELY(hk_nlive > 0))
+    if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, false))
         abandon_below(c->sp, false);
     uint8_t buf[1024];
     at_payload pl;
