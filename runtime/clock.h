@@ -18,5 +18,9 @@ uint64_t at_clock_mark(void);
 uint64_t at_clock_file_ts(uint64_t ticks);
 uint64_t at_clock_file_now(void);
 uint64_t at_clock_ns_to_ticks(uint64_t ns);
+/* Tests only: the file time base in TSC mode from two pairs of the caller's; a pair added as a flush
+ * adds one (returns the cut at_clock_mark would). */
+void at_clock_test_reset(uint64_t tsc, uint64_t ns, uint64_t tsc2, uint64_t ns2);
+uint64_t at_clock_test_mark(uint64_t tsc, uint64_t ns);
 
 #endif
