@@ -1009,9 +1009,12 @@ static void ord_stall(int sig)
 {
     (void)sig;
     int e = errno;
+    /* now and then a stall longer than the file clock's window of pairs (64 flushes) */
+    bool long_one = atomic_fetch_add(&ord_stalls, 1) % 300 == 299;
     struct timespec d = {0, 100000 + (long)(at_now_ns() % 2900000)};
+    if (long_one)
+        d.tv_nsec = 400000000;
     nanosleep(&d, NULL);
-    atomic_fetch_add(&ord_stalls, 1);
     errno = e;
 }
 static void *ord_writer(void *p)
@@ -1155,9 +1158,14 @@ static Suite *suite(void)
     tcase_add_test(tc, exit_from_other_thread_flushes_everything);
     tcase_add_test(tc, thread_exit_keeps_buffered_events);
     tcase_add_test(tc, signal_handler_writes);
-    tcase_add_test(tc, preempted_writers_never_late);
     tcase_add_test(tc, reused_thread_ids);
     suite_add_tcase(s, tc);
+    /* a case of its own, to run alone for longer (ACTTRACE_TEST_ORDER_SECONDS, CK_RUN_CASE=order) */
+    TCase *ord = tcase_create("order");
+    tcase_set_timeout(ord, 0);
+    tcase_add_checked_fixture(ord, NULL, rm_tmp);
+    tcase_add_test(ord, preempted_writers_never_late);
+    suite_add_tcase(s, ord);
     return s;
 }
 
