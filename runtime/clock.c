@@ -211,6 +211,8 @@ static void pair_push(uint64_t t, uint64_t n)
     C.npairs++;
 }
 
+static uint64_t convert(uint64_t ticks);
+
 /* The bookkeeping of at_clock_mark, given the pair read (tests feed pairs of their own). */
 static uint64_t mark_with(uint64_t t, uint64_t n)
 {
@@ -218,7 +220,7 @@ static uint64_t mark_with(uint64_t t, uint64_t n)
     if (C.seen > lt) {
         /* values past the newest pair were given out: keep them (1 ns up: the new line then lies
          * on or above their rounded values) */
-        uint64_t pn = at_clock_file_ts(C.seen) + 1;
+        uint64_t pn = convert(C.seen) + 1;
         pair_push(C.seen, pn);
         lt = C.seen;
         ln = pn;
@@ -241,12 +243,9 @@ uint64_t at_clock_mark(void)
     return mark_with(t, n);
 }
 
-uint64_t at_clock_file_ts(uint64_t ticks)
+/* ns at ticks through the pairs as they are */
+static uint64_t convert(uint64_t ticks)
 {
-    if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) || C.npairs < 2)
-        return ticks;
-    if (ticks > C.seen)
-        C.seen = ticks;
     /* newest first: nearly every event lies after the second-newest pair */
     uint32_t b = C.last, a = (b + NPAIRS - 1) % NPAIRS;
     for (uint32_t k = 2; ticks < C.ptsc[a] && k < C.npairs; k++) {
@@ -259,6 +258,15 @@ uint64_t at_clock_file_ts(uint64_t ticks)
     back_slope(&dn, &dt);
     uint64_t back = (uint64_t)((unsigned __int128)(C.ptsc[a] - ticks) * dn / dt);
     return back < C.pns[a] ? C.pns[a] - back : 0;
+}
+
+uint64_t at_clock_file_ts(uint64_t ticks)
+{
+    if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) || C.npairs < 2)
+        return ticks;
+    if (ticks > C.seen)
+        C.seen = ticks;
+    return convert(ticks);
 }
 
 /* Tests only: the file time base in TSC mode from a pair of the caller's, and a pair added as a
@@ -283,7 +291,10 @@ uint64_t at_clock_test_mark(uint64_t tsc, uint64_t ns)
     return mark_with(tsc, ns);
 }
 
+/* A file's start: a pair of its own rather than an extrapolation (the newest pair may be a whole
+ * flush interval, or a session, old), kept like an event's time since no event of the file may
+ * precede it. */
 uint64_t at_clock_file_now(void)
 {
-    return at_clock_file_ts(at_ticks());
+    return at_clock_file_ts(at_clock_mark());
 }
