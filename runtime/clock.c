@@ -11,7 +11,8 @@
  * CLOCK_MONOTONIC) pair at every flush; an event's TSC is converted by interpolating between the two
  * pairs around it, exactly where the kernel's own conversion is linear (between its updates), within
  * the pairs' read error (tens of ns) elsewhere. Conversion keeps order: equal or later TSC values
- * never become earlier ns. */
+ * never become earlier ns, even when converted later, through other pairs (see "the file time
+ * base" below). */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,9 +152,10 @@ uint64_t at_clock_ns_to_ticks(uint64_t ns)
  * - a full window drops its oldest pair while that segment lies wholly below `seen`; ticks older
  *   than the window then go back from the oldest pair at the lowest slope of any segment dropped or
  *   kept, which never gives less than before (the segment gone read at most that slope);
- * - while a thread preempted mid-write holds the merge back (flusher.c), `seen` stays behind and new
- *   pairs pile up above it: then the window thins there (the newest pair is replaced), where no
- *   value has been given out, so the held-back event still converts between the pairs around it. */
+ * - while a thread preempted mid-write holds the merge back (flusher.c), `seen` stays behind and
+ *   new pairs pile up above it: then the window thins there (the newest pair is replaced), where
+ *   no value has been given out, so the held-back event still converts between the pairs around
+ *   it. */
 
 /* pairs strictly increase in both members: the interval between two and its ns */
 static inline uint64_t seg_dt(uint32_t a, uint32_t b) { return C.ptsc[b] - C.ptsc[a]; }
@@ -167,7 +169,8 @@ static inline uint32_t pair_at(uint32_t k) /* k-th oldest pair held */
 /* ns at tsc on the line through pairs a and b, tsc at or after pair a */
 static uint64_t interp(uint32_t a, uint32_t b, uint64_t tsc)
 {
-    return C.pns[a] + (uint64_t)((unsigned __int128)(tsc - C.ptsc[a]) * seg_dn(a, b) / seg_dt(a, b));
+    unsigned __int128 d = (unsigned __int128)(tsc - C.ptsc[a]) * seg_dn(a, b);
+    return C.pns[a] + (uint64_t)(d / seg_dt(a, b));
 }
 
 /* The slope for ticks older than the window: the lowest of the dropped segments' (C.bdn / C.bdt)
@@ -221,12 +224,16 @@ static uint64_t mark_with(uint64_t t, uint64_t n)
         /* values past the newest pair were given out: keep them (1 ns up: the new line then lies
          * on or above their rounded values) */
         uint64_t pn = convert(C.seen) + 1;
-        pair_push(C.seen, pn);
-        lt = C.seen;
-        ln = pn;
+        if (pn > ln) { /* else a caller's tick so far ahead that its ns wrapped */
+            pair_push(C.seen, pn);
+            lt = C.seen;
+            ln = pn;
+        }
     }
+    /* no time has passed, the pair read was disturbed, or the values given out are ahead of it
+     * (a caller's timestamp): keep the newest */
     if (t <= lt || n <= ln)
-        return t < lt ? t : lt; /* no time has passed (or the pair read was disturbed): keep the newest */
+        return t < lt ? t : lt;
     uint64_t f = freq_from(t, n);
     if (f)
         atomic_store_explicit(&C.freq, f, memory_order_relaxed);

@@ -69,8 +69,8 @@ static uint64_t convert(uint64_t t)
     uint64_t v = at_clock_file_ts(t);
     for (uint32_t i = 0; i < ngiven; i++)
         if (given[i].t <= t && given[i].n > v)
-            ck_abort_msg("tick %llu converts to %llu ns, earlier than the %llu ns given before to tick %llu "
-                         "(%lld ticks before it)",
+            ck_abort_msg("tick %llu converts to %llu ns, earlier than the %llu ns given before "
+                         "to tick %llu (%lld ticks before it)",
                          (unsigned long long)t, (unsigned long long)v, (unsigned long long)given[i].n,
                          (unsigned long long)given[i].t, (long long)(t - given[i].t));
     if (ngiven < sizeof given / sizeof given[0])
