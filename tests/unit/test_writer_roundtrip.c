@@ -997,9 +997,11 @@ END_TEST
 
 /* The merge's promise under overload: no event is older than an IsSorted event or a sequence point
  * written before it (else TraceEvent dispatches it out of order), whatever the scheduler does. Four
- * writers on two cores, each stopped now and then for up to 3 ms by a signal whose handler sleeps
+ * writers on two cores, each stopped now and then for up to 3 ms (one stop in 300: 400 ms, longer
+ * than the file clock keeps pairs for at a flush every few ms) by a signal whose handler sleeps
  * (anywhere in its write: also between its clock read and its publish), under a flusher running every
- * 2 ms. ACTTRACE_TEST_ORDER_SECONDS sets how long (default 6). */
+ * 2 ms. The same thread's events must not go back in file time either. ACTTRACE_TEST_ORDER_SECONDS
+ * sets how long (default 6). */
 #define ORD_THREADS 4
 static at_event_type *ord_t;
 static _Atomic int ord_stop;
