@@ -11,7 +11,8 @@
  * CLOCK_MONOTONIC) pair at every flush; an event's TSC is converted by interpolating between the two
  * pairs around it, exactly where the kernel's own conversion is linear (between its updates), within
  * the pairs' read error (tens of ns) elsewhere. Conversion keeps order: equal or later TSC values
- * never become earlier ns. */
+ * never become earlier ns, even when converted later, through other pairs (see "the file time
+ * base" below). */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@
 #include "clock.h"
 
 
-#define NPAIRS 64u /* the last pairs; an event older than all of them uses the oldest slope */
+#define NPAIRS 64u /* the pairs kept (see "the file time base" below) */
 
 static struct {
     bool based;
@@ -28,6 +29,8 @@ static struct {
     /* pairs taken by the flusher (under at_flush_lock), strictly increasing in both members */
     uint64_t ptsc[NPAIRS], pns[NPAIRS];
     uint32_t npairs, last; /* pairs held; index of the newest */
+    uint64_t seen;         /* the newest tick converted so far (values up to it were given out) */
+    uint64_t bdn, bdt;     /* the lowest slope of the segments dropped (bdt 0: none yet) */
 } C;
 
 static inline uint64_t tsc_ordered(void)
@@ -138,7 +141,105 @@ uint64_t at_clock_ns_to_ticks(uint64_t ns)
     return (uint64_t)((unsigned __int128)ns * f / 1000000000u);
 }
 
-/* ---- the file time base ---- */
+/* ---- the file time base ----
+ * The conversion changes as pairs come and go, yet a time once written must never be contradicted:
+ * an event written later with an equal or later TSC value (the same thread's next event, or any
+ * event after the merge's horizon) must not get an earlier time. So every change keeps the values
+ * already given out, for ticks up to the newest one converted (`seen`):
+ * - values past the newest pair (an explicit flush writes what was published after its pair) were
+ *   extrapolated: before the next pair, that point becomes a pair itself, 1 ns above the line, so
+ *   the new segment lies on or above every value given out there;
+ * - a full window drops its oldest pair while that segment lies wholly below `seen`; ticks older
+ *   than the window then go back from the oldest pair at the lowest slope of any segment dropped or
+ *   kept, which never gives less than before (the segment gone read at most that slope);
+ * - while a thread preempted mid-write holds the merge back (flusher.c), `seen` stays behind and
+ *   new pairs pile up above it: then the window thins there (the newest pair is replaced), where
+ *   no value has been given out, so the held-back event still converts between the pairs around
+ *   it. */
+
+/* pairs strictly increase in both members: the interval between two and its ns */
+static inline uint64_t seg_dt(uint32_t a, uint32_t b) { return C.ptsc[b] - C.ptsc[a]; }
+static inline uint64_t seg_dn(uint32_t a, uint32_t b) { return C.pns[b] - C.pns[a]; }
+
+static inline uint32_t pair_at(uint32_t k) /* k-th oldest pair held */
+{
+    return (C.last + NPAIRS + 1 - C.npairs + k) % NPAIRS;
+}
+
+/* ns at tsc on the line through pairs a and b, tsc at or after pair a */
+static uint64_t interp(uint32_t a, uint32_t b, uint64_t tsc)
+{
+    unsigned __int128 d = (unsigned __int128)(tsc - C.ptsc[a]) * seg_dn(a, b);
+    return C.pns[a] + (uint64_t)(d / seg_dt(a, b));
+}
+
+/* The slope for ticks older than the window: the lowest of the dropped segments' (C.bdn / C.bdt)
+ * and the oldest kept one's. */
+static void back_slope(uint64_t *dn, uint64_t *dt)
+{
+    uint32_t a = pair_at(0), b = pair_at(1);
+    *dn = seg_dn(a, b);
+    *dt = seg_dt(a, b);
+    if (C.bdt && (unsigned __int128)C.bdn * *dt < (unsigned __int128)*dn * C.bdt) {
+        *dn = C.bdn;
+        *dt = C.bdt;
+    }
+}
+
+static void drop_oldest(void)
+{
+    uint64_t dn, dt;
+    back_slope(&dn, &dt);
+    C.bdn = dn;
+    C.bdt = dt;
+    C.npairs--;
+}
+
+/* Append a pair (strictly newer in both members than the newest), making room as the comment
+ * above says. */
+static void pair_push(uint64_t t, uint64_t n)
+{
+    if (C.npairs == NPAIRS) {
+        if (C.ptsc[pair_at(1)] <= C.seen || C.ptsc[pair_at(NPAIRS - 2)] < C.seen) {
+            drop_oldest();
+        } else {
+            C.ptsc[C.last] = t; /* the newest pair and everything after it: nothing given out */
+            C.pns[C.last] = n;
+            return;
+        }
+    }
+    C.last = (C.last + 1) % NPAIRS;
+    C.ptsc[C.last] = t;
+    C.pns[C.last] = n;
+    C.npairs++;
+}
+
+static uint64_t convert(uint64_t ticks);
+
+/* The bookkeeping of at_clock_mark, given the pair read (tests feed pairs of their own). */
+static uint64_t mark_with(uint64_t t, uint64_t n)
+{
+    uint64_t lt = C.ptsc[C.last], ln = C.pns[C.last];
+    if (C.seen > lt) {
+        /* values past the newest pair were given out: keep them (1 ns up: the new line then lies
+         * on or above their rounded values) */
+        uint64_t pn = convert(C.seen) + 1;
+        if (pn > ln) { /* else a caller's tick so far ahead that its ns wrapped */
+            pair_push(C.seen, pn);
+            lt = C.seen;
+            ln = pn;
+        }
+    }
+    /* no time has passed, the pair read was disturbed, or the values given out are ahead of it
+     * (a caller's timestamp): keep the newest */
+    if (t <= lt || n <= ln)
+        return t < lt ? t : lt;
+    uint64_t f = freq_from(t, n);
+    if (f)
+        atomic_store_explicit(&C.freq, f, memory_order_relaxed);
+    pair_push(t, n);
+    return t;
+}
 
 uint64_t at_clock_mark(void)
 {
@@ -146,27 +247,23 @@ uint64_t at_clock_mark(void)
         return at_now_ns();
     uint64_t t, n;
     clock_pair(&t, &n);
-    uint64_t lt = C.ptsc[C.last], ln = C.pns[C.last];
-    if (C.npairs && (t <= lt || n <= ln))
-        return lt; /* no time has passed (or the pair read was disturbed): keep the newest */
-    uint64_t f = freq_from(t, n);
-    if (f)
-        atomic_store_explicit(&C.freq, f, memory_order_relaxed);
-    C.last = (C.last + 1) % NPAIRS;
-    C.ptsc[C.last] = t;
-    C.pns[C.last] = n;
-    if (C.npairs < NPAIRS)
-        C.npairs++;
-    return t;
+    return mark_with(t, n);
 }
 
-/* ns at tsc on the line through pairs a and b (tsc may lie outside them: the line goes on). */
-static uint64_t interp(uint32_t a, uint32_t b, uint64_t tsc)
+/* ns at ticks through the pairs as they are */
+static uint64_t convert(uint64_t ticks)
 {
-    uint64_t dt = C.ptsc[b] - C.ptsc[a], dn = C.pns[b] - C.pns[a];
-    if (tsc >= C.ptsc[a])
-        return C.pns[a] + (uint64_t)((unsigned __int128)(tsc - C.ptsc[a]) * dn / dt);
-    uint64_t back = (uint64_t)((unsigned __int128)(C.ptsc[a] - tsc) * dn / dt);
+    /* newest first: nearly every event lies after the second-newest pair */
+    uint32_t b = C.last, a = (b + NPAIRS - 1) % NPAIRS;
+    for (uint32_t k = 2; ticks < C.ptsc[a] && k < C.npairs; k++) {
+        b = a;
+        a = (a + NPAIRS - 1) % NPAIRS;
+    }
+    if (ticks >= C.ptsc[a])
+        return interp(a, b, ticks);
+    uint64_t dn, dt;
+    back_slope(&dn, &dt);
+    uint64_t back = (uint64_t)((unsigned __int128)(C.ptsc[a] - ticks) * dn / dt);
     return back < C.pns[a] ? C.pns[a] - back : 0;
 }
 
@@ -174,16 +271,37 @@ uint64_t at_clock_file_ts(uint64_t ticks)
 {
     if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) || C.npairs < 2)
         return ticks;
-    /* newest first: nearly every event lies after the second-newest pair */
-    uint32_t b = C.last, a = (b + NPAIRS - 1) % NPAIRS;
-    for (uint32_t k = 2; ticks < C.ptsc[a] && k < C.npairs; k++) {
-        b = a;
-        a = (a + NPAIRS - 1) % NPAIRS;
-    }
-    return interp(a, b, ticks);
+    if (ticks > C.seen)
+        C.seen = ticks;
+    return convert(ticks);
 }
 
+/* Tests only: the file time base in TSC mode from a pair of the caller's, and a pair added as a
+ * flush would (at_clock_mark). */
+void at_clock_test_reset(uint64_t tsc, uint64_t ns, uint64_t tsc2, uint64_t ns2)
+{
+    memset(C.ptsc, 0, sizeof C.ptsc);
+    memset(C.pns, 0, sizeof C.pns);
+    C.ptsc[0] = tsc;
+    C.pns[0] = ns;
+    C.ptsc[1] = tsc2;
+    C.pns[1] = ns2;
+    C.npairs = 2;
+    C.last = 1;
+    C.seen = 0;
+    C.bdn = C.bdt = 0;
+    __atomic_store_n(&at_clock_tsc, true, __ATOMIC_RELAXED);
+}
+
+uint64_t at_clock_test_mark(uint64_t tsc, uint64_t ns)
+{
+    return mark_with(tsc, ns);
+}
+
+/* A file's start: a pair of its own rather than an extrapolation (the newest pair may be a whole
+ * flush interval, or a session, old), kept like an event's time since no event of the file may
+ * precede it. */
 uint64_t at_clock_file_now(void)
 {
-    return at_clock_file_ts(at_ticks());
+    return at_clock_file_ts(at_clock_mark());
 }

@@ -11,12 +11,19 @@ enum at_clock_kind at_clock_select(enum at_clock_kind want);
 /* Ticks per second of the event clock: 1e9, or the TSC's best estimate so far (for spans in ticks;
  * file times go through at_clock_file_ts). */
 uint64_t at_clock_freq(void);
-/* The file time base (CLOCK_MONOTONIC ns). at_clock_mark takes a new (TSC, CLOCK_MONOTONIC) pair and
- * returns its TSC value; at_clock_file_ts converts event ticks to file ns through the pairs around
- * them. Both under at_flush_lock (the flusher and the emergency flush); async-signal-safe. */
+/* The file time base (CLOCK_MONOTONIC ns). at_clock_mark takes a new (TSC, CLOCK_MONOTONIC) pair
+ * and returns the cut (its TSC value, or the newest pair's when no time passed); at_clock_file_ts
+ * converts event ticks to file ns through the pairs around them, and no later conversion of an
+ * equal or later tick gives less. Both under at_flush_lock (the flusher and the emergency flush);
+ * async-signal-safe. */
 uint64_t at_clock_mark(void);
 uint64_t at_clock_file_ts(uint64_t ticks);
+/* A file's start time: now, through a pair taken for it (under at_flush_lock too). */
 uint64_t at_clock_file_now(void);
 uint64_t at_clock_ns_to_ticks(uint64_t ns);
+/* Tests only: the file time base in TSC mode from two pairs of the caller's; a pair added as a
+ * flush adds one (returns the cut at_clock_mark would). */
+void at_clock_test_reset(uint64_t tsc, uint64_t ns, uint64_t tsc2, uint64_t ns2);
+uint64_t at_clock_test_mark(uint64_t tsc, uint64_t ns);
 
 #endif

@@ -135,6 +135,8 @@ static int child_open(bool flusher)
         return -1;
     }
     atomic_store(&at_stat_files, 1);
+    /* the fork's time through a pair taken now, not extrapolated from the parent's last one */
+    at_clock_mark();
     at_ntw_file_begin(at_clock_file_ts(child_fork_ts));
     /* refused after the child entered a new pid namespace (no thread can be made there): its
      * events then stay in the buffers until exit, as when a paused flusher cannot come back */

@@ -997,9 +997,11 @@ END_TEST
 
 /* The merge's promise under overload: no event is older than an IsSorted event or a sequence point
  * written before it (else TraceEvent dispatches it out of order), whatever the scheduler does. Four
- * writers on two cores, each stopped now and then for up to 3 ms by a signal whose handler sleeps
+ * writers on two cores, each stopped now and then for up to 3 ms (one stop in 300: 400 ms, longer
+ * than the file clock keeps pairs for at a flush every few ms) by a signal whose handler sleeps
  * (anywhere in its write: also between its clock read and its publish), under a flusher running every
- * 2 ms. ACTTRACE_TEST_ORDER_SECONDS sets how long (default 6). */
+ * 2 ms. The same thread's events must not go back in file time either. ACTTRACE_TEST_ORDER_SECONDS
+ * sets how long (default 6). */
 #define ORD_THREADS 4
 static at_event_type *ord_t;
 static _Atomic int ord_stop;
@@ -1009,9 +1011,12 @@ static void ord_stall(int sig)
 {
     (void)sig;
     int e = errno;
+    /* now and then a stall longer than the file clock's window of pairs (64 flushes) */
+    bool long_one = atomic_fetch_add(&ord_stalls, 1) % 300 == 299;
     struct timespec d = {0, 100000 + (long)(at_now_ns() % 2900000)};
+    if (long_one)
+        d.tv_nsec = 400000000;
     nanosleep(&d, NULL);
-    atomic_fetch_add(&ord_stalls, 1);
     errno = e;
 }
 static void *ord_writer(void *p)
@@ -1155,9 +1160,14 @@ static Suite *suite(void)
     tcase_add_test(tc, exit_from_other_thread_flushes_everything);
     tcase_add_test(tc, thread_exit_keeps_buffered_events);
     tcase_add_test(tc, signal_handler_writes);
-    tcase_add_test(tc, preempted_writers_never_late);
     tcase_add_test(tc, reused_thread_ids);
     suite_add_tcase(s, tc);
+    /* a case of its own, to run alone for longer (ACTTRACE_TEST_ORDER_SECONDS, CK_RUN_CASE=order) */
+    TCase *ord = tcase_create("order");
+    tcase_set_timeout(ord, 0);
+    tcase_add_checked_fixture(ord, NULL, rm_tmp);
+    tcase_add_test(ord, preempted_writers_never_late);
+    suite_add_tcase(s, ord);
     return s;
 }
 

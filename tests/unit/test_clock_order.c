@@ -1,0 +1,213 @@
+/* test_clock_order.c: the file time base (runtime/clock.c) never contradicts a time it gave out.
+ * The flusher converts TSC values to file ns through (TSC, CLOCK_MONOTONIC) pairs that it adds at
+ * every flush; the segments between pairs have slightly different slopes (the pairs' read error,
+ * the kernel's own adjustments). Here the pairs come from the test, with slopes chosen to expose
+ * every way a change of the pairs could lower a value already written: an event older than the
+ * whole window once a preempted writer held the merge back for more flushes than the window holds,
+ * values extrapolated past the newest pair by an explicit flush followed by a slower segment, and
+ * random mixes of both. The promise checked: a conversion is never earlier than one made before it
+ * for an equal or earlier TSC value. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "clock.h"
+
+/* 3 ticks per ns; a segment's slope in ns per tick is (1 + ppm / 1e6) / 3 */
+#define TPN 3u
+
+typedef struct {
+    uint64_t t, n;
+} pair;
+
+/* the real clock the pairs are read from: piecewise linear through the truth pairs */
+static pair truth[4096];
+static uint32_t ntruth;
+
+static uint64_t truth_at(uint64_t t)
+{
+    uint32_t i = 1;
+    while (i + 1 < ntruth && truth[i].t < t)
+        i++;
+    const pair *a = &truth[i - 1], *b = &truth[i];
+    return a->n + (uint64_t)((unsigned __int128)(t - a->t) * (b->n - a->n) / (b->t - a->t));
+}
+
+/* the next truth pair, dt ticks on at ppm */
+static pair truth_next(uint64_t dt, double ppm)
+{
+    pair p = truth[ntruth - 1];
+    p.t += dt;
+    p.n += (uint64_t)((double)dt / TPN * (1.0 + ppm / 1e6) + 0.5);
+    truth[ntruth++] = p;
+    return p;
+}
+
+static void truth_start(void)
+{
+    ntruth = 0;
+    truth[ntruth++] = (pair){1000000000000ull, 333333333333ull};
+    pair p = truth_next(60000, 0); /* the two pairs 20 us apart, as at start */
+    at_clock_test_reset(truth[0].t, truth[0].n, p.t, p.n);
+}
+
+/* a flush: a new pair dt ticks on at ppm; returns the cut */
+static uint64_t flush_pair(uint64_t dt, double ppm)
+{
+    pair p = truth_next(dt, ppm);
+    uint64_t cut = at_clock_test_mark(p.t, p.n);
+    ck_assert_uint_le(cut, p.t);
+    return cut;
+}
+
+/* every value given out, to hold later conversions against */
+static pair given[20000];
+static uint32_t ngiven;
+
+static uint64_t convert(uint64_t t)
+{
+    uint64_t v = at_clock_file_ts(t);
+    for (uint32_t i = 0; i < ngiven; i++)
+        if (given[i].t <= t && given[i].n > v)
+            ck_abort_msg("tick %llu converts to %llu ns, earlier than the %llu ns given before "
+                         "to tick %llu (%lld ticks before it)",
+                         (unsigned long long)t, (unsigned long long)v, (unsigned long long)given[i].n,
+                         (unsigned long long)given[i].t, (long long)(t - given[i].t));
+    if (ngiven < sizeof given / sizeof given[0])
+        given[ngiven++] = (pair){t, v};
+    return v;
+}
+
+/* A writer read the clock (tick tb) just after its previous event (ta, written), then stayed
+ * preempted before publishing while the flusher went on: each flush converts the horizon tb (the
+ * merge stops there) and adds a pair, twice the window's worth, whose segments run fast after
+ * running slow: extrapolated back from them, tb would come out microseconds early. When the writer
+ * publishes, tb still converts between the pairs around it. */
+START_TEST(held_back_event_keeps_its_segment)
+{
+    truth_start();
+    ngiven = 0;
+    for (int i = 0; i < 10; i++)
+        convert(flush_pair(3000000, 0) - 5); /* 1 ms flushes, events written up to each cut */
+    uint64_t ta = truth[ntruth - 1].t + 3000;
+    uint64_t tb = ta + 3;
+    flush_pair(3000000, 0);
+    uint64_t fa = convert(ta);
+    for (int i = 0; i < 140; i++) {
+        flush_pair(3000000, i < 40 ? -200 : 200);
+        convert(tb); /* the flusher's horizon: nothing newer is written */
+    }
+    uint64_t fb = convert(tb);
+    ck_assert_uint_ge(fb, fa);
+    uint64_t want = truth_at(tb);
+    ck_assert_msg(fb + 2 >= want && fb <= want + 2, "held-back event at %llu ns, the clock read %llu",
+                  (unsigned long long)fb, (unsigned long long)want);
+    /* the merge goes on: later events convert at the real clock again */
+    uint64_t cut = flush_pair(3000000, 0);
+    cut = flush_pair(3000000, 0);
+    uint64_t fc = convert(cut);
+    ck_assert_uint_ge(fc + 2, truth_at(cut));
+    ck_assert_uint_le(fc, truth_at(cut) + 2);
+}
+END_TEST
+
+/* An explicit flush writes what was published after its pair: those values are extrapolated along
+ * the newest segment. The next segment is slower: the same thread's next event, a tick later, must
+ * not come out earlier than the extrapolated ones. */
+START_TEST(extrapolated_values_hold_after_a_slower_segment)
+{
+    truth_start();
+    ngiven = 0;
+    for (int i = 0; i < 5; i++)
+        convert(flush_pair(3000000, 300) - 7);
+    uint64_t cut = flush_pair(3000000, 300);
+    uint64_t last = 0;
+    for (uint64_t t = cut + 3000; t <= cut + 6000000; t += 3000) /* 2 ms past the pair */
+        last = convert(t);
+    uint64_t cut2 = flush_pair(9000000, -300);
+    ck_assert_uint_ge(convert(cut + 6000001), last);
+    ck_assert_uint_ge(convert(cut2), last);
+    /* and a time base that follows the clock again once real pairs are past the values given */
+    for (int i = 0; i < 3; i++)
+        cut2 = flush_pair(3000000, 0);
+    uint64_t v = convert(cut2), want = truth_at(cut2);
+    ck_assert_msg(v <= want + 1000 && v + 1000 >= want, "%llu ns where the clock read %llu",
+                  (unsigned long long)v, (unsigned long long)want);
+}
+END_TEST
+
+/* Events older than the whole window (a late event, or a caller's timestamp) go back from the
+ * oldest pair: as pairs are dropped that conversion must not fall below what it gave before. */
+START_TEST(older_than_the_window_never_drops)
+{
+    truth_start();
+    ngiven = 0;
+    uint64_t t0 = truth[1].t + 1000;
+    convert(t0);
+    for (int i = 0; i < 300; i++) {
+        uint64_t cut = flush_pair(3000000 + (uint64_t)(i % 7) * 100000, (i % 3 == 0) ? 400 : -400);
+        convert(cut - 1);
+        convert(t0 + (uint64_t)i * 1000); /* older than the window after 64 flushes */
+    }
+}
+END_TEST
+
+/* Random mixes: segments from 10 us to 5 ms at -1000..1000 ppm, periodic flushes (values up to the
+ * cut, or up to a writer's held-back clock read), explicit flushes (values past the pair), disturbed
+ * pair reads (no time passed), and conversions of any earlier tick. */
+START_TEST(random_flush_orders_never_go_back)
+{
+    srandom(12345 + (unsigned)_i);
+    for (int round = 0; round < 4; round++) {
+        truth_start();
+        ngiven = 0;
+        uint64_t held = 0;
+        for (int f = 0; f < 600 && ngiven + 16 < sizeof given / sizeof given[0]; f++) {
+            uint64_t dt = 30000 + (uint64_t)random() % 15000000;
+            double ppm = (double)(random() % 2001) - 1000.0;
+            uint64_t cut;
+            if (random() % 20 == 0) { /* a disturbed read: the clock's ns seem not to advance */
+                pair p = truth[ntruth - 1];
+                cut = at_clock_test_mark(p.t + dt, p.n);
+                ck_assert_uint_le(cut, p.t + dt);
+            } else {
+                cut = flush_pair(dt, ppm);
+            }
+            int kind = (int)(random() % 10);
+            if (held == 0 && kind == 0)
+                held = cut - (uint64_t)random() % 1000; /* a writer stays preempted for a while */
+            uint64_t limit = held ? held : cut;
+            if (kind == 1) { /* explicit flush: everything published, some of it after the pair */
+                for (int k = 0; k < 8; k++)
+                    convert(cut + (uint64_t)random() % (dt / 2 + 1));
+                held = 0;
+            } else {
+                for (int k = 0; k < 6; k++)
+                    convert(limit - (uint64_t)random() % 20000);
+                convert(limit);
+            }
+            if (kind == 2) /* a late event or a caller's old timestamp */
+                convert(truth[0].t + (uint64_t)random() % (cut - truth[0].t));
+            if (held && random() % 60 == 0)
+                held = 0; /* published: the merge goes on */
+        }
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("clock_order");
+    TCase *tc = tcase_create("clock_order");
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, held_back_event_keeps_its_segment);
+    tcase_add_test(tc, extrapolated_values_hold_after_a_slower_segment);
+    tcase_add_test(tc, older_than_the_window_never_drops);
+    tcase_add_loop_test(tc, random_flush_orders_never_go_back, 0, 8);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
