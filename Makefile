@@ -199,7 +199,8 @@ TE_KEEP := $(abspath $(BUILD))/compat/traces
 check: deps
 	@$(MAKE) --no-print-directory tests $(FUZZ_BIN) $(DEMO_BIN) $(BUILD)/fixtures/demo_server
 	@rm -rf $(TE_KEEP) && mkdir -p $(TE_KEEP)
-	@AT_KEEP_TRACES=$(TE_KEEP) AT_FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_BIN)
+	@AT_KEEP_TRACES=$(TE_KEEP) AT_KEEP_TRACES_OF="$(notdir $(INTEG_BIN))" AT_FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) \
+	  bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_BIN)
 
 # TraceEvent (3.1.21, the oldest that reads Universal.System, and the newest served; override with
 # TRACEEVENT_VERSIONS) reads every trace the integration tests write, the demo's and the runtime's

@@ -29,7 +29,11 @@ for t in "$@"; do
   log="$build/tests/$name.log"
   case "$name" in fuzz_*) run_fuzz "$name" "$t" "$log"; continue ;; esac
   start=$(date +%s)
-  "$t" >"$log" 2>&1; rc=$?
+  # traces are kept (AT_KEEP_TRACES) from the tests that trace real programs: AT_KEEP_TRACES_OF
+  # names them; the unit tests' files are made-up inputs (injected numbers, hand-set clocks)
+  keep=
+  [[ " ${AT_KEEP_TRACES_OF:-} " == *" $name "* ]] && keep=${AT_KEEP_TRACES:-}
+  AT_KEEP_TRACES=$keep "$t" >"$log" 2>&1; rc=$?
   secs=$(( $(date +%s) - start ))
   line=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$log" | tail -n 1)
   if [ -z "$line" ]; then

@@ -234,13 +234,21 @@ static class Program
             string our = ours.Frames.GetValueOrDefault(addr, "(not in acttrace's stacks)");
             bool ourNamed = our.Contains('!');
             if (te == null && !ourNamed) continue;
-            if (te == our) { named++; continue; }
+            if (te != null && SameFrame(te, our)) { named++; continue; }
             problems.Add($"0x{addr:x}: acttrace {our}, TraceEvent {te ?? "unnamed"}");
         }
         foreach (var (addr, our) in ours.Frames)
             if (!seen.Contains(addr) && our.Contains('!'))
                 problems.Add($"0x{addr:x}: acttrace {our}, not in TraceEvent's stacks");
         return named;
+    }
+
+    // module!function alike; TraceEvent keeps module file names in lower case
+    static bool SameFrame(string te, string our)
+    {
+        int a = te.IndexOf('!'), b = our.IndexOf('!');
+        return a >= 0 && b >= 0 && string.Equals(te.Substring(0, a), our.Substring(0, b), StringComparison.OrdinalIgnoreCase)
+               && te.Substring(a) == our.Substring(b);
     }
 
     static string FirstLine(string s)
