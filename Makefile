@@ -197,7 +197,7 @@ tests: all $(UNIT_BIN) $(INTEG_BIN) $(FIXTURE_BIN)
 # TraceEvent itself at the end (tests/compat/run.sh; each file and TraceEvent version counts one).
 TE_KEEP := $(abspath $(BUILD))/compat/traces
 check: deps
-	@$(MAKE) --no-print-directory tests $(FUZZ_BIN) $(DEMO_BIN) $(BUILD)/fixtures/demo_server
+	@$(MAKE) --no-print-directory tests $(FUZZ_BIN)
 	@rm -rf $(TE_KEEP) && mkdir -p $(TE_KEEP)
 	@AT_KEEP_TRACES=$(TE_KEEP) AT_KEEP_TRACES_OF="$(notdir $(INTEG_BIN))" AT_FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) \
 	  bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_BIN)
@@ -207,7 +207,7 @@ check: deps
 # samples: tests/compat. TE_TESTS picks the tests whose traces are read.
 TE_TESTS ?= $(INTEG_BIN)
 check-traceevent: deps
-	@$(MAKE) --no-print-directory tests $(DEMO_BIN) $(BUILD)/fixtures/demo_server
+	@$(MAKE) --no-print-directory tests
 	@rm -rf $(TE_KEEP) && mkdir -p $(TE_KEEP)
 	@bash tests/compat/run.sh $(BUILD) $(TE_KEEP) $(TE_TESTS)
 

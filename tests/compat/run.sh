@@ -36,13 +36,15 @@ for t in "$@"; do
     echo "check-traceevent: $name failed (its traces are checked all the same); see $build/compat/$name.log"
   fi
 done
-# the demo's own trace, as make demo writes it
-if [ -x "$build/demo/demo_writer" ] && [ -x "$build/fixtures/demo_server" ]; then
-  bash "$src/tests/demo/run.sh" "$build" >"$build/compat/demo.log" 2>&1 \
-    || echo "check-traceevent: the demo failed; see $build/compat/demo.log"
+# the demo's trace, made as tests/demo/run.sh makes it
+demo="$build/compat/demo.nettrace"
+rm -f "$demo"
+if [ -x "$build/fixtures/demo_server" ]; then
+  "$build/acttrace" run -c "$src/tests/demo/demo.conf" -o "$demo" -- "$build/fixtures/demo_server" 200 4 8 \
+    >"$build/compat/demo.log" 2>&1 || echo "check-traceevent: the demo failed; see $build/compat/demo.log"
 fi
 files=("$keep")
-[ -f "$build/demo/demo.nettrace" ] && files+=("$build/demo/demo.nettrace")
+[ -f "$demo" ] && files+=("$demo")
 for v in $versions; do
   bin="$build/compat/te-$v/bin/Release/net10.0/atcompat"
   [ -x "$bin" ] || continue
