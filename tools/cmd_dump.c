@@ -184,6 +184,8 @@ static int u64_cmp(const void *a, const void *b)
 
 static void tally_unique(dump_tally *t)
 {
+    if (t->na == 0)
+        return;
     qsort(t->addr, t->na, sizeof *t->addr, u64_cmp);
     size_t k = 0;
     for (size_t i = 0; i < t->na; i++)
