@@ -75,7 +75,7 @@ BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 DEMO_BIN := $(patsubst tests/demo/%.c,$(BUILD)/demo/%,$(DEMO_SRC))
 
-.PHONY: all deps check check-unit check-integration check-asan bench demo fuzz install clean tests
+.PHONY: all deps check check-unit check-integration check-asan check-traceevent bench demo fuzz install clean tests
 all: $(LIBRUNTIME) $(SHIM_SO) $(ACTTRACE)
 
 deps:
@@ -159,6 +159,8 @@ $(BUILD)/fixtures/hk_calls-nopie: FIXTURE_FLAGS = -no-pie -fno-pie
 $(BUILD)/fixtures/hk_calls-stripped: FIXTURE_FLAGS = -s
 $(BUILD)/fixtures/hk_bench: FIXTURE_FLAGS = -O2 -fpatchable-function-entry=5
 $(BUILD)/fixtures/hk_matrix: FIXTURE_FLAGS = -fopenmp
+# functions in source order: caller() must be followed right by after_caller()
+$(BUILD)/fixtures/stk_noreturn: FIXTURE_FLAGS = -fno-toplevel-reorder -fno-reorder-functions
 # stripped, its symbols in a separate file found through .gnu_debuglink
 $(BUILD)/fixtures/hk_calls-dbg: $(BUILD)/fixtures/hk_calls
 	objcopy --only-keep-debug $< $@.debug
@@ -191,10 +193,23 @@ $(BUILD)/demo/%: tests/demo/%.c $(LIBRUNTIME)
 tests: all $(UNIT_BIN) $(INTEG_BIN) $(FIXTURE_BIN)
 
 # The test command of the README. Prints Check's lines per binary and a closing
-# "N passed, N failed" line over all of them.
+# "N passed, N failed" line over all of them. The traces the tests write are kept and read by
+# TraceEvent itself at the end (tests/compat/run.sh; each file and TraceEvent version counts one).
+TE_KEEP := $(abspath $(BUILD))/compat/traces
 check: deps
 	@$(MAKE) --no-print-directory tests $(FUZZ_BIN)
-	@AT_FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_BIN)
+	@rm -rf $(TE_KEEP) && mkdir -p $(TE_KEEP)
+	@AT_KEEP_TRACES=$(TE_KEEP) AT_KEEP_TRACES_OF="$(notdir $(INTEG_BIN))" AT_FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) \
+	  bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_BIN)
+
+# TraceEvent (3.1.21, the oldest that reads Universal.System, and the newest served; override with
+# TRACEEVENT_VERSIONS) reads every trace the integration tests write, the demo's and the runtime's
+# samples: tests/compat. TE_TESTS picks the tests whose traces are read.
+TE_TESTS ?= $(INTEG_BIN)
+check-traceevent: deps
+	@$(MAKE) --no-print-directory tests
+	@rm -rf $(TE_KEEP) && mkdir -p $(TE_KEEP)
+	@bash tests/compat/run.sh $(BUILD) $(TE_KEEP) $(TE_TESTS)
 
 check-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan SAN=1 tests

@@ -100,8 +100,10 @@ enum {
  * varuints (LEB128) and short strings (uint16 byte length + UTF-8, no NUL) */
 #define NT_UNIVERSAL_SYSTEM "Universal.System"
 enum {
-    NT_US_PROCESS_MAPPING = 3,          /* Id, Start, End (inclusive), FileOffset, FileName, MetadataId */
-    NT_US_PROCESS_SYMBOL = 4,           /* Id, MappingId, Start, End (inclusive), Name */
+    NT_US_PROCESS_MAPPING = 3,          /* Id, Start, End (exclusive; older acttrace files: inclusive),
+                                         * FileOffset, FileName, MetadataId */
+    NT_US_PROCESS_SYMBOL = 4,           /* Id, MappingId, Start, End (inclusive; acttrace writes one
+                                         * past, symrun.c says why), Name */
     NT_US_PROCESS_MAPPING_METADATA = 5, /* Id, SymbolMetadata (JSON), VersionMetadata (JSON) */
 };
 

@@ -1,7 +1,7 @@
 /* symrun.c: the symbol rundown (nettrace-v5.md §9). When the flusher interns a new stack it hands the
  * addresses here; every address not yet covered in the current file gets its module described
  * (ProcessMappingMetadata with the ELF build-id, then ProcessMapping) and its function named
- * (ProcessSymbol, absolute addresses, end inclusive), once per file, so every file and every rotated or
+ * (ProcessSymbol, absolute addresses), once per file, so every file and every rotated or
  * circular segment names its own frames, also when the process is killed later.
  *
  * Runs on the flusher only (or in the emergency flush): memory is mmap'ed once, modules come from
@@ -594,13 +594,15 @@ static void emit_module(sr_mod *m)
     }
     uint8_t *p = put_var(S.payload, m->id);
     p = put_var(p, m->start);
-    p = put_var(p, m->end - 1); /* inclusive, as one-collect writes it (ExportMapping::contains_ip) */
+    p = put_var(p, m->end); /* exclusive: TraceLog takes End - Start as the module's size */
     p = put_var(p, m->offset);
     p = put_str(p, m->path, strlen(m->path));
     p = put_var(p, meta_id);
     at_ntw_flusher_event(S.t_map, S.payload, (uint32_t)(p - S.payload));
     S.stat_mappings++;
 }
+
+static void symbol(sr_mod *m, int64_t si, uint32_t gen);
 
 static void cover(uint64_t ip, uint32_t gen, bool *maps_fresh)
 {
@@ -622,9 +624,19 @@ static void cover(uint64_t ip, uint32_t gen, bool *maps_fresh)
     }
     if (!m->symtab)
         return;
-    /* a return address: the call is the byte before it (a call may end its function) */
-    uint64_t va = ip - 1 - m->bias;
-    int64_t si = sym_find(m->symtab, va);
+    /* The function TraceEvent finds, at the address as it is (the shim stores call sites), and
+     * the one at the byte before, which our tools look up first: the caller for a stack of raw
+     * return addresses (a runtime user's), the same function for the shim's. */
+    int64_t at = sym_find(m->symtab, ip - m->bias);
+    int64_t before = ip > m->start ? sym_find(m->symtab, ip - 1 - m->bias) : -1;
+    symbol(m, at, gen);
+    if (before != at)
+        symbol(m, before, gen);
+}
+
+/* ProcessSymbol for symbol si of m, once per file */
+static void symbol(sr_mod *m, int64_t si, uint32_t gen)
+{
     if (si < 0)
         return;
     uint64_t key = (uint64_t)m->id << 32 | (uint64_t)si; /* ids are stable; slots move */
@@ -637,7 +649,11 @@ static void cover(uint64_t ip, uint32_t gen, bool *maps_fresh)
     uint8_t *p = put_var(S.payload, ++S.next_sym_id);
     p = put_var(p, m->id);
     p = put_var(p, start);
-    p = put_var(p, start + s->st_size - 1);
+    /* End is inclusive (TraceEvent >= 3.2.5 adds one), but older readers take End - Start as the
+     * size and would miss the last byte, where a call site of a noreturn call is: one past it is
+     * right for both. The byte it adds is the next function's first, which no stored address is
+     * (call sites and a hooked function's own frame lie inside their function). */
+    p = put_var(p, start + s->st_size);
     p = put_str(p, name, nlen);
     at_ntw_flusher_event(S.t_sym, S.payload, (uint32_t)(p - S.payload));
     S.stat_symbols++;

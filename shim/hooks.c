@@ -183,7 +183,7 @@ static unsigned hk_depth;
 static uint32_t hk_stack(uintptr_t *ips, const at_hook *h)
 {
     uint32_t n = at_shim_capture(ips + 1, hk_depth - 1, 0);
-    /* a return-address-like value inside fn: symbolizers look up ip - 1 */
+    /* inside fn, and so is the byte before it, which readers of return addresses look up */
     ips[0] = h->res.addr + 1;
     return n + 1;
 }

@@ -119,7 +119,8 @@ void at_shim_stacks_init(void);
 uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip);
 /* The calling thread's stack with every run of the shim's frames dropped (wherever hooks nest), at
  * most depth of the program's frames, into ips (room for AT_STACK_MAX_DEPTH - 1 entries, the
- * machinery's included); skip: leading frames to drop first. at_shim_stack_trim does the
+ * machinery's included), as call sites (return address - 1, stacks.c says why); skip: leading
+ * frames to drop first. at_shim_stack_trim does the
  * dropping on a stack already taken. */
 uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip);
 uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth);

@@ -102,7 +102,15 @@ AT_NOINLINE uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t sk
     uint32_t want = depth + 32 < AT_STACK_MAX_DEPTH - 1 ? depth + 32 : AT_STACK_MAX_DEPTH - 1;
     uint32_t n = at_stack_capture(ips, want, skip + 1);
     __asm__ volatile("" ::: "memory"); /* no tail call: this frame counts in skip */
-    return at_shim_stack_trim(ips, n, depth);
+    n = at_shim_stack_trim(ips, n, depth);
+    /* Files hold call sites, not return addresses: the last byte of each call instruction. A call
+     * that ends its function (a noreturn call) returns to the first byte of the next function, which
+     * TraceEvent, looking the stored address up as it is, would name. Readers that look up
+     * address - 1 (ours, which also read older files of return addresses) still land in the call,
+     * never shorter than 2 bytes. */
+    for (uint32_t i = 0; i < n; i++)
+        ips[i]--;
+    return n;
 }
 
 void at_shim_stacks_init(void)

@@ -29,7 +29,11 @@ for t in "$@"; do
   log="$build/tests/$name.log"
   case "$name" in fuzz_*) run_fuzz "$name" "$t" "$log"; continue ;; esac
   start=$(date +%s)
-  "$t" >"$log" 2>&1; rc=$?
+  # traces are kept (AT_KEEP_TRACES) from the tests that trace real programs: AT_KEEP_TRACES_OF
+  # names them; the unit tests' files are made-up inputs (injected numbers, hand-set clocks)
+  keep=
+  [[ " ${AT_KEEP_TRACES_OF:-} " == *" $name "* ]] && keep=${AT_KEEP_TRACES:-}
+  AT_KEEP_TRACES=$keep "$t" >"$log" 2>&1; rc=$?
   secs=$(( $(date +%s) - start ))
   line=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$log" | tail -n 1)
   if [ -z "$line" ]; then
@@ -47,6 +51,18 @@ for t in "$@"; do
     [ "$f" = 0 ] && [ "$e" = 0 ] && failed=$((failed + 1))
   fi
 done
+# AT_KEEP_TRACES (make check): the traces the tests kept, read by TraceEvent itself (tests/compat)
+if [ -n "${AT_KEEP_TRACES:-}" ]; then
+  te_log="$build/compat/run.log"
+  mkdir -p "$build/compat"
+  bash "$(dirname "$0")/compat/run.sh" "$build" "$AT_KEEP_TRACES" >"$te_log" 2>&1
+  grep -v -E '^[0-9]+ passed, [0-9]+ failed$' "$te_log"
+  te=$(tail -n 1 "$te_log")
+  if [[ $te =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    passed=$((passed + BASH_REMATCH[1])); failed=$((failed + BASH_REMATCH[2]))
+    [ "${BASH_REMATCH[2]}" != 0 ] && broken+=("traceevent")
+  fi
+fi
 [ ${#broken[@]} -gt 0 ] && echo "failing: ${broken[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -15,12 +15,19 @@
 
 static void dump_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace dump [--no-events] [--no-stacks] [--no-lines] [--raw-frames] FILE\n"
+    fprintf(f, "usage: acttrace dump [--no-events] [--no-stacks] [--no-lines] [--raw-frames] [--counts]\n"
+               "                     [--frame-names] FILE\n"
                "  FILE is a .nettrace file (V4/V5) or - for standard input.\n"
                "  --no-events   print the header, metadata and summary only\n"
                "  --no-stacks   leave stack frames out of event lines\n"
                "  --no-lines    frames without (file:line) even when DWARF is on this machine\n"
-               "  --raw-frames  frames as addresses, not module!function+0xoff\n");
+               "  --raw-frames  frames as addresses, not module!function+0xoff\n"
+               "  --counts      instead of event lines: per provider and event id, the events read\n"
+               "                (\"count<TAB>guid<TAB>provider<TAB>id<TAB>n<TAB>name\"), and the lost events\n"
+               "                that precede their thread's first one in the file (\"lost-before-first<TAB>n\")\n"
+               "  --frame-names instead of event lines: every address of every stack once, named from\n"
+               "                the whole file as written (\"frame<TAB>0xaddr<TAB>module!function\", no\n"
+               "                offset, not demangled; module+0xoff or ? when no symbol covers it)\n");
 }
 
 static void print_fields(FILE *f, const nt_field *fl, uint32_t n)
@@ -154,10 +161,97 @@ static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bo
     fputc('\n', f);
 }
 
+/* ---- --counts and --frame-names: what a second reader of the same file must agree with ---- */
+typedef struct dump_count {
+    const char *provider, *name; /* owned by the reader's metadata (alive until nt_close) */
+    at_guid guid;
+    uint32_t event_id;
+    uint64_t n;
+} dump_count;
+
+typedef struct dump_tally {
+    dump_count *c;
+    size_t nc, capc;
+    uint64_t *addr;   /* frame addresses; sorted and made unique when the array fills */
+    size_t na, capa;
+} dump_tally;
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void tally_unique(dump_tally *t)
+{
+    if (t->na == 0)
+        return;
+    qsort(t->addr, t->na, sizeof *t->addr, u64_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < t->na; i++)
+        if (k == 0 || t->addr[k - 1] != t->addr[i])
+            t->addr[k++] = t->addr[i];
+    t->na = k;
+}
+
+static bool tally_event(dump_tally *t, const nt_event *ev)
+{
+    const nt_metadata *m = ev->meta;
+    size_t i = 0;
+    while (i < t->nc && (t->c[i].event_id != m->event_id || strcmp(t->c[i].provider, m->provider) != 0))
+        i++;
+    if (i == t->nc) {
+        if (t->nc == t->capc) {
+            size_t nc = t->capc ? 2 * t->capc : 32;
+            dump_count *q = realloc(t->c, nc * sizeof *q);
+            if (!q) return false;
+            t->c = q;
+            t->capc = nc;
+        }
+        t->c[t->nc++] = (dump_count){m->provider, m->name, m->provider_guid, m->event_id, 0};
+    }
+    t->c[i].n++;
+    for (uint32_t k = 0; k < ev->nframes; k++) {
+        if (t->na == t->capa) {
+            tally_unique(t);
+            if (t->na * 2 >= t->capa) {
+                size_t nc = t->capa ? 2 * t->capa : 4096;
+                uint64_t *q = realloc(t->addr, nc * sizeof *q);
+                if (!q) return false;
+                t->addr = q;
+                t->capa = nc;
+            }
+        }
+        t->addr[t->na++] = ev->frames[k];
+    }
+    return true;
+}
+
+static void tally_print(FILE *f, dump_tally *t, bool counts, bool frames, nt_symbolizer *sym, char *buf,
+                        size_t buflen)
+{
+    if (counts)
+        for (size_t i = 0; i < t->nc; i++) {
+            char g[37];
+            at_guid_format(&t->c[i].guid, g);
+            fprintf(f, "count\t%s\t%s\t%u\t%llu\t%s\n", g, t->c[i].provider, t->c[i].event_id,
+                    (unsigned long long)t->c[i].n, t->c[i].name);
+        }
+    if (frames) {
+        tally_unique(t);
+        for (size_t i = 0; i < t->na; i++) {
+            const char *name = nt_sym_format(sym, t->addr[i], buf, buflen);
+            fprintf(f, "frame\t0x%llx\t%s\n", (unsigned long long)t->addr[i], strncmp(name, "0x", 2) == 0 ? "?" : name);
+        }
+    }
+    free(t->c);
+    free(t->addr);
+}
+
 int at_cmd_dump(int argc, char **argv)
 {
     const char *path = NULL;
-    bool events = true, stacks = true, lines = true, raw = false;
+    bool events = true, stacks = true, lines = true, raw = false, counts = false, frames = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             dump_usage(stdout);
@@ -170,6 +264,10 @@ int at_cmd_dump(int argc, char **argv)
             lines = false;
         } else if (strcmp(argv[i], "--raw-frames") == 0) {
             raw = true;
+        } else if (strcmp(argv[i], "--counts") == 0) {
+            counts = true;
+        } else if (strcmp(argv[i], "--frame-names") == 0) {
+            frames = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "acttrace dump: unknown option '%s'\n", argv[i]);
             dump_usage(stderr);
@@ -186,6 +284,9 @@ int at_cmd_dump(int argc, char **argv)
         dump_usage(stderr);
         return 2;
     }
+    bool tally = counts || frames;
+    if (tally)
+        events = true; /* read every event, print none */
     FILE *out = stdout;
     char err[512];
     struct stat st;
@@ -224,7 +325,7 @@ int at_cmd_dump(int argc, char **argv)
         print_header(out, path, in);
         fprintf(out, "metadata (listed where defined)\n");
     }
-    if (events) fprintf(out, "events (ms from sync time)\n");
+    if (events && !tally) fprintf(out, "events (ms from sync time)\n");
     size_t buflen = 64 * 1024;
     char *buf = malloc(buflen);
     if (!buf) {
@@ -232,13 +333,34 @@ int at_cmd_dump(int argc, char **argv)
         fprintf(stderr, "acttrace dump: out of memory\n");
         return 1;
     }
-    nt_sym_options so = {.lines = lines, .demangle = true};
+    /* --frame-names: as written (a second reader shows names as given) and whole-function */
+    nt_sym_options so = tally ? (nt_sym_options){.no_offset = true}
+                              : (nt_sym_options){.lines = lines, .demangle = true};
     nt_symbolizer *sym = raw ? NULL : nt_sym_new(&so);
+    dump_tally t = {0};
     nt_event ev;
     int rc;
     while ((rc = nt_next(r, &ev)) == 1) {
         nt_sym_observe(sym, &ev);
-        if (events) print_event(out, in, &ev, stacks, sym, buf, buflen);
+        if (tally) {
+            if (!tally_event(&t, &ev)) {
+                fprintf(stderr, "acttrace dump: out of memory\n");
+                rc = -2;
+                break;
+            }
+        } else if (events) {
+            print_event(out, in, &ev, stacks, sym, buf, buflen);
+        }
+    }
+    /* named after the whole file is read, as TraceEvent applies symbols */
+    if (tally && rc != -2) tally_print(out, &t, counts, frames, sym, buf, buflen);
+    if (rc == -2) {
+        free(t.c);
+        free(t.addr);
+        nt_sym_free(sym);
+        free(buf);
+        nt_close(r);
+        return 1;
     }
     nt_sym_free(sym);
     free(buf);
@@ -255,6 +377,8 @@ int at_cmd_dump(int argc, char **argv)
                 (double)((__int128)c->last_ts - in->sync_time_qpc) * 1000.0 / freq);
     }
     fprintf(out, "  events lost %llu\n", (unsigned long long)c->events_lost);
+    if (counts) /* the part TraceEvent cannot count (ntreader.h) */
+        fprintf(out, "lost-before-first\t%llu\n", (unsigned long long)c->events_lost_first);
     int status = 0;
     const nt_damage *d = nt_get_damage(r);
     if (d) {

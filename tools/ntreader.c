@@ -898,6 +898,8 @@ static void note_seq(nt_reader *r, thread_ent *t, uint32_t expected_last, uint64
         if (d > 0) {
             t->st.dropped += (uint32_t)d;
             r->counts.events_lost += (uint32_t)d; /* drops are data, not a structural problem */
+            if (t->st.last_seq == 0)
+                r->counts.events_lost_first += (uint32_t)d;
         } else if (d < 0 && !first) { /* a first number past 2^31 is a counter that wrapped, not a regression */
             problem(r, off, "sequence number of capture thread %llu goes backwards (%u after %u)",
                     (unsigned long long)t->st.capture_thread, expected_last + (from_sp ? 0 : 1), t->st.last_seq);

@@ -63,6 +63,9 @@ typedef struct nt_counts {
     uint64_t event_blocks, metadata_blocks, sp_blocks, stack_blocks;
     uint64_t first_ts, last_ts;   /* earliest / latest event timestamp (dispatch order, as expected.tsv) */
     uint64_t events_lost;     /* from sequence-number gaps and sequence points */
+    uint64_t events_lost_first; /* of those, before a thread's first number in the file: TraceEvent
+                                 * (V5) takes a thread's last number 0 for a recycled id, so it does
+                                 * not count these */
 } nt_counts;
 
 typedef struct nt_reader nt_reader;

@@ -13,7 +13,7 @@
 #include <string.h>
 
 typedef struct sym_map {
-    uint64_t id, start, end, offset, meta_id; /* end inclusive */
+    uint64_t id, start, end, offset, meta_id; /* end exclusive */
     char *file;
     bool have_meta;
     uint64_t p_vaddr, p_offset;
@@ -265,6 +265,9 @@ void nt_sym_observe(nt_symbolizer *s, const nt_event *ev)
                 free(m.file);
                 return;
             }
+        /* mappings are whole pages: an end on a page's last byte is an older file's inclusive end */
+        if ((m.end & 0xFFF) == 0xFFF)
+            m.end++;
         if (m.meta_id)
             apply_meta(s, &m);
         s->maps[s->nmaps++] = m;
@@ -322,9 +325,12 @@ static sym_ent *sym_lookup(nt_symbolizer *s, uint64_t ip)
 {
     if (s->nsyms - s->nsorted > 64)
         merge_tail(s);
+    /* the covering symbol that starts last: a range written one past its function's end (symrun.c)
+     * also covers the next function's first byte */
+    sym_ent *best = NULL;
     for (size_t i = s->nsorted; i < s->nsyms; i++)
-        if (ip >= s->syms[i].start && ip <= s->syms[i].end)
-            return &s->syms[i];
+        if (ip >= s->syms[i].start && ip <= s->syms[i].end && (!best || s->syms[i].start > best->start))
+            best = &s->syms[i];
     /* the last sorted symbol starting at or before ip; ranges rarely nest, so look back a little */
     size_t lo = 0, hi = s->nsorted;
     while (lo < hi) {
@@ -336,14 +342,14 @@ static sym_ent *sym_lookup(nt_symbolizer *s, uint64_t ip)
     }
     for (size_t i = lo, k = 0; i > 0 && k < 8; i--, k++)
         if (ip >= s->syms[i - 1].start && ip <= s->syms[i - 1].end)
-            return &s->syms[i - 1];
-    return NULL;
+            return best && best->start > s->syms[i - 1].start ? best : &s->syms[i - 1];
+    return best;
 }
 
 static sym_map *map_lookup(nt_symbolizer *s, uint64_t ip)
 {
     for (size_t i = s->nmaps; i > 0; i--) /* the latest mapping wins */
-        if (ip >= s->maps[i - 1].start && ip <= s->maps[i - 1].end) /* end inclusive */
+        if (ip >= s->maps[i - 1].start && ip < s->maps[i - 1].end)
             return &s->maps[i - 1];
     return NULL;
 }
@@ -395,7 +401,9 @@ const char *nt_sym_format(nt_symbolizer *s, uint64_t ip, char *buf, size_t n)
             snprintf(buf, n, "0x%" PRIx64, ip);
         return buf;
     }
-    /* stack entries are return addresses: the call is the byte before (it may end its function) */
+    /* Older files hold return addresses: the call is the byte before (it may end its function).
+     * The shim now stores call sites (the call's last byte) and a hooked function's entry + 1, for
+     * which the byte before lies in the same function: one look-up serves both. */
     uint64_t q = ip ? ip - 1 : ip;
     sym_ent *e = sym_lookup(s, q);
     if (!e)

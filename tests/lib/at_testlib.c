@@ -78,6 +78,32 @@ char *at_tmpdir(const char *tag)
     return p;
 }
 
+/* AT_KEEP_TRACES=DIR: every trace a test wrote is kept there before its folder goes (make
+ * check-traceevent reads them with TraceEvent), named <test binary>-<pid>-<n>-<file name>. */
+static void keep_trace(const char *path, const char *name)
+{
+    const char *keep = getenv("AT_KEEP_TRACES");
+    size_t l = strlen(name);
+    if (!keep || !*keep || l < 9 || strcmp(name + l - 9, ".nettrace") != 0)
+        return;
+    static unsigned n;
+    char to[PATH_MAX];
+    snprintf(to, sizeof to, "%s/%s-%d-%u-%s", keep, program_invocation_short_name, (int)getpid(), n++, name);
+    if (link(path, to) == 0)
+        return;
+    int in = open(path, O_RDONLY | O_CLOEXEC);
+    int out = in < 0 ? -1 : open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    char buf[65536];
+    ssize_t r;
+    while (out >= 0 && (r = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t)r) != r)
+            break;
+    if (out >= 0)
+        close(out);
+    if (in >= 0)
+        close(in);
+}
+
 void at_rmtree(const char *dir)
 {
     if (!dir)
@@ -92,10 +118,14 @@ void at_rmtree(const char *dir)
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
         struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+        bool known = lstat(p, &st) == 0;
+        if (known && S_ISDIR(st.st_mode)) {
             at_rmtree(p);
-        else
+        } else {
+            if (known && S_ISREG(st.st_mode))
+                keep_trace(p, de->d_name);
             unlink(p);
+        }
     }
     closedir(d);
     rmdir(dir);

@@ -108,6 +108,33 @@ START_TEST(names_and_offsets)
 }
 END_TEST
 
+/* What symrun writes now: mappings with an exclusive end, symbols one byte past their function, call
+ * sites (return address - 1) in stacks. Each address is named by its own function, also the call
+ * site of a call that ends its function and a hooked function's entry + 1 right after it. */
+START_TEST(call_sites_and_exclusive_ends)
+{
+    nt_sym_options o = {.no_offset = true};
+    nt_symbolizer *s = nt_sym_new(&o);
+    mapping(s, 1, 0x10000, 0x20000, 0, "/app", 0);
+    mapping(s, 2, 0x20000, 0x21000, 0, "/lib.so", 0);
+    symbol(s, 1, 1, 0x10100, 0x10110, "caller");   /* 0x10100..0x1010f, written one past */
+    symbol(s, 2, 1, 0x10110, 0x10120, "next");
+    ck_assert_str_eq(fmt(s, 0x1010f), "app!caller");   /* the call ending caller */
+    ck_assert_str_eq(fmt(s, 0x10111), "app!next");     /* next's entry + 1 (a hook's own frame) */
+    ck_assert_str_eq(fmt(s, 0x1fff0), "app+0xfff0");
+    ck_assert_str_eq(fmt(s, 0x20001), "lib.so+0x1");   /* the exclusive end is the next mapping's */
+    nt_sym_free(s);
+    /* the same symbols arriving in the other order (the unsorted tail is searched too) */
+    s = nt_sym_new(&o);
+    mapping(s, 1, 0x10000, 0x20000, 0, "/app", 0);
+    symbol(s, 2, 1, 0x10110, 0x10120, "next");
+    symbol(s, 1, 1, 0x10100, 0x10110, "caller");
+    ck_assert_str_eq(fmt(s, 0x10111), "app!next");
+    ck_assert_str_eq(fmt(s, 0x1010f), "app!caller");
+    nt_sym_free(s);
+}
+END_TEST
+
 START_TEST(many_symbols_interleaved)
 {
     nt_symbolizer *s = nt_sym_new(NULL);
@@ -167,6 +194,7 @@ int main(void)
     Suite *su = suite_create("ntsym");
     TCase *c = tcase_create("ntsym");
     tcase_add_test(c, names_and_offsets);
+    tcase_add_test(c, call_sites_and_exclusive_ends);
     tcase_add_test(c, many_symbols_interleaved);
     tcase_add_test(c, malformed_and_foreign_events_ignored);
     suite_add_tcase(su, c);

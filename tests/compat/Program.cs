@@ -1,0 +1,259 @@
+// atcompat: checks trace files with TraceEvent, the reader PerfView and dotnet-trace are built on.
+// One line per file (PASS, FAIL or SKIP and why), a closing "N passed, N failed" line, and a non-zero
+// exit status on any failure.
+//
+//   atcompat [--acttrace PATH] [--read-only] FILE|DIR...
+//
+// Per file written by acttrace:
+//  - EventPipeEventSource reads every event without an exception, and the count per provider and
+//    event id equals `acttrace dump --counts`;
+//  - TraceLog converts the file with no "events out of order" warning in its conversion log, and its
+//    lost events equal acttrace's;
+//  - every stack address TraceLog names through the file's Universal.System events has the same
+//    module and function in `acttrace dump --frame-names`, and every address acttrace names is named
+//    by TraceLog too.
+// Files after --read-only (written by others, such as the .NET runtime) are only read and converted.
+// A file acttrace itself reports damaged (a test's torn or cut file) is skipped, and counted.
+using System.Diagnostics;
+using System.Text;
+using Microsoft.Diagnostics.Tracing;
+using Microsoft.Diagnostics.Tracing.Etlx;
+
+static class Program
+{
+    const int MaxShown = 4; // mismatches named per file; the count says how many there were
+
+    static int Main(string[] args)
+    {
+        string acttrace = "acttrace";
+        bool readOnly = false;
+        var files = new List<(string path, bool readOnly)>();
+        for (int i = 0; i < args.Length; i++)
+        {
+            if (args[i] == "--acttrace" && i + 1 < args.Length) acttrace = args[++i];
+            else if (args[i] == "--read-only") readOnly = true;
+            else if (Directory.Exists(args[i]))
+                foreach (var f in Directory.GetFiles(args[i], "*.nettrace", SearchOption.AllDirectories).OrderBy(f => f, StringComparer.Ordinal))
+                    files.Add((f, readOnly));
+            else files.Add((args[i], readOnly));
+        }
+        if (files.Count == 0)
+        {
+            Console.Error.WriteLine("usage: atcompat [--acttrace PATH] [--read-only] FILE|DIR...");
+            return 2;
+        }
+        string version = typeof(TraceLog).Assembly.GetName().Version?.ToString() ?? "?";
+        int passed = 0, failed = 0, skipped = 0, frames = 0;
+        var watch = Stopwatch.StartNew();
+        foreach (var (path, ro) in files)
+        {
+            Result r;
+            try { r = Check(path, ro, acttrace); }
+            catch (Exception e) { r = Result.Fail($"checker: {e.GetType().Name}: {e.Message}"); }
+            frames += r.Frames;
+            switch (r.Kind)
+            {
+                case 'P': passed++; Console.WriteLine($"PASS {path}: {r.Text}"); break;
+                case 'S': skipped++; Console.WriteLine($"SKIP {path}: {r.Text}"); break;
+                default: failed++; Console.WriteLine($"FAIL {path}: {r.Text}"); break;
+            }
+        }
+        Console.WriteLine($"TraceEvent {version}: {files.Count} files, {frames} named frames compared, {skipped} skipped (damaged), {watch.Elapsed.TotalSeconds:F1} s");
+        Console.WriteLine($"{passed} passed, {failed} failed");
+        return failed > 0 ? 1 : 0;
+    }
+
+    sealed class Result
+    {
+        public char Kind;
+        public string Text = "";
+        public int Frames;
+        public static Result Fail(string t) => new Result { Kind = 'F', Text = t };
+        public static Result Skip(string t) => new Result { Kind = 'S', Text = t };
+    }
+
+    // What `acttrace dump --counts --frame-names` says about the file.
+    sealed class Ours
+    {
+        public Dictionary<(Guid, int), long> Counts = new();
+        public Dictionary<(Guid, int), string> Names = new();
+        public Dictionary<ulong, string> Frames = new();
+        public long Lost, LostFirst;
+        public int Status;
+        public string Err = "";
+    }
+
+    static Ours RunActtrace(string acttrace, string path)
+    {
+        var psi = new ProcessStartInfo(acttrace)
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+        };
+        foreach (var a in new[] { "dump", "--counts", "--frame-names", path }) psi.ArgumentList.Add(a);
+        using var p = Process.Start(psi) ?? throw new InvalidOperationException($"cannot run {acttrace}");
+        var errTask = p.StandardError.ReadToEndAsync();
+        var o = new Ours();
+        string? line;
+        while ((line = p.StandardOutput.ReadLine()) != null)
+        {
+            var f = line.Split('\t');
+            if (f[0] == "count" && f.Length >= 6)
+            {
+                var key = (Guid.Parse(f[1]), int.Parse(f[3]));
+                o.Counts[key] = long.Parse(f[4]);
+                o.Names[key] = $"{f[2]}/{f[5]}";
+            }
+            else if (f[0] == "frame" && f.Length >= 3)
+                o.Frames[Convert.ToUInt64(f[1], 16)] = f[2];
+            else if (line.StartsWith("  events lost "))
+                o.Lost = long.Parse(line.Substring("  events lost ".Length));
+            else if (f[0] == "lost-before-first" && f.Length >= 2)
+                o.LostFirst = long.Parse(f[1]);
+        }
+        p.WaitForExit();
+        o.Status = p.ExitCode;
+        o.Err = errTask.Result.Trim();
+        return o;
+    }
+
+    static Result Check(string path, bool readOnly, string acttrace)
+    {
+        Ours? ours = null;
+        if (!readOnly)
+        {
+            ours = RunActtrace(acttrace, path);
+            if (ours.Status != 0)
+                return Result.Skip($"acttrace dump exits {ours.Status}: {FirstLine(ours.Err)}");
+        }
+
+        // 1. every event, through the plain event source
+        var counts = new Dictionary<(Guid, int), long>(); // by provider GUID: names need a parser
+        long sourceLost;
+        try
+        {
+            using var src = new EventPipeEventSource(path);
+            src.AllEvents += e =>
+            {
+                var key = (e.ProviderGuid, (int)e.ID);
+                counts[key] = counts.GetValueOrDefault(key) + 1;
+            };
+            src.Process();
+            sourceLost = src.EventsLost;
+        }
+        catch (Exception e)
+        {
+            return Result.Fail($"EventPipeEventSource: {e.GetType().Name}: {FirstLine(e.Message)}");
+        }
+        var problems = new List<string>();
+        if (ours != null)
+        {
+            foreach (var k in ours.Counts.Keys.Union(counts.Keys).OrderBy(k => k.Item1).ThenBy(k => k.Item2))
+            {
+                long a = ours.Counts.GetValueOrDefault(k), t = counts.GetValueOrDefault(k);
+                if (a != t)
+                    problems.Add($"{ours.Names.GetValueOrDefault(k, $"{k.Item1}/event {k.Item2}")}: acttrace {a}, TraceEvent {t}");
+            }
+        }
+
+        // 2. TraceLog's conversion, its log captured
+        string etlx = Path.Combine(Path.GetTempPath(), $"atcompat-{Environment.ProcessId}-{Guid.NewGuid():N}.etlx");
+        var log = new StringWriter();
+        int named = 0;
+        try
+        {
+            try
+            {
+                TraceLog.CreateFromEventPipeDataFile(path, etlx, new TraceLogOptions { ConversionLog = log });
+            }
+            catch (Exception e)
+            {
+                return Result.Fail($"TraceLog conversion: {e.GetType().Name}: {FirstLine(e.Message)}");
+            }
+            foreach (var l in log.ToString().Split('\n'))
+                if (l.Contains("out of order", StringComparison.OrdinalIgnoreCase))
+                {
+                    problems.Add($"TraceLog: {l.Trim()}");
+                    break;
+                }
+            using var tl = new TraceLog(etlx);
+            // A V5 reader counts no drop before a thread's first event in the file (it takes a last
+            // number of 0 for a recycled thread id): those are the known difference.
+            if (ours != null && tl.EventsLost != ours.Lost - ours.LostFirst)
+                problems.Add($"lost events: acttrace {ours.Lost} ({ours.LostFirst} before a thread's first event), TraceLog {tl.EventsLost} (event source {sourceLost})");
+            if (ours != null)
+                named = CompareFrames(tl, ours, problems);
+        }
+        finally
+        {
+            try { File.Delete(etlx); } catch (IOException) { }
+        }
+        if (problems.Count > 0)
+        {
+            var sb = new StringBuilder();
+            sb.Append($"{problems.Count} disagreement(s): ");
+            sb.Append(string.Join("; ", problems.Take(MaxShown)));
+            if (problems.Count > MaxShown) sb.Append("; ...");
+            return new Result { Kind = 'F', Text = sb.ToString(), Frames = named };
+        }
+        long total = counts.Values.Sum();
+        string unseen = ours != null && ours.LostFirst > 0 ? $"; {ours.LostFirst} lost events TraceEvent cannot see (before a thread's first event)" : "";
+        return new Result
+        {
+            Kind = 'P',
+            Frames = named,
+            Text = readOnly ? $"{total} events read, converted" : $"{total} events, {named} named frames agree{unseen}",
+        };
+    }
+
+    // TraceLog's name of every code address of the file against acttrace's; returns the number of
+    // addresses both name.
+    static int CompareFrames(TraceLog tl, Ours ours, List<string> problems)
+    {
+        var ca = tl.CodeAddresses;
+        var seen = new HashSet<ulong>();
+        int named = 0;
+        for (int i = 0; i < ca.Count; i++)
+        {
+            var idx = (CodeAddressIndex)i;
+            ulong addr = ca.Address(idx);
+            seen.Add(addr);
+            var mi = ca.MethodIndex(idx);
+            string? te = null;
+            if (mi != MethodIndex.Invalid)
+            {
+                var mf = ca.ModuleFile(idx);
+                if (mf == null)
+                {
+                    var mfi = ca.Methods.MethodModuleFileIndex(mi);
+                    mf = mfi != ModuleFileIndex.Invalid ? tl.ModuleFiles[mfi] : null;
+                }
+                te = $"{(mf != null ? Path.GetFileName(mf.FilePath) : "UNKNOWN")}!{ca.Methods.FullMethodName(mi)}";
+            }
+            string our = ours.Frames.GetValueOrDefault(addr, "(not in acttrace's stacks)");
+            bool ourNamed = our.Contains('!');
+            if (te == null && !ourNamed) continue;
+            if (te != null && SameFrame(te, our)) { named++; continue; }
+            problems.Add($"0x{addr:x}: acttrace {our}, TraceEvent {te ?? "unnamed"}");
+        }
+        foreach (var (addr, our) in ours.Frames)
+            if (!seen.Contains(addr) && our.Contains('!'))
+                problems.Add($"0x{addr:x}: acttrace {our}, not in TraceEvent's stacks");
+        return named;
+    }
+
+    // module!function alike; TraceEvent keeps module file names in lower case
+    static bool SameFrame(string te, string our)
+    {
+        int a = te.IndexOf('!'), b = our.IndexOf('!');
+        return a >= 0 && b >= 0 && string.Equals(te.Substring(0, a), our.Substring(0, b), StringComparison.OrdinalIgnoreCase)
+               && te.Substring(a) == our.Substring(b);
+    }
+
+    static string FirstLine(string s)
+    {
+        int n = s.IndexOf('\n');
+        return n < 0 ? s : s.Substring(0, n).TrimEnd('\r');
+    }
+}
