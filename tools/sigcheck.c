@@ -113,6 +113,43 @@ static Dwarf_Die *strip(Dwarf_Die *t, Dwarf_Die *mem)
     return t;
 }
 
+/* The name of the typedef t is (qualifiers looked through), or NULL. */
+static const char *typedef_name(Dwarf_Die *t)
+{
+    Dwarf_Die mem;
+    for (int i = 0; t && i < 8; i++) {
+        int tag = dwarf_tag(t);
+        if (tag == DW_TAG_typedef)
+            return dwarf_diename(t);
+        if (tag != DW_TAG_const_type && tag != DW_TAG_volatile_type && tag != DW_TAG_restrict_type)
+            return NULL;
+        t = type_of(t, &mem);
+    }
+    return NULL;
+}
+
+/* A union of pointers only, one register wide: glibc's __SOCKADDR_ARG and its kin (transparent
+ * unions, so that callers pass any sockaddr pointer), which the ABI passes as the pointer it holds.
+ * glibc's own debug info lists no members for them: then the typedef's name says it. */
+static bool pointer_union(Dwarf_Die *u, const char *tname)
+{
+    if (dwarf_tag(u) != DW_TAG_union_type || byte_size(u) != 8)
+        return false;
+    Dwarf_Die c;
+    if (dwarf_child(u, &c) != 0)
+        return tname && (!strcmp(tname, "__SOCKADDR_ARG") || !strcmp(tname, "__CONST_SOCKADDR_ARG"));
+    int n = 0;
+    do {
+        if (dwarf_tag(&c) != DW_TAG_member)
+            continue;
+        Dwarf_Die m1, m2, *t = type_of(&c, &m1), *st = t ? strip(t, &m2) : NULL;
+        if (!st || dwarf_tag(st) != DW_TAG_pointer_type)
+            return false;
+        n++;
+    } while (dwarf_siblingof(&c, &c) == 0);
+    return n > 0;
+}
+
 static void classify(Dwarf_Die *t, dtype *d)
 {
     memset(d, 0, sizeof *d);
@@ -173,8 +210,14 @@ static void classify(Dwarf_Die *t, dtype *d)
         }
         return;
     }
-    case DW_TAG_structure_type:
     case DW_TAG_union_type:
+        if (pointer_union(s, typedef_name(t))) {
+            d->kind = K_PTR;
+            return;
+        }
+        d->kind = K_AGG;
+        return;
+    case DW_TAG_structure_type:
     case DW_TAG_class_type:
         d->kind = K_AGG;
         return;

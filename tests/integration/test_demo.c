@@ -133,6 +133,27 @@ START_TEST(stack_settings)
 }
 END_TEST
 
+/* `make demo` itself, the README's first command: every step of tests/demo/run.sh succeeds (the
+ * config's signatures agree with the DWARF prototypes of this machine's libc, glibc's
+ * __SOCKADDR_ARG union included), and the trace it shows is complete and verified. */
+START_TEST(make_demo_runs_end_to_end)
+{
+    const char *argv[] = {"bash", AT_SOURCE_DIR "/tests/demo/run.sh", at_build_dir(), NULL};
+    at_run_opts o = {.argv = argv, .no_preload = true, .deadline_s = 600};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&o, &r), 0);
+    char d[64];
+    ck_assert_msg(r.exited && r.status == 0, "make demo: %s\n%s\n%s", at_run_describe(&r, d, sizeof d),
+                  r.out, r.err);
+    ck_assert_msg(strstr(r.out, "8 of 8 functions can be hooked"), "%s", r.out);
+    ck_assert_msg(!strstr(r.out, "signature error") && !strstr(r.out, "error:"), "%s", r.out);
+    ck_assert_msg(strstr(r.err, "trace written") || strstr(r.out, "trace written"), "%s", r.err);
+    ck_assert_msg(strstr(r.out, "demo.nettrace: OK"), "%s", r.out);
+    ck_assert_msg(strstr(r.out, "Connection //1/1/"), "%s", r.out);
+    at_run_result_free(&r);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("demo");
@@ -140,6 +161,7 @@ int main(void)
     tcase_set_timeout(c, 0);
     tcase_add_test(c, requests_follow_their_connection_into_the_workers);
     tcase_add_test(c, stack_settings);
+    tcase_add_test(c, make_demo_runs_end_to_end);
     suite_add_tcase(s, c);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);
