@@ -59,14 +59,16 @@ static bool rec_sane(const at_rec *h, uint32_t pos, uint32_t used)
 }
 
 /* Thread ids whose thread ended after its events were written (its ring was recycled or handed to
- * another thread). The kernel reuses ids: when an id of this set writes again it is a new thread,
- * whose numbers start at 1, and a sequence point first lists the id with number 0 (ntw_block.c), so no
- * reader takes the new numbers for a regression or the old thread's for lost events. Open addressing
- * with tombstones; when full, the oldest knowledge is dropped by clearing it (a reuse after that shows
- * as a regression, as before). */
+ * another thread), with the last number the file gave it. The kernel reuses ids: when an id of this
+ * set writes again it is a new thread, and the file numbers its events on from the ended thread's
+ * last (at_ring.rseq_base), so that no reader sees a regression or counts the old thread's numbers
+ * as lost: V5 readers (TraceEvent's EventPipeEventSource among them) know a thread only by its id
+ * and count any number going back as 2^31 lost events. Open addressing with tombstones; when full,
+ * the oldest knowledge is dropped by clearing it (a reuse after that shows as a regression). */
 #define ENDED_SLOTS 8192u
 #define ENDED_TOMB 1u
 static uint64_t ended[ENDED_SLOTS];
+static uint32_t ended_last[ENDED_SLOTS];
 static uint32_t nended, nended_used;
 
 static inline uint32_t ended_hash(uint64_t tid)
@@ -74,7 +76,7 @@ static inline uint32_t ended_hash(uint64_t tid)
     return (uint32_t)((tid * 0x9E3779B97F4A7C15ull) >> 40) & (ENDED_SLOTS - 1);
 }
 
-static void ended_add(uint64_t tid)
+static void ended_add(uint64_t tid, uint32_t last)
 {
     if (tid <= ENDED_TOMB)
         return;
@@ -84,8 +86,10 @@ static void ended_add(uint64_t tid)
     }
     uint32_t i = ended_hash(tid), tomb = UINT32_MAX;
     for (;; i = (i + 1) & (ENDED_SLOTS - 1)) {
-        if (ended[i] == tid)
+        if (ended[i] == tid) {
+            ended_last[i] = last;
             return;
+        }
         if (ended[i] == ENDED_TOMB && tomb == UINT32_MAX)
             tomb = i;
         if (ended[i] == 0)
@@ -97,11 +101,13 @@ static void ended_add(uint64_t tid)
         nended_used++;
     }
     ended[i] = tid;
+    ended_last[i] = last;
     nended++;
 }
 
-/* Was tid's thread seen to end? Forget it then (the new thread is now the live one). */
-static bool ended_take(uint64_t tid)
+/* Was tid's thread seen to end? Its last number into *last, and forget it (the new thread is now
+ * the live one). */
+static bool ended_take(uint64_t tid, uint32_t *last)
 {
     if (!nended)
         return false;
@@ -110,6 +116,7 @@ static bool ended_take(uint64_t tid)
             return false;
         if (ended[i] == tid) {
             ended[i] = ENDED_TOMB;
+            *last = ended_last[i];
             nended--;
             return true;
         }
@@ -170,9 +177,10 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
                 uint64_t owner;
                 memcpy(&owner, p + sizeof(at_rec), 8);
                 if (r->last_seq && (owner != r->rtid || h->seq == 1))
-                    ended_add(r->rtid);
+                    ended_add(r->rtid, r->last_seq + r->rseq_base);
                 r->rtid = owner;
                 r->last_seq = 0;
+                r->rseq_base = 0;
                 r->rowners++;
                 r->rpos += h->size;
                 continue;
@@ -234,7 +242,7 @@ uint32_t at_ring_sp_seq(at_ring *r)
 static void recycle(at_ring *r)
 {
     if (r->last_seq || r->rowners)
-        ended_add(r->rtid);
+        ended_add(r->rtid, r->last_seq + r->rseq_base);
     if (r->rchunk >= 0)
         at_chunk_retire(r->rchunk);
     r->rchunk = -1;
@@ -242,6 +250,7 @@ static void recycle(at_ring *r)
     atomic_fetch_add(&at_drops_retired, atomic_load(&r->drops));
     atomic_store(&r->drops, 0);
     r->last_seq = 0;
+    r->rseq_base = 0;
     r->rlast_ts = 0;
     r->rowners = 0;
     atomic_store_explicit(&r->seq_pub, 0, memory_order_relaxed);
@@ -313,10 +322,11 @@ void at_flush_locked(bool holdback, bool force_sp)
         do {
             /* a thread's first event written: if its id belonged to a thread that ended, the
              * readers learn first that this is another thread */
-            if (AT_UNLIKELY(nended) && r->last_seq == 0 && ended_take(r->rtid) && ok)
-                at_ntw_write_sp_ended(r->rtid);
+            uint32_t last;
+            if (AT_UNLIKELY(nended) && r->last_seq == 0 && ended_take(r->rtid, &last))
+                r->rseq_base = last;
             if (ok)
-                at_ntw_event(rec, r->rbody, r->rtid);
+                at_ntw_event(rec, r->rbody, r->rtid, r->rseq_base);
             else
                 atomic_fetch_add(&at_stat_dropped_io, 1);
             r->last_seq = rec->seq;

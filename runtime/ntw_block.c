@@ -338,30 +338,22 @@ static void stacks_reset(void)
     W.sb_first = 1;
 }
 
-/* Sequence point (§5) at ts: every thread's last sequence number, then stack ids start again at 1.
- * ended: a thread id (0: none) listed with number 0: its thread ended and a new thread has the same
- * id (the kernel reuses them), whose numbers start again at 1; readers take a last number of 0 as a
- * recycled thread and count no loss or regression for it. */
-static void write_sp_ended(uint64_t ts, uint64_t ended)
+/* Sequence point (§5) at ts: every thread's last sequence number (as the file numbers it: the
+ * owner's own plus the ring's base), then stack ids start again at 1. */
+static void write_sp_at(uint64_t ts)
 {
     emit_pending();
     uint8_t *buf = W.sp_buf;
     uint32_t n = 0;
     size_t len = 12;
-    if (ended) {
-        uint32_t zero = 0;
-        memcpy(buf + len, &ended, 8);
-        memcpy(buf + len + 8, &zero, 4);
-        len += 12;
-        n++;
-    }
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim && n < AT_MAX_THREADS; i++) {
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
         uint32_t seq = at_ring_sp_seq(r);
-        if (seq == 0 || (ended && r->rtid == ended))
+        if (seq == 0)
             continue;
+        seq += r->rseq_base;
         memcpy(buf + len, &r->rtid, 8); /* the owner whose records were read: it changes hands */
         memcpy(buf + len + 8, &seq, 4);
         len += 12;
@@ -376,16 +368,6 @@ static void write_sp_ended(uint64_t ts, uint64_t ended)
     W.bytes_at_sp = ob_pos();
     W.sp_time = at_now_ns();
     W.sp_ts = ts;
-}
-
-static void write_sp_at(uint64_t ts)
-{
-    write_sp_ended(ts, 0);
-}
-
-void at_ntw_write_sp_ended(uint64_t tid)
-{
-    write_sp_ended(W.max_ts + 1, tid);
 }
 
 void at_ntw_write_sp(void)
@@ -636,7 +618,7 @@ static void rotate(void)
     at_ntw_flush_begin();
 }
 
-int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
+int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base)
 {
     at_event_type *t = at_types[r->type_index];
     uint64_t ts = at_clock_file_ts(r->ts);
@@ -652,7 +634,7 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid)
         put_metadata(t, ts, tid);
     blob_hdr h;
     h.meta = t->index;
-    h.seq = r->seq;
+    h.seq = r->seq + seq_base;
     h.cap_tid = h.tid = tid;
     h.proc = 0xFFFFFFFFu; /* unknown: TraceEvent then shows no CPU rather than a wrong one */
     h.ts = ts;

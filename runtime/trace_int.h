@@ -97,6 +97,8 @@ typedef struct at_ring {
                                 * flusher reads it per record, and reading the writer's line then
                                 * would take it away from the writer at each event */
     uint32_t rowners;          /* owner records consumed (at_ring_sp_seq: did the owner change?) */
+    uint32_t rseq_base;        /* the file's numbers for the current owner: its own plus this (the
+                                * last number of an ended thread whose id it took, flusher.c) */
     /* The record peeked, copied after checking it: a ring two writers share (a clone(CLONE_VM)
      * child runs with its parent's thread-local storage, hence its ring) may change under the
      * reader, which then still reads within the chunk what the copy says. */
@@ -214,7 +216,8 @@ void at_errmsg(const char *a, const char *b, int err);
 void at_ntw_init(void);                  /* allocates the buffers (not async-signal-safe) */
 int at_ntw_file_begin(uint64_t sync_qpc);   /* header + ProcessInfo into a fresh file */
 void at_ntw_flush_begin(void);
-int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid);
+/* seq_base: added to the record's number (a thread that took an ended thread's id numbers on) */
+int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base);
 int at_ntw_flush_end(bool force_sp);     /* pending blocks, SP, end tag; -1 on write error */
 /* After a failed write (at_out.failed): try to append a sequence point that counts what was lost,
  * and resume writing if it fits. */
@@ -233,7 +236,6 @@ extern _Atomic uint64_t at_stat_written, at_stat_dropped_io, at_stat_bytes, at_s
 extern uint64_t at_flusher_tid;
 void at_flush_locked(bool holdback, bool force_sp);
 /* A sequence point that also lists tid with number 0 (ntw_block.c): its id now names a new thread. */
-void at_ntw_write_sp_ended(uint64_t tid);
 /* The newest timestamp the flusher may write up to: cut, lowered to the clock read of any event a
  * thread is writing (tbuf.c). */
 uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback);
