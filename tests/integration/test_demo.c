@@ -138,6 +138,10 @@ END_TEST
  * __SOCKADDR_ARG union included), and the trace it shows is complete and verified. */
 START_TEST(make_demo_runs_end_to_end)
 {
+    /* acttrace check and run preload the shim themselves, without the sanitizer runtime an ASan
+     * build of it needs in front: the script is the normal build's */
+    if (getenv("ACTTRACE_ASAN"))
+        return;
     const char *argv[] = {"bash", AT_SOURCE_DIR "/tests/demo/run.sh", at_build_dir(), NULL};
     at_run_opts o = {.argv = argv, .no_preload = true, .deadline_s = 600};
     at_run_result r;
