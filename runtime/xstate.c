@@ -3,8 +3,10 @@
  * written), XSAVE otherwise, FXSAVE on CPUs without XSAVE. */
 #include <cpuid.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "at_common.h"
+#include "asroom.h"
 #include "xstate.h"
 
 enum { XS_UNKNOWN, XS_FX, XS_XSAVE, XS_XSAVEC };
@@ -63,6 +65,15 @@ void *at_xs_malloc(size_t n)
     at_xstate x;
     at_xstate_save(&x);
     void *p = malloc(n);
+    at_xstate_restore(&x);
+    return p;
+}
+
+void *at_xs_as_map(const char *what, size_t *len)
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    void *p = at_as_map(what, len, 0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     at_xstate_restore(&x);
     return p;
 }

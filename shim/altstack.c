@@ -80,17 +80,21 @@ static bool grow(void)
         return true;
     }
     if (!alt_next) {
-        void *m = mmap(NULL, AT_ALT_MAX_CHUNKS * AT_ALT_PER_CHUNK * sizeof(uint32_t),
-                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED)
+        size_t len = AT_ALT_MAX_CHUNKS * AT_ALT_PER_CHUNK * sizeof(uint32_t);
+        void *m = at_as_map("alternate signal stacks", &len, 0, 0, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (!m)
             goto out;
         alt_next = m;
     }
     if (alt_nchunks >= AT_ALT_MAX_CHUNKS)
         goto out;
-    uint8_t *c = mmap(NULL, (size_t)AT_ALT_PER_CHUNK * AT_ALT_SLOT, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (c == MAP_FAILED)
+    /* under a finite RLIMIT_AS, out of the room the shim reserved at its start (asroom.c): threads
+     * beyond what fits run without one (a stack overflow there ends the trace unflushed) */
+    size_t len = (size_t)AT_ALT_PER_CHUNK * AT_ALT_SLOT;
+    uint8_t *c = at_as_map("alternate signal stacks", &len, 0, 0, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (!c)
         goto out;
     for (uint32_t k = 0; k < AT_ALT_PER_CHUNK; k++)
         mprotect(c + (size_t)k * AT_ALT_SLOT, AT_ALT_GUARD, PROT_NONE);
