@@ -7,6 +7,7 @@
 
 #include "at_common.h"
 #include "asroom.h"
+#include "smalloc.h"
 #include "xstate.h"
 
 enum { XS_UNKNOWN, XS_FX, XS_XSAVE, XS_XSAVEC };
@@ -64,7 +65,7 @@ void *at_xs_malloc(size_t n)
 {
     at_xstate x;
     at_xstate_save(&x);
-    void *p = malloc(n);
+    void *p = at_sm_alloc(n); /* not the program's malloc: smalloc.c */
     at_xstate_restore(&x);
     return p;
 }
@@ -82,7 +83,7 @@ void at_xs_free(void *p)
 {
     at_xstate x;
     at_xstate_save(&x);
-    free(p);
+    at_sm_free(p);
     at_xstate_restore(&x);
 }
 

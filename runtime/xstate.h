@@ -30,8 +30,9 @@ typedef struct at_xstate {
 void at_xstate_save(at_xstate *x);
 void at_xstate_restore(const at_xstate *x);
 
-/* malloc, free, pthread_once (whose routine registers event types, atfork handlers: allocations)
- * and pthread_setspecific (which allocates for keys past the first 32) with the extended state kept */
+/* the shim's small objects (smalloc.c, not the program's malloc: at most 1008 bytes), pthread_once
+ * (whose routine registers event types, atfork handlers: allocations) and pthread_setspecific
+ * (which allocates for keys past the first 32) with the extended state kept */
 void *at_xs_malloc(size_t n);
 void at_xs_free(void *p);
 /* *len bytes, read-write, through asroom.c (the process's RLIMIT_AS), or NULL */

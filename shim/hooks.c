@@ -362,7 +362,7 @@ typedef struct cb_ctx {
 static void *cb_run(void *p)
 {
     cb_ctx x = *(cb_ctx *)p;
-    free(p);
+    at_xs_free(p);
     at_activity *prev = at_flow_enter(x.cap);
     void *r = x.fn(x.arg);
     at_flow_leave(prev);
