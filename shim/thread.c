@@ -59,9 +59,10 @@ static start_block *block_get(void)
     pthread_mutex_unlock(&spare_lock);
     if (!b) {
         AT_INTERNAL_BEGIN(); /* a hooked mmap sees the program's alone */
-        void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        size_t len = 4096; /* under RLIMIT_AS, out of the shim's reserved room (asroom.c) */
+        b = at_as_map("thread start blocks", &len, 0, 0, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         AT_INTERNAL_END();
-        b = m == MAP_FAILED ? NULL : m;
     }
     errno = e;
     return b;
