@@ -9,7 +9,8 @@
  *     signal stacks, symbol files, per-thread tables): later mappings are placed inside it
  *     (MAP_FIXED), so the VmSize the program sees from main on already holds all the shim will take,
  *     and the shim never maps beside the program's allocations. What does not fit is skipped;
- *   - the limit is read at every mapping: raised to infinity later, the shim maps freely; set later
+ *   - the limit is read at every mapping: raised later, the shim maps beyond the range once it is
+ *     full (at most half of the room left; freely with no limit); set later
  *     by the program (setrlimit, shim/rlimit.c), the range is reserved right then, a share of the
  *     new limit and at most half of the room left.
  * What was reduced is said on one `acttrace:` line: the start's all together, or else the first
@@ -42,6 +43,7 @@ static char as_note[384];    /* the start's reductions, for its one line */
 static size_t as_note_len;
 static uintptr_t as_lo;      /* the range for later mappings: [as_lo, as_lo + as_len) */
 static size_t as_len;
+static size_t as_lim;        /* the limit when the range was reserved */
 static struct { size_t off, len; } as_free[AT_AS_FREE_MAX]; /* by offset, none adjacent */
 static int as_nfree;
 static atomic_flag as_lock = ATOMIC_FLAG_INIT;
@@ -236,6 +238,8 @@ void *at_as_map(const char *what, size_t *len, size_t min, unsigned share, int p
         if (take < min)
             take = want;
         size_t need = (take + 4095) & ~(size_t)4095, o = range_take(need);
+        if (o == SIZE_MAX && lim > as_lim)
+            goto raised; /* the range is full, but the program raised its limit since */
         unlock();
         if (o != SIZE_MAX) {
             p = mmap((void *)(as_lo + o), take, prot, flags | MAP_FIXED, fd, off);
@@ -249,11 +253,13 @@ void *at_as_map(const char *what, size_t *len, size_t min, unsigned share, int p
                 got = take;
             }
         }
-        if (!lock_try()) {
+        if (!lock_try()) { /* (only for the note) */
+            *len = got;
             errno = p ? e : ENOMEM;
             return p;
         }
     } else {
+    raised:
         got = grant(lim, want, min, share);
         if (got) {
             p = map_plain(got, prot, flags, fd, off);
@@ -321,6 +327,7 @@ static void reserve_range(size_t lim)
     as_free[0].len = got;
     as_nfree = 1;
     as_lo = (uintptr_t)p;
+    as_lim = lim;
     __atomic_store_n(&as_len, got, __ATOMIC_RELEASE);
     unlock();
     static bool atfork_set;

@@ -303,8 +303,11 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     uint32_t n = (uint32_t)(cap / AT_CHUNK_SIZE);
     unsigned a, b, c, d;
     at_rt_hot.prefetchw = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
-    if (at_pool_g.map && at_pool_g.nchunks == n) {
-        pool_reset(); /* a new session with the same cap reuses the mapping */
+    /* a new session with the same cap reuses the mapping (shrunk to a limit or not: a new one
+     * would come after main, beside the program's allocations) */
+    static uint32_t asked;
+    if (at_pool_g.map && asked == n) {
+        pool_reset();
         return 0;
     }
     size_t ring_bytes = (sizeof(at_ring) * AT_MAX_THREADS + sizeof(uint32_t) * n + 4095)
@@ -318,6 +321,7 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
         snprintf(err, errlen, "cannot map %zu bytes of buffers: %s", want, strerror(errno));
         return -1;
     }
+    asked = n;
     n = (uint32_t)((len - ring_bytes) / AT_CHUNK_SIZE);
     /* an older mapping of another size stays mapped: a thread may still be writing into it */
     at_pool_g.rings = m;
