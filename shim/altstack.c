@@ -8,7 +8,9 @@
  * Stacks come from a pool that is never unmapped: a thread takes a slot when it starts and gives it
  * back when it ends (after disabling it), so a thread costs two sigaltstack system calls (one at
  * its start, one at its end) and no mmap. Slots are mapped AT_ALT_PER_CHUNK at a time with MAP_NORESERVE: a page of a slot costs memory
- * only once a signal ran on it. Each slot has a PROT_NONE guard page below it. */
+ * only once a signal ran on it. Each slot has a PROT_NONE guard page below it; a chunk's first page
+ * holds its slots' free-list links (no table sized for every possible slot: under RLIMIT_AS the
+ * first chunk is all a small limit may have room for). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,9 +29,10 @@
 #define AT_ALT_PER_CHUNK 16u
 #define AT_ALT_MAX_CHUNKS 4096u
 
+#define AT_ALT_CHUNK (AT_ALT_GUARD + (size_t)AT_ALT_PER_CHUNK * AT_ALT_SLOT) /* links page first */
+
 static uint8_t *alt_chunks[AT_ALT_MAX_CHUNKS];
 static uint32_t alt_nchunks;
-static uint32_t *alt_next;            /* free-list links by slot index (one page per 1024 slots) */
 static _Atomic uint64_t alt_free;     /* head: slot index + 1 (0: empty) | ABA counter << 32 */
 static pthread_mutex_t alt_grow_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -43,14 +46,21 @@ static long raw_sigaltstack(const stack_t *ss, stack_t *old)
 
 static inline uint8_t *slot_base(uint32_t i)
 {
-    return alt_chunks[i / AT_ALT_PER_CHUNK] + (size_t)(i % AT_ALT_PER_CHUNK) * AT_ALT_SLOT;
+    return alt_chunks[i / AT_ALT_PER_CHUNK] + AT_ALT_GUARD +
+           (size_t)(i % AT_ALT_PER_CHUNK) * AT_ALT_SLOT;
+}
+
+/* The free-list link of slot i: in its chunk's first page. */
+static inline uint32_t *slot_next(uint32_t i)
+{
+    return (uint32_t *)alt_chunks[i / AT_ALT_PER_CHUNK] + i % AT_ALT_PER_CHUNK;
 }
 
 static void slot_push(uint32_t i)
 {
     uint64_t h = atomic_load_explicit(&alt_free, memory_order_acquire), n;
     do {
-        alt_next[i] = (uint32_t)h;
+        *slot_next(i) = (uint32_t)h;
         n = ((h >> 32) + 1) << 32 | (i + 1);
     } while (!atomic_compare_exchange_weak_explicit(&alt_free, &h, n, memory_order_acq_rel,
                                                     memory_order_acquire));
@@ -63,7 +73,7 @@ static bool slot_pop(uint32_t *out)
         uint32_t top = (uint32_t)h;
         if (!top)
             return false;
-        n = ((h >> 32) + 1) << 32 | alt_next[top - 1];
+        n = ((h >> 32) + 1) << 32 | *slot_next(top - 1);
     } while (!atomic_compare_exchange_weak_explicit(&alt_free, &h, n, memory_order_acq_rel,
                                                     memory_order_acquire));
     *out = (uint32_t)h - 1;
@@ -79,25 +89,17 @@ static bool grow(void)
         pthread_mutex_unlock(&alt_grow_lock);
         return true;
     }
-    if (!alt_next) {
-        size_t len = AT_ALT_MAX_CHUNKS * AT_ALT_PER_CHUNK * sizeof(uint32_t);
-        void *m = at_as_map("alternate signal stacks", &len, 0, 0, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (!m)
-            goto out;
-        alt_next = m;
-    }
     if (alt_nchunks >= AT_ALT_MAX_CHUNKS)
         goto out;
     /* under a finite RLIMIT_AS, out of the room the shim reserved at its start (asroom.c): threads
      * beyond what fits run without one (a stack overflow there ends the trace unflushed) */
-    size_t len = (size_t)AT_ALT_PER_CHUNK * AT_ALT_SLOT;
+    size_t len = AT_ALT_CHUNK;
     uint8_t *c = at_as_map("alternate signal stacks", &len, 0, 0, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (!c)
         goto out;
     for (uint32_t k = 0; k < AT_ALT_PER_CHUNK; k++)
-        mprotect(c + (size_t)k * AT_ALT_SLOT, AT_ALT_GUARD, PROT_NONE);
+        mprotect(c + AT_ALT_GUARD + (size_t)k * AT_ALT_SLOT, AT_ALT_GUARD, PROT_NONE);
     uint32_t first = alt_nchunks * AT_ALT_PER_CHUNK;
     alt_chunks[alt_nchunks] = c;
     __atomic_store_n(&alt_nchunks, alt_nchunks + 1, __ATOMIC_RELEASE);
