@@ -97,11 +97,19 @@ static void *map_anon(const char *what, size_t n)
 int at_symrun_init(void)
 {
     if (!S.init) {
-        S.mods = map_anon("symbol modules", MOD_MAX * sizeof(sr_mod));
-        S.addrs = map_anon("symbol address set", SET_SLOTS * sizeof(sr_set_slot));
-        S.syms = map_anon("symbol set", SET_SLOTS * sizeof(sr_set_slot));
-        if (!S.mods || !S.addrs || !S.syms)
+        /* all three or none: what a tight RLIMIT_AS left room for goes back to it */
+        S.mods = map_anon("symbol tables", MOD_MAX * sizeof(sr_mod));
+        S.addrs = S.mods ? map_anon("symbol tables", SET_SLOTS * sizeof(sr_set_slot)) : NULL;
+        S.syms = S.addrs ? map_anon("symbol tables", SET_SLOTS * sizeof(sr_set_slot)) : NULL;
+        if (!S.syms) {
+            if (S.addrs)
+                at_as_unmap(S.addrs, SET_SLOTS * sizeof(sr_set_slot));
+            if (S.mods)
+                at_as_unmap(S.mods, MOD_MAX * sizeof(sr_mod));
+            S.mods = NULL;
+            S.addrs = NULL;
             return -1;
+        }
         S.init = true;
     }
     S.t_map = at_event_type_register(&desc_map);
