@@ -5,10 +5,11 @@
  *   - while the shim starts (before the program's main), a mapping gets at most a share of the limit,
  *     the shim at most AT_AS_TOTAL_SHARE of it in all, and never more than half of the room left
  *     (the limit less the process's VmSize, /proc/self/statm): it shrinks to fit, or is skipped;
- *   - the start ends by reserving one range (PROT_NONE) for what the shim maps later (alternate
+ *   - the start begins by reserving one range (PROT_NONE) for what the shim maps later (alternate
  *     signal stacks, symbol files, per-thread tables): later mappings are placed inside it
  *     (MAP_FIXED), so the VmSize the program sees from main on already holds all the shim will take,
- *     and the shim never maps beside the program's allocations. What does not fit is skipped;
+ *     and the shim never maps beside the program's allocations. What does not fit is skipped (with
+ *     no range at all, everything later is);
  *   - the limit is read at every mapping: raised later, the shim maps beyond the range once it is
  *     full (at most half of the room left; freely with no limit); set later
  *     by the program (setrlimit, shim/rlimit.c), the range is reserved right then, a share of the
@@ -43,7 +44,8 @@ static char as_note[384];    /* the start's reductions, for its one line */
 static size_t as_note_len;
 static uintptr_t as_lo;      /* the range for later mappings: [as_lo, as_lo + as_len) */
 static size_t as_len;
-static size_t as_lim;        /* the limit when the range was reserved */
+static size_t as_lim;        /* the limit the range was sized for (or the start's, with none) */
+static bool as_reserving;    /* reserve_range is mapping the range */
 static struct { size_t off, len; } as_free[AT_AS_FREE_MAX]; /* by offset, none adjacent */
 static int as_nfree;
 static atomic_flag as_lock = ATOMIC_FLAG_INIT;
@@ -258,6 +260,8 @@ void *at_as_map(const char *what, size_t *len, size_t min, unsigned share, int p
             errno = p ? e : ENOMEM;
             return p;
         }
+    } else if (as_started && !as_reserving && lim <= as_lim) {
+        /* no range and the limit not raised: nothing beside the program's allocations */
     } else {
     raised:
         got = grant(lim, want, min, share);
@@ -319,8 +323,10 @@ static void reserve_range(size_t lim)
     if (want < AT_AS_LATER_MIN)
         want = AT_AS_LATER_MIN;
     size_t got = want;
+    as_reserving = true;
     void *p = at_as_map("room for later mappings", &got, AT_AS_LATER_MIN, AT_AS_LATER_SHARE,
                         PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    as_reserving = false;
     if (!p || !lock_try())
         return;
     as_free[0].off = 0;
@@ -337,13 +343,26 @@ static void reserve_range(size_t lim)
     }
 }
 
+static size_t as_begin_lim; /* the limit at the start's beginning */
+
+void at_as_start_begin(void)
+{
+    int e = errno;
+    as_begin_lim = soft_limit();
+    reserve_range(as_begin_lim);
+    errno = e;
+}
+
 void at_as_start_done(void)
 {
     if (as_started)
         return;
     int e = errno;
     size_t lim = soft_limit();
-    reserve_range(lim);
+    if (lim != as_begin_lim)
+        reserve_range(lim); /* the limit was set during the start */
+    if (!as_len)
+        as_lim = lim;
     if (lim != SIZE_MAX && as_note_len) {
         as_said = true;
         char line[512];

@@ -14,8 +14,11 @@ void *at_as_map(const char *what, size_t *len, size_t min, unsigned share, int p
                 int fd, off_t off);
 /* Give back a mapping at_as_map made (the exact address and the length it returned). */
 void at_as_unmap(void *p, size_t len);
-/* The shim's start is over: under a finite limit, reserve the range later mappings come from, and
- * say in one line what the start reduced. */
+/* The shim's start begins: under a finite limit, reserve the range later mappings come from (first,
+ * before the start's own reservations take their shares). */
+void at_as_start_begin(void);
+/* The shim's start is over: from now on mappings come from that range; say in one line what the
+ * start reduced. */
 void at_as_start_done(void);
 /* The program changed its RLIMIT_AS (shim/rlimit.c): a limit set where there was none reserves the
  * range for later mappings now, before the program's next step plans with its VmSize. */

@@ -129,6 +129,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     }
     /* Hooks go in before the trace's flusher thread exists: entry patching rewrites code while
      * nothing else can be running it (the wrappers stay inert until at_hot.shim_on) */
+    at_as_start_begin(); /* the room for what the shim maps after main, before the rest takes its share */
     at_saferanges_init();
     if (have_hc && at_hooks_install(&hc, err, sizeof err) != 0)
         fprintf(stderr, "acttrace: hooks disabled: %s\n", err);
