@@ -278,6 +278,10 @@ static at_thread_start *start_new(void *(*fn)(void *), void *arg)
         }
     }
     if (!s) { /* every context of the block in flight (or no block): one of its own */
+        /* not under RLIMIT_AS: its free on the new thread makes glibc give that thread an arena
+         * (64 MiB of address space) the program's thread never had */
+        if (at_as_limited())
+            return NULL;
         int e = errno;
         AT_INTERNAL_BEGIN();
         s = aligned_alloc(64, sizeof *s);
