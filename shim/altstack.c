@@ -5,9 +5,15 @@
  * program that sets its own gets its own (our handler then runs on it), and one that disables its
  * own gets ours back.
  *
- * Stacks come from a pool that is never unmapped: a thread takes a slot when it starts and gives it
- * back when it ends (after disabling it), so a thread costs two sigaltstack system calls (one at
- * its start, one at its end) and no mmap. Slots are mapped AT_ALT_PER_CHUNK at a time with MAP_NORESERVE: a page of a slot costs memory
+ * Stacks come from a pool that is never unmapped: a thread takes a slot when it starts. The kernel
+ * clears the alternate stack of every new thread, so each start costs one sigaltstack system call;
+ * an end costs none: the slot stays registered to the ending thread and is parked under its thread
+ * descriptor (pthread_self). glibc gives a descriptor (it sits on the thread's cached stack) to a new
+ * thread only once the kernel has reported the old one gone, so a new thread that finds a slot
+ * parked under its own descriptor takes it: no signal can run on it any more. A slot whose
+ * descriptor does not come back (its stack left glibc's cache) goes back to the pool when the pool
+ * runs dry and tgkill says its thread is gone; a thread whose park entry is taken disables its stack
+ * and gives the slot back (the second system call). Slots are mapped AT_ALT_PER_CHUNK at a time with MAP_NORESERVE: a page of a slot costs memory
  * only once a signal ran on it. Each slot has a PROT_NONE guard page below it; a chunk's first page
  * holds its slots' free-list links (no table sized for every possible slot: under RLIMIT_AS the
  * first chunk is all a small limit may have room for). */
@@ -35,6 +41,16 @@ static uint8_t *alt_chunks[AT_ALT_MAX_CHUNKS];
 static uint32_t alt_nchunks;
 static _Atomic uint64_t alt_free;     /* head: slot index + 1 (0: empty) | ABA counter << 32 */
 static pthread_mutex_t alt_grow_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Parked slots by the ending thread's descriptor: key 0 empty, 1 being written or taken, else the
+ * descriptor (the entry is complete). */
+#define AT_ALT_PARK 256u
+typedef struct park_ent {
+    _Atomic uintptr_t key;
+    uint32_t slot;
+    pid_t tid;
+} park_ent;
+static park_ent alt_park[AT_ALT_PARK];
 
 static AT_TLS uint32_t alt_slot;      /* this thread's slot + 1, or 0 */
 static AT_TLS bool alt_ours;          /* ours is the thread's alternate stack now */
@@ -80,12 +96,66 @@ static bool slot_pop(uint32_t *out)
     return true;
 }
 
-/* One more chunk of slots onto the free list (rare: AT_ALT_PER_CHUNK threads alive at once more). */
+static inline park_ent *park_of(uintptr_t self)
+{
+    return &alt_park[(self * 0x9e3779b97f4a7c15ull) >> 56 & (AT_ALT_PARK - 1)];
+}
+
+/* The slot parked under this thread's descriptor, if any: its previous owner is gone. */
+static bool park_take(uint32_t *out)
+{
+    uintptr_t self = (uintptr_t)pthread_self(), k = self;
+    park_ent *p = park_of(self);
+    if (atomic_load_explicit(&p->key, memory_order_acquire) != self ||
+        !atomic_compare_exchange_strong(&p->key, &k, 1))
+        return false;
+    *out = p->slot;
+    atomic_store_explicit(&p->key, 0, memory_order_release);
+    return true;
+}
+
+/* Park slot i, still registered to this ending thread; false when the entry is taken. */
+static bool park_put(uint32_t i)
+{
+    uintptr_t self = (uintptr_t)pthread_self(), z = 0;
+    park_ent *p = park_of(self);
+    if (!atomic_compare_exchange_strong(&p->key, &z, 1))
+        return false;
+    p->slot = i;
+    p->tid = at_tid();
+    atomic_store_explicit(&p->key, self, memory_order_release);
+    return true;
+}
+
+/* Under alt_grow_lock, the pool empty: parked slots of threads that are gone back to it. tgkill's
+ * ESRCH: no thread of the process has that id, so none can run a handler on the slot (an id reused
+ * by a new thread only keeps the slot parked). */
+static bool park_reclaim(void)
+{
+    bool any = false;
+    pid_t pid = getpid();
+    for (uint32_t j = 0; j < AT_ALT_PARK; j++) {
+        park_ent *p = &alt_park[j];
+        uintptr_t k = atomic_load_explicit(&p->key, memory_order_acquire);
+        if (k <= 1 || syscall(SYS_tgkill, pid, p->tid, 0) == 0 || errno != ESRCH)
+            continue;
+        uint32_t i = p->slot;
+        if (!atomic_compare_exchange_strong(&p->key, &k, 1))
+            continue;
+        atomic_store_explicit(&p->key, 0, memory_order_release);
+        slot_push(i);
+        any = true;
+    }
+    return any;
+}
+
+/* One more chunk of slots onto the free list (rare: AT_ALT_PER_CHUNK threads alive at once more),
+ * after the parked slots of gone threads. */
 static bool grow(void)
 {
     bool ok = false;
     pthread_mutex_lock(&alt_grow_lock);
-    if ((uint32_t)atomic_load(&alt_free)) { /* another thread grew it meanwhile */
+    if ((uint32_t)atomic_load(&alt_free) || park_reclaim()) { /* another thread grew it meanwhile */
         pthread_mutex_unlock(&alt_grow_lock);
         return true;
     }
@@ -123,7 +193,7 @@ static void thread_start(bool first)
     if (first && (raw_sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE)))
         goto out;
     uint32_t i;
-    if (!slot_pop(&i) && !(grow() && slot_pop(&i)))
+    if (!(!first && park_take(&i)) && !slot_pop(&i) && !(grow() && slot_pop(&i)))
         goto out;
     stack_t ss = {.ss_sp = slot_base(i) + AT_ALT_GUARD, .ss_size = AT_ALT_SIZE, .ss_flags = 0};
     if (raw_sigaltstack(&ss, NULL) != 0) {
@@ -147,6 +217,11 @@ void at_altstack_thread_end(void)
     if (!alt_slot)
         return;
     int e = errno;
+    if (alt_ours && park_put(alt_slot - 1)) { /* it stays this thread's until the thread is gone */
+        alt_slot = 0;
+        errno = e;
+        return;
+    }
     if (alt_ours) {
         stack_t off = {.ss_flags = SS_DISABLE};
         /* refused only while running on it (a handler ending the thread): then it stays taken */
