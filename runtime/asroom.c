@@ -11,9 +11,9 @@
  *     and the shim never maps beside the program's allocations. What does not fit is skipped (with
  *     no range at all, everything later is);
  *   - the limit is read at every mapping: raised later, the shim maps beyond the range once it is
- *     full (at most half of the room left; freely with no limit); set later
- *     by the program (setrlimit, shim/rlimit.c), the range is reserved right then, a share of the
- *     new limit and at most half of the room left.
+ *     full (at most half of the room left; freely with no limit); set later by the program
+ *     (setrlimit, shim/rlimit.c), the range is reserved right then, a share of the new limit and
+ *     at most half of the room left.
  * What was reduced is said on one `acttrace:` line: the start's all together, or else the first
  * later one. Not on a hot path: a mapping here costs a few system calls. */
 #include <errno.h>
