@@ -274,7 +274,7 @@ static void thread_exit(void *unused)
     while (at_free_list) {
         at_activity *a = at_free_list;
         at_free_list = a->creator;
-        free(a);
+        at_xs_free(a);
     }
     AT_INTERNAL_END();
     at_free_count = 0;

@@ -82,23 +82,34 @@ static struct {
     uint32_t part_flusher_seq; /* flusher_seq when the part began */
     uint32_t sym_gen;       /* the symbol rundown's generation: new per file and per failed part */
     uint8_t sp_buf[12 + 12 * AT_MAX_THREADS];
+    size_t ob_cap;          /* OBUF_SIZE, or less under a tight RLIMIT_AS */
+    uint32_t stk_slots;     /* STK_SLOTS (a power of two), or less: fewer stacks per SP interval */
+    uint32_t arena_cap;     /* STK_ARENA, or less */
 } W;
 
-static void *map(size_t n)
+static void *map(const char *what, size_t *n, size_t min, unsigned share)
 {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return at_as_map(what, n, min, share, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 }
 
 void at_ntw_init(void)
 {
     if (!W.init) {
-        W.ob = map(OBUF_SIZE);
-        W.eb.buf = map(BLOCK_MAX);
-        W.mb.buf = map(BLOCK_MAX);
-        W.sb = map(BLOCK_MAX);
-        W.stk = map(STK_SLOTS * sizeof(stk_slot));
-        W.arena = map(STK_ARENA * sizeof(uint64_t));
+        /* under a tight RLIMIT_AS the output buffer and the stack table shrink (asroom.c): more
+         * writes, and stacks interned again sooner; the blocks are the format's own size */
+        size_t ob = OBUF_SIZE, blk = BLOCK_MAX, b2 = BLOCK_MAX, b3 = BLOCK_MAX;
+        size_t stk = STK_SLOTS * sizeof(stk_slot), ar = STK_ARENA * sizeof(uint64_t);
+        W.ob = map("output buffer", &ob, 64u << 10, 64);
+        W.eb.buf = map("event block", &blk, 0, 0);
+        W.mb.buf = map("metadata block", &b2, 0, 0);
+        W.sb = map("stack block", &b3, 0, 0);
+        W.stk = map("stack table", &stk, 1024 * sizeof(stk_slot), 64);
+        W.arena = map("stack frames", &ar, 64u << 10, 32);
+        W.ob_cap = ob;
+        W.stk_slots = 1024;
+        while ((size_t)W.stk_slots * 2 * sizeof(stk_slot) <= stk && W.stk_slots < STK_SLOTS)
+            W.stk_slots *= 2;
+        W.arena_cap = (uint32_t)(ar / sizeof(uint64_t));
         W.init = W.ob && W.eb.buf && W.mb.buf && W.sb && W.stk && W.arena;
     }
     long np = sysconf(_SC_NPROCESSORS_ONLN);
@@ -109,7 +120,9 @@ void at_ntw_init(void)
     size_t cap = strlen(cl) * 2 + 64;
     if (W.pi_payload)
         munmap(W.pi_payload, W.pi_cap);
-    W.pi_payload = map(cap);
+    W.pi_payload = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (W.pi_payload == MAP_FAILED)
+        W.pi_payload = NULL;
     W.pi_cap = cap;
     if (W.pi_payload) {
         at_payload pl;
@@ -154,13 +167,13 @@ static int ob_put(const void *v, size_t n)
     const uint8_t *p = v;
     int rc = 0;
     while (n) {
-        size_t room = OBUF_SIZE - W.ob_len;
+        size_t room = W.ob_cap - W.ob_len;
         size_t k = n < room ? n : room;
         memcpy(W.ob + W.ob_len, p, k);
         W.ob_len += k;
         p += k;
         n -= k;
-        if (W.ob_len == OBUF_SIZE && ob_drain() < 0)
+        if (W.ob_len == W.ob_cap && ob_drain() < 0)
             rc = -1;
     }
     return rc;
@@ -329,7 +342,7 @@ static void stacks_reset(void)
     /* slots are only ever written as stk_used grows: with none used the table is clean (fresh
      * mappings are zero), and clearing 384 KiB of it would fault in 96 pages at every process start */
     if (W.stk_used)
-        memset(W.stk, 0, STK_SLOTS * sizeof(stk_slot));
+        memset(W.stk, 0, W.stk_slots * sizeof(stk_slot));
     W.stk_used = 0;
     W.arena_len = 0;
     W.next_stack_id = 1;
@@ -394,15 +407,15 @@ static uint32_t stack_intern(const uintptr_t *ips, uint32_t n)
         return 0;
     uint64_t h = hash_ips(ips, n);
     for (;;) {
-        uint32_t i = (uint32_t)h & (STK_SLOTS - 1);
-        for (;; i = (i + 1) & (STK_SLOTS - 1)) {
+        uint32_t i = (uint32_t)h & (W.stk_slots - 1);
+        for (;; i = (i + 1) & (W.stk_slots - 1)) {
             stk_slot *s = &W.stk[i];
             if (s->hash == 0)
                 break;
             if (s->hash == h && s->nips == n && memcmp(W.arena + s->off, ips, (size_t)n * 8) == 0)
                 return s->id;
         }
-        if (W.stk_used < STK_SLOTS / 2 && W.arena_len + n <= STK_ARENA) {
+        if (W.stk_used < W.stk_slots / 2 && W.arena_len + n <= W.arena_cap) {
             if (W.sb_len + 4 + (size_t)n * 8 > BLOCK_MAX)
                 emit_pending();
             stk_slot *s = &W.stk[i];

@@ -10,6 +10,7 @@
 #include <sys/ucontext.h>
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#include "asroom.h"
 #include "stack.h"
 #include "unwmem.h"
 #include "xstate.h"
@@ -397,12 +398,15 @@ int at_stack_init(enum at_stack_mode mode, char *err, size_t errlen)
         rc = -1;
     }
     if (use == AT_STACK_SHARED && !rules) {
-        void *p = mmap(NULL, RULE_SLOTS * sizeof(rule_slot), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) {
-            snprintf(err, errlen, "no memory for the unwind rule table: libunwind's unw_backtrace is used");
+        size_t len = RULE_SLOTS * sizeof(rule_slot);
+        void *p = at_as_map("unwind rule table", &len, 0, 0, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (!p) {
             use = AT_STACK_LIBUNWIND;
-            rc = -1;
+            if (!at_as_limited()) { /* under a limit, asroom.c's line said so */
+                snprintf(err, errlen, "no memory for the unwind rule table: libunwind's unw_backtrace is used");
+                rc = -1;
+            }
         } else {
             rules = p;
         }

@@ -86,20 +86,30 @@ static const at_event_desc desc_meta = {.provider = NT_UNIVERSAL_SYSTEM,
                                         .event_id = NT_US_PROCESS_MAPPING_METADATA,
                                         .name = "ProcessMappingMetadata"};
 
-static void *map_anon(size_t n)
+/* Every mapping here goes through asroom.c: under a finite RLIMIT_AS it comes out of the room the
+ * shim reserved, never beside the program's allocations (a module that does not fit is left
+ * unsymbolised). */
+static void *map_anon(const char *what, size_t n)
 {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    return at_as_map(what, &n, 0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 }
 
 int at_symrun_init(void)
 {
     if (!S.init) {
-        S.mods = map_anon(MOD_MAX * sizeof(sr_mod));
-        S.addrs = map_anon(SET_SLOTS * sizeof(sr_set_slot));
-        S.syms = map_anon(SET_SLOTS * sizeof(sr_set_slot));
-        if (!S.mods || !S.addrs || !S.syms)
+        /* all three or none: what a tight RLIMIT_AS left room for goes back to it */
+        S.mods = map_anon("symbol tables", MOD_MAX * sizeof(sr_mod));
+        S.addrs = S.mods ? map_anon("symbol tables", SET_SLOTS * sizeof(sr_set_slot)) : NULL;
+        S.syms = S.addrs ? map_anon("symbol tables", SET_SLOTS * sizeof(sr_set_slot)) : NULL;
+        if (!S.syms) {
+            if (S.addrs)
+                at_as_unmap(S.addrs, SET_SLOTS * sizeof(sr_set_slot));
+            if (S.mods)
+                at_as_unmap(S.mods, MOD_MAX * sizeof(sr_mod));
+            S.mods = NULL;
+            S.addrs = NULL;
             return -1;
+        }
         S.init = true;
     }
     S.t_map = at_event_type_register(&desc_map);
@@ -144,13 +154,13 @@ static uint64_t parse_hex(const char **p)
 static void unload(sr_mod *m)
 {
     if (m->file.ix)
-        munmap(m->file.ix, m->file.ix_bytes);
+        at_as_unmap(m->file.ix, m->file.ix_bytes);
     if (m->debug.ix)
-        munmap(m->debug.ix, m->debug.ix_bytes);
+        at_as_unmap(m->debug.ix, m->debug.ix_bytes);
     if (m->file.img)
-        munmap((void *)m->file.img, m->file.len);
+        at_as_unmap((void *)m->file.img, m->file.len);
     if (m->debug.img)
-        munmap((void *)m->debug.img, m->debug.len);
+        at_as_unmap((void *)m->debug.img, m->debug.len);
     memset(&m->file, 0, sizeof m->file);
     memset(&m->debug, 0, sizeof m->debug);
     m->symtab = NULL;
@@ -267,17 +277,20 @@ static bool elf_map(sr_elf *e, const char *path)
     if (fd < 0)
         return false;
     struct stat st;
-    void *p = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)sizeof(Elf64_Ehdr))
-        p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = NULL;
+    size_t len = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)sizeof(Elf64_Ehdr)) {
+        len = (size_t)st.st_size;
+        p = at_as_map("symbol file", &len, 0, 0, PROT_READ, MAP_PRIVATE, fd, 0);
+    }
     close(fd);
-    if (p == MAP_FAILED)
+    if (!p)
         return false;
     e->img = p;
     e->len = (size_t)st.st_size;
     const Elf64_Ehdr *h = p;
     if (memcmp(h->e_ident, ELFMAG, SELFMAG) != 0 || h->e_ident[EI_CLASS] != ELFCLASS64) {
-        munmap(p, e->len);
+        at_as_unmap(p, e->len);
         memset(e, 0, sizeof *e);
         return false;
     }
@@ -396,7 +409,7 @@ static bool debuglink_load(sr_mod *m)
             m->symtab = &m->debug;
             return true;
         }
-        munmap((void *)m->debug.img, m->debug.len);
+        at_as_unmap((void *)m->debug.img, m->debug.len);
         memset(&m->debug, 0, sizeof m->debug);
     }
     return false;
@@ -430,7 +443,7 @@ static void mod_load(sr_mod *m)
                 m->symtab = &m->debug;
                 return;
             }
-            munmap((void *)m->debug.img, m->debug.len);
+            at_as_unmap((void *)m->debug.img, m->debug.len);
             memset(&m->debug, 0, sizeof m->debug);
         }
     }
@@ -482,7 +495,7 @@ static void ix_build(sr_elf *e)
     if (n == 0)
         return;
     size_t bytes = (size_t)n * sizeof(sr_ix);
-    sr_ix *a = map_anon(bytes);
+    sr_ix *a = map_anon("symbol index", bytes);
     if (!a)
         return;
     uint32_t k = 0;

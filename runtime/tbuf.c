@@ -295,11 +295,6 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
 {
     if (cap == 0)
         cap = AT_DEFAULT_CAP;
-    /* an eighth of a finite address-space limit at most: the rest is the program's (events beyond
-     * what fits are dropped and counted) */
-    size_t as = at_as_cap(cap, 8);
-    if (as < cap)
-        cap = as > 2 * AT_CHUNK_SIZE ? as : 2 * AT_CHUNK_SIZE;
     if (cap < 2 * AT_CHUNK_SIZE) {
         snprintf(err, errlen, "buffer cap %zu is below the minimum of %u bytes", cap,
                  2 * AT_CHUNK_SIZE);
@@ -308,19 +303,26 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     uint32_t n = (uint32_t)(cap / AT_CHUNK_SIZE);
     unsigned a, b, c, d;
     at_rt_hot.prefetchw = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
-    if (at_pool_g.map && at_pool_g.nchunks == n) {
-        pool_reset(); /* a new session with the same cap reuses the mapping */
+    /* a new session with the same cap reuses the mapping (shrunk to a limit or not: a new one
+     * would come after main, beside the program's allocations) */
+    static uint32_t asked;
+    if (at_pool_g.map && asked == n) {
+        pool_reset();
         return 0;
     }
     size_t ring_bytes = (sizeof(at_ring) * AT_MAX_THREADS + sizeof(uint32_t) * n + 4095)
                         & ~(size_t)4095;
-    size_t len = ring_bytes + (size_t)n * AT_CHUNK_SIZE;
-    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (m == MAP_FAILED) {
-        snprintf(err, errlen, "cannot map %zu bytes of buffers: %s", len, strerror(errno));
+    size_t want = ring_bytes + (size_t)n * AT_CHUNK_SIZE, len = want;
+    /* under a finite address-space limit an eighth of it at most (asroom.c): events beyond what
+     * fits are dropped and counted */
+    void *m = at_as_map("buffers", &len, ring_bytes + 2 * (size_t)AT_CHUNK_SIZE, 8,
+                        PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!m) {
+        snprintf(err, errlen, "cannot map %zu bytes of buffers: %s", want, strerror(errno));
         return -1;
     }
+    asked = n;
+    n = (uint32_t)((len - ring_bytes) / AT_CHUNK_SIZE);
     /* an older mapping of another size stays mapped: a thread may still be writing into it */
     at_pool_g.rings = m;
     at_pool_g.nrings = AT_MAX_THREADS;

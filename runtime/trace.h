@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 
 #include "at_common.h"
+#include "asroom.h"
 #include "nt_format.h"
 
 /* One payload field of an event type. type is an NT_TYPE_* code (int32/uint32/int64/uint64/double/
@@ -166,15 +167,11 @@ typedef struct at_trace_options {
 /* Start the session: open the output, write header and ProcessInfo, start the flusher thread.
  * Returns 0, or -1 with a message in errbuf. Only one session per process. */
 int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen);
-/* limits.c: want, or a 1/share of the soft RLIMIT_AS when that is less (the program keeps the rest
- * of its address space); whether a finite RLIMIT_AS is set. */
-size_t at_as_cap(size_t want, unsigned share);
 /* The writer's thread counts against the program's RLIMIT_NPROC (and takes a stack): when a
  * program's thread or process creation failed with EAGAIN, the shim stops it for good (events then
  * wait in the buffers for exit; what does not fit is dropped and counted) and the call is tried
  * again. true when there was a flusher to stop. */
 bool at_trace_flusher_yield(void);
-bool at_as_limited(void);
 /* Make everything written so far (by every thread) durable in the file; returns when done.
  * Not for signal handlers. */
 void at_trace_flush(void);

@@ -3,8 +3,11 @@
  * written), XSAVE otherwise, FXSAVE on CPUs without XSAVE. */
 #include <cpuid.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "at_common.h"
+#include "asroom.h"
+#include "smalloc.h"
 #include "xstate.h"
 
 enum { XS_UNKNOWN, XS_FX, XS_XSAVE, XS_XSAVEC };
@@ -62,7 +65,16 @@ void *at_xs_malloc(size_t n)
 {
     at_xstate x;
     at_xstate_save(&x);
-    void *p = malloc(n);
+    void *p = at_sm_alloc(n); /* not the program's malloc: smalloc.c */
+    at_xstate_restore(&x);
+    return p;
+}
+
+void *at_xs_as_map(const char *what, size_t *len)
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    void *p = at_as_map(what, len, 0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     at_xstate_restore(&x);
     return p;
 }
@@ -71,7 +83,7 @@ void at_xs_free(void *p)
 {
     at_xstate x;
     at_xstate_save(&x);
-    free(p);
+    at_sm_free(p);
     at_xstate_restore(&x);
 }
 

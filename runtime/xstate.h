@@ -30,10 +30,13 @@ typedef struct at_xstate {
 void at_xstate_save(at_xstate *x);
 void at_xstate_restore(const at_xstate *x);
 
-/* malloc, free, pthread_once (whose routine registers event types, atfork handlers: allocations)
- * and pthread_setspecific (which allocates for keys past the first 32) with the extended state kept */
+/* the shim's small objects (smalloc.c, not the program's malloc: at most 1008 bytes), pthread_once
+ * (whose routine registers event types, atfork handlers: allocations) and pthread_setspecific
+ * (which allocates for keys past the first 32) with the extended state kept */
 void *at_xs_malloc(size_t n);
 void at_xs_free(void *p);
+/* *len bytes, read-write, through asroom.c (the process's RLIMIT_AS), or NULL */
+void *at_xs_as_map(const char *what, size_t *len);
 void at_xs_once(pthread_once_t *once, void (*fn)(void));
 int at_xs_setspecific(pthread_key_t key, const void *v);
 /* fn() with the extended state kept: rare work that runs libc code (opening a file, starting a thread) */

@@ -5,10 +5,18 @@
  * program that sets its own gets its own (our handler then runs on it), and one that disables its
  * own gets ours back.
  *
- * Stacks come from a pool that is never unmapped: a thread takes a slot when it starts and gives it
- * back when it ends (after disabling it), so a thread costs two sigaltstack system calls (one at
- * its start, one at its end) and no mmap. Slots are mapped AT_ALT_PER_CHUNK at a time with MAP_NORESERVE: a page of a slot costs memory
- * only once a signal ran on it. Each slot has a PROT_NONE guard page below it. */
+ * Stacks come from a pool that is never unmapped: a thread takes a slot when it starts. The kernel
+ * clears the alternate stack of every new thread, so each start costs one sigaltstack system call;
+ * an end costs none: the slot stays registered to the ending thread and is parked under its thread
+ * descriptor (pthread_self). glibc gives a descriptor (it sits on the thread's cached stack) to a new
+ * thread only once the kernel has reported the old one gone, so a new thread that finds a slot
+ * parked under its own descriptor takes it: no signal can run on it any more. A slot whose
+ * descriptor does not come back (its stack left glibc's cache) goes back to the pool when the pool
+ * runs dry and tgkill says its thread is gone; a thread whose park entry is taken disables its stack
+ * and gives the slot back (the second system call). Slots are mapped AT_ALT_PER_CHUNK at a time with MAP_NORESERVE: a page of a slot costs memory
+ * only once a signal ran on it. Each slot has a PROT_NONE guard page below it; a chunk's first page
+ * holds its slots' free-list links (no table sized for every possible slot: under RLIMIT_AS the
+ * first chunk is all a small limit may have room for). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,11 +35,22 @@
 #define AT_ALT_PER_CHUNK 16u
 #define AT_ALT_MAX_CHUNKS 4096u
 
+#define AT_ALT_CHUNK (AT_ALT_GUARD + (size_t)AT_ALT_PER_CHUNK * AT_ALT_SLOT) /* links page first */
+
 static uint8_t *alt_chunks[AT_ALT_MAX_CHUNKS];
 static uint32_t alt_nchunks;
-static uint32_t *alt_next;            /* free-list links by slot index (one page per 1024 slots) */
 static _Atomic uint64_t alt_free;     /* head: slot index + 1 (0: empty) | ABA counter << 32 */
 static pthread_mutex_t alt_grow_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Parked slots by the ending thread's descriptor: key 0 empty, 1 being written or taken, else the
+ * descriptor (the entry is complete). */
+#define AT_ALT_PARK 256u
+typedef struct park_ent {
+    _Atomic uintptr_t key;
+    uint32_t slot;
+    pid_t tid;
+} park_ent;
+static park_ent alt_park[AT_ALT_PARK];
 
 static AT_TLS uint32_t alt_slot;      /* this thread's slot + 1, or 0 */
 static AT_TLS bool alt_ours;          /* ours is the thread's alternate stack now */
@@ -43,14 +62,21 @@ static long raw_sigaltstack(const stack_t *ss, stack_t *old)
 
 static inline uint8_t *slot_base(uint32_t i)
 {
-    return alt_chunks[i / AT_ALT_PER_CHUNK] + (size_t)(i % AT_ALT_PER_CHUNK) * AT_ALT_SLOT;
+    return alt_chunks[i / AT_ALT_PER_CHUNK] + AT_ALT_GUARD +
+           (size_t)(i % AT_ALT_PER_CHUNK) * AT_ALT_SLOT;
+}
+
+/* The free-list link of slot i: in its chunk's first page. */
+static inline uint32_t *slot_next(uint32_t i)
+{
+    return (uint32_t *)alt_chunks[i / AT_ALT_PER_CHUNK] + i % AT_ALT_PER_CHUNK;
 }
 
 static void slot_push(uint32_t i)
 {
     uint64_t h = atomic_load_explicit(&alt_free, memory_order_acquire), n;
     do {
-        alt_next[i] = (uint32_t)h;
+        *slot_next(i) = (uint32_t)h;
         n = ((h >> 32) + 1) << 32 | (i + 1);
     } while (!atomic_compare_exchange_weak_explicit(&alt_free, &h, n, memory_order_acq_rel,
                                                     memory_order_acquire));
@@ -63,37 +89,87 @@ static bool slot_pop(uint32_t *out)
         uint32_t top = (uint32_t)h;
         if (!top)
             return false;
-        n = ((h >> 32) + 1) << 32 | alt_next[top - 1];
+        n = ((h >> 32) + 1) << 32 | *slot_next(top - 1);
     } while (!atomic_compare_exchange_weak_explicit(&alt_free, &h, n, memory_order_acq_rel,
                                                     memory_order_acquire));
     *out = (uint32_t)h - 1;
     return true;
 }
 
-/* One more chunk of slots onto the free list (rare: AT_ALT_PER_CHUNK threads alive at once more). */
+static inline park_ent *park_of(uintptr_t self)
+{
+    return &alt_park[(self * 0x9e3779b97f4a7c15ull) >> 56 & (AT_ALT_PARK - 1)];
+}
+
+/* The slot parked under this thread's descriptor, if any: its previous owner is gone. */
+static bool park_take(uint32_t *out)
+{
+    uintptr_t self = (uintptr_t)pthread_self(), k = self;
+    park_ent *p = park_of(self);
+    if (atomic_load_explicit(&p->key, memory_order_acquire) != self ||
+        !atomic_compare_exchange_strong(&p->key, &k, 1))
+        return false;
+    *out = p->slot;
+    atomic_store_explicit(&p->key, 0, memory_order_release);
+    return true;
+}
+
+/* Park slot i, still registered to this ending thread; false when the entry is taken. */
+static bool park_put(uint32_t i)
+{
+    uintptr_t self = (uintptr_t)pthread_self(), z = 0;
+    park_ent *p = park_of(self);
+    if (!atomic_compare_exchange_strong(&p->key, &z, 1))
+        return false;
+    p->slot = i;
+    p->tid = at_tid();
+    atomic_store_explicit(&p->key, self, memory_order_release);
+    return true;
+}
+
+/* Under alt_grow_lock, the pool empty: parked slots of threads that are gone back to it. tgkill's
+ * ESRCH: no thread of the process has that id, so none can run a handler on the slot (an id reused
+ * by a new thread only keeps the slot parked). */
+static bool park_reclaim(void)
+{
+    bool any = false;
+    pid_t pid = getpid();
+    for (uint32_t j = 0; j < AT_ALT_PARK; j++) {
+        park_ent *p = &alt_park[j];
+        uintptr_t k = atomic_load_explicit(&p->key, memory_order_acquire);
+        if (k <= 1 || syscall(SYS_tgkill, pid, p->tid, 0) == 0 || errno != ESRCH)
+            continue;
+        uint32_t i = p->slot;
+        if (!atomic_compare_exchange_strong(&p->key, &k, 1))
+            continue;
+        atomic_store_explicit(&p->key, 0, memory_order_release);
+        slot_push(i);
+        any = true;
+    }
+    return any;
+}
+
+/* One more chunk of slots onto the free list (rare: AT_ALT_PER_CHUNK threads alive at once more),
+ * after the parked slots of gone threads. */
 static bool grow(void)
 {
     bool ok = false;
     pthread_mutex_lock(&alt_grow_lock);
-    if ((uint32_t)atomic_load(&alt_free)) { /* another thread grew it meanwhile */
+    if ((uint32_t)atomic_load(&alt_free) || park_reclaim()) { /* another thread grew it meanwhile */
         pthread_mutex_unlock(&alt_grow_lock);
         return true;
     }
-    if (!alt_next) {
-        void *m = mmap(NULL, AT_ALT_MAX_CHUNKS * AT_ALT_PER_CHUNK * sizeof(uint32_t),
-                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED)
-            goto out;
-        alt_next = m;
-    }
     if (alt_nchunks >= AT_ALT_MAX_CHUNKS)
         goto out;
-    uint8_t *c = mmap(NULL, (size_t)AT_ALT_PER_CHUNK * AT_ALT_SLOT, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (c == MAP_FAILED)
+    /* under a finite RLIMIT_AS, out of the room the shim reserved at its start (asroom.c): threads
+     * beyond what fits run without one (a stack overflow there ends the trace unflushed) */
+    size_t len = AT_ALT_CHUNK;
+    uint8_t *c = at_as_map("alternate signal stacks", &len, 0, 0, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (!c)
         goto out;
     for (uint32_t k = 0; k < AT_ALT_PER_CHUNK; k++)
-        mprotect(c + (size_t)k * AT_ALT_SLOT, AT_ALT_GUARD, PROT_NONE);
+        mprotect(c + AT_ALT_GUARD + (size_t)k * AT_ALT_SLOT, AT_ALT_GUARD, PROT_NONE);
     uint32_t first = alt_nchunks * AT_ALT_PER_CHUNK;
     alt_chunks[alt_nchunks] = c;
     __atomic_store_n(&alt_nchunks, alt_nchunks + 1, __ATOMIC_RELEASE);
@@ -117,7 +193,7 @@ static void thread_start(bool first)
     if (first && (raw_sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE)))
         goto out;
     uint32_t i;
-    if (!slot_pop(&i) && !(grow() && slot_pop(&i)))
+    if (!(!first && park_take(&i)) && !slot_pop(&i) && !(grow() && slot_pop(&i)))
         goto out;
     stack_t ss = {.ss_sp = slot_base(i) + AT_ALT_GUARD, .ss_size = AT_ALT_SIZE, .ss_flags = 0};
     if (raw_sigaltstack(&ss, NULL) != 0) {
@@ -141,6 +217,11 @@ void at_altstack_thread_end(void)
     if (!alt_slot)
         return;
     int e = errno;
+    if (alt_ours && park_put(alt_slot - 1)) { /* it stays this thread's until the thread is gone */
+        alt_slot = 0;
+        errno = e;
+        return;
+    }
     if (alt_ours) {
         stack_t off = {.ss_flags = SS_DISABLE};
         /* refused only while running on it (a handler ending the thread): then it stays taken */

@@ -58,13 +58,20 @@ int at_fdflow_init(char *err, size_t n)
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && rl.rlim_max < max)
         max = rl.rlim_max;
     /* Untouched pages cost nothing: only slots of fds actually tagged are ever written. */
-    void *p = mmap(NULL, (size_t)max * sizeof(at_fd_slot), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
+    /* under a tight RLIMIT_AS fewer numbers (asroom.c): higher fds are not followed */
+    size_t len = (size_t)max * sizeof(at_fd_slot);
+    void *p = at_as_map("fd table", &len, (size_t)AT_FD_LOW * sizeof(at_fd_slot), 32,
+                        PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!p) {
+        if (at_as_limited()) { /* asroom.c's line said so */
+            err[0] = 0;
+            return -1;
+        }
         snprintf(err, n, "cannot map the fd table (%llu fds): %s", (unsigned long long)max,
                  strerror(errno));
         return -1;
     }
+    max = len / sizeof(at_fd_slot);
     at_hot.fd_tab = p;
     __atomic_store_n(&at_hot.fd_max, (int)max, __ATOMIC_RELEASE);
     return 0;

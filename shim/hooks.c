@@ -41,17 +41,20 @@ typedef struct kt_node {
 
 typedef struct keytab {
     at_activity **direct;
+    uint64_t ndirect; /* KT_DIRECT, or fewer under a tight RLIMIT_AS (larger keys go to the list) */
     pthread_mutex_t lock;
     kt_node *list;
 } keytab;
 
 static int kt_init(keytab *t)
 {
-    void *p = mmap(NULL, KT_DIRECT * sizeof(void *), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
+    size_t len = KT_DIRECT * sizeof(void *);
+    void *p = at_as_map("start/stop key table", &len, 4096, 32, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!p)
         return -1;
     t->direct = p;
+    t->ndirect = len / sizeof(void *);
     pthread_mutex_init(&t->lock, NULL);
     return 0;
 }
@@ -59,7 +62,7 @@ static int kt_init(keytab *t)
 /* Put a (the table's reference); returns what the key held before (a reference) or NULL. */
 static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
 {
-    if (key < KT_DIRECT)
+    if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], a, __ATOMIC_ACQ_REL);
     pthread_mutex_lock(&t->lock);
     at_activity *old = NULL;
@@ -82,7 +85,7 @@ static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
 
 static at_activity *kt_take(keytab *t, uint64_t key)
 {
-    if (key < KT_DIRECT)
+    if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], NULL, __ATOMIC_ACQ_REL);
     if (!__atomic_load_n(&t->list, __ATOMIC_RELAXED))
         return NULL;
@@ -162,10 +165,10 @@ static live *live_push_slot(void)
         return NULL;
     if (!hk_live_more) {
         int e = errno;
-        void *m = mmap(NULL, (LIVE_MAX - LIVE_INLINE) * sizeof(live), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        size_t len = (LIVE_MAX - LIVE_INLINE) * sizeof(live);
+        void *m = at_xs_as_map("deep call list", &len); /* a hook's code: xstate.h */
         errno = e;
-        if (m == MAP_FAILED)
+        if (!m)
             return NULL;
         hk_live_more = m;
     }
@@ -349,7 +352,7 @@ void at_hooks_thread_exit(void)
         hk_adopt_prev = hk_adopt_cap = NULL;
     }
     if (hk_live_more) {
-        munmap(hk_live_more, (LIVE_MAX - LIVE_INLINE) * sizeof(live));
+        at_as_unmap(hk_live_more, (LIVE_MAX - LIVE_INLINE) * sizeof(live));
         hk_live_more = NULL;
     }
     AT_INTERNAL_END();
@@ -367,7 +370,7 @@ typedef struct cb_ctx {
 static void *cb_run(void *p)
 {
     cb_ctx x = *(cb_ctx *)p;
-    free(p);
+    at_xs_free(p);
     at_activity *prev = at_flow_enter(x.cap);
     void *r = x.fn(x.arg);
     at_flow_leave(prev);

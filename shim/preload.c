@@ -129,6 +129,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     }
     /* Hooks go in before the trace's flusher thread exists: entry patching rewrites code while
      * nothing else can be running it (the wrappers stay inert until at_hot.shim_on) */
+    at_as_start_begin(); /* the room for what the shim maps after main, before the rest takes its share */
     at_saferanges_init();
     if (have_hc && at_hooks_install(&hc, err, sizeof err) != 0)
         fprintf(stderr, "acttrace: hooks disabled: %s\n", err);
@@ -144,13 +145,15 @@ __attribute__((constructor)) static void at_preload_init(void)
     at_thread_watch_leader();
     at_shim_stacks_init();
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
-        fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
+        if (err[0])
+            fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
         at_cfg.fdflow = false;
     }
     if (at_cfg.fatal_signals) {
         at_signals_install();
         at_altstack_init();
     }
+    at_as_start_done(); /* what the shim maps from now on comes out of room reserved here */
     __atomic_store_n(&at_hot.shim_on, 1, __ATOMIC_RELEASE);
 out:
     AT_INTERNAL_END();

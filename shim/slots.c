@@ -47,12 +47,15 @@ static free_slot *carve_locked(unsigned n)
     if (slot_failed)
         return NULL;
     if (at_slot_lo == UINTPTR_MAX) {
-        /* a reserved range counts against RLIMIT_AS too: a share of a finite limit at most */
-        slot_reserve = at_as_cap(AT_SLOT_RESERVE, 16) & ~(size_t)(AT_SLOT_COMMIT - 1);
-        void *p = slot_reserve ? mmap(NULL, slot_reserve, PROT_NONE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                               : MAP_FAILED;
-        if (p == MAP_FAILED) {
+        /* a reserved range counts against RLIMIT_AS too: a share of a finite limit at most, and
+         * after the shim's start, out of the room it reserved then (asroom.c) */
+        size_t len = AT_SLOT_RESERVE;
+        int e = errno;
+        void *p = at_as_map("work item slots", &len, AT_SLOT_COMMIT, 16, PROT_NONE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        errno = e;
+        slot_reserve = len & ~(size_t)(AT_SLOT_COMMIT - 1);
+        if (!p) {
             slot_failed = true;
             return NULL;
         }

@@ -59,9 +59,10 @@ static start_block *block_get(void)
     pthread_mutex_unlock(&spare_lock);
     if (!b) {
         AT_INTERNAL_BEGIN(); /* a hooked mmap sees the program's alone */
-        void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        size_t len = 4096; /* under RLIMIT_AS, out of the shim's reserved room (asroom.c) */
+        b = at_as_map("thread start blocks", &len, 0, 0, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         AT_INTERNAL_END();
-        b = m == MAP_FAILED ? NULL : m;
     }
     errno = e;
     return b;
@@ -277,6 +278,10 @@ static at_thread_start *start_new(void *(*fn)(void *), void *arg)
         }
     }
     if (!s) { /* every context of the block in flight (or no block): one of its own */
+        /* not under RLIMIT_AS: its free on the new thread makes glibc give that thread an arena
+         * (64 MiB of address space) the program's thread never had */
+        if (at_as_limited())
+            return NULL;
         int e = errno;
         AT_INTERNAL_BEGIN();
         s = aligned_alloc(64, sizeof *s);

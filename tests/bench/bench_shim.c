@@ -1,5 +1,5 @@
-/* bench_shim: what the preload core adds to a program: pthread_create+join of an empty thread, and
- * read(2) on an untagged fd, and the request rate of a worker-queue and a thread-per-connection
+/* bench_shim: what the preload core adds to a program: pthread_create+join of an empty thread (and
+ * the part of it the alternate signal stack takes), read(2) on an untagged fd, and the request rate of a worker-queue and a thread-per-connection
  * server fixture under a loopback load (steady state), with what the same servers pay once in their
  * first requests, beside what a page's first touch costs on the machine. tests/fixtures/bench_ops runs under the shim and times each
  * operation through the shim's symbol and through libc's own, interleaved in one process (same run,
@@ -7,23 +7,32 @@
  * process's memory landed moves it by +-10 ns) and beside a one-line forwarder library measured the
  * same way: what any LD_PRELOAD interposer costs on this machine. Prints rows
  * "metric<TAB>measured<TAB>target"; never fails on a time. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../fixtures/fx_median.h"
 #include "at_testlib.h"
 
-static bool run_op(const char *op, const char *n, const char *preload, const char *dir, double *wrap,
-                   double *real, double *added)
+static bool run_op_env(const char *op, const char *n, const char *preload, const char *extra,
+                       const char *dir, double *wrap, double *real, double *added)
 {
     char *fx = at_fixture_path("bench_ops");
     const char *argv[] = {fx, op, n, NULL};
     char pre[1024];
     snprintf(pre, sizeof pre, "LD_PRELOAD=%s", preload ? preload : "");
-    const char *env[] = {"ACTTRACE_OUTPUT=bench-%p.nettrace", preload ? pre : NULL, NULL};
+    const char *env[4] = {"ACTTRACE_OUTPUT=bench-%p.nettrace"};
+    int k = 1;
+    if (extra)
+        env[k++] = extra;
+    if (preload)
+        env[k++] = pre;
+    env[k] = NULL;
     at_run_opts o = {.argv = argv, .env = env, .cwd = dir};
     at_run_result r;
     bool ok = false;
@@ -32,6 +41,12 @@ static bool run_op(const char *op, const char *n, const char *preload, const cha
     at_run_result_free(&r);
     free(fx);
     return ok;
+}
+
+static bool run_op(const char *op, const char *n, const char *preload, const char *dir, double *wrap,
+                   double *real, double *added)
+{
+    return run_op_env(op, n, preload, NULL, dir, wrap, real, added);
 }
 
 static void measure_thread(const char *dir)
@@ -43,6 +58,60 @@ static void measure_thread(const char *dir)
     }
     printf("shim: pthread_create+join added per thread\t%.2f us (median of pairs in one run: %.1f vs "
            "%.1f us)\t<= 3 us\n", a / 1000, w / 1000, r / 1000);
+}
+
+/* What the per-thread alternate signal stack costs (altstack.c: one sigaltstack call as a thread
+ * starts, one as it ends, a slot taken from and given back to a pool): what the shim adds to
+ * pthread_create+join with it and with ACTTRACE_SIGNALS=0 (no fatal-signal handlers, no alternate
+ * stacks), each from its own process's pairs against libc, processes alternating; the row is the
+ * difference of the medians. Beside it, two sigaltstack calls timed here: a system call's price on
+ * this machine. */
+#define ALT_PROCS 7
+static double now_us(void);
+static double sigaltstack_pair_us(void)
+{
+    static char st[64 << 10];
+    stack_t on = {.ss_sp = st, .ss_size = sizeof st}, off = {.ss_flags = SS_DISABLE};
+    double best = 1e9;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_us();
+        for (int i = 0; i < 2000; i++) {
+            syscall(SYS_sigaltstack, &on, NULL);
+            syscall(SYS_sigaltstack, &off, NULL);
+        }
+        double us = (now_us() - t0) / 2000;
+        best = us < best ? us : best;
+    }
+    return best;
+}
+
+static void measure_altstack(const char *dir)
+{
+    double with[ALT_PROCS], without[ALT_PROCS];
+    int n = 0;
+    for (int i = 0; i < ALT_PROCS; i++) {
+        double w, r, a, w0, r0, a0;
+        bool ok;
+        if (i % 2 == 0)
+            ok = run_op_env("thread", "4000", NULL, "ACTTRACE_SIGNALS=1", dir, &w, &r, &a) &&
+                 run_op_env("thread", "4000", NULL, "ACTTRACE_SIGNALS=0", dir, &w0, &r0, &a0);
+        else
+            ok = run_op_env("thread", "4000", NULL, "ACTTRACE_SIGNALS=0", dir, &w0, &r0, &a0) &&
+                 run_op_env("thread", "4000", NULL, "ACTTRACE_SIGNALS=1", dir, &w, &r, &a);
+        if (ok) {
+            with[n] = a;
+            without[n++] = a0;
+        }
+    }
+    if (n < ALT_PROCS / 2 + 1) {
+        printf("shim: alternate signal stack, per thread created and joined\tfailed to run\t<= 3 us\n");
+        return;
+    }
+    double mw = fx_median(with, n), mo = fx_median(without, n);
+    printf("shim: alternate signal stack, per thread created and joined\t%.0f ns (added to "
+           "create+join: %.2f us with, %.2f us with ACTTRACE_SIGNALS=0; median of %d processes each; "
+           "two sigaltstack calls here: %.2f us)\t<= 3 us\n", mw - mo, mw / 1000, mo / 1000, n,
+           sigaltstack_pair_us());
 }
 
 /* read(): the median over READ_PROCS processes of each one's median of pairs, for the shim and for
@@ -206,6 +275,7 @@ int main(void)
         return 1;
     measure_first_touch();
     measure_thread(dir);
+    measure_altstack(dir);
     measure_read(dir);
     measure_server("3", "shim: worker-queue server, fewer requests/s", dir);
     measure_server("0", "shim: thread-per-connection server, fewer requests/s", dir);

@@ -46,7 +46,7 @@ static void check_trace(at_session *s, const char *mode, bool fatal)
     ck_assert_msg(!bad, "%s", bad);
 }
 
-static const char *const overflows[] = {"main", "thread"};
+static const char *const overflows[] = {"main", "thread", "reuse"};
 
 START_TEST(test_overflow_keeps_trace)
 {
@@ -115,7 +115,8 @@ int main(void)
     Suite *su = suite_create("harm_altstack");
     TCase *tc = tcase_create("altstack");
     tcase_set_timeout(tc, 0);
-    tcase_add_loop_test(tc, test_overflow_keeps_trace, 0, 2);
+    tcase_add_loop_test(tc, test_overflow_keeps_trace, 0,
+                        (int)(sizeof overflows / sizeof overflows[0]));
     tcase_add_test(tc, test_overflow_status_from_sh);
     tcase_add_test(tc, test_sigaltstack_as_untraced);
     tcase_add_test(tc, test_own_handler_own_stack);

@@ -1,0 +1,86 @@
+/* smalloc.c: the shim's small objects that are made on the program's threads (activities, hook
+ * contexts), kept out of the program's malloc. glibc gives a thread that calls malloc for the first
+ * time an arena of its own, 64 MiB of address space (up to 8 per core): the shim's first activity
+ * on a thread that never allocates would add that to the program's VmSize, and under RLIMIT_AS take
+ * the room of the program's own thread stacks and mappings. Here objects come from slabs mapped
+ * through asroom.c (under a limit, out of the room reserved at the shim's start), in a few size
+ * classes, each with a free list under a lock (activity.c keeps a per-thread cache in front).
+ * Never given back to the system. */
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+#include "trace_int.h"
+#include "smalloc.h"
+
+#define SM_HDR 16u                /* before each object: its class (keeps 16-byte alignment) */
+#define SM_MIN_SHIFT 6            /* classes of 64, 128, ... bytes with the header */
+#define SM_CLASSES 5              /* ... up to 1024 */
+#define SM_SLAB (256u << 10)
+
+typedef struct sm_free {
+    struct sm_free *next;
+} sm_free;
+
+static pthread_mutex_t sm_lock = PTHREAD_MUTEX_INITIALIZER;
+static sm_free *sm_list[SM_CLASSES]; /* under sm_lock */
+static uint8_t *sm_cur;              /* under sm_lock: the slab being carved */
+static size_t sm_left;
+static pthread_once_t sm_once = PTHREAD_ONCE_INIT;
+
+/* A fork child is one thread: another thread of the parent may have held the lock. */
+static void sm_atfork_child(void)
+{
+    pthread_mutex_init(&sm_lock, NULL);
+}
+
+static void sm_init(void)
+{
+    pthread_atfork(NULL, NULL, sm_atfork_child);
+}
+
+void *at_sm_alloc(size_t n)
+{
+    unsigned c = 0;
+    while (c < SM_CLASSES && (size_t)1 << (SM_MIN_SHIFT + c) < n + SM_HDR)
+        c++;
+    if (c == SM_CLASSES)
+        return NULL;
+    pthread_once(&sm_once, sm_init);
+    size_t sz = (size_t)1 << (SM_MIN_SHIFT + c);
+    pthread_mutex_lock(&sm_lock);
+    uint8_t *p = (uint8_t *)sm_list[c];
+    if (p) {
+        sm_list[c] = sm_list[c]->next;
+    } else {
+        if (sm_left < sz) {
+            size_t len = SM_SLAB;
+            void *s = at_as_map("small objects", &len, 0, 0, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (!s) {
+                pthread_mutex_unlock(&sm_lock);
+                return NULL;
+            }
+            sm_cur = s; /* the old slab's tail stays unused */
+            sm_left = len;
+        }
+        p = sm_cur;
+        sm_cur += sz;
+        sm_left -= sz;
+    }
+    pthread_mutex_unlock(&sm_lock);
+    *(uint64_t *)p = c;
+    return p + SM_HDR;
+}
+
+void at_sm_free(void *q)
+{
+    if (!q)
+        return;
+    uint8_t *p = (uint8_t *)q - SM_HDR;
+    unsigned c = (unsigned)*(uint64_t *)p;
+    pthread_mutex_lock(&sm_lock);
+    ((sm_free *)p)->next = sm_list[c];
+    sm_list[c] = (sm_free *)p;
+    pthread_mutex_unlock(&sm_lock);
+}
