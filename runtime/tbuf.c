@@ -23,10 +23,11 @@
 _Static_assert(AT_MAX_PAYLOAD <= UINT16_MAX && AT_MAX_IPS <= UINT16_MAX, "at_rec's 16-bit fields");
 
 at_pool at_pool_g;
-at_rt_hot_t at_rt_hot __attribute__((aligned(64)));
-_Atomic uint64_t at_drops_noring;
-_Atomic uint64_t at_drops_retired;
-_Atomic uint64_t at_drops_damaged;
+/* with what a fork writes: a fork child writes it too (at_sess_active, at_sess_gen) */
+at_rt_hot_t at_rt_hot AT_FORK_DATA __attribute__((aligned(64)));
+_Atomic uint64_t at_drops_noring AT_FORK_DATA; /* a fork child starts them again */
+_Atomic uint64_t at_drops_retired AT_FORK_DATA;
+_Atomic uint64_t at_drops_damaged AT_FORK_DATA;
 
 typedef struct at_thr {
     at_ring *ring;
@@ -321,7 +322,15 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
         snprintf(err, errlen, "cannot map %zu bytes of buffers: %s", len, strerror(errno));
         return -1;
     }
+    /* The rings and chunks are not the business of a fork child, which starts on buffers of its own
+     * (pool_reset_child): wiped at the fork, they are no page of the parent's that the child
+     * shares, so the parent's next events take no copy-on-write fault, and fork copies no page
+     * table of them. The free-chunk links stay (the child goes on with the parent's free chunks). */
+    size_t ring_only = sizeof(at_ring) * AT_MAX_THREADS & ~(size_t)4095;
+    bool wiped = madvise(m, ring_only, MADV_WIPEONFORK) == 0 &&
+                 madvise((uint8_t *)m + ring_bytes, (size_t)n * AT_CHUNK_SIZE, MADV_WIPEONFORK) == 0;
     /* an older mapping of another size stays mapped: a thread may still be writing into it */
+    at_pool_g.wiped = wiped;
     at_pool_g.rings = m;
     at_pool_g.nrings = AT_MAX_THREADS;
     at_pool_g.free_next = (uint32_t *)((uint8_t *)m + sizeof(at_ring) * AT_MAX_THREADS);
@@ -344,6 +353,10 @@ static void pool_reset_child(void)
 {
     at_pool *p = &at_pool_g;
     uint32_t lim = atomic_load(&p->hiwater), held = 0;
+    /* wiped rings read as free and never set up (ring_acquire sets one up): none to clear, and the
+     * parent's are lost to the child as its chunks are */
+    if (p->wiped)
+        lim = 0;
     for (uint32_t i = 0; i < lim; i++)
         held += atomic_load_explicit(&p->rings[i].state, memory_order_relaxed) != AT_RING_FREE;
     if (atomic_load(&p->nfree) < (int32_t)(p->nchunks / 2) || held > p->nrings / 2) {
@@ -362,9 +375,10 @@ static void pool_reset_child(void)
 void at_pool_reset_child(void)
 {
     pool_reset_child();
-    atomic_store(&at_drops_noring, 0);
-    atomic_store(&at_drops_retired, 0);
-    atomic_store(&at_drops_damaged, 0);
+}
+
+AT_FORK_TEXT void at_tbuf_fork_child_thread(void)
+{
     thr.ring = NULL;
     thr.tid = 0; /* the child's only thread has a new tid */
     at_tid_cache = 0;
@@ -577,34 +591,11 @@ AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_
     return rc;
 }
 
-static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
-                              const at_guid *activity, const at_guid *related, const void *payload,
-                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp)
+/* One event's record into r at its write position (in a new chunk when it does not fit there). */
+static inline int put_record(at_ring *r, uint64_t ts, uint32_t seq, const at_event_type *t,
+                             const at_guid *activity, const at_guid *related, const void *payload,
+                             uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp)
 {
-    uint32_t seq = seq_next();
-    at_ring *r = thr.ring;
-    uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
-    int active = atomic_load_explicit(&at_sess_active, memory_order_relaxed);
-    if (AT_UNLIKELY(active != 1 || !t)) {
-        if (!active || !t)
-            goto drop_noring;
-        at_trace_child_gate(); /* a fork child's first events: its file is not open yet */
-    }
-    if (AT_UNLIKELY(!r || thr.gen != gen)) {
-        if (thr.gen != gen) {
-            /* a new session (its files start from a baseline of their own): the thread's numbers
-             * start again at 1, or its first event would count the earlier ones as lost */
-            thr.seq = seq = 1;
-            thr.seq_written = 0;
-            thr.gen = gen; /* once: a drop for want of a buffer keeps counting on */
-        }
-        r = ring_acquire(gen);
-        if (!r)
-            goto drop_noring;
-        /* a clock read made before this ring existed was announced nowhere: read it again */
-        if (live)
-            ts = clock_announced(r, ts, false);
-    }
     bool has_act = activity && !at_guid_is_zero(activity);
     bool has_rel = related && !at_guid_is_zero(related);
     if (AT_UNLIKELY(payload_len > AT_MAX_PAYLOAD || nips > AT_MAX_IPS || (payload_len && !payload)
@@ -665,10 +656,70 @@ static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
         prefetch_write(nx + 64);
     }
     return 0;
+}
+
+static inline int write_event(uint64_t ts, bool live, const at_event_type *t,
+                              const at_guid *activity, const at_guid *related, const void *payload,
+                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp)
+{
+    uint32_t seq = seq_next();
+    at_ring *r = thr.ring;
+    uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
+    int active = atomic_load_explicit(&at_sess_active, memory_order_relaxed);
+    bool gated = false;
+    if (AT_UNLIKELY(active != 1 || !t)) {
+        if (!active || !t)
+            goto drop_noring;
+        /* a fork child's first events: its file is not open yet */
+        if (!at_trace_child_gate())
+            return -1; /* quiet, and the child has recorded nothing: it will have no file */
+        /* the gate may have put ProcessForked in this thread's buffer: the numbers go on from it */
+        seq = seq_next();
+        r = thr.ring;
+        gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
+        gated = true;
+    }
+    if (AT_UNLIKELY(!r || thr.gen != gen)) {
+        if (thr.gen != gen) {
+            /* a new session (its files start from a baseline of their own): the thread's numbers
+             * start again at 1, or its first event would count the earlier ones as lost */
+            thr.seq = seq = 1;
+            thr.seq_written = 0;
+            thr.gen = gen; /* once: a drop for want of a buffer keeps counting on */
+        }
+        r = ring_acquire(gen);
+        if (!r)
+            goto drop_noring;
+        /* a clock read made before this ring existed was announced nowhere: read it again */
+        if (live)
+            ts = clock_announced(r, ts, false);
+    } else if (AT_UNLIKELY(gated) && live) {
+        ts = clock_announced(r, ts, false); /* this ring came with the gate's ProcessForked */
+    }
+    return put_record(r, ts, seq, t, activity, related, payload, payload_len, ips, nips, stamp);
 
 drop_noring:
     atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
     return -1;
+}
+
+void at_tbuf_put_saved(const at_event_type *t, const at_guid *activity, const void *payload,
+                       uint32_t len, uint64_t ts)
+{
+    uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
+    if (thr.gen != gen) {
+        thr.ring = NULL;
+        thr.seq = thr.seq_written = 0;
+        thr.gen = gen;
+    }
+    uint32_t seq = seq_next();
+    at_ring *r = thr.ring ? thr.ring : ring_acquire(gen);
+    if (!r) {
+        atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
+        return;
+    }
+    put_record(r, ts, seq, t, activity, NULL, payload, len, NULL, 0, -1);
+    atomic_store_explicit(&r->seq_pub, thr.seq, memory_order_release);
 }
 
 uint64_t at_event_last_ts(void)

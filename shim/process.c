@@ -26,8 +26,8 @@ extern char **environ;
 /* Environments larger than this are passed through unchanged (the link is then lost, not the exec). */
 #define AT_ENV_MAX 8192
 
-int at_exec_generation;            /* how many execs of this pid precede this image (preload.c) */
-bool at_process_descendant;        /* this pid began as a fork child of a traced process */
+int at_exec_generation AT_FORK_DATA; /* how many execs of this pid precede this image (preload.c) */
+bool at_process_descendant AT_FORK_DATA; /* this pid began as a fork child of a traced process */
 static at_guid at_process_parent;  /* the activity of the process that exec'd us, or zero */
 
 /* ---------------- the activity link carried through exec ---------------- */
@@ -358,9 +358,10 @@ AT_EXPORT int setns(int fd, int nstype)
 /* ---------------- fork ---------------- */
 
 /* The child's side of a fork: its own pid and thread id, a first exec generation (the writer's
- * fork handler, which ran first, named the child's file with none), the file the writer opened for
- * it, and ProcessForked. */
-static void fork_child_fixup(pid_t parent)
+ * fork handler, which ran first, named the child's file with none), and ProcessForked, which the
+ * writer keeps until the child records something (alone it makes no file: a child that records
+ * nothing costs no file and touches no buffer). */
+AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
 {
     at_tid_cache = 0;
     at_pid = (pid_t)syscall(SYS_getpid);
@@ -368,20 +369,18 @@ static void fork_child_fixup(pid_t parent)
     at_process_descendant = true;
     at_activity_after_fork_child();
     at_thread_watch_leader(); /* the child's first thread, whichever thread of ours forked */
-    uint8_t buf[4];
-    at_payload pl;
-    at_payload_init(&pl, buf, sizeof buf);
-    at_payload_i32(&pl, parent);
-    at_trace_quiet = 1; /* alone it makes no file: a child that records nothing costs no file */
-    at_shim_event(at_ev.fork_child, buf, (uint32_t)(pl.p - buf));
-    at_trace_quiet = 0;
+    const at_event_type *t = at_ev.fork_child;
+    if (t && at_event_enabled(t)) {
+        const at_activity *cur = at_activity_current();
+        at_trace_child_prologue(t, cur ? at_activity_id(cur) : NULL, &parent, 4);
+    }
 }
 
 /* A fork glibc makes itself (daemon() calls it without the PLT) does not come through fork()
  * below: this handler, registered after the writer's (whose child handler opens the child's file
  * and starts its flusher), does the child's side then. Through fork() below, at_internal is up in
  * the child too and the wrapper does it after the call. */
-static void fork_child_handler(void)
+AT_FORK_TEXT static void fork_child_handler(void)
 {
     if (at_on() && !at_internal) {
         int e = errno;
@@ -395,16 +394,17 @@ void at_process_fork_init(void)
     pthread_atfork(NULL, NULL, fork_child_handler);
 }
 
-AT_EXPORT pid_t fork(void)
+AT_FORK_TEXT AT_EXPORT pid_t fork(void)
 {
     if (!at_on())
         return AT_REAL(fork)();
     pid_t parent = at_pid;
+    int *errp = &errno; /* the same in the child: it looks errno up in no code page of libc */
     at_internal++;
     pid_t p = AT_REAL(fork)(); /* the writer's atfork handlers run in here */
-    if (p < 0 && errno == EAGAIN && at_trace_flusher_yield()) /* see at_trace_flusher_yield */
+    if (p < 0 && *errp == EAGAIN && at_trace_flusher_yield()) /* see at_trace_flusher_yield */
         p = AT_REAL(fork)();
-    int e = errno;
+    int e = *errp;
     at_internal--;
     if (p == 0) {
         fork_child_fixup(parent);
@@ -415,15 +415,17 @@ AT_EXPORT pid_t fork(void)
         at_payload_i32(&pl, p);
         at_shim_event(at_ev.fork_parent, buf, (uint32_t)(pl.p - buf));
     }
-    errno = e;
+    *errp = e;
     return p;
 }
 
 /* ---------------- _exit ---------------- */
 
-static void exit_now(int status)
+/* A fork child that recorded nothing ends here: its code goes with the fork's (AT_FORK_TEXT). */
+AT_FORK_TEXT static void exit_now(int status)
 {
-    if (at_on() && !in_vfork_child()) {
+    /* a fork child that recorded nothing has no file to write it to: it touches nothing */
+    if (at_on() && at_trace_keeps_quiet() && !in_vfork_child()) {
         uint8_t buf[4];
         at_payload pl;
         at_payload_init(&pl, buf, sizeof buf);
@@ -435,14 +437,14 @@ static void exit_now(int status)
     }
 }
 
-AT_EXPORT void _exit(int status)
+AT_FORK_TEXT AT_EXPORT void _exit(int status)
 {
     exit_now(status);
     AT_REAL(_exit)(status);
     __builtin_unreachable();
 }
 
-AT_EXPORT void _Exit(int status)
+AT_FORK_TEXT AT_EXPORT void _Exit(int status)
 {
     exit_now(status);
     AT_REAL(_Exit)(status);

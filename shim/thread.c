@@ -47,7 +47,7 @@ _Static_assert(sizeof(start_block) <= 4096, "a start block is one page");
 static AT_TLS start_block *tl_starts;
 static AT_TLS unsigned tl_start_next;
 static start_block *spare_blocks;
-static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t spare_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER; /* taken around fork */
 
 static start_block *block_get(void)
 {
@@ -69,21 +69,22 @@ static start_block *block_get(void)
 
 /* fork: the child must not inherit the list's lock held by another thread, and the threads this
  * one was starting do not exist there (their contexts would stay busy for ever) */
-static void starts_prepare(void)
+AT_FORK_TEXT static void starts_prepare(void)
 {
     pthread_mutex_lock(&spare_lock);
 }
 
-static void starts_parent(void)
+AT_FORK_TEXT static void starts_parent(void)
 {
     pthread_mutex_unlock(&spare_lock);
 }
 
-static void starts_child(void)
+AT_FORK_TEXT static void starts_child(void)
 {
     pthread_mutex_unlock(&spare_lock);
     for (unsigned i = 0; tl_starts && i < START_PER_BLOCK; i++)
-        tl_starts->ctx[i].busy = START_FREE;
+        if (tl_starts->ctx[i].busy != START_FREE) /* a page copied only when one was in flight */
+            tl_starts->ctx[i].busy = START_FREE;
 }
 
 __attribute__((constructor)) static void starts_init(void)
@@ -224,10 +225,15 @@ static void leader_left(void *unused)
 
 static void leader_key_create(void) { pthread_key_create(&leader_key, leader_left); }
 
-void at_thread_watch_leader(void)
+static AT_TLS bool leader_watched; /* a fork child's thread keeps its parent thread's key value */
+
+AT_FORK_TEXT void at_thread_watch_leader(void)
 {
+    if (leader_watched)
+        return;
     pthread_once(&leader_once, leader_key_create);
     pthread_setspecific(leader_key, &leader_key);
+    leader_watched = true;
 }
 
 const char *at_object_name(const void *addr)
