@@ -108,23 +108,32 @@ static void istack_push(_Atomic uint64_t *head, uint32_t *next, uint32_t i)
                                                     memory_order_release, memory_order_relaxed));
 }
 
-/* Set the stack to hold 0..n-1, 0 on top, with plain stores: for a reset nothing else touches it
- * (start, fork child), and n pushes cost a CAS each (8192 of them ~0.1 ms at every process start
- * and every fork). */
-static void istack_fill(_Atomic uint64_t *head, uint32_t *next, uint32_t n)
+/* Empty the stack, for a reset (nothing else touches it then). */
+static void istack_clear(_Atomic uint64_t *head)
 {
-    for (uint32_t i = 0; i + 1 < n; i++)
-        next[i] = i + 2;
-    if (n)
-        next[n - 1] = 0;
     uint64_t h = atomic_load_explicit(head, memory_order_relaxed);
-    atomic_store_explicit(head, n ? ((h >> 32) + 1) << 32 | 1u : ((h >> 32) + 1) << 32,
-                          memory_order_release);
+    atomic_store_explicit(head, ((h >> 32) + 1) << 32, memory_order_release);
+}
+
+/* Indexes never handed out wait above a mark rather than on a stack, and are taken in increasing
+ * order once the stack (of those given back) is empty: the lowest addresses first, as a stack filled
+ * with all of them gave them. Filling the links of 4096 chunks and 4096 rings wrote 8 pages at every
+ * process start, a page fault each (tens of microseconds each under shadow paging). */
+static int32_t fresh_take(_Atomic uint32_t *fresh, uint32_t n)
+{
+    uint32_t f = atomic_load_explicit(fresh, memory_order_relaxed);
+    while (f < n)
+        if (atomic_compare_exchange_weak_explicit(fresh, &f, f + 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int32_t)f;
+    return -1;
 }
 
 static int32_t chunk_pop(void)
 {
     int32_t i = istack_pop(&at_pool_g.free_head, at_pool_g.free_next);
+    if (i < 0)
+        i = fresh_take(&at_pool_g.fresh, at_pool_g.nchunks);
     if (i >= 0)
         atomic_fetch_sub_explicit(&at_pool_g.nfree, 1, memory_order_relaxed);
     return i;
@@ -206,10 +215,13 @@ void at_chunk_cool_drain(void)
  * indexes, and a thread-per-connection server paid a cache miss per waiting ring at every start. */
 static uint32_t ring_next[AT_MAX_THREADS];
 static _Atomic uint64_t ring_head;
+static _Atomic uint32_t ring_fresh; /* rings from here up were never handed out */
 
 static at_ring *ring_pop(void)
 {
     int32_t i = istack_pop(&ring_head, ring_next);
+    if (i < 0)
+        i = fresh_take(&ring_fresh, at_pool_g.nrings);
     return i < 0 ? NULL : &at_pool_g.rings[i];
 }
 
@@ -280,8 +292,9 @@ static void pool_reset(void)
     cool_head = 0;
     retired_pass = retired_prev = 0;
     atomic_store(&cool_n, 0);
-    /* chunk 0 on top: the lowest addresses are reused first */
-    istack_fill(&p->free_head, p->free_next, p->nchunks);
+    /* every chunk fresh: the lowest addresses are used first */
+    istack_clear(&p->free_head);
+    atomic_store(&p->fresh, 0);
     atomic_store(&p->nfree, (int32_t)p->nchunks);
     /* Only the rings used so far hold anything: 4096 rings are 192 pages, and touching them all
      * cost every process start ~3 ms of page faults. A ring never used is set up by its first
@@ -289,7 +302,8 @@ static void pool_reset(void)
     for (uint32_t i = 0, lim = atomic_load(&p->hiwater); i < lim; i++)
         ring_clear(&p->rings[i]);
     atomic_store(&warm_head, 0);
-    istack_fill(&ring_head, ring_next, p->nrings);
+    istack_clear(&ring_head);
+    atomic_store(&ring_fresh, 0);
 }
 
 int at_pool_init(size_t cap, char *err, size_t errlen)
@@ -343,12 +357,12 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     return 0;
 }
 
-/* In a fork child, the parent's free chunks and free rings stay free: each free stack is whole at
- * any instant (one CAS per change; the flusher, which frees rings and chunks, is between passes while
- * fork holds at_flush_lock), and rebuilding both touched 8 pages, a copy-on-write fault each in every
- * child. What the parent's threads held (their rings, the chunks chained in them, the cooling chunks)
- * holds the parent's events: those rings are cleared so that no flusher here reads them, and their
- * chunks stay unused. When that is more than half the pool, the whole pool is reset instead. */
+/* In a fork child, the parent's free chunks and free rings stay free: each free stack (and its mark of
+ * fresh ones) is whole at any instant (one CAS per change; the flusher, which frees rings and chunks,
+ * is between passes while fork holds at_flush_lock). What the parent's threads held (their rings,
+ * the chunks chained in them, the cooling chunks) holds the parent's events: those rings are cleared
+ * so that no flusher here reads them, and their chunks stay unused. When that is more than half the
+ * pool, the whole pool is reset instead. This runs at the child's first event that counts. */
 static void pool_reset_child(void)
 {
     at_pool *p = &at_pool_g;

@@ -114,6 +114,7 @@ typedef struct at_pool {
     uint32_t *free_next;
     _Atomic uint64_t free_head; /* tag << 32 | (index + 1); 0 index part = empty */
     _Atomic int32_t nfree;
+    _Atomic uint32_t fresh;     /* chunks from here up were never handed out (tbuf.c: fresh_take) */
     at_ring *rings;             /* AT_MAX_THREADS */
     uint32_t nrings;
     /* One past the highest ring ever claimed: the flusher's scans stop there, so a program with a few
