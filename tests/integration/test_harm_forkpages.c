@@ -6,7 +6,9 @@
  * program with a thread of its own (a traced process always has one, the writer's, and glibc's fork
  * does more then), the page faults per fork of the parent and of the child stay within a few; and
  * the child sees the errno its parent had. A child whose first events come from several threads at
- * once gets one complete file, ProcessForked once, first. */
+ * once gets one complete file, ProcessForked once, first. A child that recorded nothing and forks
+ * again leaves its grandchild every descriptor it had (the number the parent's trace had is the
+ * child's to reuse). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +90,27 @@ START_TEST(test_child_first_events_from_threads)
 }
 END_TEST
 
+START_TEST(test_grandchild_keeps_fds)
+{
+    char *fx = at_fixture_path("fork_pages");
+    const char *argv[] = {fx, "grandchild", NULL};
+    at_run_opts o = {.argv = argv, .no_preload = true, .deadline_s = 120};
+    at_run_result plain;
+    ck_assert_int_eq(at_run(&o, &plain), 0);
+    free(fx);
+    at_session s;
+    const char *sargv[] = {"fork_pages", "grandchild", NULL};
+    ck_assert_int_eq(at_session_run_deadline(&s, "forkgrand", sargv, NULL, 120), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(plain.out, "grandchild exit 0\n");
+    ck_assert_str_eq(s.r.out, plain.out);
+    ck_assert_str_eq(s.r.err, plain.err);
+    at_run_result_free(&plain);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("harm_forkpages");
@@ -95,6 +118,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_quiet_fork_pages);
     tcase_add_test(tc, test_child_first_events_from_threads);
+    tcase_add_test(tc, test_grandchild_keeps_fds);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
