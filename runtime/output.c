@@ -483,14 +483,14 @@ void at_output_close(at_output *o)
 }
 
 /* In a fork child: the parent's descriptor is closed at once (the program must not find it open),
- * and the struct is left alone (a page the child would copy) until the child opens a file of its
- * own. Its fd is then stale: only a number that at_trace_fd still names is the trace's (a child
- * that never opened its file and forks again may have put a file of its own there). Closed by the
- * system call: the preload library's close() would look the number up in its tables, more pages. */
-AT_FORK_TEXT void at_output_close_in_child(const at_output *o)
+ * and the struct is left alone (a page the child would read or copy) until the child opens a file
+ * of its own: its fd is stale until then. at_trace_fd names the trace's number, if any (a child that
+ * never opened its file and forks again may have put a file of its own on the old one). Closed by
+ * the system call: the preload library's close() would look the number up in its tables. */
+AT_FORK_TEXT void at_output_close_in_child(void)
 {
-    int fd = o->fd;
-    if (fd >= 0 && at_trace_fd == fd) {
+    int fd = at_trace_fd;
+    if (fd >= 0) {
         at_trace_fd = -1;
         syscall(SYS_close, fd);
     }

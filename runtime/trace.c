@@ -125,7 +125,7 @@ AT_FORK_TEXT static void fork_child(void)
     atomic_store(&at_drops_damaged, 0);
     at_flusher_forget();
     at_lastthread_reset(); /* the child's first thread has not left (process.c watches it) */
-    at_output_close_in_child(&at_out);
+    at_output_close_in_child();
     child_fork_ts = at_ticks();
     child_prologue.type = NULL;
     atomic_store(&child_stage, 0);
@@ -163,7 +163,7 @@ static void child_buffers(void)
     at_pool_reset_child();
     at_rings_barrier_init(); /* a new address space is registered anew */
     errno = e;
-    if (child_prologue.type)
+    if (child_prologue.type && at_event_enabled(child_prologue.type)) /* read now, not at the fork */
         at_tbuf_put_saved(child_prologue.type, &child_prologue.activity, child_prologue.payload,
                           child_prologue.len, child_fork_ts);
     atomic_store(&child_stage, 2);

@@ -206,7 +206,7 @@ typedef struct at_output {
 int at_output_open_first(at_output *o, char *err, size_t errlen);
 int at_output_open_next(at_output *o);   /* rotation/circular; -1 on error (reported) */
 void at_output_close(at_output *o);
-void at_output_close_in_child(const at_output *o);
+void at_output_close_in_child(void);
 int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off);
 void at_output_report(at_output *o, const char *what, int err);
 /* Cut the file back to len bytes (after a failed write: its last complete state). */

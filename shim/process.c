@@ -361,6 +361,12 @@ AT_EXPORT int setns(int fd, int nstype)
  * fork handler, which ran first, named the child's file with none), and ProcessForked, which the
  * writer keeps until the child records something (alone it makes no file: a child that records
  * nothing costs no file and touches no buffer). */
+/* ProcessForked's type and the real _exit, on the fork data page: a child that records nothing
+ * reads no other page of the shim's (at_hot, at_ev) for them. */
+static const at_event_type *fork_child_type AT_FORK_DATA;
+static __typeof__(_exit) *fork_real_exit AT_FORK_DATA;
+static __typeof__(_Exit) *fork_real_Exit AT_FORK_DATA;
+
 AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
 {
     at_tid_cache = 0;
@@ -369,10 +375,9 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
     at_process_descendant = true;
     at_activity_after_fork_child();
     at_thread_watch_leader(); /* the child's first thread, whichever thread of ours forked */
-    const at_event_type *t = at_ev.fork_child;
-    if (t && at_event_enabled(t)) {
+    if (fork_child_type) {
         const at_activity *cur = at_activity_current();
-        at_trace_child_prologue(t, cur ? at_activity_id(cur) : NULL, &parent, 4);
+        at_trace_child_prologue(fork_child_type, cur ? at_activity_id(cur) : NULL, &parent, 4);
     }
 }
 
@@ -382,7 +387,7 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
  * the child too and the wrapper does it after the call. */
 AT_FORK_TEXT static void fork_child_handler(void)
 {
-    if (at_on() && !at_internal) {
+    if (!at_internal && at_on()) { /* at_internal first: at_on() reads a page more */
         int e = errno;
         fork_child_fixup(at_pid); /* still the parent's */
         errno = e;
@@ -391,6 +396,9 @@ AT_FORK_TEXT static void fork_child_handler(void)
 
 void at_process_fork_init(void)
 {
+    fork_child_type = at_ev.fork_child;
+    fork_real_exit = AT_REAL(_exit);
+    fork_real_Exit = AT_REAL(_Exit);
     pthread_atfork(NULL, NULL, fork_child_handler);
 }
 
@@ -425,7 +433,7 @@ AT_FORK_TEXT AT_EXPORT pid_t fork(void)
 AT_FORK_TEXT static void exit_now(int status)
 {
     /* a fork child that recorded nothing has no file to write it to: it touches nothing */
-    if (at_on() && at_trace_keeps_quiet() && !in_vfork_child()) {
+    if (at_trace_keeps_quiet() && at_on() && !in_vfork_child()) {
         uint8_t buf[4];
         at_payload pl;
         at_payload_init(&pl, buf, sizeof buf);
@@ -440,14 +448,14 @@ AT_FORK_TEXT static void exit_now(int status)
 AT_FORK_TEXT AT_EXPORT void _exit(int status)
 {
     exit_now(status);
-    AT_REAL(_exit)(status);
+    (fork_real_exit ? fork_real_exit : AT_REAL(_exit))(status);
     __builtin_unreachable();
 }
 
 AT_FORK_TEXT AT_EXPORT void _Exit(int status)
 {
     exit_now(status);
-    AT_REAL(_Exit)(status);
+    (fork_real_Exit ? fork_real_Exit : AT_REAL(_Exit))(status);
     __builtin_unreachable();
 }
 
