@@ -17,7 +17,9 @@ CXX ?= g++
 PKGS := check libffi
 CPPFLAGS += -D_GNU_SOURCE -Iruntime -Iconfig -Ishim -Itools
 CFLAGS ?= -O2 -g
-CFLAGS += -std=gnu11 -Wall -Wextra -fPIC -pthread -fvisibility=hidden -fno-strict-aliasing
+# -fno-plt: calls into other libraries go through the GOT (bound at load time: -z now), not through
+# a PLT stub on a code page of its own that every fork child maps afresh
+CFLAGS += -std=gnu11 -Wall -Wextra -fPIC -pthread -fvisibility=hidden -fno-strict-aliasing -fno-plt
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -Wall -Wextra -fPIC -pthread
 # libelf (symbol look-up) and Zydis (entry patching) serve the hooks of issue 5
@@ -110,8 +112,8 @@ $(LIBTOOLS): $(TOOLLIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # The shim links the runtime and config statically; only the interposed API is exported.
-$(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME)
-	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -o $@ $(SHIM_OBJ) \
+$(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME) shim/fork.ld
+	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -Wl,-T,shim/fork.ld -o $@ $(SHIM_OBJ) \
 	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(FFI_LIBS) $(LDLIBS_COMMON)
 
 $(ACTTRACE): $(BUILD)/obj/tools/main.o $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)

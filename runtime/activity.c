@@ -37,7 +37,7 @@ struct at_activity_kind {
 };
 
 /* --- process-wide state --- */
-static uint32_t g_pid;            /* the pid in checksums; set lazily and after fork */
+static uint32_t g_pid AT_FORK_DATA; /* the pid in checksums; set lazily and after fork */
 static at_guid g_root_prefix;     /* "//1" (the AppDomain) encoded, set in init_once before g_pid */
 static int g_root_off;
 static uint32_t g_root_next;      /* atomic: EventSource's static m_nextId (wraps, by design) */
@@ -45,7 +45,7 @@ static uint32_t g_domain = 1;     /* the AppDomain part of root paths: 1, or 1 +
 static uint64_t g_unique_next = 1;/* atomic: per-thread blocks of <Name>Id values are taken from it */
 static at_guid g_process_parent;  /* RelatedActivityId of root Starts (exec chains) */
 static bool g_have_process_parent;
-static pthread_mutex_t g_kinds_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_kinds_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 static at_activity_kind *g_kinds;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_thread_key;
@@ -77,11 +77,11 @@ static AT_TLS bool at_thread_registered;
 
 static void thread_exit(void *unused);
 
-static void after_fork_child(void)
+AT_FORK_TEXT static void after_fork_child(void)
 {
     /* a thread of the parent registering a kind held it: made afresh (a kind is linked last, so
      * the list is whole) */
-    pthread_mutex_init(&g_kinds_lock, NULL);
+    at_mutex_fork_reset(&g_kinds_lock);
     at_activity_after_fork_child();
 }
 
@@ -623,7 +623,7 @@ bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,
     return true;
 }
 
-at_activity *at_activity_current(void)
+AT_FORK_TEXT at_activity *at_activity_current(void) /* a fork child's ProcessForked asks too */
 {
     return live_from(at_act_cur);
 }
@@ -777,7 +777,7 @@ void at_activity_set_exec_generation(uint32_t gen)
         g_domain = gen + 1;
 }
 
-void at_activity_after_fork_child(void)
+AT_FORK_TEXT void at_activity_after_fork_child(void)
 {
     at_tid_cache = 0;
     /* only once initialized: g_pid != 0 is what tells ensure_init that init_once has run */

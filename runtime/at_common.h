@@ -19,6 +19,28 @@
  * between two system calls (whose kernel may empty the TLB each time) touch few code pages. */
 #define AT_HOT_FN __attribute__((hot))
 #define AT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* What a fork runs and writes, gathered on as few pages as possible. A fork child maps afresh each
+ * code page it runs (the kernel copies no page table of file-backed code) and copies each data page
+ * it writes; the parent copies each data page it writes after the fork (its child still shares it)
+ * or takes a fault to reclaim it (the child has gone). With shadow paging each such fault costs tens
+ * of microseconds. Sections the default linker script does not name are kept whole by the linker. */
+#define AT_FORK_TEXT __attribute__((section("at_fork_text"), noinline))
+#define AT_FORK_DATA __attribute__((section("at_fork_data")))
+
+/* A fork child's copy of a lock that a thread of the parent may have held: made afresh only when it
+ * is not as initialised, so a lock that was free costs the child no copied page (such locks go on
+ * the fork data page all the same: reading a page the parent never touched maps it). */
+#include <pthread.h>
+static inline void at_mutex_fork_reset(pthread_mutex_t *m)
+{
+    const pthread_mutex_t init = PTHREAD_MUTEX_INITIALIZER; /* not a read-only page of the library */
+    const unsigned char *a = (const unsigned char *)m, *b = (const unsigned char *)&init;
+    for (size_t i = 0; i < sizeof *m; i++)
+        if (a[i] != b[i]) {
+            pthread_mutex_init(m, NULL);
+            return;
+        }
+}
 
 /* The calling thread's kernel id, cached once per thread for the writer, the engine and the shim
  * (one look-up per thread, not one per user; a fork child clears it). Threads the shim's trampoline

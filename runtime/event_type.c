@@ -9,7 +9,7 @@
 
 at_event_type *at_types[AT_MAX_TYPES];
 _Atomic uint32_t at_ntypes;
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t reg_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER; /* taken around fork */
 static uint8_t filt_level;
 static uint64_t filt_keywords;
 
@@ -201,6 +201,6 @@ oom:
 }
 
 /* fork: the child must not inherit the registry lock held by another thread */
-void at_event_type_fork_prepare(void) { pthread_mutex_lock(&reg_lock); }
-void at_event_type_fork_parent(void) { pthread_mutex_unlock(&reg_lock); }
-void at_event_type_fork_child(void) { pthread_mutex_init(&reg_lock, NULL); }
+AT_FORK_TEXT void at_event_type_fork_prepare(void) { pthread_mutex_lock(&reg_lock); }
+AT_FORK_TEXT void at_event_type_fork_parent(void) { pthread_mutex_unlock(&reg_lock); }
+AT_FORK_TEXT void at_event_type_fork_child(void) { pthread_mutex_init(&reg_lock, NULL); }

@@ -14,14 +14,15 @@
 
 #define HOLDBACK_NS 1000000ull
 
-pthread_mutex_t at_flush_lock = PTHREAD_MUTEX_INITIALIZER;
-_Atomic uint64_t at_stat_written, at_stat_dropped_io, at_stat_bytes, at_stat_files;
+pthread_mutex_t at_flush_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
+_Atomic uint64_t at_stat_written AT_FORK_DATA, at_stat_dropped_io AT_FORK_DATA, at_stat_bytes AT_FORK_DATA,
+    at_stat_files AT_FORK_DATA; /* a fork child starts them again */
 uint64_t at_flusher_tid;
 unsigned at_flush_interval_ms = 100;
 
 AT_TLS int at_rt_own_thread;
 static pthread_t flusher;
-static bool flusher_running;
+static bool flusher_running AT_FORK_DATA;
 static _Atomic int flusher_stop;
 static sem_t flusher_ready;
 /* The flusher sleeps until its interval is due, or until a writer taking a chunk finds the buffers
@@ -30,7 +31,7 @@ static sem_t flusher_ready;
 static sem_t flusher_wake;
 /* Set when a flusher did not stop in time (a write blocked for ever, say on a hung network file
  * system): it is left alone, and no second flusher ever starts beside it. */
-static bool flusher_stuck;
+static bool flusher_stuck AT_FORK_DATA;
 
 
 static at_ring *active[AT_MAX_THREADS];
@@ -510,7 +511,7 @@ void at_flusher_kick(void)
 }
 
 /* In a fork child the parent's flusher does not exist. */
-void at_flusher_forget(void)
+AT_FORK_TEXT void at_flusher_forget(void)
 {
     flusher_running = false;
     flusher_stuck = false;

@@ -23,10 +23,10 @@
 #define LOOK_FIRST_NS 100000ull    /* the first look again after a kick: 0.1 ms, then doubling */
 #define LOOK_EVERY_NS 100000000ull /* and at least every 100 ms while watching */
 
-_Atomic int at_last_thread_watch;
-static _Atomic int kicked;
+_Atomic int at_last_thread_watch AT_FORK_DATA;
+static _Atomic int kicked AT_FORK_DATA;
 static sigset_t exit_mask;
-static uint64_t look_step, look_next; /* the flusher's */
+static uint64_t look_step AT_FORK_DATA, look_next AT_FORK_DATA; /* the flusher's */
 
 /* The shim: the process's first thread is leaving (pthread_exit, thrd_exit, cancellation), with
  * mask as its signal mask. Async-signal-safe. */
@@ -50,7 +50,7 @@ void at_trace_thread_ending_slow(void)
 bool at_lastthread_kicked(void) { return atomic_load(&kicked) != 0; }
 
 /* A new flusher (session start, fork child: the child's first thread is the one that forked). */
-void at_lastthread_reset(void)
+AT_FORK_TEXT void at_lastthread_reset(void)
 {
     atomic_store(&at_last_thread_watch, 0);
     atomic_store(&kicked, 0);

@@ -26,12 +26,13 @@
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "trace_int.h"
 
 /* The trace file's descriptor (-1: none), for the preload library to keep out of the program's
  * closes and dup2s. Set here before the descriptor is used and cleared before it is closed. */
-int at_trace_fd = -1;
+int at_trace_fd AT_FORK_DATA = -1;
 
 /* Where the writer's descriptors go: far above the low numbers programs reach for (a shell's
  * `exec 3>file`, a daemon's dup2 onto 3, a program counting on open() returning the lowest free
@@ -478,6 +479,20 @@ void at_output_close(at_output *o)
         if (at_trace_fd == fd)
             at_trace_fd = -1; /* first: the preload library's close() lets it through then */
         close(fd);
+    }
+}
+
+/* In a fork child: the parent's descriptor is closed at once (the program must not find it open),
+ * and the struct is left alone (a page the child would read or copy) until the child opens a file
+ * of its own: its fd is stale until then. at_trace_fd names the trace's number, if any (a child that
+ * never opened its file and forks again may have put a file of its own on the old one). Closed by
+ * the system call: the preload library's close() would look the number up in its tables. */
+AT_FORK_TEXT void at_output_close_in_child(void)
+{
+    int fd = at_trace_fd;
+    if (fd >= 0) {
+        at_trace_fd = -1;
+        syscall(SYS_close, fd);
     }
 }
 

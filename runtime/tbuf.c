@@ -23,10 +23,11 @@
 _Static_assert(AT_MAX_PAYLOAD <= UINT16_MAX && AT_MAX_IPS <= UINT16_MAX, "at_rec's 16-bit fields");
 
 at_pool at_pool_g;
-at_rt_hot_t at_rt_hot __attribute__((aligned(64)));
-_Atomic uint64_t at_drops_noring;
-_Atomic uint64_t at_drops_retired;
-_Atomic uint64_t at_drops_damaged;
+/* with what a fork writes: a fork child writes it too (at_sess_active, at_sess_gen) */
+at_rt_hot_t at_rt_hot AT_FORK_DATA __attribute__((aligned(64)));
+_Atomic uint64_t at_drops_noring AT_FORK_DATA; /* a fork child starts them again */
+_Atomic uint64_t at_drops_retired AT_FORK_DATA;
+_Atomic uint64_t at_drops_damaged AT_FORK_DATA;
 
 typedef struct at_thr {
     at_ring *ring;
@@ -107,23 +108,32 @@ static void istack_push(_Atomic uint64_t *head, uint32_t *next, uint32_t i)
                                                     memory_order_release, memory_order_relaxed));
 }
 
-/* Set the stack to hold 0..n-1, 0 on top, with plain stores: for a reset nothing else touches it
- * (start, fork child), and n pushes cost a CAS each (8192 of them ~0.1 ms at every process start
- * and every fork). */
-static void istack_fill(_Atomic uint64_t *head, uint32_t *next, uint32_t n)
+/* Empty the stack, for a reset (nothing else touches it then). */
+static void istack_clear(_Atomic uint64_t *head)
 {
-    for (uint32_t i = 0; i + 1 < n; i++)
-        next[i] = i + 2;
-    if (n)
-        next[n - 1] = 0;
     uint64_t h = atomic_load_explicit(head, memory_order_relaxed);
-    atomic_store_explicit(head, n ? ((h >> 32) + 1) << 32 | 1u : ((h >> 32) + 1) << 32,
-                          memory_order_release);
+    atomic_store_explicit(head, ((h >> 32) + 1) << 32, memory_order_release);
+}
+
+/* Indexes never handed out wait above a mark rather than on a stack, and are taken in increasing
+ * order once the stack (of those given back) is empty: the lowest addresses first, as a stack filled
+ * with all of them gave them. Filling the links of 4096 chunks and 4096 rings wrote 8 pages at every
+ * process start, a page fault each (tens of microseconds each under shadow paging). */
+static int32_t fresh_take(_Atomic uint32_t *fresh, uint32_t n)
+{
+    uint32_t f = atomic_load_explicit(fresh, memory_order_relaxed);
+    while (f < n)
+        if (atomic_compare_exchange_weak_explicit(fresh, &f, f + 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int32_t)f;
+    return -1;
 }
 
 static int32_t chunk_pop(void)
 {
     int32_t i = istack_pop(&at_pool_g.free_head, at_pool_g.free_next);
+    if (i < 0)
+        i = fresh_take(&at_pool_g.fresh, at_pool_g.nchunks);
     if (i >= 0)
         atomic_fetch_sub_explicit(&at_pool_g.nfree, 1, memory_order_relaxed);
     return i;
@@ -205,10 +215,13 @@ void at_chunk_cool_drain(void)
  * indexes, and a thread-per-connection server paid a cache miss per waiting ring at every start. */
 static uint32_t ring_next[AT_MAX_THREADS];
 static _Atomic uint64_t ring_head;
+static _Atomic uint32_t ring_fresh; /* rings from here up were never handed out */
 
 static at_ring *ring_pop(void)
 {
     int32_t i = istack_pop(&ring_head, ring_next);
+    if (i < 0)
+        i = fresh_take(&ring_fresh, at_pool_g.nrings);
     return i < 0 ? NULL : &at_pool_g.rings[i];
 }
 
@@ -279,8 +292,9 @@ static void pool_reset(void)
     cool_head = 0;
     retired_pass = retired_prev = 0;
     atomic_store(&cool_n, 0);
-    /* chunk 0 on top: the lowest addresses are reused first */
-    istack_fill(&p->free_head, p->free_next, p->nchunks);
+    /* every chunk fresh: the lowest addresses are used first */
+    istack_clear(&p->free_head);
+    atomic_store(&p->fresh, 0);
     atomic_store(&p->nfree, (int32_t)p->nchunks);
     /* Only the rings used so far hold anything: 4096 rings are 192 pages, and touching them all
      * cost every process start ~3 ms of page faults. A ring never used is set up by its first
@@ -288,7 +302,8 @@ static void pool_reset(void)
     for (uint32_t i = 0, lim = atomic_load(&p->hiwater); i < lim; i++)
         ring_clear(&p->rings[i]);
     atomic_store(&warm_head, 0);
-    istack_fill(&ring_head, ring_next, p->nrings);
+    istack_clear(&ring_head);
+    atomic_store(&ring_fresh, 0);
 }
 
 int at_pool_init(size_t cap, char *err, size_t errlen)
@@ -323,7 +338,15 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     }
     asked = n;
     n = (uint32_t)((len - ring_bytes) / AT_CHUNK_SIZE);
+    /* The rings and chunks are not the business of a fork child, which starts on buffers of its own
+     * (pool_reset_child): wiped at the fork, they are no page of the parent's that the child
+     * shares, so the parent's next events take no copy-on-write fault, and fork copies no page
+     * table of them. The free-chunk links stay (the child goes on with the parent's free chunks). */
+    size_t ring_only = sizeof(at_ring) * AT_MAX_THREADS & ~(size_t)4095;
+    bool wiped = madvise(m, ring_only, MADV_WIPEONFORK) == 0 &&
+                 madvise((uint8_t *)m + ring_bytes, (size_t)n * AT_CHUNK_SIZE, MADV_WIPEONFORK) == 0;
     /* an older mapping of another size stays mapped: a thread may still be writing into it */
+    at_pool_g.wiped = wiped;
     at_pool_g.rings = m;
     at_pool_g.nrings = AT_MAX_THREADS;
     at_pool_g.free_next = (uint32_t *)((uint8_t *)m + sizeof(at_ring) * AT_MAX_THREADS);
@@ -336,16 +359,20 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     return 0;
 }
 
-/* In a fork child, the parent's free chunks and free rings stay free: each free stack is whole at
- * any instant (one CAS per change; the flusher, which frees rings and chunks, is between passes while
- * fork holds at_flush_lock), and rebuilding both touched 8 pages, a copy-on-write fault each in every
- * child. What the parent's threads held (their rings, the chunks chained in them, the cooling chunks)
- * holds the parent's events: those rings are cleared so that no flusher here reads them, and their
- * chunks stay unused. When that is more than half the pool, the whole pool is reset instead. */
+/* In a fork child, the parent's free chunks and free rings stay free: each free stack (and its mark of
+ * fresh ones) is whole at any instant (one CAS per change; the flusher, which frees rings and chunks,
+ * is between passes while fork holds at_flush_lock). What the parent's threads held (their rings,
+ * the chunks chained in them, the cooling chunks) holds the parent's events: those rings are cleared
+ * so that no flusher here reads them, and their chunks stay unused. When that is more than half the
+ * pool, the whole pool is reset instead. This runs at the child's first event that counts. */
 static void pool_reset_child(void)
 {
     at_pool *p = &at_pool_g;
     uint32_t lim = atomic_load(&p->hiwater), held = 0;
+    /* wiped rings read as free and never set up (ring_acquire sets one up): none to clear, and the
+     * parent's are lost to the child as its chunks are */
+    if (p->wiped)
+        lim = 0;
     for (uint32_t i = 0; i < lim; i++)
         held += atomic_load_explicit(&p->rings[i].state, memory_order_relaxed) != AT_RING_FREE;
     if (atomic_load(&p->nfree) < (int32_t)(p->nchunks / 2) || held > p->nrings / 2) {
@@ -364,9 +391,10 @@ static void pool_reset_child(void)
 void at_pool_reset_child(void)
 {
     pool_reset_child();
-    atomic_store(&at_drops_noring, 0);
-    atomic_store(&at_drops_retired, 0);
-    atomic_store(&at_drops_damaged, 0);
+}
+
+AT_FORK_TEXT void at_tbuf_fork_child_thread(void)
+{
     thr.ring = NULL;
     thr.tid = 0; /* the child's only thread has a new tid */
     at_tid_cache = 0;
@@ -532,35 +560,16 @@ static inline uint64_t clock_announced(at_ring *r, uint64_t floor, bool ordered)
     return ts;
 }
 
-static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool live, const at_event_type *t,
-                              const at_guid *activity, const at_guid *related, const void *payload,
-                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp,
-                              bool head, uint64_t head8)
+/* One event's record into r at its write position (in a new chunk when it does not fit there). */
+static inline __attribute__((always_inline)) int put_record(at_ring *r, uint64_t ts, uint32_t seq,
+                                                            const at_event_type *t,
+                                                            const at_guid *activity,
+                                                            const at_guid *related,
+                                                            const void *payload,
+                                                            uint32_t payload_len,
+                                                            const uintptr_t *ips, uint32_t nips,
+                                                            int stamp, bool head, uint64_t head8)
 {
-    uint32_t seq = seq_next();
-    at_ring *r = thr.ring;
-    uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
-    int active = atomic_load_explicit(&at_sess_active, memory_order_relaxed);
-    if (AT_UNLIKELY(active != 1 || !t)) {
-        if (!active || !t)
-            goto drop_noring;
-        at_trace_child_gate(); /* a fork child's first events: its file is not open yet */
-    }
-    if (AT_UNLIKELY(!r || thr.gen != gen)) {
-        if (thr.gen != gen) {
-            /* a new session (its files start from a baseline of their own): the thread's numbers
-             * start again at 1, or its first event would count the earlier ones as lost */
-            thr.seq = seq = 1;
-            thr.seq_written = 0;
-            thr.gen = gen; /* once: a drop for want of a buffer keeps counting on */
-        }
-        r = ring_acquire(gen);
-        if (!r)
-            goto drop_noring;
-        /* a clock read made before this ring existed was announced nowhere: read it again */
-        if (live)
-            ts = clock_announced(r, ts, false);
-    }
     bool has_act = activity && !at_guid_is_zero(activity);
     bool has_rel = related && !at_guid_is_zero(related);
     if (AT_UNLIKELY(payload_len > AT_MAX_PAYLOAD - (head ? 8u : 0u) || nips > AT_MAX_IPS || (payload_len && !payload)
@@ -628,10 +637,72 @@ static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool l
         prefetch_write(nx + AT_PREFETCH_AHEAD);
     }
     return 0;
+}
+
+static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool live, const at_event_type *t,
+                              const at_guid *activity, const at_guid *related, const void *payload,
+                              uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp,
+                              bool head, uint64_t head8)
+{
+    uint32_t seq = seq_next();
+    at_ring *r = thr.ring;
+    uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
+    int active = atomic_load_explicit(&at_sess_active, memory_order_relaxed);
+    bool gated = false;
+    if (AT_UNLIKELY(active != 1 || !t)) {
+        if (!active || !t)
+            goto drop_noring;
+        /* a fork child's first events: its file is not open yet */
+        if (!at_trace_child_gate())
+            return -1; /* quiet, and the child has recorded nothing: it will have no file */
+        /* the gate may have put ProcessForked in this thread's buffer: the numbers go on from it */
+        seq = seq_next();
+        r = thr.ring;
+        gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
+        gated = true;
+    }
+    if (AT_UNLIKELY(!r || thr.gen != gen)) {
+        if (thr.gen != gen) {
+            /* a new session (its files start from a baseline of their own): the thread's numbers
+             * start again at 1, or its first event would count the earlier ones as lost */
+            thr.seq = seq = 1;
+            thr.seq_written = 0;
+            thr.gen = gen; /* once: a drop for want of a buffer keeps counting on */
+        }
+        r = ring_acquire(gen);
+        if (!r)
+            goto drop_noring;
+        /* a clock read made before this ring existed was announced nowhere: read it again */
+        if (live)
+            ts = clock_announced(r, ts, false);
+    } else if (AT_UNLIKELY(gated) && live) {
+        ts = clock_announced(r, ts, false); /* this ring came with the gate's ProcessForked */
+    }
+    return put_record(r, ts, seq, t, activity, related, payload, payload_len, ips, nips, stamp, head,
+                      head8);
 
 drop_noring:
     atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
     return -1;
+}
+
+void at_tbuf_put_saved(const at_event_type *t, const at_guid *activity, const void *payload,
+                       uint32_t len, uint64_t ts)
+{
+    uint32_t gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
+    if (thr.gen != gen) {
+        thr.ring = NULL;
+        thr.seq = thr.seq_written = 0;
+        thr.gen = gen;
+    }
+    uint32_t seq = seq_next();
+    at_ring *r = thr.ring ? thr.ring : ring_acquire(gen);
+    if (!r) {
+        atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
+        return;
+    }
+    put_record(r, ts, seq, t, activity, NULL, payload, len, NULL, 0, -1, false, 0);
+    atomic_store_explicit(&r->seq_pub, thr.seq, memory_order_release);
 }
 
 /* The clock read, the record and its publication: one body, inlined into each entry point below (a

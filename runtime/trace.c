@@ -12,9 +12,9 @@
 AT_TLS int at_internal;
 
 char *at_command_line;
-static _Atomic int sess_state; /* 0 none, 1 running, 2 stopping */
+static _Atomic int sess_state AT_FORK_DATA; /* 0 none, 1 running, 2 stopping */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static bool fork_locked;
+static bool fork_locked AT_FORK_DATA;
 
 static const at_field pi_fields[] = {
     {"CommandLine", NT_TYPE_STRING},
@@ -66,7 +66,7 @@ char *at_cmdline_utf8(void)
     return b;
 }
 
-static void fork_prepare(void)
+AT_FORK_TEXT static void fork_prepare(void)
 {
     at_event_type_fork_prepare();
     if (atomic_load(&sess_state) == 1) {
@@ -75,7 +75,7 @@ static void fork_prepare(void)
     }
 }
 
-static void fork_parent(void)
+AT_FORK_TEXT static void fork_parent(void)
 {
     at_event_type_fork_parent();
     if (fork_locked) {
@@ -86,40 +86,87 @@ static void fork_parent(void)
 
 /* A fork child's file and flusher wait for its first event: a child that records nothing (fork
  * then _exit, a worker that only computes) opens no file and starts no thread, which is most of what
- * a fork cost traced. Until then at_sess_active is AT_SESS_PENDING: events go to the buffers as
- * usual (ProcessForked is already there, in the forking thread's ring), and the first one that is not
- * quiet (at_trace_quiet) opens the file, named as it would have been at the fork, and starts the
- * flusher. The exit paths open it themselves when something was recorded and no flusher runs. */
+ * a fork cost traced. Until then at_sess_active is AT_SESS_PENDING and the child has touched no
+ * buffer: the parent's rings, chunks and file state are set aside by the first event that counts
+ * (child_buffers), which writes ProcessForked (saved at the fork, at_trace_child_prologue) before
+ * itself. An event that is quiet (at_trace_quiet) makes no file alone: before the first that counts
+ * it is left out (the exit of a child that recorded nothing). The first event that is not quiet
+ * opens the file, named as it would have been at the fork, and starts the flusher; the exit paths
+ * open it themselves when something was recorded and no flusher runs. What the fork itself writes
+ * here lies on the fork data page (AT_FORK_DATA). */
 #define AT_SESS_PENDING 2
 AT_TLS int at_trace_quiet;
-static _Atomic int child_claim;    /* a thread has taken the job of opening the child's file */
-static _Atomic int child_recorded; /* an event that counts was written */
-static uint64_t child_fork_ts;     /* the file's sync time: its first events are the fork's */
+static _Atomic int child_claim AT_FORK_DATA;    /* a thread has taken the job of opening the file */
+static _Atomic int child_recorded AT_FORK_DATA; /* an event that counts was written */
+static _Atomic int child_stage AT_FORK_DATA;    /* buffers: 0 the parent's, 1 being reset, 2 ours */
+static uint64_t child_fork_ts AT_FORK_DATA;     /* the file's sync time: its first events are the fork's */
+static struct {
+    const at_event_type *type; /* NULL: none */
+    at_guid activity;
+    uint32_t len;
+    uint8_t payload[16];
+} child_prologue AT_FORK_DATA;
 
-static void fork_child(void)
+AT_FORK_TEXT static void fork_child(void)
 {
     at_event_type_fork_child();
     if (!fork_locked)
         return;
     fork_locked = false;
     pthread_mutex_init(&at_flush_lock, NULL);
-    /* none of the parent's buffered events: they are the parent's to write */
-    at_pool_reset_child();
-    atomic_fetch_add(&at_sess_gen, 1);
+    at_tbuf_fork_child_thread();
+    atomic_fetch_add(&at_sess_gen, 1); /* the parent's buffers are no thread's here */
     atomic_store(&at_stat_written, 0);
     atomic_store(&at_stat_dropped_io, 0);
     atomic_store(&at_stat_bytes, 0);
     atomic_store(&at_stat_files, 0);
+    atomic_store(&at_drops_noring, 0);
+    atomic_store(&at_drops_retired, 0);
+    atomic_store(&at_drops_damaged, 0);
     at_flusher_forget();
     at_lastthread_reset(); /* the child's first thread has not left (process.c watches it) */
-    at_output_close(&at_out);
-    at_out.child_suffix = true;
-    at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
-    at_rings_barrier_init(); /* a new address space is registered anew */
+    at_output_close_in_child();
     child_fork_ts = at_ticks();
+    child_prologue.type = NULL;
+    atomic_store(&child_stage, 0);
     atomic_store(&child_claim, 0);
     atomic_store(&child_recorded, 0);
     atomic_store(&at_sess_active, AT_SESS_PENDING);
+}
+
+AT_FORK_TEXT void at_trace_child_prologue(const at_event_type *t, const at_guid *activity,
+                                          const void *payload, uint32_t len)
+{
+    if (atomic_load(&at_sess_active) != AT_SESS_PENDING || atomic_load(&child_stage) != 0 || !t ||
+        len > sizeof child_prologue.payload)
+        return;
+    child_prologue.activity = activity ? *activity : (at_guid){0};
+    child_prologue.len = len;
+    for (uint32_t i = 0; i < len; i++) /* not libc's memcpy: a code page more for the child */
+        child_prologue.payload[i] = ((const uint8_t *)payload)[i];
+    child_prologue.type = t;
+}
+
+/* The first event that counts, before it is written (one thread; any other waits, a few
+ * microseconds): none of the parent's buffered events, which are the parent's to write, and the
+ * saved ProcessForked first in this thread's buffer, before a flusher exists that could write a
+ * later event ahead of it. */
+static void child_buffers(void)
+{
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&child_stage, &expect, 1)) {
+        while (atomic_load(&child_stage) != 2)
+            sched_yield();
+        return;
+    }
+    int e = errno;
+    at_pool_reset_child();
+    at_rings_barrier_init(); /* a new address space is registered anew */
+    errno = e;
+    if (child_prologue.type && at_event_enabled(child_prologue.type)) /* read now, not at the fork */
+        at_tbuf_put_saved(child_prologue.type, &child_prologue.activity, child_prologue.payload,
+                          child_prologue.len, child_fork_ts);
+    atomic_store(&child_stage, 2);
 }
 
 /* Under at_flush_lock, while pending: open the child's file (and start its flusher). On failure the
@@ -127,6 +174,9 @@ static void fork_child(void)
 static int child_open(bool flusher)
 {
     char err[256] = "";
+    at_out.fd = -1; /* the parent's, closed at the fork */
+    at_out.child_suffix = true;
+    at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
     if (at_output_open_first(&at_out, err, sizeof err) < 0) {
         at_errmsg("fork child: no trace: ", err, 0);
         atomic_store(&at_sess_active, 0);
@@ -158,19 +208,26 @@ static void child_begin(void)
     errno = e;
 }
 
-AT_NOINLINE void at_trace_child_gate(void)
+AT_FORK_TEXT bool at_trace_keeps_quiet(void)
+{
+    return atomic_load(&at_sess_active) != AT_SESS_PENDING || atomic_load(&child_recorded);
+}
+
+AT_NOINLINE bool at_trace_child_gate(void)
 {
     if (at_trace_quiet == 1)
-        return;
-    atomic_store_explicit(&child_recorded, 1, memory_order_relaxed);
+        return atomic_load(&child_recorded) != 0;
+    child_buffers();
+    atomic_store(&child_recorded, 1);
     int expect = 0;
     if (at_trace_quiet == 0 && atomic_compare_exchange_strong(&child_claim, &expect, 1))
         at_xs_call(child_begin);
+    return true;
 }
 
 /* Exit paths, under at_flush_lock: true when there is a file to flush to (opening a pending child's
  * now, without a flusher, if it recorded anything). */
-static bool child_ready_for_exit(void)
+AT_FORK_TEXT static bool child_ready_for_exit(void)
 {
     if (atomic_load(&at_sess_active) != AT_SESS_PENDING)
         return true;
@@ -182,13 +239,14 @@ static bool child_ready_for_exit(void)
 
 /* Pausing the writer's thread (at_trace_flusher_pause): one caller at a time; a fork child, alone
  * in its process, starts with the lock free. */
-static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool pause_restart;
+static pthread_mutex_t pause_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
+static bool pause_restart AT_FORK_DATA;
 
-static void fork_child_pause(void)
+AT_FORK_TEXT static void fork_child_pause(void)
 {
-    pthread_mutex_init(&pause_lock, NULL);
-    pause_restart = false;
+    at_mutex_fork_reset(&pause_lock);
+    if (pause_restart)
+        pause_restart = false;
 }
 
 static void register_atfork(void)
@@ -318,6 +376,12 @@ void at_trace_stop(void)
         pthread_mutex_lock(&at_flush_lock);
         write = child_ready_for_exit();
         pthread_mutex_unlock(&at_flush_lock);
+        if (!write && atomic_load(&at_sess_active) == AT_SESS_PENDING) {
+            /* a fork child that recorded nothing: no file, no flusher, nothing to touch */
+            atomic_store(&at_sess_active, 0);
+            atomic_store(&sess_state, 0);
+            return;
+        }
     }
     atomic_store(&at_sess_active, 0);
     AT_INTERNAL_BEGIN();
@@ -343,7 +407,7 @@ void at_trace_stop(void)
     atomic_store(&sess_state, 0);
 }
 
-void at_trace_emergency_flush(void)
+AT_FORK_TEXT void at_trace_emergency_flush(void)
 {
     if (atomic_load(&sess_state) != 1)
         return;

@@ -223,6 +223,13 @@ static inline void at_trace_thread_ending(void)
  * behalf, 1 for one that alone does not make a file (ProcessForked, the exit), 2 for one that does
  * but must start no thread (a fatal signal: the emergency flush then opens the file itself). */
 extern AT_TLS int at_trace_quiet;
+/* In a fork child, at the fork: the event that opens the child's part (ProcessForked, at most 16
+ * bytes of payload), written with the fork's time before the child's first event that counts (if
+ * enabled then), and never if there is none. */
+/* false in a fork child that has recorded nothing: a quiet event would be left out */
+bool at_trace_keeps_quiet(void);
+void at_trace_child_prologue(const at_event_type *t, const at_guid *activity, const void *payload,
+                             uint32_t len);
 
 typedef struct at_trace_stats {
     uint64_t events_written; /* reached the file */

@@ -116,6 +116,7 @@ typedef struct at_pool {
     uint32_t *free_next;
     _Atomic uint64_t free_head; /* tag << 32 | (index + 1); 0 index part = empty */
     _Atomic int32_t nfree;
+    _Atomic uint32_t fresh;     /* chunks from here up were never handed out (tbuf.c: fresh_take) */
     at_ring *rings;             /* AT_MAX_THREADS */
     uint32_t nrings;
     /* One past the highest ring ever claimed: the flusher's scans stop there, so a program with a few
@@ -123,6 +124,7 @@ typedef struct at_pool {
     _Atomic uint32_t hiwater;
     size_t map_len;
     void *map;
+    bool wiped; /* a fork child finds the rings and chunks zero (MADV_WIPEONFORK) */
 } at_pool;
 
 /* The writer's way to a chunk: the base from the hot line, not from at_pool_g. */
@@ -152,10 +154,17 @@ extern _Atomic uint64_t at_drops_damaged;
 
 
 int at_pool_init(size_t cap, char *err, size_t errlen);
-/* trace.c: an event is written in a fork child whose file is not open yet (at_sess_active 2). */
-void at_trace_child_gate(void);
-/* After fork in the child: forget every buffered event and every buffer owner. */
+/* trace.c: an event is written in a fork child whose file is not open yet (at_sess_active 2): false
+ * when it is to be left out (quiet, and the child has recorded nothing). */
+bool at_trace_child_gate(void);
+/* A fork child's first recorded event: forget every buffered event of the parent and every buffer
+ * owner (once, before anything is written there). */
 void at_pool_reset_child(void);
+/* After fork in the child, the forking thread's own buffer state (its thread-local part). */
+void at_tbuf_fork_child_thread(void);
+/* Write a saved event (a fork child's ProcessForked) into the calling thread's buffer at ts. */
+void at_tbuf_put_saved(const at_event_type *t, const at_guid *activity, const void *payload,
+                       uint32_t len, uint64_t ts);
 void at_chunk_free(int32_t i);
 /* Retire handed-over rings that found no new owner since the last sweep (all: every one). */
 void at_rings_sweep_warm(bool all);
@@ -199,6 +208,7 @@ typedef struct at_output {
 int at_output_open_first(at_output *o, char *err, size_t errlen);
 int at_output_open_next(at_output *o);   /* rotation/circular; -1 on error (reported) */
 void at_output_close(at_output *o);
+void at_output_close_in_child(void);
 int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off);
 void at_output_report(at_output *o, const char *what, int err);
 /* Cut the file back to len bytes (after a failed write: its last complete state). */

@@ -40,7 +40,7 @@
 static uint8_t *alt_chunks[AT_ALT_MAX_CHUNKS];
 static uint32_t alt_nchunks;
 static _Atomic uint64_t alt_free;     /* head: slot index + 1 (0: empty) | ABA counter << 32 */
-static pthread_mutex_t alt_grow_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t alt_grow_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 
 /* Parked slots by the ending thread's descriptor: key 0 empty, 1 being written or taken, else the
  * descriptor (the entry is complete). */
@@ -238,9 +238,9 @@ void at_altstack_thread_end(void)
 
 /* A fork child's thread keeps its alternate stack and its slot; another thread of the parent may
  * have held the lock. */
-static void alt_atfork_child(void)
+AT_FORK_TEXT static void alt_atfork_child(void)
 {
-    pthread_mutex_init(&alt_grow_lock, NULL);
+    at_mutex_fork_reset(&alt_grow_lock);
 }
 
 void at_altstack_init(void)

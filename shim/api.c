@@ -19,16 +19,16 @@ typedef struct api_slot {
 } api_slot;
 
 static api_slot at_api_table[NSLOTS];
-static pthread_mutex_t at_api_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t at_api_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 
 /* A fork child must not inherit the lock held by a thread that does not exist there. It is made
  * afresh in the child rather than taken before the fork: its holder registers an activity kind
  * (activity.c's lock, then the event types'), and taking it in a prepare handler, which runs after
  * the writer's (the event types' lock), could deadlock the parent. A slot being filled at the
  * fork is not published in the child (its key goes last), so the table stays consistent. */
-static void api_fork_child(void)
+AT_FORK_TEXT static void api_fork_child(void)
 {
-    pthread_mutex_init(&at_api_lock, NULL);
+    at_mutex_fork_reset(&at_api_lock);
 }
 
 __attribute__((constructor)) static void api_init(void)

@@ -147,7 +147,7 @@ typedef struct reg_bucket {
     reg_ent *head, *tail; /* FIFO: queued items are taken in the order they were put */
 } reg_bucket;
 static reg_bucket reg_tab[REG_BUCKETS];
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t reg_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER; /* taken around fork */
 static uint32_t reg_count; /* atomic: 0 lets trampolines skip the lock */
 
 static inline uint32_t reg_hash(const void *owner, const void *key)
@@ -594,17 +594,17 @@ _Static_assert(sizeof(pool_item) <= AT_SLOT_SIZE, "a pool item fits a slot");
 _Static_assert(offsetof(pool_item, pc) == 3 * sizeof(void *), "at_slot_free clears pc");
 
 static AT_TLS pool_item *tl_last_item; /* the thread's last wrapped push (GTask moves it to front) */
-static pthread_mutex_t pool_sort_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t pool_sort_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 
 /* A fork child must not inherit a lock held by a thread that does not exist there: the first
  * registry call in such a child (a timer started, a source added) waited for ever. */
-static void callbacks_fork_prepare(void)
+AT_FORK_TEXT static void callbacks_fork_prepare(void)
 {
     pthread_mutex_lock(&reg_lock);
     pthread_mutex_lock(&pool_sort_lock);
 }
 
-static void callbacks_fork_release(void)
+AT_FORK_TEXT static void callbacks_fork_release(void)
 {
     pthread_mutex_unlock(&pool_sort_lock);
     pthread_mutex_unlock(&reg_lock);

@@ -131,7 +131,7 @@ static probe *hk_probes;
 static int hk_nprobes, hk_nbase; /* the config's functions first, then their aliases */
 #define HK_ALIASES_MAX 96        /* aliases of all functions together */
 #define HK_ALIASES_EACH 16
-static pthread_mutex_t hk_install_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t hk_install_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 
 /* Threads' live calls that started an activity, by frame: a longjmp over them leaves entries
  * deeper than the frame the program is in, stopped (Status 2) at the next hooked call or return.
@@ -1062,12 +1062,12 @@ void *at_hk_dlopen_c(const char *file, int mode)
 }
 
 /* A fork child has one thread: locks another thread of the parent held stay held forever. */
-static void hk_atfork_child(void)
+AT_FORK_TEXT static void hk_atfork_child(void)
 {
-    pthread_mutex_init(&hk_install_lock, NULL);
+    at_mutex_fork_reset(&hk_install_lock);
     for (int i = 0; hk_conf && i < hk_conf->nentries; i++)
         if (hk_rules[i].keys.direct)
-            pthread_mutex_init(&hk_rules[i].keys.lock, NULL);
+            at_mutex_fork_reset(&hk_rules[i].keys.lock);
 }
 
 int at_hooks_install(const at_hookconf *hc, char *err, size_t n)

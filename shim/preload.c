@@ -16,7 +16,7 @@
 #include "shim.h"
 
 at_config at_cfg;
-pid_t at_pid;
+pid_t at_pid AT_FORK_DATA;
 
 static const char *env_lookup(const char *name)
 {

@@ -26,8 +26,8 @@ extern char **environ;
 /* Environments larger than this are passed through unchanged (the link is then lost, not the exec). */
 #define AT_ENV_MAX 8192
 
-int at_exec_generation;            /* how many execs of this pid precede this image (preload.c) */
-bool at_process_descendant;        /* this pid began as a fork child of a traced process */
+int at_exec_generation AT_FORK_DATA; /* how many execs of this pid precede this image (preload.c) */
+bool at_process_descendant AT_FORK_DATA; /* this pid began as a fork child of a traced process */
 static at_guid at_process_parent;  /* the activity of the process that exec'd us, or zero */
 
 /* ---------------- the activity link carried through exec ---------------- */
@@ -358,9 +358,16 @@ AT_EXPORT int setns(int fd, int nstype)
 /* ---------------- fork ---------------- */
 
 /* The child's side of a fork: its own pid and thread id, a first exec generation (the writer's
- * fork handler, which ran first, named the child's file with none), the file the writer opened for
- * it, and ProcessForked. */
-static void fork_child_fixup(pid_t parent)
+ * fork handler, which ran first, named the child's file with none), and ProcessForked, which the
+ * writer keeps until the child records something (alone it makes no file: a child that records
+ * nothing costs no file and touches no buffer). */
+/* ProcessForked's type and the real _exit, on the fork data page: a child that records nothing
+ * reads no other page of the shim's (at_hot, at_ev) for them. */
+static const at_event_type *fork_child_type AT_FORK_DATA;
+static __typeof__(_exit) *fork_real_exit AT_FORK_DATA;
+static __typeof__(_Exit) *fork_real_Exit AT_FORK_DATA;
+
+AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
 {
     at_tid_cache = 0;
     at_pid = (pid_t)syscall(SYS_getpid);
@@ -368,22 +375,19 @@ static void fork_child_fixup(pid_t parent)
     at_process_descendant = true;
     at_activity_after_fork_child();
     at_thread_watch_leader(); /* the child's first thread, whichever thread of ours forked */
-    uint8_t buf[4];
-    at_payload pl;
-    at_payload_init(&pl, buf, sizeof buf);
-    at_payload_i32(&pl, parent);
-    at_trace_quiet = 1; /* alone it makes no file: a child that records nothing costs no file */
-    at_shim_event(at_ev.fork_child, buf, (uint32_t)(pl.p - buf));
-    at_trace_quiet = 0;
+    if (fork_child_type) {
+        const at_activity *cur = at_activity_current();
+        at_trace_child_prologue(fork_child_type, cur ? at_activity_id(cur) : NULL, &parent, 4);
+    }
 }
 
 /* A fork glibc makes itself (daemon() calls it without the PLT) does not come through fork()
  * below: this handler, registered after the writer's (whose child handler opens the child's file
  * and starts its flusher), does the child's side then. Through fork() below, at_internal is up in
  * the child too and the wrapper does it after the call. */
-static void fork_child_handler(void)
+AT_FORK_TEXT static void fork_child_handler(void)
 {
-    if (at_on() && !at_internal) {
+    if (!at_internal && at_on()) { /* at_internal first: at_on() reads a page more */
         int e = errno;
         fork_child_fixup(at_pid); /* still the parent's */
         errno = e;
@@ -392,19 +396,23 @@ static void fork_child_handler(void)
 
 void at_process_fork_init(void)
 {
+    fork_child_type = at_ev.fork_child;
+    fork_real_exit = AT_REAL(_exit);
+    fork_real_Exit = AT_REAL(_Exit);
     pthread_atfork(NULL, NULL, fork_child_handler);
 }
 
-AT_EXPORT pid_t fork(void)
+AT_FORK_TEXT AT_EXPORT pid_t fork(void)
 {
     if (!at_on())
         return AT_REAL(fork)();
     pid_t parent = at_pid;
+    int *errp = &errno; /* the same in the child: it looks errno up in no code page of libc */
     at_internal++;
     pid_t p = AT_REAL(fork)(); /* the writer's atfork handlers run in here */
-    if (p < 0 && errno == EAGAIN && at_trace_flusher_yield()) /* see at_trace_flusher_yield */
+    if (p < 0 && *errp == EAGAIN && at_trace_flusher_yield()) /* see at_trace_flusher_yield */
         p = AT_REAL(fork)();
-    int e = errno;
+    int e = *errp;
     at_internal--;
     if (p == 0) {
         fork_child_fixup(parent);
@@ -415,15 +423,17 @@ AT_EXPORT pid_t fork(void)
         at_payload_i32(&pl, p);
         at_shim_event(at_ev.fork_parent, buf, (uint32_t)(pl.p - buf));
     }
-    errno = e;
+    *errp = e;
     return p;
 }
 
 /* ---------------- _exit ---------------- */
 
-static void exit_now(int status)
+/* A fork child that recorded nothing ends here: its code goes with the fork's (AT_FORK_TEXT). */
+AT_FORK_TEXT static void exit_now(int status)
 {
-    if (at_on() && !in_vfork_child()) {
+    /* a fork child that recorded nothing has no file to write it to: it touches nothing */
+    if (at_trace_keeps_quiet() && at_on() && !in_vfork_child()) {
         uint8_t buf[4];
         at_payload pl;
         at_payload_init(&pl, buf, sizeof buf);
@@ -435,17 +445,17 @@ static void exit_now(int status)
     }
 }
 
-AT_EXPORT void _exit(int status)
+AT_FORK_TEXT AT_EXPORT void _exit(int status)
 {
     exit_now(status);
-    AT_REAL(_exit)(status);
+    (fork_real_exit ? fork_real_exit : AT_REAL(_exit))(status);
     __builtin_unreachable();
 }
 
-AT_EXPORT void _Exit(int status)
+AT_FORK_TEXT AT_EXPORT void _Exit(int status)
 {
     exit_now(status);
-    AT_REAL(_Exit)(status);
+    (fork_real_Exit ? fork_real_Exit : AT_REAL(_Exit))(status);
     __builtin_unreachable();
 }
 

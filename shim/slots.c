@@ -32,7 +32,7 @@ size_t at_slot_used; /* atomic: bytes carved so far (slots below lo+used may be 
 
 static size_t slot_committed;
 static size_t slot_reserve; /* bytes reserved at at_slot_lo */
-static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t slot_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER; /* taken around fork */
 static free_slot *slot_batches; /* under slot_lock: full batches */
 static free_slot *slot_loose;   /* under slot_lock: short remainders of ended threads' caches */
 static unsigned slot_nloose;
@@ -188,12 +188,12 @@ void at_slots_thread_exit(void)
 }
 
 /* A fork child must not inherit the lock held by a thread that does not exist there. */
-static void slots_prepare(void)
+AT_FORK_TEXT static void slots_prepare(void)
 {
     pthread_mutex_lock(&slot_lock);
 }
 
-static void slots_release(void)
+AT_FORK_TEXT static void slots_release(void)
 {
     pthread_mutex_unlock(&slot_lock);
 }

@@ -46,8 +46,9 @@ typedef struct start_block {
 _Static_assert(sizeof(start_block) <= 4096, "a start block is one page");
 static AT_TLS start_block *tl_starts;
 static AT_TLS unsigned tl_start_next;
+static AT_TLS bool tl_starts_forked; /* a fork child's: contexts in flight at the fork are free */
 static start_block *spare_blocks;
-static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t spare_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER; /* taken around fork */
 
 static start_block *block_get(void)
 {
@@ -70,21 +71,22 @@ static start_block *block_get(void)
 
 /* fork: the child must not inherit the list's lock held by another thread, and the threads this
  * one was starting do not exist there (their contexts would stay busy for ever) */
-static void starts_prepare(void)
+AT_FORK_TEXT static void starts_prepare(void)
 {
     pthread_mutex_lock(&spare_lock);
 }
 
-static void starts_parent(void)
+AT_FORK_TEXT static void starts_parent(void)
 {
     pthread_mutex_unlock(&spare_lock);
 }
 
-static void starts_child(void)
+AT_FORK_TEXT static void starts_child(void)
 {
     pthread_mutex_unlock(&spare_lock);
-    for (unsigned i = 0; tl_starts && i < START_PER_BLOCK; i++)
-        tl_starts->ctx[i].busy = START_FREE;
+    /* freed by this thread's next start (start_new): a child that starts none reads no block */
+    if (tl_starts)
+        tl_starts_forked = true;
 }
 
 __attribute__((constructor)) static void starts_init(void)
@@ -225,10 +227,15 @@ static void leader_left(void *unused)
 
 static void leader_key_create(void) { pthread_key_create(&leader_key, leader_left); }
 
-void at_thread_watch_leader(void)
+static AT_TLS bool leader_watched; /* a fork child's thread keeps its parent thread's key value */
+
+AT_FORK_TEXT void at_thread_watch_leader(void)
 {
+    if (leader_watched)
+        return;
     pthread_once(&leader_once, leader_key_create);
     pthread_setspecific(leader_key, &leader_key);
+    leader_watched = true;
 }
 
 const char *at_object_name(const void *addr)
@@ -267,6 +274,11 @@ static AT_NOINLINE bool runtime_routine(void *(*fn)(void *), void *arg)
 static at_thread_start *start_new(void *(*fn)(void *), void *arg)
 {
     at_thread_start *s = NULL;
+    if (AT_UNLIKELY(tl_starts_forked)) { /* the threads of the contexts in flight at the fork */
+        for (unsigned i = 0; i < START_PER_BLOCK; i++)
+            tl_starts->ctx[i].busy = START_FREE;
+        tl_starts_forked = false;
+    }
     start_block *b = tl_starts ? tl_starts : (tl_starts = block_get());
     for (unsigned k = 0; b && k < START_PER_BLOCK; k++) {
         unsigned i = (tl_start_next + k) % START_PER_BLOCK;

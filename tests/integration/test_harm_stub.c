@@ -213,6 +213,10 @@ START_TEST(test_hook_code_is_vector_free)
     ck_assert(!regcomp(&call, "\\b(call|jmp)[a-z]*[ \t]+[0-9a-f]+ <([^>+]+)(\\+0x[0-9a-f]+)?>",
                        REG_EXTENDED));
     ck_assert(!regcomp(&ind, "\\bcall[a-z]*[ \t]+\\*", REG_EXTENDED | REG_NOSUB));
+    /* a call through the GOT (-fno-plt), which objdump names: checked as a call through the PLT */
+    regex_t got;
+    ck_assert(!regcomp(&got, "\\bcall[a-z]*[ \t]+\\*0x[0-9a-f]+\\(%rip\\)[ \t]+# [0-9a-f]+ <([^@>+]+)[@>]",
+                       REG_EXTENDED));
     bool *seen = calloc(nf, 1);
     size_t *stack = malloc(nf * sizeof *stack), sp = 0, reached = 0;
     for (size_t i = 0; i < nf; i++)
@@ -234,6 +238,12 @@ START_TEST(test_hook_code_is_vector_free)
             regmatch_t m[4];
             if (!regexec(&vec, l, 0, NULL, 0)) /* (the guard's xsave/xrstor name no register) */
                 ADD_BAD("\n  vector code in %s: %s", f->name, l);
+            else if (!regexec(&got, l, 2, m, 0)) {
+                char t[512];
+                snprintf(t, sizeof t, "%.*s", (int)(m[1].rm_eo - m[1].rm_so), l + m[1].rm_so);
+                if (!in_list(ext_ok, t) && !guard_allows(f->name, t))
+                    ADD_BAD("\n  %s calls %s", f->name, t);
+            }
             /* an indirect call (a jump through a register is a switch's table) */
             else if (!regexec(&ind, l, 0, NULL, 0) && !guard_allows(f->name, "*") &&
                      !strstr(l, "@plt"))
@@ -264,6 +274,7 @@ START_TEST(test_hook_code_is_vector_free)
     regfree(&vec);
     regfree(&call);
     regfree(&ind);
+    regfree(&got);
     free(seen);
     free(stack);
     for (size_t i = 0; i < nf; i++) {
