@@ -64,6 +64,12 @@ END_TEST
 
 START_TEST(test_child_first_events_from_threads)
 {
+    /* Not under the sanitizers: a thread the fork child starts gets a stack glibc reclaimed from a
+     * thread of the parent's (the writer), whose ASan shadow still holds that thread's live frames,
+     * and ASan stops the new thread at its first store to its own stack (the same with the shim as
+     * it was before these fork changes; without the shim no thread's stack is reclaimed). */
+    if (getenv("ACTTRACE_ASAN"))
+        return;
     at_session s;
     const char *argv[] = {"fork_pages", "threads", NULL};
     ck_assert_int_eq(at_session_run_deadline(&s, "forkthreads", argv, NULL, 120), 0);
