@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "at_harmcmp.h"
 #include "at_testlib.h"
 
 #define DEADLINE_S 60
@@ -23,23 +24,6 @@
 #define THREADS 24
 
 static const char expect_out[] = "filled: malloc ok, mmap ok\nthreads 24 (all)\nlast malloc ok\ndone\n";
-
-/* stderr without the shim's own lines */
-static char *program_err(const char *err)
-{
-    char *out = calloc(1, strlen(err) + 1);
-    size_t n = 0;
-    for (const char *l = err; *l;) {
-        const char *e = strchr(l, '\n');
-        size_t len = e ? (size_t)(e - l + 1) : strlen(l);
-        if (strncmp(l, "acttrace:", 9) != 0) {
-            memcpy(out + n, l, len);
-            n += len;
-        }
-        l += len;
-    }
-    return out;
-}
 
 /* The fixture with argument args (under `ulimit -v limit_kib` unless 0), traced and untraced:
  * both must end and print the same; the untraced run prints expect_out. The traced run's trace
@@ -71,7 +55,7 @@ static void run_both(unsigned limit_kib, const char *args)
                   d0, d1, r[0].err);
     ck_assert_msg(!strcmp(r[0].out, r[1].out), "%s: traced printed\n%suntraced\n%s(stderr '%s')",
                   cmd, r[0].out, r[1].out, r[0].err);
-    char *e0 = program_err(r[0].err), *e1 = program_err(r[1].err);
+    char *e0 = at_harm_program_err(r[0].err), *e1 = at_harm_program_err(r[1].err);
     ck_assert_str_eq(e0, e1);
     free(e0);
     free(e1);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "at_harmcmp.h"
 #include "at_testlib.h"
 
 static char *write_conf(const char *dir, const char *text)
@@ -21,24 +22,6 @@ static char *write_conf(const char *dir, const char *text)
     fputs(text, f);
     fclose(f);
     return p;
-}
-
-/* stderr without the shim's own "acttrace:" lines */
-static char *strip_shim_lines(const char *s)
-{
-    char *o = malloc(strlen(s) + 1);
-    size_t k = 0;
-    while (*s) {
-        const char *nl = strchr(s, '\n');
-        size_t len = nl ? (size_t)(nl - s) + 1 : strlen(s);
-        if (strncmp(s, "acttrace:", 9) != 0) {
-            memcpy(o + k, s, len);
-            k += len;
-        }
-        s += len;
-    }
-    o[k] = 0;
-    return o;
 }
 
 static void assert_same_file(const char *d1, const char *d2, const char *name)
@@ -85,7 +68,7 @@ START_TEST(test_wrong_signature_shell)
     ck_assert_int_eq(at_run(&o, &r), 0);
     ck_assert(r.exited && r.status == 7);
     ck_assert_str_eq(s.r.out, r.out);
-    char *e1 = strip_shim_lines(s.r.err);
+    char *e1 = at_harm_program_err(s.r.err);
     ck_assert_str_eq(e1, r.err);
     assert_same_file(s.dir, udir, "f.txt");
     /* the writes were captured, the fd marked as memory that could not be read */

@@ -14,26 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "at_harmcmp.h"
 #include "at_testlib.h"
 
 #define DEADLINE_S 60
-
-/* stderr without the shim's own lines */
-static char *program_err(const char *err)
-{
-    char *out = calloc(1, strlen(err) + 1);
-    size_t n = 0;
-    for (const char *l = err; *l;) {
-        const char *e = strchr(l, '\n');
-        size_t len = e ? (size_t)(e - l + 1) : strlen(l);
-        if (strncmp(l, "acttrace:", 9) != 0) {
-            memcpy(out + n, l, len);
-            n += len;
-        }
-        l += len;
-    }
-    return out;
-}
 
 typedef struct pair {
     char *dir[2];
@@ -54,7 +38,7 @@ static void run_pair(pair *p, const char *tag, const char *const *argv, const ch
     ck_assert_msg(p->r[0].exited && p->r[1].exited && p->r[0].status == p->r[1].status,
                   "traced: %s, untraced: %s (stderr '%s')", d0, d1, p->r[0].err);
     ck_assert_str_eq(p->r[0].out, p->r[1].out);
-    char *e0 = program_err(p->r[0].err), *e1 = program_err(p->r[1].err);
+    char *e0 = at_harm_program_err(p->r[0].err), *e1 = at_harm_program_err(p->r[1].err);
     ck_assert_str_eq(e0, e1);
     free(e0);
     free(e1);

@@ -65,3 +65,20 @@ const char *at_harm_verify(const char *path)
     at_run_result_free(&r);
     return res;
 }
+
+char *at_harm_program_err(const char *err)
+{
+    char *out = malloc(strlen(err) + 1);
+    size_t n = 0;
+    for (const char *l = err; *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l + 1) : strlen(l);
+        if (strncmp(l, "acttrace:", 9) != 0) {
+            memcpy(out + n, l, len);
+            n += len;
+        }
+        l += len;
+    }
+    out[n] = 0;
+    return out;
+}

@@ -14,6 +14,9 @@ int at_harm_untraced(const char *tag, const char *const *argv, const char *const
                      at_run_result *r, char **dir);
 /* NULL when dir_a/name and dir_b/name hold the same bytes, else a description (static buffer). */
 const char *at_harm_file_diff(const char *dir_a, const char *dir_b, const char *name);
+/* A program's stderr without the shim's own "acttrace:" lines (malloc'd): what a traced run must
+ * print as the untraced one does. */
+char *at_harm_program_err(const char *err);
 /* `acttrace verify path`: NULL when it passes, else its output (static buffer). */
 const char *at_harm_verify(const char *path);
 
