@@ -48,7 +48,7 @@ static size_t as_lim;        /* the limit the range was sized for (or the start'
 static bool as_reserving;    /* reserve_range is mapping the range */
 static struct { size_t off, len; } as_free[AT_AS_FREE_MAX]; /* by offset, none adjacent */
 static int as_nfree;
-static atomic_flag as_lock = ATOMIC_FLAG_INIT;
+static atomic_flag as_lock AT_FORK_DATA = ATOMIC_FLAG_INIT; /* cleared in a fork child */
 
 /* A try-lock with a bounded wait: a later mapping may be asked for from a signal handler that
  * interrupted the holder on its own thread; it is then skipped rather than waited for forever. */
@@ -306,7 +306,7 @@ void at_as_unmap(void *p, size_t len)
 }
 
 /* A fork child is one thread: another thread of the parent may have held the lock. */
-static void as_atfork_child(void)
+AT_FORK_TEXT static void as_atfork_child(void)
 {
     atomic_flag_clear(&as_lock);
 }

@@ -22,16 +22,16 @@ typedef struct sm_free {
     struct sm_free *next;
 } sm_free;
 
-static pthread_mutex_t sm_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t sm_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 static sm_free *sm_list[SM_CLASSES]; /* under sm_lock */
 static uint8_t *sm_cur;              /* under sm_lock: the slab being carved */
 static size_t sm_left;
 static pthread_once_t sm_once = PTHREAD_ONCE_INIT;
 
 /* A fork child is one thread: another thread of the parent may have held the lock. */
-static void sm_atfork_child(void)
+AT_FORK_TEXT static void sm_atfork_child(void)
 {
-    pthread_mutex_init(&sm_lock, NULL);
+    at_mutex_fork_reset(&sm_lock);
 }
 
 static void sm_init(void)
