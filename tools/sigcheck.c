@@ -361,6 +361,20 @@ void at_sigcheck(const char *module, uint64_t offset, const at_sig *sig, const c
         return;
     }
     (void)lo;
+    /* Code written in assembly (glibc's system call stubs: getpeername, socket, bind ...) has
+     * debug info that names the function but gives it no parameters and an unspecified type: no
+     * prototype to compare with */
+    Dwarf_Die *cu = dwfl_module_addrdie(m, offset + elf_bias, &bias);
+    Dwarf_Word lang = 0;
+    Dwarf_Attribute la;
+    if (cu && dwarf_attr(cu, DW_AT_language, &la))
+        dwarf_formudata(&la, &lang);
+    if (lang == DW_LANG_Mips_Assembler) {
+        fprintf(out, "%s%s in %s is written in assembly (its debug info has no prototype): "
+                     "signature not checked\n", prefix, sig->fname, module);
+        dwfl_end(dwfl);
+        return;
+    }
     res->checked = true;
     Dwarf_Die params[AT_SIG_MAX_PARAMS + 8];
     bool variadic;

@@ -236,6 +236,40 @@ START_TEST(test_check_write_with_libc_debug_info)
 }
 END_TEST
 
+/* glibc's own socket calls: accept and connect take __SOCKADDR_ARG unions (a pointer as the ABI
+ * passes it), getpeername is a system call stub written in assembly (debug info without a
+ * prototype): with libc's debug info the first two match a pointer declaration and the third is
+ * said not to be checked, never refused; without it every one says it could not look */
+START_TEST(test_check_libc_socket_calls)
+{
+    if (getenv("ACTTRACE_ASAN"))
+        return;
+    char *dir = at_tmpdir("hchecks");
+    at_run_result r;
+    run_check(dir,
+              "[event A]\nfunction = accept\n"
+              "signature = int accept(int fd, struct sockaddr *addr, socklen_t *len)\n"
+              "[event C]\nfunction = connect\n"
+              "signature = int connect(int fd, const struct sockaddr *addr, socklen_t len)\n"
+              "[event G]\nfunction = getpeername\n"
+              "signature = int getpeername(int fd, struct sockaddr *addr, socklen_t *len)\n",
+              "/bin/sh", &r);
+    ck_assert_msg(r.exited && r.status == 0, "status %d: %s", r.status, r.out);
+    ck_assert_msg(!strstr(r.out, "error:"), "%s", r.out);
+    if (!strstr(r.out, "[event A] no debug info for accept in ")) {
+        ck_assert_msg(strstr(r.out, "[event A] accept: the signature matches the function's DWARF "
+                                    "prototype"), "%s", r.out);
+        ck_assert_msg(strstr(r.out, "[event C] connect: the signature matches the function's DWARF "
+                                    "prototype"), "%s", r.out);
+        ck_assert_msg(strstr(r.out, "is written in assembly (its debug info has no prototype): "
+                                    "signature not checked"), "%s", r.out);
+    }
+    at_run_result_free(&r);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("harm_capture");
@@ -245,6 +279,7 @@ int main(void)
     tcase_add_test(tc, test_strings_of_every_kind);
     tcase_add_test(tc, test_check_against_dwarf);
     tcase_add_test(tc, test_check_write_with_libc_debug_info);
+    tcase_add_test(tc, test_check_libc_socket_calls);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
