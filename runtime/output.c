@@ -449,6 +449,52 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
     return 0;
 }
 
+int at_output_prepare(at_output *o, char *err, size_t errlen)
+{
+    if (resolve_dir(o, err, errlen) < 0 || expand(o, err, errlen) < 0)
+        return -1;
+    /* a folder that cannot take the file is said now, while the program can still run untraced
+     * with one line, rather than at its first event */
+    char dir[sizeof o->base];
+    memcpy(dir, o->base, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        strcpy(dir, ".");
+    if (access(dir, W_OK | X_OK) != 0) {
+        if (err)
+            snprintf(err, errlen, "cannot create %s: %s", o->base, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* What at_output_open_first would decide about "-<pid>" without creating anything: the plain name
+ * is a live writer's (it holds the file's lock). */
+bool at_output_name_held(const at_output *o)
+{
+    if (o->child_suffix)
+        return true;
+    static at_output probe; /* 12 KiB: not on a program's stack; callers are one at a time (exec) */
+    memcpy(probe.pattern, o->pattern, sizeof probe.pattern);
+    probe.start_time_s = o->start_time_s;
+    probe.child_suffix = false;
+    probe.exec_gen = o->exec_gen;
+    probe.dup = 0;
+    if (expand(&probe, NULL, 0) < 0)
+        return false;
+    file_name(&probe, 0, probe.path, sizeof probe.path);
+    int fd = open(probe.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return held;
+}
+
 int at_output_open_next(at_output *o)
 {
     at_output_close(o);

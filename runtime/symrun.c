@@ -94,6 +94,17 @@ static void *map_anon(const char *what, size_t n)
     return at_as_map(what, &n, 0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 }
 
+int at_symrun_types(void)
+{
+    if (!S.t_map)
+        S.t_map = at_event_type_register(&desc_map);
+    if (!S.t_sym)
+        S.t_sym = at_event_type_register(&desc_sym);
+    if (!S.t_meta)
+        S.t_meta = at_event_type_register(&desc_meta);
+    return S.t_map && S.t_sym && S.t_meta ? 0 : -1;
+}
+
 int at_symrun_init(void)
 {
     if (!S.init) {
@@ -112,10 +123,7 @@ int at_symrun_init(void)
         }
         S.init = true;
     }
-    S.t_map = at_event_type_register(&desc_map);
-    S.t_sym = at_event_type_register(&desc_sym);
-    S.t_meta = at_event_type_register(&desc_meta);
-    return S.t_map && S.t_sym && S.t_meta ? 0 : -1;
+    return at_symrun_types();
 }
 
 /* ---- per-file sets: a slot whose gen is not the current file's is empty ---- */

@@ -6,7 +6,10 @@
 
 extern bool at_symrun_on; /* session option: write the rundown (at_trace_options.no_symbols clears it) */
 
-/* Register the Universal.System event types and map the tables (at session start; allocates). */
+/* Register the Universal.System event types (allocates; at session start). */
+int at_symrun_types(void);
+/* The same, and map the tables (mappings only once the types exist: a session that waits for its
+ * first event maps them then). */
 int at_symrun_init(void);
 /* Describe, in the current file (generation file_gen), every address of ips not described there yet:
  * its module (ProcessMappingMetadata + ProcessMapping) and its function (ProcessSymbol). Flusher only;

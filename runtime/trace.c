@@ -1,10 +1,12 @@
-/* trace.c: the session: start (output, ProcessInfo, flusher), flush, stop, the emergency flush for
- * fatal signals and _exit, fork handling and statistics. */
+/* trace.c: the session: start (output, ProcessInfo, flusher, now or at the first event that counts),
+ * flush, stop, the emergency flush for fatal signals and _exit, fork handling and statistics. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "symrun.h"
 #include "xstate.h"
@@ -66,8 +68,86 @@ char *at_cmdline_utf8(void)
     return b;
 }
 
+/* The same into a mapping of its own, without malloc: read when the file of a session that waited
+ * for its first event is opened, which may be in a signal handler or a hook. At most 64 KiB (the
+ * event keeps 30000 characters). */
+static char *cmdline_mapped(void)
+{
+    static char *buf;
+    static size_t cap;
+    if (!buf) {
+        size_t len = 64u << 10;
+        buf = at_as_map("command line", &len, 4096, 0, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (!buf)
+            return NULL;
+        cap = len;
+    }
+    size_t len = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        for (ssize_t n; len < cap - 1 && (n = read(fd, buf + len, cap - 1 - len)) > 0;)
+            len += (size_t)n;
+        close(fd);
+    }
+    while (len && buf[len - 1] == 0)
+        len--;
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] == 0)
+            buf[i] = ' ';
+    buf[len] = 0;
+    return buf;
+}
+
+static bool cmdline_is_mapped AT_FORK_DATA; /* at_command_line is cmdline_mapped()'s: never freed */
+
+/* A session whose file waits for its first event (at_trace_options.lazy) sets up the writer in two
+ * steps there: its memory (the buffers, the serialiser's blocks, the symbol tables: mappings only)
+ * before the event is written, and the file (command line, ProcessInfo) when it is opened. A fork
+ * child inherits whichever step its parent had done. */
+static bool writer_mem AT_FORK_DATA;
+static bool writer_pi AT_FORK_DATA;
+static bool sess_forked AT_FORK_DATA; /* this process began as a fork child of the session's */
+static size_t sess_cap;
+
+static int writer_mem_init(char *err, size_t errlen)
+{
+    if (writer_mem)
+        return 0;
+    if (at_pool_init(sess_cap, err, errlen) < 0)
+        return -1;
+    at_ntw_init();
+    if (!at_ntw_ready()) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* no room for the symbol tables (a tight RLIMIT_AS, said by asroom.c): stacks stay addresses */
+    if (at_symrun_on && at_symrun_init() < 0)
+        at_symrun_on = false;
+    writer_mem = true;
+    return 0;
+}
+
+static void writer_pi_init(void)
+{
+    if (writer_pi)
+        return;
+    if (at_command_line && !cmdline_is_mapped)
+        free(at_command_line);
+    at_command_line = cmdline_mapped();
+    cmdline_is_mapped = true;
+    at_ntw_init(); /* builds ProcessInfo's payload from it */
+    writer_pi = true;
+}
+
+static _Atomic int child_stage AT_FORK_DATA;    /* buffers: 0 the parent's, 1 being reset, 2 ours */
+
 AT_FORK_TEXT static void fork_prepare(void)
 {
+    /* a thread is setting up the buffers of a session that waited for its first event: a child
+     * must not copy them half made (a few microseconds; bounded, should it be this very thread) */
+    for (int i = 0; i < 10000 && atomic_load(&child_stage) == 1; i++)
+        sched_yield();
     at_event_type_fork_prepare();
     if (atomic_load(&sess_state) == 1) {
         pthread_mutex_lock(&at_flush_lock); /* the child must not inherit a half-written flush */
@@ -86,7 +166,9 @@ AT_FORK_TEXT static void fork_parent(void)
 
 /* A fork child's file and flusher wait for its first event: a child that records nothing (fork
  * then _exit, a worker that only computes) opens no file and starts no thread, which is most of what
- * a fork cost traced. Until then at_sess_active is AT_SESS_PENDING and the child has touched no
+ * a fork cost traced. A new image's session started lazily waits the same way (its "fork" is its
+ * start: no ProcessForked, its file named as at the start, and its buffers mapped by the first
+ * event that counts). Until then at_sess_active is AT_SESS_PENDING and the child has touched no
  * buffer: the parent's rings, chunks and file state are set aside by the first event that counts
  * (child_buffers), which writes ProcessForked (saved at the fork, at_trace_child_prologue) before
  * itself. An event that is quiet (at_trace_quiet) makes no file alone: before the first that counts
@@ -98,7 +180,6 @@ AT_FORK_TEXT static void fork_parent(void)
 AT_TLS int at_trace_quiet;
 static _Atomic int child_claim AT_FORK_DATA;    /* a thread has taken the job of opening the file */
 static _Atomic int child_recorded AT_FORK_DATA; /* an event that counts was written */
-static _Atomic int child_stage AT_FORK_DATA;    /* buffers: 0 the parent's, 1 being reset, 2 ours */
 static uint64_t child_fork_ts AT_FORK_DATA;     /* the file's sync time: its first events are the fork's */
 static struct {
     const at_event_type *type; /* NULL: none */
@@ -126,6 +207,7 @@ AT_FORK_TEXT static void fork_child(void)
     at_flusher_forget();
     at_lastthread_reset(); /* the child's first thread has not left (process.c watches it) */
     at_output_close_in_child();
+    sess_forked = true;
     child_fork_ts = at_ticks();
     child_prologue.type = NULL;
     atomic_store(&child_stage, 0);
@@ -160,7 +242,19 @@ static void child_buffers(void)
         return;
     }
     int e = errno;
-    at_pool_reset_child();
+    if (!writer_mem) {
+        char err[160];
+        if (writer_mem_init(err, sizeof err) < 0) {
+            /* no buffers: the session ends (events are counted as dropped), as a failed start */
+            at_errmsg("no trace: ", err, 0);
+            atomic_store(&at_sess_active, 0);
+            atomic_store(&child_stage, 2);
+            errno = e;
+            return;
+        }
+    } else {
+        at_pool_reset_child();
+    }
     at_rings_barrier_init(); /* a new address space is registered anew */
     errno = e;
     if (child_prologue.type && at_event_enabled(child_prologue.type)) /* read now, not at the fork */
@@ -175,23 +269,28 @@ static int child_open(bool flusher)
 {
     char err[256] = "";
     at_out.fd = -1; /* the parent's, closed at the fork */
-    at_out.child_suffix = true;
-    at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
+    if (sess_forked) {
+        at_out.child_suffix = true;
+        at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
+    }
+    writer_pi_init();
     if (at_output_open_first(&at_out, err, sizeof err) < 0) {
-        at_errmsg("fork child: no trace: ", err, 0);
+        at_errmsg(sess_forked ? "fork child: no trace: " : "no trace: ", err, 0);
         atomic_store(&at_sess_active, 0);
         atomic_store(&sess_state, 0);
         at_output_close(&at_out);
         return -1;
     }
     atomic_store(&at_stat_files, 1);
+    /* refused after the child entered a new pid namespace (no thread can be made there): its
+     * events then stay in the buffers until exit, as when a paused flusher cannot come back.
+     * Started first (it waits for the lock held here): ProcessInfo is written under its thread id,
+     * which the symbol rundown's events number on from */
+    if (flusher)
+        (void)at_flusher_start();
     /* the fork's time through a pair taken now, not extrapolated from the parent's last one */
     at_clock_mark();
     at_ntw_file_begin(at_clock_file_ts(child_fork_ts));
-    /* refused after the child entered a new pid namespace (no thread can be made there): its
-     * events then stay in the buffers until exit, as when a paused flusher cannot come back */
-    if (flusher)
-        (void)at_flusher_start();
     return 0;
 }
 
@@ -218,6 +317,8 @@ AT_NOINLINE bool at_trace_child_gate(void)
     if (at_trace_quiet == 1)
         return atomic_load(&child_recorded) != 0;
     child_buffers();
+    if (!atomic_load(&at_sess_active))
+        return false; /* no buffers could be had */
     atomic_store(&child_recorded, 1);
     int expect = 0;
     if (at_trace_quiet == 0 && atomic_compare_exchange_strong(&child_claim, &expect, 1))
@@ -229,6 +330,8 @@ AT_NOINLINE bool at_trace_child_gate(void)
  * now, without a flusher, if it recorded anything). */
 AT_FORK_TEXT static bool child_ready_for_exit(void)
 {
+    if (!writer_mem)
+        return false; /* a session that waited for its first event and never had buffers */
     if (atomic_load(&at_sess_active) != AT_SESS_PENDING)
         return true;
     if (!atomic_load(&child_recorded) || child_open(false) < 0)
@@ -282,22 +385,32 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     }
     at_tbuf_init_key();
     at_clock_select(o->clock);
-    at_rings_barrier_init();
     pthread_once(&atfork_once, register_atfork);
-    if (at_pool_init(o->buffer_cap, errbuf, errlen) < 0)
-        goto fail;
-    free(at_command_line);
-    at_command_line = o->command_line ? strdup(o->command_line) : at_cmdline_utf8();
     if (!at_processinfo_type)
         at_processinfo_type = at_event_type_register(&pi_desc);
-    at_ntw_init();
     at_symrun_on = !o->no_symbols;
-    /* no room for the symbol tables (a tight RLIMIT_AS, said by asroom.c): stacks stay addresses */
-    if (at_symrun_on && at_symrun_init() < 0)
+    if (at_symrun_on && at_symrun_types() < 0)
         at_symrun_on = false;
-    if (!at_processinfo_type || !at_ntw_ready()) {
+    if (!at_processinfo_type) {
         snprintf(errbuf, errlen, "out of memory");
         goto fail;
+    }
+    sess_cap = o->buffer_cap;
+    writer_mem = writer_pi = sess_forked = false;
+    /* under a finite RLIMIT_AS the buffers are mapped now: from main on, the program's VmSize holds
+     * them and plans with it (asroom.c); without one they wait, as the file does */
+    if (!o->lazy || at_as_limited()) {
+        at_rings_barrier_init();
+        if (writer_mem_init(errbuf, errlen) < 0)
+            goto fail;
+    }
+    if (!o->lazy) {
+        if (at_command_line && !cmdline_is_mapped)
+            free(at_command_line);
+        cmdline_is_mapped = false;
+        at_command_line = o->command_line ? strdup(o->command_line) : at_cmdline_utf8();
+        at_ntw_init();
+        writer_pi = true;
     }
     memset(&at_out, 0, sizeof at_out);
     strcpy(at_out.pattern, o->path);
@@ -309,10 +422,29 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     struct timespec rt;
     clock_gettime(CLOCK_REALTIME, &rt);
     at_out.start_time_s = (uint64_t)rt.tv_sec;
-    if (at_output_open_first(&at_out, errbuf, errlen) < 0)
-        goto fail;
     at_flush_interval_ms = o->flush_interval_ms ? o->flush_interval_ms : 100;
     at_event_type_apply_filter(o->level, o->keywords);
+    if (o->lazy) {
+        /* the name is fixed now (the working directory, the start time); the file, the writer's
+         * memory and the flusher wait for the first event that counts, as in a fork child */
+        at_out.fd = -1;
+        if (at_output_prepare(&at_out, errbuf, errlen) < 0)
+            goto fail;
+        atomic_store(&at_stat_files, 0);
+        pthread_mutex_lock(&at_flush_lock);
+        at_lastthread_reset();
+        child_fork_ts = at_ticks();
+        child_prologue.type = NULL;
+        atomic_store(&child_stage, 0);
+        atomic_store(&child_claim, 0);
+        atomic_store(&child_recorded, 0);
+        atomic_fetch_add(&at_sess_gen, 1);
+        atomic_store(&at_sess_active, AT_SESS_PENDING);
+        pthread_mutex_unlock(&at_flush_lock);
+        return 0;
+    }
+    if (at_output_open_first(&at_out, errbuf, errlen) < 0)
+        goto fail;
     atomic_store(&at_stat_written, 0);
     atomic_store(&at_stat_dropped_io, 0);
     atomic_store(&at_stat_bytes, 0);
@@ -372,11 +504,11 @@ void at_trace_stop(void)
     /* events from now on are dropped and counted; then everything published is written (a pending
      * fork child has no flusher that could hold the lock) */
     bool write = true;
-    if (atomic_load(&at_sess_active) == AT_SESS_PENDING) {
+    if (atomic_load(&at_sess_active) == AT_SESS_PENDING || !writer_mem) {
         pthread_mutex_lock(&at_flush_lock);
         write = child_ready_for_exit();
         pthread_mutex_unlock(&at_flush_lock);
-        if (!write && atomic_load(&at_sess_active) == AT_SESS_PENDING) {
+        if (!write && (atomic_load(&at_sess_active) == AT_SESS_PENDING || !writer_mem)) {
             /* a fork child that recorded nothing: no file, no flusher, nothing to touch */
             atomic_store(&at_sess_active, 0);
             atomic_store(&sess_state, 0);
@@ -496,5 +628,30 @@ bool at_trace_flusher_yield(void)
 
 bool at_trace_pid_named(void)
 {
+    if (atomic_load(&sess_state) == 1 && atomic_load(&at_sess_active) == AT_SESS_PENDING &&
+        !sess_forked && at_out.fd < 0)
+        return at_output_name_held(&at_out); /* the decision the open will make */
     return at_out.child_suffix;
+}
+
+/* The pattern names the pid (%p, not %%p): no other process can take our name. */
+static bool pattern_has_pid(const char *p)
+{
+    for (; *p; p++)
+        if (*p == '%' && (*++p == 'p' || !*p))
+            return *p == 'p';
+    return false;
+}
+
+void at_trace_open_now(void)
+{
+    if (atomic_load(&sess_state) != 1 || atomic_load(&at_sess_active) != AT_SESS_PENDING ||
+        sess_forked || at_out.child_suffix || pattern_has_pid(at_out.pattern))
+        return;
+    child_buffers();
+    if (atomic_load(&at_sess_active) != AT_SESS_PENDING)
+        return;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&child_claim, &expect, 1))
+        at_xs_call(child_begin);
 }

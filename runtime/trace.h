@@ -162,6 +162,9 @@ typedef struct at_trace_options {
     bool descendant;           /* a process below the one the trace began in (a fork child, or a later
                                   image of one): a pattern without %p gets "-<pid>" too */
     unsigned file_mode;        /* permissions of the trace files, applied whatever the umask; 0 = 0600 */
+    bool lazy;                 /* the file, the flusher and the buffers wait for the first event that
+                                  counts (see at_trace_quiet), as a fork child's do: a process that
+                                  records nothing writes no file and starts no thread */
 } at_trace_options;
 
 /* Start the session: open the output, write header and ProcessInfo, start the flusher thread.
@@ -198,6 +201,10 @@ int at_fd_move_high(int fd);
 /* The file of this process carries its pid though the pattern has no %p (a fork child, a process
  * another traced one started, or one that found a live process writing the plain name). */
 bool at_trace_pid_named(void);
+/* A lazy session whose file is not open yet opens it now (with its flusher), named as at the start:
+ * before the program starts a child that carries nothing of ours (system(), popen()) and would
+ * otherwise take the plain name first. */
+void at_trace_open_now(void);
 void at_trace_flusher_pause(void);
 void at_trace_flusher_resume(void);
 

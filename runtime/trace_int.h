@@ -206,6 +206,11 @@ typedef struct at_output {
 } at_output;
 
 int at_output_open_first(at_output *o, char *err, size_t errlen);
+/* At a session's start, when the file waits for the first event: the pattern made absolute (once)
+ * and checked; 0 or -1 with a message. */
+int at_output_prepare(at_output *o, char *err, size_t errlen);
+/* Before the file exists: would it take "-<pid>" (a live writer holds the plain name)? */
+bool at_output_name_held(const at_output *o);
 int at_output_open_next(at_output *o);   /* rotation/circular; -1 on error (reported) */
 void at_output_close(at_output *o);
 void at_output_close_in_child(void);

@@ -118,6 +118,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         .exec_generation = (unsigned)at_exec_generation,
         .descendant = at_process_descendant,
         .file_mode = at_cfg.file_mode,
+        .lazy = true, /* a program that records nothing costs no file, no thread, no buffers */
     };
     if (have_hc) {
         if (hc.mode)
@@ -137,10 +138,6 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_preload_fail("cannot start the trace", err);
         goto out;
     }
-    /* the writer named the file after the pid (another live process writes the plain name: a child
-     * glibc spawned for system() or popen()): the images this pid execs keep the pid as well */
-    if (at_trace_pid_named())
-        at_process_descendant = true;
     at_process_fork_init(); /* after the writer's own fork handlers: see process.c */
     at_thread_watch_leader();
     at_shim_stacks_init();

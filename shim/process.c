@@ -106,7 +106,10 @@ static char *const *exec_env(char *const envp[], const char **out, size_t n, cha
          * pattern without %p tells apart by "-<pid>" */
         char tmp[48];
         int t = 0;
-        tmp[t++] = at_process_descendant || !same_pid ? '1' : '0';
+        /* the file is (or will be) named after the pid (another live process writes the plain
+         * name: this is a child glibc spawned for system() or popen()): the images this pid execs
+         * keep the pid as well */
+        tmp[t++] = !same_pid || at_process_descendant || at_trace_pid_named() ? '1' : '0';
         tmp[t++] = '.';
         unsigned long v = same_pid ? (unsigned long)at_exec_generation + 1 : 0;
         do
@@ -284,6 +287,32 @@ AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
     return spawn_common(true, pid, file, fa, attr, argv, envp);
+}
+
+/* system() and popen(): glibc starts the shell itself, with nothing of ours in its environment, so
+ * with a pattern without %p it names its file like ours, and the first to open takes the plain name.
+ * Ours opens first (it does not wait for its first event then), so the shell and what it runs take
+ * "-<pid>" as they always have. */
+AT_LAZY_REAL(system, int, (const char *))
+AT_EXPORT int system(const char *cmd)
+{
+    if (cmd && at_on() && !at_internal && !in_vfork_child()) {
+        int e = errno;
+        at_trace_open_now();
+        errno = e;
+    }
+    return real_system()(cmd);
+}
+
+AT_LAZY_REAL(popen, FILE *, (const char *, const char *))
+AT_EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+    if (at_on() && !at_internal && !in_vfork_child()) {
+        int e = errno;
+        at_trace_open_now();
+        errno = e;
+    }
+    return real_popen()(cmd, mode);
 }
 
 /* ---------------- calls that must meet the program's threads only ---------------- */

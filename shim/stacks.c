@@ -1,12 +1,14 @@
-/* stacks.c: which events of the shim carry a stack, and taking it (runtime/stack.h). The walker is
- * set up in the constructor (at_shim_stacks_init), so lazy binding and libunwind's one-time work never
- * land on a traced thread. Settings: ACTTRACE_STACKS (start|stop|both|none), ACTTRACE_STACK_WALKER,
+/* stacks.c: which events of the shim carry a stack, and taking it (runtime/stack.h). The walker
+ * (libunwind, loaded with dlopen, and its one-time work) is set up when the first stack is taken,
+ * once, by that thread: a process that records no stack never loads it. Settings: ACTTRACE_STACKS (start|stop|both|none), ACTTRACE_STACK_WALKER,
  * ACTTRACE_STACK_DEPTH; a config file can override per activity. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <ffi.h>
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shim.h"
 #include "stack.h"
@@ -95,8 +97,55 @@ uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth)
     return out;
 }
 
+/* "acttrace: " and line on stderr in one write, with no stdio (a hook, a signal handler) */
+static void at_shim_say(const char *line)
+{
+    char b[340] = "acttrace: ";
+    size_t n = strlen(b), l = strlen(line);
+    if (l > sizeof b - n)
+        l = sizeof b - n;
+    memcpy(b + n, line, l);
+    ssize_t w = write(2, b, n + l);
+    (void)w;
+}
+
+/* 0 not set up, 1 a thread is setting it up, 2 ready */
+static _Atomic int stacks_stage;
+
+static void stacks_setup(void)
+{
+    AT_INTERNAL_BEGIN(); /* dlopen's and libunwind's calls reach no hook */
+    char err[256], line[320];
+    if (at_stack_init((enum at_stack_mode)at_cfg.stack_walker, err, sizeof err) != 0) {
+        snprintf(line, sizeof line, "stacks: %s; using the %s walker\n", err,
+                 at_stack_mode_name(at_stack_mode_in_use()));
+        at_shim_say(line);
+    }
+    at_shim_stack_own_init();
+    AT_INTERNAL_END();
+}
+
+/* The first stack of the process: the caller may be a hook whose caller keeps values in vector
+ * registers (xstate.h), so the set-up runs inside the guard. Another thread (or a signal handler
+ * that interrupted the set-up) meanwhile takes no stack rather than wait. */
+static AT_NOINLINE bool stacks_first(void)
+{
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&stacks_stage, &expect, 1)) {
+        int e = errno;
+        at_xs_call(stacks_setup);
+        errno = e;
+        atomic_store(&stacks_stage, 2);
+        return true;
+    }
+    return expect == 2;
+}
+
 AT_NOINLINE uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
 {
+    if (AT_UNLIKELY(atomic_load_explicit(&stacks_stage, memory_order_acquire) != 2) &&
+        !stacks_first())
+        return 0;
     /* the shim's frames do not count against the program's depth: take room for some (the
      * callers' arrays hold AT_STACK_MAX_DEPTH, a hook's from its second entry) */
     uint32_t want = depth + 32 < AT_STACK_MAX_DEPTH - 1 ? depth + 32 : AT_STACK_MAX_DEPTH - 1;
@@ -117,12 +166,7 @@ void at_shim_stacks_init(void)
 {
     if (at_cfg.stacks == AT_CFG_STACKS_NONE || at_cfg.stack_depth == 0)
         return;
-    char err[256];
-    if (at_stack_init((enum at_stack_mode)at_cfg.stack_walker, err, sizeof err) != 0)
-        fprintf(stderr, "acttrace: stacks: %s; using the %s walker\n", err,
-                at_stack_mode_name(at_stack_mode_in_use()));
-    at_shim_stack_own_init();
-    at_stacks_ready = true;
+    at_stacks_ready = true; /* wanted: set up when the first is taken (at_shim_capture) */
 }
 
 AT_NOINLINE uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip)
