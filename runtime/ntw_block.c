@@ -353,13 +353,15 @@ static void stacks_reset(void)
 
 /* Sequence point (§5) at ts: every thread's last sequence number (as the file numbers it: the
  * owner's own plus the ring's base), then stack ids start again at 1. */
+static bool sp_empty; /* the baseline of a file that precedes every event of its session */
+
 static void write_sp_at(uint64_t ts)
 {
     emit_pending();
     uint8_t *buf = W.sp_buf;
     uint32_t n = 0;
     size_t len = 12;
-    for (uint32_t i = 0, lim = at_ring_limit(); i < lim && n < AT_MAX_THREADS; i++) {
+    for (uint32_t i = 0, lim = sp_empty ? 0 : at_ring_limit(); i < lim && n < AT_MAX_THREADS; i++) {
         at_ring *r = &at_pool_g.rings[i];
         if (atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
@@ -490,6 +492,14 @@ static uint64_t write_trace_object(uint64_t sync_qpc)
 }
 
 /* A new file: header, Trace object, ProcessInfo (with its metadata) and the end tag. */
+int at_ntw_file_begin_first(uint64_t sync_qpc)
+{
+    sp_empty = true;
+    int rc = at_ntw_file_begin(sync_qpc);
+    sp_empty = false;
+    return rc;
+}
+
 int at_ntw_file_begin(uint64_t sync_qpc)
 {
     W.ob_off = 0;

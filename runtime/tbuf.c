@@ -652,11 +652,14 @@ static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool l
     if (AT_UNLIKELY(active != 1 || !t)) {
         if (!active || !t)
             goto drop_noring;
-        /* a fork child's first events: its file is not open yet */
+        /* a fork child's (or a lazily started image's) first events: its file is not open yet */
+        uint32_t taken = thr.seq;
         if (!at_trace_child_gate())
             return -1; /* quiet, and the child has recorded nothing: it will have no file */
-        /* the gate may have put ProcessForked in this thread's buffer: the numbers go on from it */
-        seq = seq_next();
+        /* the gate may have put ProcessForked in this thread's buffer: the numbers go on from it
+         * (only then: the events other threads write while one opens the file come by here too) */
+        if (thr.seq != taken)
+            seq = seq_next();
         r = thr.ring;
         gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
         gated = true;

@@ -128,6 +128,14 @@ static int writer_mem_init(char *err, size_t errlen)
     return 0;
 }
 
+/* writer_mem_init for the first event that counts (any thread, maybe a hook: see child_begin) */
+static void writer_mem_gate(void)
+{
+    char err[160];
+    if (writer_mem_init(err, sizeof err) < 0)
+        at_errmsg("no trace: ", err, 0);
+}
+
 static void writer_pi_init(void)
 {
     if (writer_pi)
@@ -243,10 +251,10 @@ static void child_buffers(void)
     }
     int e = errno;
     if (!writer_mem) {
-        char err[160];
-        if (writer_mem_init(err, sizeof err) < 0) {
+        /* mappings and libc code: inside the extended-state guard, as child_begin */
+        at_xs_call(writer_mem_gate);
+        if (!writer_mem) {
             /* no buffers: the session ends (events are counted as dropped), as a failed start */
-            at_errmsg("no trace: ", err, 0);
             atomic_store(&at_sess_active, 0);
             atomic_store(&child_stage, 2);
             errno = e;
@@ -290,7 +298,7 @@ static int child_open(bool flusher)
         (void)at_flusher_start();
     /* the fork's time through a pair taken now, not extrapolated from the parent's last one */
     at_clock_mark();
-    at_ntw_file_begin(at_clock_file_ts(child_fork_ts));
+    at_ntw_file_begin_first(at_clock_file_ts(child_fork_ts));
     return 0;
 }
 

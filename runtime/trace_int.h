@@ -230,6 +230,10 @@ void at_errmsg(const char *a, const char *b, int err);
 /* ---- serialiser (ntw_block.c) ---- */
 void at_ntw_init(void);                  /* allocates the buffers (not async-signal-safe) */
 int at_ntw_file_begin(uint64_t sync_qpc);   /* header + ProcessInfo into a fresh file */
+/* The same for the first file of a session opened after its first events were buffered (a fork
+ * child's, a lazy start's): its baseline lists no thread, so that what they dropped before it
+ * counts as lost (a thread's numbers start with the session). */
+int at_ntw_file_begin_first(uint64_t sync_qpc);
 void at_ntw_flush_begin(void);
 /* seq_base: added to the record's number (a thread that took an ended thread's id numbers on) */
 int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base);
