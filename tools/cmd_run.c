@@ -120,7 +120,11 @@ static void report_files(const char *pattern, long pid, time_t since)
                     what);
             shown++;
         }
-    if (!shown) fprintf(stderr, "acttrace: no trace file matching %s was written (did the shim load?)\n", g[0]);
+    /* the shim opens a process's file at its first event: no file is what a run that recorded
+     * nothing leaves (a failure to trace is said by the shim's own "acttrace:" line) */
+    if (!shown)
+        fprintf(stderr, "acttrace: the program recorded no event, so no trace file was written (none matches %s)\n",
+                g[0]);
     globfree(&gl);
 }
 
