@@ -1,5 +1,6 @@
 /* bench_process: what the shim adds to starting a process: a fork child that records nothing (fork,
- * _exit, wait), one that records one event, and a new traced image (posix_spawn of /bin/true and
+ * _exit, wait), the same when the parent has recorded an event (its file and flusher thread exist),
+ * one that records one event, and a new traced image (posix_spawn of /bin/true and
  * wait: the shim's constructor, its file and its exit). tests/fixtures/fork_loop runs the starts one
  * by one, traced and untraced in turn (which goes first alternates), and reports the CPU time per
  * start of the parent and its children, every thread (wall time swings by milliseconds on a loaded
@@ -61,6 +62,9 @@ int main(void)
 {
     measure("quiet", "200", "process: fork child that records nothing, added per fork (fork+_exit+wait)",
             "<= 0.1 ms");
+    measure("parent-mark", "200",
+            "process: fork child that records nothing, of a parent that has recorded events (its "
+            "flusher thread running), added per fork", "-");
     measure("mark", "200", "process: fork child that records one event, added per fork (its file)", "-");
     measure("spawn", "100", "process: a traced image's start, added (posix_spawn /bin/true + wait)",
             "<= 0.5 ms");
