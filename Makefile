@@ -111,10 +111,16 @@ $(LIBTOOLS): $(TOOLLIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-# The shim links the runtime and config statically; only the interposed API is exported.
+# The shim links the runtime and config statically; only the interposed API is exported. libffi,
+# libelf, Zydis and libgcc_s serve the hooks alone: the shim loads them with dlopen when a config has
+# hooks (shim/hook/dynlib.c), by the sonames of the libraries it is built against.
+soname = $(shell objdump -p $$($(CC) -print-file-name=lib$(1).so) 2>/dev/null | awk '/SONAME/ {print $$2}')
+$(BUILD)/obj/shim/hook/dynlib.o: CPPFLAGS += -DAT_SONAME_FFI='"$(call soname,ffi)"' \
+  -DAT_SONAME_ELF='"$(call soname,elf)"' -DAT_SONAME_ZYDIS='"$(call soname,Zydis)"'
+SHIM_LIBS := -ldl -lpthread -lrt -lm
 $(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME) shim/fork.ld
 	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -Wl,-T,shim/fork.ld -o $@ $(SHIM_OBJ) \
-	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(FFI_LIBS) $(LDLIBS_COMMON)
+	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(SHIM_LIBS)
 
 $(ACTTRACE): $(BUILD)/obj/tools/main.o $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FFI_LIBS) $(LDLIBS_COMMON) $(TOOL_LIBS)

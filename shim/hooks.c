@@ -1075,6 +1075,8 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     hk_conf = hc;
     if (!hc->nentries)
         return 0;
+    if (at_dynlib_load(err, n) < 0)
+        return -1;
     const char *provider = hc->provider[0] ? hc->provider : AT_ACTIVITY_PROVIDER;
     hk_rules = calloc((size_t)hc->nentries, sizeof *hk_rules);
     hk_probes = calloc((size_t)hc->nentries * 2 + HK_ALIASES_MAX, sizeof *hk_probes);
@@ -1180,6 +1182,11 @@ static void check_aliases(FILE *out, const at_resolved *res, const at_hc_probe *
 int at_hooks_check(const at_hookconf *hc, FILE *out)
 {
     int ok = 0, total = 0;
+    char lerr[256];
+    if (hc->nentries && at_dynlib_load(lerr, sizeof lerr) < 0) {
+        fprintf(out, "acttrace: %s: no function can be hooked\n", lerr);
+        return 1;
+    }
     /* where each function with a signature was found, for the tool's DWARF comparison:
      * "ENTRY PROBE OFFSET MODULE" lines (offset = address - load bias, the DWARF address) */
     const char *sigs_path = getenv("ACTTRACE_CHECK_SIGS");

@@ -168,6 +168,10 @@ int at_fdflow_init(char *err, size_t n);
 void at_fdflow_thread_exit(void); /* drop an adoption the exiting thread still holds */
 bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base);
 void at_fdflow_hold_prepare(const at_activity_kind *kind); /* before an fd-keyed pair of kind starts */
+/* hook/dynlib.c: load libffi, libelf, Zydis and libgcc_s (the hooks' libraries, not linked) and
+ * point the shim's calls of theirs at them; 0, or -1 with a message. Before any hook is made. */
+int at_dynlib_load(char *err, size_t n);
+void *at_dynlib_ffi_call(void); /* libffi's ffi_call, NULL before at_dynlib_load */
 /* hooks.c: the config file's hooks (issue 5) */
 struct at_hookconf;
 int at_hooks_install(const struct at_hookconf *hc, char *err, size_t n);

@@ -30,7 +30,8 @@ static int own_range(struct dl_phdr_info *info, size_t size, void *data)
     (void)size, (void)data;
     static int anchor;
     int which = -1;
-    uintptr_t self = (uintptr_t)&anchor, ffi = (uintptr_t)&ffi_call;
+    /* libffi's own ffi_call (the name here is the shim's trampoline): none before hooks load it */
+    uintptr_t self = (uintptr_t)&anchor, ffi = (uintptr_t)at_dynlib_ffi_call();
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD)
