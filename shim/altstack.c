@@ -14,9 +14,10 @@
  * descriptor does not come back (its stack left glibc's cache) goes back to the pool when the pool
  * runs dry and tgkill says its thread is gone; a thread whose park entry is taken disables its stack
  * and gives the slot back (the second system call). Slots are mapped AT_ALT_PER_CHUNK at a time with MAP_NORESERVE: a page of a slot costs memory
- * only once a signal ran on it. Each slot has a PROT_NONE guard page below it; a chunk's first page
- * holds its slots' free-list links (no table sized for every possible slot: under RLIMIT_AS the
- * first chunk is all a small limit may have room for). */
+ * only once a signal ran on it. Each slot has a PROT_NONE guard page below it, made when the slot is
+ * first taken (one system call then, not one per slot of the chunk at the process's start); a
+ * chunk's first page holds its slots' free-list links and guard flags (no table sized for every
+ * possible slot: under RLIMIT_AS the first chunk is all a small limit may have room for). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -70,6 +71,16 @@ static inline uint8_t *slot_base(uint32_t i)
 static inline uint32_t *slot_next(uint32_t i)
 {
     return (uint32_t *)alt_chunks[i / AT_ALT_PER_CHUNK] + i % AT_ALT_PER_CHUNK;
+}
+
+/* Slot i's guard page is made (in its chunk's first page, after the links): only its taker writes
+ * it, and a slot has one taker at a time. */
+static void slot_guard(uint32_t i)
+{
+    uint8_t *made = (uint8_t *)alt_chunks[i / AT_ALT_PER_CHUNK] + 4 * AT_ALT_PER_CHUNK +
+                    i % AT_ALT_PER_CHUNK;
+    if (!*made && mprotect(slot_base(i), AT_ALT_GUARD, PROT_NONE) == 0)
+        *made = 1;
 }
 
 static void slot_push(uint32_t i)
@@ -168,8 +179,6 @@ static bool grow(void)
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (!c)
         goto out;
-    for (uint32_t k = 0; k < AT_ALT_PER_CHUNK; k++)
-        mprotect(c + AT_ALT_GUARD + (size_t)k * AT_ALT_SLOT, AT_ALT_GUARD, PROT_NONE);
     uint32_t first = alt_nchunks * AT_ALT_PER_CHUNK;
     alt_chunks[alt_nchunks] = c;
     __atomic_store_n(&alt_nchunks, alt_nchunks + 1, __ATOMIC_RELEASE);
@@ -195,6 +204,7 @@ static void thread_start(bool first)
     uint32_t i;
     if (!(!first && park_take(&i)) && !slot_pop(&i) && !(grow() && slot_pop(&i)))
         goto out;
+    slot_guard(i);
     stack_t ss = {.ss_sp = slot_base(i) + AT_ALT_GUARD, .ss_size = AT_ALT_SIZE, .ss_flags = 0};
     if (raw_sigaltstack(&ss, NULL) != 0) {
         slot_push(i);
