@@ -9,6 +9,11 @@
 void at_config_defaults(at_config *c)
 {
     memset(c, 0, sizeof *c);
+    at_config_defaults_zeroed(c);
+}
+
+void at_config_defaults_zeroed(at_config *c)
+{
     snprintf(c->output, sizeof c->output, "%s", "acttrace-%p.nettrace");
     c->fdflow = true;
     c->accept_activity = false;

@@ -40,6 +40,9 @@ typedef struct at_config {
 } at_config;
 
 void at_config_defaults(at_config *c);
+/* The same for a struct that is all zeros already (a static one): only the fields that are not
+ * zero by default are written, so the pages of the rest are never touched. */
+void at_config_defaults_zeroed(at_config *c);
 /* Apply ACTTRACE_* overrides read through getenv_fn (getenv, or a test's own lookup).
  * Returns 0, or -1 with one precise message in err (the setting named; c keeps its defaults
  * for that setting). Never reads a file. */

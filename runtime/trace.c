@@ -420,7 +420,11 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         at_ntw_init();
         writer_pi = true;
     }
-    memset(&at_out, 0, sizeof at_out);
+    /* the first session finds it zero: its 12 KiB of pages stay untouched but for what is set */
+    static bool out_used;
+    if (out_used)
+        memset(&at_out, 0, sizeof at_out);
+    out_used = true;
     strcpy(at_out.pattern, o->path);
     at_out.mode = o->mode;
     at_out.mode_size = o->mode_size;

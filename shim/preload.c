@@ -38,9 +38,21 @@ static void exec_generation_read(void)
     const char *g = getenv("ACTTRACE_EXEC_GEN");
     if (!g)
         return;
-    long pid = 0, gen = 0;
-    int desc = 0;
-    int k = sscanf(g, "%ld.%ld.%d", &pid, &gen, &desc);
+    long v[3] = {0, 0, 0};
+    int k = 0;
+    /* "<pid>.<n>.<d>" by hand: sscanf would map libc pages a traced start otherwise never reads */
+    for (const char *p = g; k < 3 && *p >= '0' && *p <= '9';) {
+        long x = 0;
+        for (; *p >= '0' && *p <= '9'; p++)
+            if (x < 100000000000L)
+                x = x * 10 + (*p - '0');
+        v[k++] = x;
+        if (*p != '.')
+            break;
+        p++;
+    }
+    long pid = v[0], gen = v[1];
+    int desc = (int)v[2];
     if (k >= 2 && pid == (long)at_pid && gen > 0 && gen < 1000000) {
         at_exec_generation = (int)gen;
         at_process_descendant = k == 3 && desc == 1;
@@ -81,7 +93,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     /* our own variables leave the environment first, whatever happens next */
     exec_generation_read();
     at_exec_env_init();
-    at_config_defaults(&at_cfg);
+    at_config_defaults_zeroed(&at_cfg); /* static: zero, and its pages untouched but for these */
     char err[512];
     if (at_config_from_env(&at_cfg, env_lookup, err, sizeof err) != 0) {
         at_preload_fail("bad setting", err);
