@@ -653,12 +653,13 @@ static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool l
         if (!active || !t)
             goto drop_noring;
         /* a fork child's (or a lazily started image's) first events: its file is not open yet */
-        uint32_t taken = thr.seq;
+        uint32_t taken = thr.seq, gen0 = thr.gen;
         if (!at_trace_child_gate())
             return -1; /* quiet, and the child has recorded nothing: it will have no file */
-        /* the gate may have put ProcessForked in this thread's buffer: the numbers go on from it
-         * (only then: the events other threads write while one opens the file come by here too) */
-        if (thr.seq != taken)
+        /* the gate may have put ProcessForked in this thread's buffer (numbering it anew, or after
+         * the thread's own): the numbers go on from it. Only then: the events other threads write
+         * while one opens the file come by here too */
+        if (thr.gen != gen0 || thr.seq != taken)
             seq = seq_next();
         r = thr.ring;
         gen = atomic_load_explicit(&at_sess_gen, memory_order_relaxed);
