@@ -453,6 +453,15 @@ int at_output_prepare(at_output *o, char *err, size_t errlen)
 {
     if (resolve_dir(o, err, errlen) < 0 || expand(o, err, errlen) < 0)
         return -1;
+    uint64_t seg = o->mode == AT_OUTPUT_ROTATE ? o->mode_size
+                 : o->mode == AT_OUTPUT_CIRCULAR ? o->mode_size / 4 : 4096;
+    if (seg < 4096) { /* as at_output_open_first would say it */
+        if (err)
+            snprintf(err, errlen, "%s size %llu is too small (at least %u bytes per file)",
+                     o->mode == AT_OUTPUT_ROTATE ? "rotate" : "circular",
+                     (unsigned long long)o->mode_size, o->mode == AT_OUTPUT_ROTATE ? 4096u : 16384u);
+        return -1;
+    }
     /* a folder that cannot take the file is said now, while the program can still run untraced
      * with one line, rather than at its first event */
     char dir[sizeof o->base];

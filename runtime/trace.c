@@ -405,14 +405,17 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     }
     sess_cap = o->buffer_cap;
     writer_mem = writer_pi = sess_forked = false;
-    /* under a finite RLIMIT_AS the buffers are mapped now: from main on, the program's VmSize holds
-     * them and plans with it (asroom.c); without one they wait, as the file does */
-    if (!o->lazy || at_as_limited()) {
+    /* Under a finite RLIMIT_AS everything starts now, as without lazy: from main on, the program's
+     * VmSize holds the buffers and the flusher's stack and plans with it (asroom.c); and a flusher
+     * started from a program's thread that never allocated would give that thread a malloc arena
+     * of its own (pthread_create allocates), 64 MiB of the program's room */
+    bool lazy = o->lazy && !at_as_limited();
+    if (!lazy) {
         at_rings_barrier_init();
         if (writer_mem_init(errbuf, errlen) < 0)
             goto fail;
     }
-    if (!o->lazy) {
+    if (!lazy) {
         if (at_command_line && !cmdline_is_mapped)
             free(at_command_line);
         cmdline_is_mapped = false;
@@ -436,7 +439,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     at_out.start_time_s = (uint64_t)rt.tv_sec;
     at_flush_interval_ms = o->flush_interval_ms ? o->flush_interval_ms : 100;
     at_event_type_apply_filter(o->level, o->keywords);
-    if (o->lazy) {
+    if (lazy) {
         /* the name is fixed now (the working directory, the start time); the file, the writer's
          * memory and the flusher wait for the first event that counts, as in a fork child */
         at_out.fd = -1;
