@@ -658,15 +658,30 @@ static bool pattern_has_pid(const char *p)
     return false;
 }
 
-void at_trace_open_now(void)
+static void open_pending(void)
 {
-    if (atomic_load(&sess_state) != 1 || atomic_load(&at_sess_active) != AT_SESS_PENDING ||
-        sess_forked || at_out.child_suffix || pattern_has_pid(at_out.pattern))
-        return;
     child_buffers();
     if (atomic_load(&at_sess_active) != AT_SESS_PENDING)
         return;
     int expect = 0;
     if (atomic_compare_exchange_strong(&child_claim, &expect, 1))
         at_xs_call(child_begin);
+}
+
+void at_trace_open_now(void)
+{
+    if (atomic_load(&sess_state) != 1 || atomic_load(&at_sess_active) != AT_SESS_PENDING ||
+        sess_forked || at_out.child_suffix || pattern_has_pid(at_out.pattern))
+        return;
+    open_pending();
+}
+
+void at_trace_open_pending(void)
+{
+    if (atomic_load_explicit(&at_sess_active, memory_order_relaxed) != AT_SESS_PENDING ||
+        atomic_load(&sess_state) != 1)
+        return;
+    int e = errno;
+    open_pending();
+    errno = e;
 }

@@ -205,6 +205,9 @@ bool at_trace_pid_named(void);
  * before the program starts a child that carries nothing of ours (system(), popen()) and would
  * otherwise take the plain name first. */
 void at_trace_open_now(void);
+/* The same whatever the name, for a caller about to make the process's first event happen on a new
+ * thread (its ThreadBegin): see shim/thread.c. One load when there is nothing to open. */
+void at_trace_open_pending(void);
 void at_trace_flusher_pause(void);
 void at_trace_flusher_resume(void);
 

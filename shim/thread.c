@@ -320,11 +320,23 @@ static void start_abandon(at_thread_start *s)
     errno = e;
 }
 
+/* The new thread's ThreadBegin would be the process's first event (its file waits for one): the file
+ * and the writer's thread are started here, by the creating thread, which its own pthread_create
+ * makes allocate anyway. Started by the new thread, the writer's thread descriptor would be that
+ * thread's first allocation, and give it a malloc arena of its own (64 MiB of address space, and a
+ * lock page every later fork copies in the parent). */
+static inline void open_for_thread(void)
+{
+    if (at_cfg.thread_events && at_ev.thread_begin && at_event_enabled(at_ev.thread_begin))
+        at_trace_open_pending();
+}
+
 AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
     at_thread_start *s;
     if (!at_on() || at_internal || at_rt_own_thread || !(s = start_new(fn, arg)))
         return AT_REAL(pthread_create)(t, attr, fn, arg);
+    open_for_thread();
     s->fn.posix = fn;
     s->arg = arg;
     int r = AT_REAL(pthread_create)(t, attr, posix_trampoline, s);
@@ -340,6 +352,7 @@ AT_EXPORT int thrd_create(thrd_t *t, thrd_start_t fn, void *arg)
     at_thread_start *s;
     if (!at_on() || at_internal || !(s = start_new(NULL, NULL)))
         return AT_REAL(thrd_create)(t, fn, arg);
+    open_for_thread();
     s->fn.c11 = fn;
     s->arg = arg;
     int r = AT_REAL(thrd_create)(t, c11_trampoline, s);
