@@ -132,8 +132,10 @@ static int writer_mem_init(char *err, size_t errlen)
 static void writer_mem_gate(void)
 {
     char err[160];
+    AT_INTERNAL_BEGIN();
     if (writer_mem_init(err, sizeof err) < 0)
         at_errmsg("no trace: ", err, 0);
+    AT_INTERNAL_END();
 }
 
 static void writer_pi_init(void)
@@ -308,10 +310,12 @@ static int child_open(bool flusher)
 static void child_begin(void)
 {
     int e = errno;
+    AT_INTERNAL_BEGIN(); /* the file's open, reads and writes are the shim's own: no hook sees them */
     pthread_mutex_lock(&at_flush_lock);
     if (atomic_load(&at_sess_active) == AT_SESS_PENDING && child_open(true) == 0)
         atomic_store(&at_sess_active, 1);
     pthread_mutex_unlock(&at_flush_lock);
+    AT_INTERNAL_END();
     errno = e;
 }
 
@@ -520,9 +524,11 @@ void at_trace_stop(void)
      * fork child has no flusher that could hold the lock) */
     bool write = true;
     if (atomic_load(&at_sess_active) == AT_SESS_PENDING || !writer_mem) {
+        AT_INTERNAL_BEGIN(); /* a file opened now is the shim's own work */
         pthread_mutex_lock(&at_flush_lock);
         write = child_ready_for_exit();
         pthread_mutex_unlock(&at_flush_lock);
+        AT_INTERNAL_END();
         if (!write && (atomic_load(&at_sess_active) == AT_SESS_PENDING || !writer_mem)) {
             /* a fork child that recorded nothing: no file, no flusher, nothing to touch */
             atomic_store(&at_sess_active, 0);
