@@ -742,6 +742,17 @@ static void summary(void)
             hk_nbase, got, entry, skipped ? "; skipped: " : "", skip, al);
 }
 
+/* Whether a configured function is hooked now or may be once a later dlopen brings its module: the
+ * trace then starts whole in the constructor (hooks.c's callers can run in signal handlers, where
+ * starting a thread or loading libunwind for a first event could deadlock). */
+bool at_hooks_any(void)
+{
+    for (int i = 0; i < hk_nbase; i++)
+        if (hk_probes[i].hook.tier == 1 || hk_probes[i].hook.tier == 2 || hk_probes[i].pending)
+            return true;
+    return false;
+}
+
 /* ---------------- aliases ---------------- */
 
 /* glibc's fortified variants take the function's parameters plus the caller's buffer size (the

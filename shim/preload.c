@@ -130,7 +130,6 @@ __attribute__((constructor)) static void at_preload_init(void)
         .exec_generation = (unsigned)at_exec_generation,
         .descendant = at_process_descendant,
         .file_mode = at_cfg.file_mode,
-        .lazy = true, /* a program that records nothing costs no file, no thread, no buffers */
     };
     if (have_hc) {
         if (hc.mode)
@@ -146,13 +145,19 @@ __attribute__((constructor)) static void at_preload_init(void)
     at_saferanges_init();
     if (have_hc && at_hooks_install(&hc, err, sizeof err) != 0)
         fprintf(stderr, "acttrace: hooks disabled: %s\n", err);
+    /* A program that records nothing costs no file, no thread, no buffers: its session waits for its
+     * first event. Not with hooks: a hooked function may record the first event inside a signal
+     * handler that interrupted malloc or the loader, where starting the writer thread or loading
+     * libunwind could deadlock; with hooks everything starts here. The shim's other first events
+     * (a thread's creation, fork, exec, a callback's flow, the API) come from ordinary calls. */
+    o.lazy = !(have_hc && at_hooks_any());
     if (at_trace_start(&o, err, sizeof err) != 0) {
         at_preload_fail("cannot start the trace", err);
         goto out;
     }
     at_process_fork_init(); /* after the writer's own fork handlers: see process.c */
     at_thread_watch_leader();
-    at_shim_stacks_init();
+    at_shim_stacks_init(!o.lazy);
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
         if (err[0])
             fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);

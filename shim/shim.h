@@ -115,7 +115,7 @@ extern at_shim_events at_ev;
 /* Stacks (stacks.c): set up the walker in the constructor; then take the calling thread's stack for
  * an event of kind which (AT_CFG_STACKS_START or _STOP) when the settings ask for one. skip: frames of
  * the shim above the caller's own to drop. Returns the number of frames (0: no stack). */
-void at_shim_stacks_init(void);
+void at_shim_stacks_init(bool now);
 uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip);
 /* The calling thread's stack with every run of the shim's frames dropped (wherever hooks nest), at
  * most depth of the program's frames, into ips (room for AT_STACK_MAX_DEPTH - 1 entries, the
@@ -178,6 +178,7 @@ int at_hooks_install(const struct at_hookconf *hc, char *err, size_t n);
 void at_hooks_thread_exit(void); /* abandon the thread's unreturned hooked calls, leave adoptions */
 /* acttrace check: report how each entry would be hooked; 0 when all can be */
 int at_hooks_check(const struct at_hookconf *hc, FILE *out);
+bool at_hooks_any(void);
 
 /* slots.c: 64-byte contexts for items handed between threads; NULL when none can be had. Any thread
  * may free a slot another allocated. at_is_slot tells a slot from any other pointer. */

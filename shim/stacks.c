@@ -163,11 +163,15 @@ AT_NOINLINE uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t sk
     return n;
 }
 
-void at_shim_stacks_init(void)
+/* now: set the walker up here, in the constructor (a process whose first event may come from a
+ * signal handler); otherwise when the first stack is taken (at_shim_capture) */
+void at_shim_stacks_init(bool now)
 {
     if (at_cfg.stacks == AT_CFG_STACKS_NONE || at_cfg.stack_depth == 0)
         return;
-    at_stacks_ready = true; /* wanted: set up when the first is taken (at_shim_capture) */
+    at_stacks_ready = true;
+    if (now)
+        (void)stacks_first();
 }
 
 AT_NOINLINE uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip)

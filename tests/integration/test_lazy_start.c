@@ -105,10 +105,20 @@ START_TEST(test_late_first_event)
     char d[512];
     ck_assert_msg(tr.exited && tr.status == 0, "%s: %s", late[_i].mode,
                   at_run_describe(&tr, d, sizeof d));
-    /* the same output up to the last line, whose thread count has the writer's thread now */
-    const char *te = strstr(tr.out, "done tasks "), *ue = strstr(ur.out, "done tasks ");
-    ck_assert_msg(te && ue && te - tr.out == ue - ur.out && !strncmp(tr.out, ur.out, (size_t)(te - tr.out)),
-                  "%s: traced '%s', untraced '%s'", late[_i].mode, tr.out, ur.out);
+    if (late[_i].hooks) {
+        /* with a function hooked the session starts whole in the constructor (a hook may record
+         * the first event in a signal handler, where no thread may be started): the writer's
+         * thread is there from the start; the program's own result is the same */
+        ck_assert_msg(!strncmp(tr.out, "tasks 2\n", 8), "%s: traced '%s'", late[_i].mode, tr.out);
+        ck_assert_msg(strstr(tr.out, "\nsum 12\n") && strstr(ur.out, "\nsum 12\n"),
+                      "%s: traced '%s', untraced '%s'", late[_i].mode, tr.out, ur.out);
+    } else {
+        /* the same output up to the last line, whose thread count has the writer's thread now */
+        const char *te = strstr(tr.out, "done tasks "), *ue = strstr(ur.out, "done tasks ");
+        ck_assert_msg(te && ue && te - tr.out == ue - ur.out &&
+                          !strncmp(tr.out, ur.out, (size_t)(te - tr.out)),
+                      "%s: traced '%s', untraced '%s'", late[_i].mode, tr.out, ur.out);
+    }
     char *path = in_dir(tdir, "t.nettrace");
     at_trace t;
     int rc = at_trace_load(path, &t);
