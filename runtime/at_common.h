@@ -163,7 +163,7 @@ typedef struct at_rt_hot {
     int clock_tsc;                 /* clock.c: 1 when the event clock is the TSC */
     _Atomic int sess_active;       /* tbuf.c: a session is writing */
     _Atomic uint32_t sess_gen;     /* bumped at start/stop/fork: thread buffers go stale */
-    _Atomic int flusher_armed;     /* flusher.c: it sleeps and wants a kick at this backlog (chunks) */
+    _Atomic int flusher_armed;     /* flusher.c: it sleeps and wants a kick when buffers fill */
     int transfer_ready;            /* activity.c: the transfer types are registered */
     struct at_event_type *send_ev, *recv_ev; /* activity.c: TransferSend / TransferReceive */
     uint8_t *chunks;               /* tbuf.c: the buffer pool's chunks (at_pool_g.chunks) */

@@ -384,32 +384,21 @@ void at_flush_locked(bool holdback, bool force_sp)
         at_chunk_cool_drain();
 }
 
-/* Chunks that hold unflushed records. Exited threads' last chunks count too: letting hundreds of
- * them wait for the interval was measured slower on a thread-per-connection server (each new thread
- * then writes into a cold chunk), not faster, though the flusher woke 20 times less often. */
-static inline int32_t rings_backlog(void)
+/* Time to flush before the interval is due: unflushed chunks reach a quarter of the pool (at most
+ * 64, 4 MiB). Exited threads' last chunks count too: letting hundreds of them wait for the interval
+ * was measured slower on a thread-per-connection server (each new thread then writes into a cold
+ * chunk), not faster, though the flusher woke 20 times less often. */
+bool at_rings_filling(void)
 {
-    return (int32_t)at_pool_g.nchunks - atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed)
-           - (int32_t)at_chunks_cooling();
-}
-
-/* Time to flush before the interval is due: a quarter of the pool (at most 64 chunks, 4 MiB). */
-static inline int32_t fill_level(void)
-{
+    int32_t used = (int32_t)at_pool_g.nchunks - atomic_load_explicit(&at_pool_g.nfree, memory_order_relaxed)
+                   - (int32_t)at_chunks_cooling();
     int32_t thr = (int32_t)at_pool_g.nchunks / 4;
     if (thr > 64)
         thr = 64;
-    return thr < 2 ? 2 : thr;
+    if (thr < 2)
+        thr = 2;
+    return used >= thr;
 }
-
-bool at_rings_filling(void)
-{
-    return rings_backlog() >= fill_level();
-}
-
-/* A flush ahead of the interval starts a busy period: the flusher then comes back after this nap,
- * on its own timer, as long as each nap gathers a backlog. */
-#define BUSY_NAP_NS 2000000ull
 
 static void *flusher_main(void *arg)
 {
@@ -421,8 +410,7 @@ static void *flusher_main(void *arg)
     at_flusher_tid = (uint64_t)at_tid(); /* the second thread to look: tid.c learns here */
     sem_post(&flusher_ready);
     pthread_setname_np(pthread_self(), "acttrace-flush");
-    uint64_t last = at_now_ns(), nap_end = 0;
-    bool busy = false;
+    uint64_t last = at_now_ns();
     while (!atomic_load(&flusher_stop)) {
         uint64_t now = at_now_ns();
         uint64_t due = last + (uint64_t)at_flush_interval_ms * 1000000u;
@@ -433,21 +421,11 @@ static void *flusher_main(void *arg)
             if (look < wake)
                 wake = look;
         }
-        if (busy && nap_end < wake)
-            wake = nap_end;
-        if (now < wake && !at_rings_filling()) {
-            /* Asleep until the interval is due, or until a writer taking a chunk finds the backlog
-             * at the level armed. In a busy period the flusher wakes on its own timer and the
-             * writers kick only when half the pool waits: a kick comes from the program's thread,
-             * and the scheduler then puts the flusher beside it, on the program's CPU, even with
-             * another one idle (seen on a 2-CPU machine: the flusher's whole busy period there). */
-            int32_t level = fill_level();
-            if (busy && level < (int32_t)at_pool_g.nchunks / 2)
-                level = (int32_t)at_pool_g.nchunks / 2;
-            atomic_store(&at_flusher_armed, level);
+        if (now < due && !at_rings_filling()) {
+            atomic_store(&at_flusher_armed, 1);
             /* a writer that found the buffers filling (or a thread that ended) before we armed did
              * not post: look again */
-            if (rings_backlog() < level && !atomic_load(&flusher_stop) && !at_lastthread_kicked()) {
+            if (!at_rings_filling() && !atomic_load(&flusher_stop) && !at_lastthread_kicked()) {
                 struct timespec ts = {(time_t)(wake / 1000000000u), (long)(wake % 1000000000u)};
                 while (sem_clockwait(&flusher_wake, CLOCK_MONOTONIC, &ts) < 0 && errno == EINTR)
                     ;
@@ -457,14 +435,9 @@ static void *flusher_main(void *arg)
                 ;
             continue;
         }
-        if (busy && now < due && !at_rings_filling() && rings_backlog() < fill_level() / 4) {
-            busy = false; /* the nap gathered little: the load has passed, back to the interval */
-            continue;
-        }
         pthread_mutex_lock(&at_flush_lock);
         at_flush_locked(true, false);
         pthread_mutex_unlock(&at_flush_lock);
-        busy = now < due; /* ahead of the interval: a backlog came, more will */
         last = now;
         /* the hold-back leaves the last millisecond: when the buffers were filling, come back
          * soon rather than a whole interval later */
@@ -472,7 +445,6 @@ static void *flusher_main(void *arg)
             struct timespec d = {0, 1000000};
             nanosleep(&d, NULL);
         }
-        nap_end = at_now_ns() + BUSY_NAP_NS;
     }
     return NULL;
 }
@@ -542,15 +514,8 @@ void at_flusher_stop(void)
 
 bool at_flusher_is_stuck(void) { return flusher_stuck; }
 
-/* A writer took a chunk: wake the flusher if it sleeps and asked for a kick at this backlog. */
-void at_flusher_kick_if_due(void)
-{
-    int32_t level = atomic_load_explicit(&at_flusher_armed, memory_order_relaxed);
-    if (level && rings_backlog() >= level)
-        at_flusher_kick();
-}
-
-/* Wake the flusher if it sleeps. Async-signal-safe (sem_post). */
+/* A writer took a chunk and the buffers are filling: wake the flusher if it sleeps. Async-signal-safe
+ * (sem_post). */
 void at_flusher_kick(void)
 {
     if (atomic_exchange_explicit(&at_flusher_armed, 0, memory_order_acq_rel)) {

@@ -486,8 +486,8 @@ AT_HOT_FN static AT_NOINLINE bool next_chunk(at_ring *r)
         atomic_store_explicit(&r->first, n, memory_order_release);
     r->wchunk = n;
     r->wpos = AT_CHUNK_HDR;
-    if (atomic_load_explicit(&at_flusher_armed, memory_order_relaxed))
-        at_flusher_kick_if_due();
+    if (atomic_load_explicit(&at_flusher_armed, memory_order_relaxed) && at_rings_filling())
+        at_flusher_kick();
     /* More than half the buffers wait for the flusher: writers flat out on every core would leave it
      * no CPU and their events would be dropped when the rest fills. Give it the CPU, once per chunk
      * taken (64 KiB of events), never waiting for it. */

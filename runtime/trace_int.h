@@ -256,13 +256,10 @@ void at_flusher_stop(void);
 void at_flusher_forget(void);
 bool at_flusher_is_running(void);
 bool at_flusher_is_stuck(void); /* it did not stop within its deadline: left alone */
-/* The buffers are filling (a quarter of the chunks, at most 64, in use). */
+/* Writers: the buffers are filling (a quarter of the chunks, at most 64, in use); wake the flusher. */
 bool at_rings_filling(void);
-/* 0, or the flusher sleeps and wants a kick when this many chunks wait */
 #define at_flusher_armed (at_rt_hot.flusher_armed)
 void at_flusher_kick(void);
-/* Writers, after taking a chunk while the flusher is armed: kick it when the backlog is there. */
-void at_flusher_kick_if_due(void);
 uint32_t at_ring_sp_seq(at_ring *r);
 /* lastthread.c, for the flusher: while at_last_thread_watch, look whether it is alone when due or
  * kicked and return when to look next (ending the process when it is alone). */
