@@ -18,9 +18,49 @@
 #include <string.h>
 #include <unistd.h>
 #include "clock.h"
+#include "at_common.h"
 
 
 #define NPAIRS 64u /* the pairs kept (see "the file time base" below) */
+
+typedef struct at_ratio {
+    uint64_t k, r, den, q;
+} at_ratio;
+
+/* floor(x * num / den) for any x, exactly as the 128-bit division computes it (truncated to 64
+ * bits), with multiplications only. num = k * den + r; q = floor(2^64 * r / den) estimates
+ * floor(x * r / den) from below by at most 1 (x * q / 2^64 > x * r / den - 1 for x < 2^64), and the
+ * remainder x * r - y * den, which lies in [0, 2 den) and so fits 64 bits while den <= 2^63,
+ * corrects it. */
+static void ratio_set(at_ratio *q, uint64_t num, uint64_t den)
+{
+    q->den = den;
+    q->k = num / den;
+    q->r = num % den;
+    q->q = den <= (1ull << 63) ? (uint64_t)(((unsigned __int128)q->r << 64) / den) : 0;
+}
+
+static __attribute__((noinline, cold)) uint64_t ratio_divide(const at_ratio *q, uint64_t x)
+{
+    return (uint64_t)((unsigned __int128)x * (q->k * q->den + q->r) / q->den);
+}
+
+static inline uint64_t ratio_apply(const at_ratio *q, uint64_t x)
+{
+    if (AT_UNLIKELY(q->den > (1ull << 63)))
+        return ratio_divide(q, x);
+    uint64_t y = (uint64_t)(((unsigned __int128)x * q->q) >> 64);
+    if (x * q->r - y * q->den >= q->den)
+        y++;
+    return q->k * x + y;
+}
+
+uint64_t at_clock_test_muldiv(uint64_t x, uint64_t num, uint64_t den)
+{
+    at_ratio q;
+    ratio_set(&q, num, den);
+    return ratio_apply(&q, x);
+}
 
 static struct {
     bool based;
@@ -31,6 +71,9 @@ static struct {
     uint32_t npairs, last; /* pairs held; index of the newest */
     uint64_t seen;         /* the newest tick converted so far (values up to it were given out) */
     uint64_t bdn, bdt;     /* the lowest slope of the segments dropped (bdt 0: none yet) */
+    /* the segment ending at pair i (from the pair before it) as a ratio ready to apply: the flusher
+     * converts every event, and a 128-bit division per event was a fifth of its time */
+    at_ratio seg[NPAIRS];
 } C;
 
 static inline uint64_t tsc_ordered(void)
@@ -91,6 +134,8 @@ static bool tsc_trusted(void)
            || !strcmp(buf, "hyperv_clocksource_tsc_page");
 }
 
+static void seg_set(uint32_t i);
+
 static void calibrate_start(void)
 {
     if (C.based)
@@ -111,6 +156,7 @@ static void calibrate_start(void)
     C.pns[1] = n;
     C.npairs = 2;
     C.last = 1;
+    seg_set(1);
 }
 
 enum at_clock_kind at_clock_select(enum at_clock_kind want)
@@ -166,11 +212,17 @@ static inline uint32_t pair_at(uint32_t k) /* k-th oldest pair held */
     return (C.last + NPAIRS + 1 - C.npairs + k) % NPAIRS;
 }
 
-/* ns at tsc on the line through pairs a and b, tsc at or after pair a */
-static uint64_t interp(uint32_t a, uint32_t b, uint64_t tsc)
+/* pair i was set: the segment from the pair before it to it */
+static void seg_set(uint32_t i)
 {
-    unsigned __int128 d = (unsigned __int128)(tsc - C.ptsc[a]) * seg_dn(a, b);
-    return C.pns[a] + (uint64_t)(d / seg_dt(a, b));
+    uint32_t a = (i + NPAIRS - 1) % NPAIRS;
+    ratio_set(&C.seg[i], seg_dn(a, i), seg_dt(a, i));
+}
+
+/* ns at tsc on the line through pairs a and b (b the pair after a), tsc at or after pair a */
+static inline uint64_t interp(uint32_t a, uint32_t b, uint64_t tsc)
+{
+    return C.pns[a] + ratio_apply(&C.seg[b], tsc - C.ptsc[a]);
 }
 
 /* The slope for ticks older than the window: the lowest of the dropped segments' (C.bdn / C.bdt)
@@ -205,16 +257,18 @@ static void pair_push(uint64_t t, uint64_t n)
         } else {
             C.ptsc[C.last] = t; /* the newest pair and everything after it: nothing given out */
             C.pns[C.last] = n;
+            seg_set(C.last);
             return;
         }
     }
     C.last = (C.last + 1) % NPAIRS;
     C.ptsc[C.last] = t;
     C.pns[C.last] = n;
+    seg_set(C.last);
     C.npairs++;
 }
 
-static uint64_t convert(uint64_t ticks);
+static inline uint64_t convert(uint64_t ticks);
 
 /* The bookkeeping of at_clock_mark, given the pair read (tests feed pairs of their own). */
 static uint64_t mark_with(uint64_t t, uint64_t n)
@@ -250,10 +304,9 @@ uint64_t at_clock_mark(void)
     return mark_with(t, n);
 }
 
-/* ns at ticks through the pairs as they are */
-static uint64_t convert(uint64_t ticks)
+/* convert, for ticks before the second-newest pair */
+static __attribute__((noinline)) uint64_t convert_older(uint64_t ticks)
 {
-    /* newest first: nearly every event lies after the second-newest pair */
     uint32_t b = C.last, a = (b + NPAIRS - 1) % NPAIRS;
     for (uint32_t k = 2; ticks < C.ptsc[a] && k < C.npairs; k++) {
         b = a;
@@ -267,6 +320,16 @@ static uint64_t convert(uint64_t ticks)
     return back < C.pns[a] ? C.pns[a] - back : 0;
 }
 
+/* ns at ticks through the pairs as they are */
+static inline uint64_t convert(uint64_t ticks)
+{
+    /* newest first: nearly every event lies after the second-newest pair */
+    uint32_t b = C.last, a = (b + NPAIRS - 1) % NPAIRS;
+    if (AT_LIKELY(ticks >= C.ptsc[a]))
+        return interp(a, b, ticks);
+    return convert_older(ticks);
+}
+
 uint64_t at_clock_file_ts(uint64_t ticks)
 {
     if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) || C.npairs < 2)
@@ -274,6 +337,47 @@ uint64_t at_clock_file_ts(uint64_t ticks)
     if (ticks > C.seen)
         C.seen = ticks;
     return convert(ticks);
+}
+
+/* The file time of ticks as at_clock_file_ts gives it, without counting it as given out. */
+static uint64_t file_ts_look(uint64_t ticks)
+{
+    if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) || C.npairs < 2)
+        return ticks;
+    return convert(ticks);
+}
+
+/* The conversion does not decrease with the tick (each segment is a line of positive slope, the
+ * segments meet at the pairs, and ticks before the window go back from the oldest pair), so the
+ * ticks whose file time is at most ns are those up to one tick: found from hi down, doubling the
+ * step, then halving the interval. A few conversions per flush instead of one per event. */
+bool at_clock_ticks_upto(uint64_t ns, uint64_t hi, uint64_t *upto)
+{
+    if (file_ts_look(hi) <= ns) {
+        *upto = hi;
+        return true;
+    }
+    uint64_t lo, step = 1; /* file_ts_look(lo) <= ns < file_ts_look(hi) */
+    for (;;) {
+        uint64_t t = hi > step ? hi - step : 0;
+        if (file_ts_look(t) <= ns) {
+            lo = t;
+            break;
+        }
+        if (t == 0)
+            return false;
+        hi = t;
+        step *= 2;
+    }
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (file_ts_look(mid) <= ns)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *upto = lo;
+    return true;
 }
 
 /* Tests only: the file time base in TSC mode from a pair of the caller's, and a pair added as a
@@ -288,6 +392,7 @@ void at_clock_test_reset(uint64_t tsc, uint64_t ns, uint64_t tsc2, uint64_t ns2)
     C.pns[1] = ns2;
     C.npairs = 2;
     C.last = 1;
+    seg_set(1);
     C.seen = 0;
     C.bdn = C.bdt = 0;
     __atomic_store_n(&at_clock_tsc, true, __ATOMIC_RELAXED);

@@ -18,6 +18,9 @@ uint64_t at_clock_freq(void);
  * async-signal-safe. */
 uint64_t at_clock_mark(void);
 uint64_t at_clock_file_ts(uint64_t ticks);
+/* The newest tick at or below hi whose file time is at or below ns, into *upto; false when no
+ * tick has (under at_flush_lock; nothing counts as given out). */
+bool at_clock_ticks_upto(uint64_t ns, uint64_t hi, uint64_t *upto);
 /* A file's start time: now, through a pair taken for it (under at_flush_lock too). */
 uint64_t at_clock_file_now(void);
 uint64_t at_clock_ns_to_ticks(uint64_t ns);
@@ -25,5 +28,7 @@ uint64_t at_clock_ns_to_ticks(uint64_t ns);
  * flush adds one (returns the cut at_clock_mark would). */
 void at_clock_test_reset(uint64_t tsc, uint64_t ns, uint64_t tsc2, uint64_t ns2);
 uint64_t at_clock_test_mark(uint64_t tsc, uint64_t ns);
+/* Tests only: floor(x * num / den) as the conversion computes it (without a 128-bit division). */
+uint64_t at_clock_test_muldiv(uint64_t x, uint64_t num, uint64_t den);
 
 #endif

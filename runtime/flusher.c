@@ -46,7 +46,7 @@ static uint32_t flush_pass = 1;
 /* A record as a writer leaves it, within the published part of its chunk: anything else means two
  * writers shared the ring (a clone(CLONE_VM) child without a TLS of its own writes through its
  * parent's ring) and the chunk is damaged from there. */
-static bool rec_sane(const at_rec *h, uint32_t pos, uint32_t used)
+static inline bool rec_sane(const at_rec *h, uint32_t pos, uint32_t used)
 {
     if (h->size < sizeof(at_rec) || (h->size & 7u) || h->size > used - pos)
         return false;
@@ -215,8 +215,21 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
     return NULL;
 }
 
+/* peek_ex(r, false) for the common case, inline in the merge: a record within what this pass has
+ * seen published of the chunk being read, an event that follows the last one. */
 static inline const at_rec *peek(at_ring *r)
 {
+    if (AT_LIKELY(r->rchunk >= 0 && r->rpos < r->rused)) {
+        const uint8_t *p = (const uint8_t *)at_chunk_at(&at_pool_g, r->rchunk) + r->rpos;
+        memcpy(&r->rcopy, p, sizeof r->rcopy);
+        const at_rec *h = &r->rcopy;
+        if (AT_LIKELY(h->type_index != AT_REC_OWNER_TYPE && rec_sane(h, r->rpos, r->rused)
+                      && (r->last_seq == 0 || (int32_t)(h->seq - r->last_seq) > 0)
+                      && h->ts >= r->rlast_ts)) {
+            r->rbody = p + sizeof(at_rec);
+            return h;
+        }
+    }
     return peek_ex(r, false);
 }
 
@@ -283,6 +296,9 @@ void at_flush_locked(bool holdback, bool force_sp)
     uint64_t limit_file = limit_ts == UINT64_MAX ? UINT64_MAX : at_clock_file_ts(limit_ts);
     if (limit_file != UINT64_MAX)
         limit_file = limit_file ? limit_file - 1 : 0;
+    /* the same limit in ticks (the records' own), so the merge converts no record to compare it */
+    uint64_t upto = limit_ts;
+    bool none = limit_file != UINT64_MAX && !at_clock_ticks_upto(limit_file, limit_ts, &upto);
     at_chunk_pass_begin();
     at_rings_sweep_warm(!holdback); /* retired here, recycled below once drained */
     uint32_t na = 0;
@@ -313,10 +329,10 @@ void at_flush_locked(bool holdback, bool force_sp)
                 second = ts;
             }
         }
-        if (best_ts > limit_ts || (limit_file != UINT64_MAX && at_clock_file_ts(best_ts) > limit_file))
+        if (best_ts > upto || none)
             break;
-        if (second > limit_ts)
-            second = limit_ts;
+        if (second > upto)
+            second = upto;
         at_ring *r = active[best];
         /* a run: this thread's records up to the next-oldest of the others */
         const at_rec *rec = peek(r);
@@ -334,8 +350,7 @@ void at_flush_locked(bool holdback, bool force_sp)
             r->rlast_ts = rec->ts;
             r->rpos += rec->size;
             rec = peek(r);
-        } while (rec && rec->ts <= second
-                 && (limit_file == UINT64_MAX || at_clock_file_ts(rec->ts) <= limit_file));
+        } while (rec && rec->ts <= second);
         if (rec) {
             active_ts[best] = rec->ts;
         } else {

@@ -249,7 +249,8 @@ static inline uint8_t *var_u64(uint8_t *p, uint64_t v)
     return p;
 }
 
-/* Append one compressed blob (§4.1); the caller made sure BLOB_WORST + payload fits. */
+/* Append one compressed blob (§4.1); the caller made sure BLOB_WORST + payload fits. (Events take
+ * the same encoding in at_ntw_event, for the common case.) */
 static void blob_put(evblock *b, const blob_hdr *h, const void *payload, bool sorted)
 {
     blob_hdr *l = &b->last;
@@ -641,10 +642,10 @@ static void rotate(void)
     at_ntw_flush_begin();
 }
 
-int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base)
+/* at_ntw_event for every case: a new file part, metadata, stacks, a late event, a full block. */
+static AT_NOINLINE int event_slow(const at_rec *r, const uint8_t *body, uint64_t tid,
+                                  uint32_t seq_base, at_event_type *t, uint64_t ts)
 {
-    at_event_type *t = at_types[r->type_index];
-    uint64_t ts = at_clock_file_ts(r->ts);
     /* rotate before a file would pass its size (block framing, metadata and stack included) */
     if (at_out.seg_size && W.file_events
         && ob_pos() + W.mb.len + W.sb_len + W.eb.len + 256 + BLOB_WORST + r->payload_len
@@ -704,6 +705,93 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t se
     if (sorted)
         W.max_ts = h.ts;
     blob_put(&W.eb, &h, p, sorted);
+    at_ntw_pending_events++;
+    W.file_events++;
+    return 0;
+}
+
+/* Nearly every event: its type's metadata is in the file, no stack, no rotation due, it fits the
+ * block and is not older than anything written (so it is sorted, needs no new block, and no
+ * sequence point is due before it). Encoded here as blob_put would, field by field against the
+ * block's last header, without building a header of its own: the flusher's cost per event is the
+ * traced program's too when the flusher shares its CPU. */
+int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base)
+{
+    at_event_type *t = at_types[r->type_index];
+    uint64_t ts = at_clock_file_ts(r->ts);
+    evblock *b = &W.eb;
+    uint32_t plen = r->payload_len;
+    if (AT_UNLIKELY(r->nips || t->file_gen != W.file_gen || W.rotate_due || at_out.seg_size
+                    || ts < W.max_ts || ts < W.sp_ts || b->len + BLOB_WORST + plen > BLOCK_MAX))
+        return event_slow(r, body, tid, seq_base, t, ts);
+    blob_hdr *l = &b->last;
+    uint32_t meta = t->index, seq = r->seq + seq_base;
+    uint8_t *p0 = b->buf + b->len, *p = p0 + 1;
+    uint8_t flags = NT_EV_SORTED;
+    if (meta != l->meta) {
+        flags |= NT_EV_METADATA_ID;
+        p = var_u64(p, meta);
+        l->meta = meta;
+    }
+    if (l->seq + 1 != seq || l->cap_tid != tid || l->proc != 0xFFFFFFFFu) { /* meta != 0 */
+        flags |= NT_EV_CAPTURE_THREAD_AND_SEQ;
+        p = var_u64(p, (uint32_t)(seq - l->seq - 1));
+        p = var_u64(p, tid);
+        p = var_u64(p, 0xFFFFFFFFu);
+        l->cap_tid = tid;
+        l->proc = 0xFFFFFFFFu;
+    }
+    l->seq = seq;
+    if (tid != l->tid) {
+        flags |= NT_EV_THREAD_ID;
+        p = var_u64(p, tid);
+        l->tid = tid;
+    }
+    if (l->stack != 0) {
+        flags |= NT_EV_STACK_ID;
+        p = var_u64(p, 0);
+        l->stack = 0;
+    }
+    p = var_u64(p, ts - l->ts); /* ts >= W.max_ts >= every ts of the block */
+    l->ts = ts;
+    const uint8_t *q = body;
+    uint64_t g[2] = {0, 0};
+    if (r->flags & AT_REC_ACT) {
+        memcpy(g, q, 16);
+        q += 16;
+    }
+    if (memcmp(g, &l->act, 16) != 0) {
+        flags |= NT_EV_ACTIVITY_ID;
+        memcpy(p, g, 16);
+        memcpy(&l->act, g, 16);
+        p += 16;
+    }
+    g[0] = g[1] = 0;
+    if (r->flags & AT_REC_REL) {
+        memcpy(g, q, 16);
+        q += 16;
+    }
+    if (memcmp(g, &l->rel, 16) != 0) {
+        flags |= NT_EV_RELATED_ACTIVITY_ID;
+        memcpy(p, g, 16);
+        memcpy(&l->rel, g, 16);
+        p += 16;
+    }
+    if (plen != l->plen) {
+        flags |= NT_EV_DATA_LENGTH;
+        p = var_u64(p, plen);
+        l->plen = plen;
+    }
+    at_copy_small(p, q, plen);
+    p += plen;
+    *p0 = flags;
+    b->len = (size_t)(p - b->buf);
+    if (ts < b->min_ts)
+        b->min_ts = ts;
+    b->max_ts = ts;
+    b->n++;
+    W.max_ts = ts;
+    W.stack_fresh = false;
     at_ntw_pending_events++;
     W.file_events++;
     return 0;

@@ -195,6 +195,104 @@ START_TEST(random_flush_orders_never_go_back)
 }
 END_TEST
 
+/* The conversion's multiply-and-correct gives exactly what the 128-bit division gives, for any
+ * operands: ticks and spans of every size, slopes above and below one ns per tick. */
+START_TEST(muldiv_is_the_exact_division)
+{
+    srandom(777);
+    static const uint64_t edge[] = {0, 1, 2, 3, 999999999, 1000000000, 3000000000ull,
+                                    (1ull << 32) - 1, 1ull << 32, (1ull << 63) - 1, 1ull << 63,
+                                    (1ull << 63) + 1, UINT64_MAX - 1, UINT64_MAX};
+    const unsigned ne = sizeof edge / sizeof edge[0];
+    for (unsigned i = 0; i < ne; i++)
+        for (unsigned j = 0; j < ne; j++)
+            for (unsigned k = 0; k < ne; k++) {
+                if (edge[k] == 0)
+                    continue;
+                uint64_t x = edge[i], n = edge[j], d = edge[k];
+                uint64_t want = (uint64_t)((unsigned __int128)x * n / d);
+                ck_assert_msg(at_clock_test_muldiv(x, n, d) == want,
+                              "%llu * %llu / %llu: %llu, want %llu", (unsigned long long)x,
+                              (unsigned long long)n, (unsigned long long)d,
+                              (unsigned long long)at_clock_test_muldiv(x, n, d),
+                              (unsigned long long)want);
+            }
+    for (int i = 0; i < 3000000; i++) {
+        /* random widths: a span of ticks, a segment's ns and ticks of 1 to 64 bits each */
+        uint64_t v[3];
+        for (int k = 0; k < 3; k++) {
+            uint64_t r = ((uint64_t)random() << 42) ^ ((uint64_t)random() << 21) ^ (uint64_t)random();
+            unsigned bits = 1 + (unsigned)random() % 64;
+            v[k] = bits == 64 ? r : r & ((1ull << bits) - 1);
+        }
+        if (v[2] == 0)
+            v[2] = 1;
+        uint64_t want = (uint64_t)((unsigned __int128)v[0] * v[1] / v[2]);
+        uint64_t got = at_clock_test_muldiv(v[0], v[1], v[2]);
+        ck_assert_msg(got == want, "%llu * %llu / %llu: %llu, want %llu", (unsigned long long)v[0],
+                      (unsigned long long)v[1], (unsigned long long)v[2], (unsigned long long)got,
+                      (unsigned long long)want);
+    }
+}
+END_TEST
+
+/* Between two pairs, an event's file time is the pair's ns plus the segment's slope times the
+ * ticks since the pair, rounded down: at 3 ticks per ns, and at 0.7 (a clock slower than 1 GHz). */
+START_TEST(conversion_is_exact_between_pairs)
+{
+    srandom(4242 + (unsigned)_i);
+    const double tpn = _i == 0 ? 3.0 : 0.7;
+    pair p[40];
+    p[0] = (pair){5000000000000ull, 777000000000ull};
+    p[1] = (pair){p[0].t + 60000, p[0].n + (uint64_t)(60000 / tpn)};
+    at_clock_test_reset(p[0].t, p[0].n, p[1].t, p[1].n);
+    for (int i = 2; i < 40; i++) {
+        uint64_t dt = 1 + (uint64_t)random() % 300000000;
+        double ppm = (double)(random() % 4001) - 2000.0;
+        uint64_t dn = (uint64_t)((double)dt / tpn * (1.0 + ppm / 1e6));
+        p[i] = (pair){p[i - 1].t + dt, p[i - 1].n + (dn ? dn : 1)};
+        ck_assert_uint_eq(at_clock_test_mark(p[i].t, p[i].n), p[i].t);
+    }
+    uint64_t last = 0;
+    for (int i = 1; i < 40; i++)
+        for (int k = 0; k < 2000; k++) {
+            uint64_t dt = p[i].t - p[i - 1].t;
+            uint64_t t = p[i - 1].t + (k == 0 ? 0 : k == 1 ? dt - 1 : (uint64_t)random() % dt);
+            uint64_t want = p[i - 1].n + (uint64_t)((unsigned __int128)(t - p[i - 1].t)
+                                                    * (p[i].n - p[i - 1].n) / dt);
+            ck_assert_uint_eq(at_clock_file_ts(t), want);
+            if (k < 2) {
+                ck_assert_uint_ge(want, last);
+                last = want;
+            }
+        }
+}
+END_TEST
+
+/* The merge's limit in ticks (at_clock_ticks_upto) takes exactly the ticks whose file time is at
+ * most the limit's: the newest such tick, and the next one past it. */
+START_TEST(merge_limit_in_ticks_is_the_file_time_limit)
+{
+    srandom(99 + (unsigned)_i);
+    truth_start();
+    ngiven = 0;
+    for (int f = 0; f < 200; f++) {
+        uint64_t dt = 30000 + (uint64_t)random() % 15000000;
+        uint64_t cut = flush_pair(dt, (double)(random() % 2001) - 1000.0);
+        uint64_t lim = at_clock_file_ts(cut);
+        for (int k = 0; k < 20; k++) {
+            uint64_t ns = lim - (k == 0 ? 1 : (uint64_t)random() % 50000);
+            uint64_t upto;
+            ck_assert(at_clock_ticks_upto(ns, cut, &upto));
+            ck_assert_uint_le(upto, cut);
+            ck_assert_uint_le(at_clock_file_ts(upto), ns);
+            if (upto < cut)
+                ck_assert_uint_gt(at_clock_file_ts(upto + 1), ns);
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("clock_order");
@@ -204,6 +302,9 @@ int main(void)
     tcase_add_test(tc, extrapolated_values_hold_after_a_slower_segment);
     tcase_add_test(tc, older_than_the_window_never_drops);
     tcase_add_loop_test(tc, random_flush_orders_never_go_back, 0, 8);
+    tcase_add_test(tc, muldiv_is_the_exact_division);
+    tcase_add_loop_test(tc, conversion_is_exact_between_pairs, 0, 2);
+    tcase_add_loop_test(tc, merge_limit_in_ticks_is_the_file_time_limit, 0, 4);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -422,6 +422,114 @@ START_TEST(compression_cases)
 }
 END_TEST
 
+/* Every header field changing in random combinations, nearly all of it through the writer's common
+ * path (no stack) with a few events that take the general one (stacks, new metadata) between them,
+ * a gap in the numbers now and then, another thread's events between ours, flushes at random:
+ * every event reads back as written. */
+typedef struct rh_want {
+    uint32_t type, seq, plen;
+    int act, rel, nips;
+    uint64_t ts, tid;
+} rh_want;
+static rh_want *rh;
+static size_t nrh;
+static at_event_type *rh_types[4];
+static const at_guid rh_ids[4] = {{{0}}, {{1, 2, 3}}, {{9, 8}}, {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7}}};
+static uint64_t rh_ts;
+static uint32_t rh_seed = 5;
+
+static uint32_t rh_rand(void)
+{
+    rh_seed = rh_seed * 1103515245u + 12345u;
+    return rh_seed >> 8;
+}
+
+static void rh_write(uint32_t *seq, uint64_t tid)
+{
+    rh_want *w = &rh[nrh++];
+    uint32_t k = rh_rand();
+    w->type = k % 3 ? k % 3 : (k >> 4) % (rh_types[3] ? 4 : 3);
+    w->act = (int)((k >> 6) % 4);
+    w->rel = (k >> 8) % 3 ? 0 : (int)((k >> 10) % 4);
+    w->plen = (k >> 12) % 4 ? (k >> 14) % 41 : 0;
+    w->nips = (k >> 20) % 50 ? 0 : 1 + (int)((k >> 22) % 3);
+    uint32_t d = rh_rand();
+    rh_ts += d % 8 ? d % 200 : (uint64_t)d % 3000000;
+    w->ts = rh_ts;
+    w->tid = tid;
+    uint8_t pl[64];
+    for (uint32_t i = 0; i < w->plen; i++)
+        pl[i] = (uint8_t)(nrh * 7 + i);
+    uintptr_t ips[3] = {0x401000 + (nrh % 5) * 16, 0x402000, 0x403000};
+    if (rh_rand() % 97 == 0) {
+        *seq += 3; /* three numbers dropped */
+        at_tbuf_test_set_seq(*seq);
+    }
+    w->seq = ++*seq;
+    at_event_write_ts(w->ts, rh_types[w->type], w->act ? &rh_ids[w->act] : NULL,
+                      w->rel ? &rh_ids[w->rel] : NULL, pl, w->plen, ips, (uint32_t)w->nips);
+}
+
+static void *rh_other(void *a)
+{
+    (void)a;
+    uint32_t rh_other_seq = 0;
+    for (int i = 0; i < 50; i++)
+        rh_write(&rh_other_seq, (uint64_t)gettid());
+    return NULL;
+}
+
+START_TEST(random_headers_round_trip)
+{
+    mkdir_tmp();
+    at_trace_options o = {.clock = AT_CLOCK_MONOTONIC};
+    start("rh.nettrace", &o);
+    rh_types[0] = type_plain("R0");
+    rh_types[1] = type_plain("R1");
+    rh_types[2] = type_plain("R2");
+    enum { N = 200000 };
+    rh = calloc(N + 100 * 60, sizeof *rh);
+    nrh = 0;
+    rh_ts = at_ticks();
+    uint32_t seq = 0;
+    uint64_t me = (uint64_t)gettid();
+    for (int i = 0; i < N; i++) {
+        rh_write(&seq, me);
+        if (i % 4099 == 4098) {
+            pthread_t th;
+            pthread_create(&th, NULL, rh_other, NULL);
+            pthread_join(th, NULL);
+        }
+        if (i == N / 2)
+            rh_types[3] = type_plain("R3"); /* metadata first met in the middle */
+        if (i >= N / 2 && rh_rand() % 1000 == 0)
+            at_trace_flush();
+    }
+    at_trace_stop();
+    rfile f;
+    read_file(pathf("rh.nettrace"), &f, true);
+    ck_assert_int_eq(f.nev, nrh);
+    for (size_t i = 0; i < nrh; i++) {
+        const rev *e = &f.ev[i];
+        const rh_want *w = &rh[i];
+        ck_assert_int_eq(e->meta, rh_types[w->type]->index);
+        ck_assert_int_eq(e->ts, w->ts);
+        ck_assert_int_eq(e->seq, w->seq);
+        ck_assert_int_eq(e->tid, w->tid);
+        ck_assert_int_eq(e->cap, w->tid);
+        ck_assert_int_eq(e->plen, w->plen);
+        ck_assert_int_eq(e->nframes, w->nips);
+        ck_assert(e->sorted);
+        ck_assert(at_guid_eq(&e->act, &rh_ids[w->act]));
+        ck_assert(at_guid_eq(&e->rel, &rh_ids[w->rel]));
+        for (uint32_t k = 0; k < w->plen; k++)
+            ck_assert_int_eq(e->payload[k], (uint8_t)((i + 1) * 7 + k));
+    }
+    free(rh);
+    free(f.ev);
+}
+END_TEST
+
 /* More distinct stacks than one SP interval holds: ids restart after each SP and every event still
  * resolves to its own frames. */
 START_TEST(stacks_across_sps)
@@ -1150,6 +1258,7 @@ static Suite *suite(void)
     tcase_add_test(tc, tsc_clock_durations);
     tcase_add_test(tc, monotonic_clock_header);
     tcase_add_test(tc, compression_cases);
+    tcase_add_test(tc, random_headers_round_trip);
     tcase_add_test(tc, stacks_across_sps);
     tcase_add_test(tc, rotate_files_each_complete);
     tcase_add_test(tc, circular_keeps_last_segments);
