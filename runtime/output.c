@@ -306,6 +306,10 @@ static int remove_stale(const char *path, int *held)
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1 ||
         (st.st_mode & (S_IWGRP | S_IWOTH)))
         return -EEXIST;
+    /* Empty: another process may have just created it and not yet taken its lock (two pid 1s of
+     * two pid namespaces name their files alike); a file of ours has its header once locked. */
+    if (st.st_size == 0)
+        return -EBUSY;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? 0 : -EEXIST;
@@ -354,6 +358,13 @@ static int open_index(at_output *o, unsigned k)
     (void)flock(fd, LOCK_EX | LOCK_NB);
     if (held >= 0)
         close(held);
+    /* still the name's file: otherwise another process took it away before the lock was ours */
+    struct stat mine, there;
+    if (fstat(fd, &mine) != 0 || lstat(o->path, &there) != 0 || mine.st_dev != there.st_dev ||
+        mine.st_ino != there.st_ino) {
+        close(fd);
+        return -EBUSY;
+    }
     /* the mode asked for, whatever the program's umask */
     (void)fchmod(fd, mode);
     o->index = k;
