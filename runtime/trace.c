@@ -33,44 +33,9 @@ static const at_event_desc pi_desc = {
     .fields = pi_fields,
 };
 
-/* /proc/self/cmdline with the NULs between arguments turned into spaces. */
-char *at_cmdline_utf8(void)
-{
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return strdup("");
-    size_t cap = 4096, len = 0;
-    char *b = malloc(cap + 1);
-    for (;;) {
-        if (!b)
-            break;
-        ssize_t n = read(fd, b + len, cap - len);
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        if (len == cap) {
-            char *nb = realloc(b, cap * 2 + 1);
-            if (!nb)
-                break;
-            b = nb;
-            cap *= 2;
-        }
-    }
-    close(fd);
-    if (!b)
-        return NULL;
-    while (len && b[len - 1] == 0)
-        len--;
-    for (size_t i = 0; i < len; i++)
-        if (b[i] == 0)
-            b[i] = ' ';
-    b[len] = 0;
-    return b;
-}
-
-/* The same into a mapping of its own, without malloc: read when the file of a session that waited
- * for its first event is opened, which may be in a signal handler or a hook. At most 64 KiB (the
- * event keeps 30000 characters). */
+/* /proc/self/cmdline with the NULs between arguments turned into spaces, into a mapping of its own,
+ * without malloc: the file of a session that waited for its first event is opened in whatever thread
+ * records it (a signal handler, a hook). At most 64 KiB (the event keeps 30000 characters). */
 static char *cmdline_mapped(void)
 {
     static char *buf;
@@ -138,14 +103,15 @@ static void writer_mem_gate(void)
     AT_INTERNAL_END();
 }
 
-static void writer_pi_init(void)
+/* ProcessInfo's command line (given, or the process's own) and the payload built from it */
+static void writer_pi_init(const char *given)
 {
     if (writer_pi)
         return;
     if (at_command_line && !cmdline_is_mapped)
         free(at_command_line);
-    at_command_line = cmdline_mapped();
-    cmdline_is_mapped = true;
+    cmdline_is_mapped = !given;
+    at_command_line = given ? strdup(given) : cmdline_mapped();
     at_ntw_init(); /* builds ProcessInfo's payload from it */
     writer_pi = true;
 }
@@ -198,6 +164,18 @@ static struct {
     uint8_t payload[16];
 } child_prologue AT_FORK_DATA;
 
+/* The session waits for its first event that counts from now (a fork child's, or a new image's that
+ * starts lazily): nothing recorded, nothing claimed, the buffers not yet this process's. */
+AT_FORK_TEXT static void pending_arm(void)
+{
+    child_fork_ts = at_ticks();
+    child_prologue.type = NULL;
+    atomic_store(&child_stage, 0);
+    atomic_store(&child_claim, 0);
+    atomic_store(&child_recorded, 0);
+    atomic_store(&at_sess_active, AT_SESS_PENDING);
+}
+
 AT_FORK_TEXT static void fork_child(void)
 {
     at_event_type_fork_child();
@@ -218,12 +196,7 @@ AT_FORK_TEXT static void fork_child(void)
     at_lastthread_reset(); /* the child's first thread has not left (process.c watches it) */
     at_output_close_in_child();
     sess_forked = true;
-    child_fork_ts = at_ticks();
-    child_prologue.type = NULL;
-    atomic_store(&child_stage, 0);
-    atomic_store(&child_claim, 0);
-    atomic_store(&child_recorded, 0);
-    atomic_store(&at_sess_active, AT_SESS_PENDING);
+    pending_arm();
 }
 
 AT_FORK_TEXT void at_trace_child_prologue(const at_event_type *t, const at_guid *activity,
@@ -283,7 +256,7 @@ static int child_open(bool flusher)
         at_out.child_suffix = true;
         at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
     }
-    writer_pi_init();
+    writer_pi_init(NULL);
     if (at_output_open_first(&at_out, err, sizeof err) < 0) {
         at_errmsg(sess_forked ? "fork child: no trace: " : "no trace: ", err, 0);
         atomic_store(&at_sess_active, 0);
@@ -418,14 +391,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         at_rings_barrier_init();
         if (writer_mem_init(errbuf, errlen) < 0)
             goto fail;
-    }
-    if (!lazy) {
-        if (at_command_line && !cmdline_is_mapped)
-            free(at_command_line);
-        cmdline_is_mapped = false;
-        at_command_line = o->command_line ? strdup(o->command_line) : at_cmdline_utf8();
-        at_ntw_init();
-        writer_pi = true;
+        writer_pi_init(o->command_line);
     }
     /* the first session finds it zero: its 12 KiB of pages stay untouched but for what is set */
     static bool out_used;
@@ -452,13 +418,8 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         atomic_store(&at_stat_files, 0);
         pthread_mutex_lock(&at_flush_lock);
         at_lastthread_reset();
-        child_fork_ts = at_ticks();
-        child_prologue.type = NULL;
-        atomic_store(&child_stage, 0);
-        atomic_store(&child_claim, 0);
-        atomic_store(&child_recorded, 0);
         atomic_fetch_add(&at_sess_gen, 1);
-        atomic_store(&at_sess_active, AT_SESS_PENDING);
+        pending_arm();
         pthread_mutex_unlock(&at_flush_lock);
         return 0;
     }

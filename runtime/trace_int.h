@@ -276,7 +276,6 @@ uint64_t at_lastthread_poll(uint64_t now);
 bool at_lastthread_kicked(void);
 void at_lastthread_reset(void);
 extern unsigned at_flush_interval_ms;
-char *at_cmdline_utf8(void);
 extern char *at_command_line;
 
 
