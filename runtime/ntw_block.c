@@ -73,6 +73,7 @@ static struct {
     bool rotate_due;
     bool stack_fresh;       /* the last stack_intern added a stack */
     uint32_t flusher_seq;   /* sequence of the flusher's own events in this file */
+    uint64_t flusher_seq_tid; /* the thread id flusher_seq numbers (a later writer thread: anew) */
     uint64_t file_events;   /* events (not ProcessInfo) in the current file */
     uint8_t *pi_payload;    /* ProcessInfo */
     uint32_t pi_len;
@@ -512,6 +513,7 @@ int at_ntw_file_begin(uint64_t sync_qpc)
     W.rotate_due = false;
     W.file_events = 0;
     W.flusher_seq = 1; /* ProcessInfo */
+    W.flusher_seq_tid = at_flusher_tid;
     W.sym_gen++;
     eb_reset(&W.eb);
     eb_reset(&W.mb);
@@ -804,6 +806,12 @@ void at_ntw_flusher_event(at_event_type *t, const void *payload, uint32_t len)
         put_metadata(t, ts, at_flusher_tid);
     if (W.eb.len + BLOB_WORST + len > BLOCK_MAX || (W.eb.n && ts < W.eb.last.ts))
         emit_pending();
+    /* a writer thread started after the file's first events (a paused one that came back, one an
+     * exec that failed started): its own thread id, numbered from 1 */
+    if (AT_UNLIKELY(at_flusher_tid != W.flusher_seq_tid)) {
+        W.flusher_seq_tid = at_flusher_tid;
+        W.flusher_seq = W.part_flusher_seq = 0;
+    }
     blob_hdr h = {0};
     h.meta = t->index;
     h.seq = ++W.flusher_seq;

@@ -467,11 +467,14 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
 
 void at_trace_flush(void)
 {
-    if (atomic_load(&sess_state) != 1 || atomic_load(&at_sess_active) == AT_SESS_PENDING)
+    if (atomic_load(&sess_state) != 1)
         return;
     AT_INTERNAL_BEGIN();
     pthread_mutex_lock(&at_flush_lock);
-    at_flush_locked(false, false);
+    /* a session still waiting for its first event opens its file now, with no writer thread, when
+     * something was recorded (an exec's event, just before the image goes) */
+    if (child_ready_for_exit())
+        at_flush_locked(false, false);
     pthread_mutex_unlock(&at_flush_lock);
     AT_INTERNAL_END();
 }
@@ -577,6 +580,22 @@ void at_trace_flusher_pause(void)
     if (pause_restart)
         at_flusher_stop(); /* joined: the process has one thread fewer until resume */
     AT_INTERNAL_END();
+}
+
+void at_trace_exec_failed(void)
+{
+    if (atomic_load(&sess_state) != 1 || atomic_load(&at_sess_active) != 1)
+        return;
+    int e = errno;
+    AT_INTERNAL_BEGIN();
+    pthread_mutex_lock(&pause_lock); /* not while a pause holds the writer stopped */
+    pthread_mutex_lock(&at_flush_lock);
+    if (atomic_load(&sess_state) == 1 && !at_flusher_is_running())
+        (void)at_flusher_start(); /* refused in a new pid namespace: the buffers wait for exit */
+    pthread_mutex_unlock(&at_flush_lock);
+    pthread_mutex_unlock(&pause_lock);
+    AT_INTERNAL_END();
+    errno = e;
 }
 
 void at_trace_flusher_resume(void)

@@ -178,6 +178,9 @@ bool at_trace_flusher_yield(void);
 /* Make everything written so far (by every thread) durable in the file; returns when done.
  * Not for signal handlers. */
 void at_trace_flush(void);
+/* After an exec that failed (the program goes on): the writer's thread, if the exec's event opened
+ * the file of a session that waited for its first event (at_trace_flush opens it with none). */
+void at_trace_exec_failed(void);
 /* Final flush and close (idempotent). Normal exit paths call this. */
 void at_trace_stop(void);
 /* Best-effort flush from a fatal-signal handler or _exit: async-signal-safe, never blocks forever. */

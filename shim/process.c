@@ -149,7 +149,13 @@ static void exec_before(const char *path)
     at_payload pl;
     at_payload_init(&pl, buf, sizeof buf);
     at_payload_str_safe(&pl, path, 200);
+    /* a file still waiting for its first event is opened by the flush below, with no writer thread
+     * (the image ends here; exec may be called in a signal handler): at_trace_exec_failed starts
+     * one if the program goes on */
+    int q = at_trace_quiet;
+    at_trace_quiet = 2;
     at_shim_event(at_ev.exec, buf, (uint32_t)(pl.p - buf));
+    at_trace_quiet = q;
     at_trace_flush();
     errno = e;
 }
@@ -165,41 +171,49 @@ static void exec_before(const char *path)
     char *const *env = ok_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_) : env_;               \
     if (ok_ && !vf_)                                                                               \
         exec_before(path);
+/* The real exec: it returns only when it failed, and the program goes on traced. */
+#define AT_EXEC_RETURN(call)                                                                       \
+    do {                                                                                           \
+        int r_ = (call);                                                                           \
+        if (ok_ && !vf_)                                                                           \
+            at_trace_exec_failed();                                                                \
+        return r_;                                                                                 \
+    } while (0)
 
 AT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, path);
-    return AT_REAL(execve)(path, argv, env);
+    AT_EXEC_RETURN(AT_REAL(execve)(path, argv, env));
 }
 
 AT_EXPORT int execv(const char *path, char *const argv[])
 {
     AT_EXEC_ENV(environ, path);
-    return AT_REAL(execve)(path, argv, env);
+    AT_EXEC_RETURN(AT_REAL(execve)(path, argv, env));
 }
 
 AT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, file);
-    return AT_REAL(execvpe)(file, argv, env);
+    AT_EXEC_RETURN(AT_REAL(execvpe)(file, argv, env));
 }
 
 AT_EXPORT int execvp(const char *file, char *const argv[])
 {
     AT_EXEC_ENV(environ, file);
-    return AT_REAL(execvpe)(file, argv, env);
+    AT_EXEC_RETURN(AT_REAL(execvpe)(file, argv, env));
 }
 
 AT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
 {
     AT_EXEC_ENV(envp, path);
-    return AT_REAL(execveat)(dirfd, path, argv, env, flags);
+    AT_EXEC_RETURN(AT_REAL(execveat)(dirfd, path, argv, env, flags));
 }
 
 AT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, "(fd)");
-    return AT_REAL(fexecve)(fd, argv, env);
+    AT_EXEC_RETURN(AT_REAL(fexecve)(fd, argv, env));
 }
 
 /* execl* are variadic and glibc implements them with an internal execve we cannot see: gather the

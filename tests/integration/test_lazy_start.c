@@ -84,6 +84,7 @@ static const struct {
     {"thread", "LateStart", false},
     {"signal", "FromSignalStart", false},
     {"hook", "WorkStart", true},
+    {"execfail", "AfterExecStart", false},
 };
 
 START_TEST(test_late_first_event)
@@ -134,6 +135,13 @@ START_TEST(test_late_first_event)
                   late[_i].mode);
     if (late[_i].hooks)
         ck_assert_uint_eq(at_count(&t, NULL, "WorkStop"), 3);
+    if (!strcmp(late[_i].mode, "execfail")) {
+        /* the failed exec's event opened the file with no writer thread; the program went on and
+         * got one (and the exec is in the file, before what followed) */
+        ck_assert_msg(strstr(tr.out, "done tasks 2\n"), "execfail: %s", tr.out);
+        long x = at_find(&t, NULL, "ProcessExec", 0);
+        ck_assert_msg(x >= 0 && x < i, "execfail: exec event at %ld, AfterExecStart at %ld", x, i);
+    }
     at_trace_free(&t);
     free(path);
     char **files = at_trace_files(tdir);
@@ -214,7 +222,7 @@ int main(void)
     TCase *tc = tcase_create("lazy_start");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_records_nothing);
-    tcase_add_loop_test(tc, test_late_first_event, 0, 3);
+    tcase_add_loop_test(tc, test_late_first_event, 0, sizeof late / sizeof late[0]);
     tcase_add_test(tc, test_exec_and_system_names);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
