@@ -782,7 +782,7 @@ AT_FORK_TEXT void at_activity_after_fork_child(void)
     at_tid_cache = 0;
     /* only once initialized: g_pid != 0 is what tells ensure_init that init_once has run */
     if (__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) != 0)
-        __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
+        __atomic_store_n(&g_pid, (uint32_t)at_raw_getpid(), __ATOMIC_RELEASE);
 }
 
 /* --- test hooks (activity_int.h) --- */

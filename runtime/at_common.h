@@ -37,7 +37,8 @@ static inline void at_mutex_fork_reset(pthread_mutex_t *m)
     const unsigned char *a = (const unsigned char *)m, *b = (const unsigned char *)&init;
     for (size_t i = 0; i < sizeof *m; i++)
         if (a[i] != b[i]) {
-            pthread_mutex_init(m, NULL);
+            /* as initialised, by the bytes (pthread_mutex_init would map a page of libc's code) */
+            *m = init; /* 40 bytes: moves, no call */
             return;
         }
 }
@@ -52,6 +53,14 @@ pid_t at_tid_slow(void);
  * threads that made the system call agreed on one place (tests, acttrace check). */
 int at_tid_offset(void);
 unsigned at_tid_syscalls(void); /* how many look-ups made the system call (tests) */
+/* getpid without libc's code: a fork child maps each code page it runs, libc's included. */
+static inline pid_t at_raw_getpid(void)
+{
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "0"(39L /* SYS_getpid */) : "rcx", "r11", "memory");
+    return (pid_t)r;
+}
+
 static inline pid_t at_tid(void)
 {
     pid_t t = at_tid_cache;
@@ -123,6 +132,33 @@ extern AT_TLS int at_rt_own_thread;
 extern AT_TLS int at_internal;
 #define AT_INTERNAL_BEGIN() (at_internal++)
 #define AT_INTERNAL_END() (at_internal--)
+
+/* Locks the shim holds across a fork (pthread_atfork handlers), so that a child never inherits one
+ * a thread of the parent held half-way through a change. A process with one thread (glibc's
+ * __libc_single_threaded) has no other thread to hold or take them and takes none: each page the
+ * parent writes during a fork costs it a fault (the child shares the page until it exits), so the
+ * fork of a one-thread process writes no page of the shim's. The parent's handler releases only a
+ * lock this thread holds; the child's makes afresh one that is not as initialised
+ * (at_mutex_fork_reset), whoever held it. */
+#include <sys/single_threaded.h>
+static inline void at_fork_lock(pthread_mutex_t *m)
+{
+    if (__libc_single_threaded)
+        return;
+    at_internal++; /* the shim's own lock: no hook sees it */
+    pthread_mutex_lock(m);
+    at_internal--;
+}
+
+static inline void at_fork_unlock(pthread_mutex_t *m)
+{
+    pid_t owner = m->__data.__owner; /* glibc records the owner of every kind of mutex */
+    if (!owner || owner != at_tid())
+        return;
+    at_internal++;
+    pthread_mutex_unlock(m);
+    at_internal--;
+}
 
 /* 16 bytes in .NET Guid memory order (Data1 LE, Data2 LE, Data3 LE, Data4[8]), as nettrace stores it. */
 typedef struct at_guid {

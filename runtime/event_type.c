@@ -201,6 +201,6 @@ oom:
 }
 
 /* fork: the child must not inherit the registry lock held by another thread */
-AT_FORK_TEXT void at_event_type_fork_prepare(void) { pthread_mutex_lock(&reg_lock); }
-AT_FORK_TEXT void at_event_type_fork_parent(void) { pthread_mutex_unlock(&reg_lock); }
-AT_FORK_TEXT void at_event_type_fork_child(void) { pthread_mutex_init(&reg_lock, NULL); }
+AT_FORK_TEXT void at_event_type_fork_prepare(void) { at_fork_lock(&reg_lock); }
+AT_FORK_TEXT void at_event_type_fork_parent(void) { at_fork_unlock(&reg_lock); }
+AT_FORK_TEXT void at_event_type_fork_child(void) { at_mutex_fork_reset(&reg_lock); }

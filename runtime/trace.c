@@ -16,7 +16,6 @@ AT_TLS int at_internal;
 char *at_command_line;
 static _Atomic int sess_state AT_FORK_DATA; /* 0 none, 1 running, 2 stopping */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static bool fork_locked AT_FORK_DATA;
 
 static const at_field pi_fields[] = {
     {"CommandLine", NT_TYPE_STRING},
@@ -125,19 +124,14 @@ AT_FORK_TEXT static void fork_prepare(void)
     for (int i = 0; i < 10000 && atomic_load(&child_stage) == 1; i++)
         sched_yield();
     at_event_type_fork_prepare();
-    if (atomic_load(&sess_state) == 1) {
-        pthread_mutex_lock(&at_flush_lock); /* the child must not inherit a half-written flush */
-        fork_locked = true;
-    }
+    if (atomic_load(&sess_state) == 1)
+        at_fork_lock(&at_flush_lock); /* the child must not inherit a half-written flush */
 }
 
 AT_FORK_TEXT static void fork_parent(void)
 {
     at_event_type_fork_parent();
-    if (fork_locked) {
-        fork_locked = false;
-        pthread_mutex_unlock(&at_flush_lock);
-    }
+    at_fork_unlock(&at_flush_lock);
 }
 
 /* A fork child's file and flusher wait for its first event: a child that records nothing (fork
@@ -179,10 +173,9 @@ AT_FORK_TEXT static void pending_arm(void)
 AT_FORK_TEXT static void fork_child(void)
 {
     at_event_type_fork_child();
-    if (!fork_locked)
+    if (atomic_load(&sess_state) != 1)
         return;
-    fork_locked = false;
-    pthread_mutex_init(&at_flush_lock, NULL);
+    at_mutex_fork_reset(&at_flush_lock);
     at_tbuf_fork_child_thread();
     atomic_fetch_add(&at_sess_gen, 1); /* the parent's buffers are no thread's here */
     atomic_store(&at_stat_written, 0);

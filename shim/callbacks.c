@@ -600,19 +600,25 @@ static pthread_mutex_t pool_sort_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
  * registry call in such a child (a timer started, a source added) waited for ever. */
 AT_FORK_TEXT static void callbacks_fork_prepare(void)
 {
-    pthread_mutex_lock(&reg_lock);
-    pthread_mutex_lock(&pool_sort_lock);
+    at_fork_lock(&reg_lock);
+    at_fork_lock(&pool_sort_lock);
 }
 
-AT_FORK_TEXT static void callbacks_fork_release(void)
+AT_FORK_TEXT static void callbacks_fork_parent(void)
 {
-    pthread_mutex_unlock(&pool_sort_lock);
-    pthread_mutex_unlock(&reg_lock);
+    at_fork_unlock(&pool_sort_lock);
+    at_fork_unlock(&reg_lock);
+}
+
+AT_FORK_TEXT static void callbacks_fork_child(void)
+{
+    at_mutex_fork_reset(&pool_sort_lock);
+    at_mutex_fork_reset(&reg_lock);
 }
 
 __attribute__((constructor)) static void callbacks_init(void)
 {
-    pthread_atfork(callbacks_fork_prepare, callbacks_fork_release, callbacks_fork_release);
+    pthread_atfork(callbacks_fork_prepare, callbacks_fork_parent, callbacks_fork_child);
 }
 
 REAL(g_thread_pool_set_sort_function, void, (void *, GCompareDataFunc, void *))

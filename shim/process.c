@@ -258,6 +258,26 @@ AT_EXPORT int execle(const char *path, const char *arg, ...)
     return execve(path, (char *const *)argv, envp);
 }
 
+/* The parent's side of a new process (ProcessFork, ProcessSpawn). Made in an activity, it opens the
+ * file if none is open yet: the tools keep that activity for the child's files, which link under it.
+ * Made in no activity it is written only when the process has a file (at_trace_quiet 1): a process
+ * that only starts others (a shell, make, a pre-forking server before its first request) stays
+ * without a file and a writer thread, so its forks stay those of a one-thread process; the child's
+ * own file names its parent (ProcessForked, ProcessInfo). */
+static void parent_event(const at_event_type *t, const void *payload, uint32_t len)
+{
+    if (at_activity_current()) {
+        at_shim_event(t, payload, len);
+        return;
+    }
+    if (!at_trace_keeps_quiet())
+        return; /* left out, as a quiet event is (and no page of the shim's is written) */
+    int q = at_trace_quiet;
+    at_trace_quiet = 1;
+    at_shim_event(t, payload, len);
+    at_trace_quiet = q;
+}
+
 /* posix_spawn: the parent adds the link to the child's environment; the child itself (a CLONE_VM
  * child inside glibc) is never touched. */
 static int spawn_common(bool search, pid_t *pid, const char *path,
@@ -285,7 +305,7 @@ static int spawn_common(bool search, pid_t *pid, const char *path,
         at_payload_init(&pl, buf, sizeof buf);
         at_payload_i32(&pl, child);
         at_payload_str_safe(&pl, path, 200);
-        at_shim_event(at_ev.spawn, buf, (uint32_t)(pl.p - buf));
+        parent_event(at_ev.spawn, buf, (uint32_t)(pl.p - buf));
         errno = e;
     }
     return r;
@@ -413,7 +433,7 @@ static __typeof__(_Exit) *fork_real_Exit AT_FORK_DATA;
 AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
 {
     at_tid_cache = 0;
-    at_pid = (pid_t)syscall(SYS_getpid);
+    at_pid = at_raw_getpid();
     at_exec_generation = 0;
     at_process_descendant = true;
     at_activity_after_fork_child();
@@ -424,16 +444,17 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
     }
 }
 
-/* A fork glibc makes itself (daemon() calls it without the PLT) does not come through fork()
- * below: this handler, registered after the writer's (whose child handler opens the child's file
- * and starts its flusher), does the child's side then. Through fork() below, at_internal is up in
- * the child too and the wrapper does it after the call. */
+/* The child's side of every fork, fork() below and those glibc makes itself (daemon() calls it
+ * without the PLT): registered after the writer's handlers (which make the child's session wait for
+ * its first event), before any the program registers later, whose events then find the child's own
+ * pid and thread. */
 AT_FORK_TEXT static void fork_child_handler(void)
 {
-    if (!at_internal && at_on()) { /* at_internal first: at_on() reads a page more */
-        int e = errno;
+    if (at_on()) {
+        /* nothing here sets errno (whose look-up would map a page of libc's code more) */
+        at_internal++; /* on the page the kernel writes in every child (rseq): no fault more */
         fork_child_fixup(at_pid); /* still the parent's */
-        errno = e;
+        at_internal--;
     }
 }
 
@@ -445,28 +466,28 @@ void at_process_fork_init(void)
     pthread_atfork(NULL, NULL, fork_child_handler);
 }
 
+/* The parent writes no page of the shim's around the fork when it has one thread (each costs it a
+ * fault while the child shares it): the handlers' locks are taken only with other threads
+ * (at_fork_lock), and the handlers mark their own work as the shim's (at_internal) where they do
+ * any; the program's own handlers run as the program's. */
 AT_FORK_TEXT AT_EXPORT pid_t fork(void)
 {
     if (!at_on())
         return AT_REAL(fork)();
-    pid_t parent = at_pid;
     int *errp = &errno; /* the same in the child: it looks errno up in no code page of libc */
-    at_internal++;
-    pid_t p = AT_REAL(fork)(); /* the writer's atfork handlers run in here */
+    pid_t p = AT_REAL(fork)(); /* the handlers run in here, the child's side included */
     if (p < 0 && *errp == EAGAIN && at_trace_flusher_yield()) /* see at_trace_flusher_yield */
         p = AT_REAL(fork)();
-    int e = *errp;
-    at_internal--;
-    if (p == 0) {
-        fork_child_fixup(parent);
-    } else if (p > 0) {
+    if (p > 0) {
+        int e = *errp;
         uint8_t buf[4];
         at_payload pl;
         at_payload_init(&pl, buf, sizeof buf);
         at_payload_i32(&pl, p);
-        at_shim_event(at_ev.fork_parent, buf, (uint32_t)(pl.p - buf));
+        parent_event(at_ev.fork_parent, buf, (uint32_t)(pl.p - buf));
+        if (*errp != e) /* a page the parent does not write otherwise */
+            *errp = e;
     }
-    *errp = e;
     return p;
 }
 

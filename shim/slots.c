@@ -190,15 +190,20 @@ void at_slots_thread_exit(void)
 /* A fork child must not inherit the lock held by a thread that does not exist there. */
 AT_FORK_TEXT static void slots_prepare(void)
 {
-    pthread_mutex_lock(&slot_lock);
+    at_fork_lock(&slot_lock);
 }
 
-AT_FORK_TEXT static void slots_release(void)
+AT_FORK_TEXT static void slots_parent(void)
 {
-    pthread_mutex_unlock(&slot_lock);
+    at_fork_unlock(&slot_lock);
+}
+
+AT_FORK_TEXT static void slots_child(void)
+{
+    at_mutex_fork_reset(&slot_lock);
 }
 
 __attribute__((constructor)) static void slots_init(void)
 {
-    pthread_atfork(slots_prepare, slots_release, slots_release);
+    pthread_atfork(slots_prepare, slots_parent, slots_child);
 }

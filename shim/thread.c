@@ -73,17 +73,17 @@ static start_block *block_get(void)
  * one was starting do not exist there (their contexts would stay busy for ever) */
 AT_FORK_TEXT static void starts_prepare(void)
 {
-    pthread_mutex_lock(&spare_lock);
+    at_fork_lock(&spare_lock);
 }
 
 AT_FORK_TEXT static void starts_parent(void)
 {
-    pthread_mutex_unlock(&spare_lock);
+    at_fork_unlock(&spare_lock);
 }
 
 AT_FORK_TEXT static void starts_child(void)
 {
-    pthread_mutex_unlock(&spare_lock);
+    at_mutex_fork_reset(&spare_lock);
     /* freed by this thread's next start (start_new): a child that starts none reads no block */
     if (tl_starts)
         tl_starts_forked = true;
