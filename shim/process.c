@@ -149,11 +149,13 @@ static void exec_before(const char *path)
     at_payload pl;
     at_payload_init(&pl, buf, sizeof buf);
     at_payload_str_safe(&pl, path, 200);
-    /* a file still waiting for its first event is opened by the flush below, with no writer thread
-     * (the image ends here; exec may be called in a signal handler): at_trace_exec_failed starts
-     * one if the program goes on */
+    /* Made in an activity, a file still waiting for its first event is opened by the flush below,
+     * with no writer thread (the image ends here; exec may be called in a signal handler):
+     * at_trace_exec_failed starts one if the program goes on. Made in no activity, it is written only
+     * when the process has a file, as a fork's is (parent_event): a shell's or make's fork children
+     * that only exec another program leave no file of their own (the new image's names the path) */
     int q = at_trace_quiet;
-    at_trace_quiet = 2;
+    at_trace_quiet = at_activity_current() ? 2 : 1;
     at_shim_event(at_ev.exec, buf, (uint32_t)(pl.p - buf));
     at_trace_quiet = q;
     at_trace_flush();

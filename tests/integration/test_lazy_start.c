@@ -136,11 +136,10 @@ START_TEST(test_late_first_event)
     if (late[_i].hooks)
         ck_assert_uint_eq(at_count(&t, NULL, "WorkStop"), 3);
     if (!strcmp(late[_i].mode, "execfail")) {
-        /* the failed exec's event opened the file with no writer thread; the program went on and
-         * got one (and the exec is in the file, before what followed) */
+        /* the failed exec, made in no activity before any event, was left out (as a fork's is): the
+         * program went on, and its next event opened the file and started the writer thread */
         ck_assert_msg(strstr(tr.out, "done tasks 2\n"), "execfail: %s", tr.out);
-        long x = at_find(&t, NULL, "ProcessExec", 0);
-        ck_assert_msg(x >= 0 && x < i, "execfail: exec event at %ld, AfterExecStart at %ld", x, i);
+        ck_assert_uint_eq(at_count(&t, NULL, "ProcessExec"), 0);
     }
     at_trace_free(&t);
     free(path);
@@ -199,14 +198,24 @@ START_TEST(test_exec_and_system_names)
             snprintf(want, sizeof want, "t-%d-exec1.nettrace", child); /* the shell's next image */
         ck_assert_msg(!strcmp(child_file(tdir), want), "%s: Child in '%s', want %s", modes[m],
                       child_file(tdir), want);
-        /* the program's own file keeps the plain name: system() opened it first; an exec records
-         * ProcessExec in it */
+        /* the program's own file keeps the plain name: system() opened it first. An exec made in no
+         * activity by an image that recorded nothing is left out (as a fork's is): that image
+         * writes no file, and the next one's is named by its generation all the same */
         char *own = in_dir(tdir, "t.nettrace");
+        if (m == 0) {
+            ck_assert_msg(!at_file_exists(own), "exec: the first image recorded nothing, yet %s", own);
+            char **files = at_trace_files(tdir);
+            ck_assert_uint_eq(at_strv_len(files), 1);
+            at_strv_free(files);
+            free(own);
+            at_run_result_free(&tr);
+            at_rmtree(tdir);
+            free(tdir);
+            continue;
+        }
         at_trace t;
         ck_assert_msg(at_trace_load(own, &t) == 0 && t.complete, "%s: %s", modes[m], t.err);
         ck_assert_int_eq(t.pid, tr.pid);
-        if (m == 0)
-            ck_assert_uint_eq(at_count(&t, NULL, "ProcessExec"), 1);
         at_trace_free(&t);
         free(own);
         at_run_result_free(&tr);
