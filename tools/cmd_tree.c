@@ -5,6 +5,7 @@
  * finished, so memory holds open activities and the finished parts of unfinished trees. */
 #include "actmodel.h"
 #include "cmds.h"
+#include "guid.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +20,12 @@ typedef struct tree_ctx {
     uint64_t hold;
     uint64_t shown[1024]; /* serials of the open ancestors whose "(running)" lines were printed last */
     int nshown;
+    bool tsv;
 } tree_ctx;
 
 static void tree_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] FILE...\n"
+    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--tsv] FILE...\n"
                "  Prints the activity tree: name, path, start and duration (ms), threads visited and\n"
                "  the transfers between them, children indented below their parent. Activities never\n"
                "  stopped show as such. Several files (parent and child processes) merge into one tree.\n"
@@ -31,7 +33,12 @@ static void tree_usage(FILE *f)
                "  --min-ms MS   only activities lasting at least MS (with their ancestors)\n"
                "  --hold N      finished activities kept for ancestors still running (default %d); past\n"
                "                that they are printed early under a '(running)' line for the ancestors,\n"
-               "                which keeps memory bounded under a long-lived root\n", AM_HOLD_DEFAULT);
+               "                which keeps memory bounded under a long-lived root\n"
+               "  --tsv         one line per activity for other programs, parents before children:\n"
+               "                activity, serial, parent serial (0: a root), pid, start thread, stop thread\n"
+               "                (0: never stopped), name, path, start and duration in ns from the trace\n"
+               "                start (duration -1: never stopped), ActivityId, tab-separated; --name\n"
+               "                and --min-ms do not apply\n", AM_HOLD_DEFAULT);
 }
 
 static bool node_matches(const tree_ctx *c, const am_activity *a)
@@ -109,6 +116,41 @@ static void print_node(tree_ctx *c, const am_activity *a, int indent, bool insid
         print_node(c, k, indent + 1, inside || (self && c->name));
 }
 
+/* --tsv: every activity as the model pairs and links it (tests/compat compares it with TraceEvent's
+ * StartStopActivityComputer). */
+static void on_activity(void *vc, const am_activity *a)
+{
+    tree_ctx *c = vc;
+    am_buf *f = &c->out;
+    char path[AM_PATH_MAX];
+    am_act_path(a, path, sizeof path);
+    am_buf_str(f, "activity\t");
+    am_buf_u64(f, a->serial);
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, a->parent ? a->parent->serial : 0);
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, a->pid);
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, am_start_tid(a));
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, am_stop_tid(a));
+    am_buf_chr(f, '\t');
+    am_buf_str(f, a->name);
+    am_buf_chr(f, '\t');
+    am_buf_str(f, path);
+    am_buf_chr(f, '\t');
+    if (a->start < 0) am_buf_chr(f, '-');
+    am_buf_u64(f, a->start < 0 ? (uint64_t)0 - (uint64_t)a->start : (uint64_t)a->start);
+    am_buf_chr(f, '\t');
+    if (a->stopped) am_buf_u64(f, (uint64_t)(a->stop - a->start));
+    else am_buf_str(f, "-1");
+    char g[37];
+    at_guid_format(&a->id, g);
+    am_buf_chr(f, '\t');
+    am_buf_str(f, g);
+    am_buf_chr(f, '\n');
+}
+
 static void on_tree(void *vc, const am_activity *root)
 {
     tree_ctx *c = vc;
@@ -154,6 +196,8 @@ int at_cmd_tree(int argc, char **argv)
             tree_usage(stdout);
             free(files);
             return 0;
+        } else if (!strcmp(a, "--tsv")) {
+            c.tsv = true;
         } else if (!strcmp(a, "--name") && more) {
             c.name = argv[++i];
         } else if (!strcmp(a, "--hold") && more) {
@@ -182,6 +226,7 @@ int at_cmd_tree(int argc, char **argv)
     char err[600];
     am_options o = {.tree = true, .progress = true, .hold = c.hold};
     am_callbacks cb = {.tree = on_tree, .spill = on_spill, .ctx = &c};
+    if (c.tsv) cb = (am_callbacks){.activity = on_activity, .ctx = &c};
     am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
     free(files);
     if (!m) {

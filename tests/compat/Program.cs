@@ -160,7 +160,7 @@ static class Program
         // 2. TraceLog's conversion, its log captured
         string etlx = Path.Combine(Path.GetTempPath(), $"atcompat-{Environment.ProcessId}-{Guid.NewGuid():N}.etlx");
         var log = new StringWriter();
-        int named = 0;
+        int named = 0, acts = 0;
         try
         {
             try
@@ -183,7 +183,10 @@ static class Program
             if (ours != null && tl.EventsLost != ours.Lost - ours.LostFirst)
                 problems.Add($"lost events: acttrace {ours.Lost} ({ours.LostFirst} before a thread's first event), TraceLog {tl.EventsLost} (event source {sourceLost})");
             if (ours != null)
+            {
                 named = CompareFrames(tl, ours, problems);
+                acts = CompareActivities(tl, RunTree(acttrace, path), problems);
+            }
         }
         finally
         {
@@ -203,7 +206,7 @@ static class Program
         {
             Kind = 'P',
             Frames = named,
-            Text = readOnly ? $"{total} events read, converted" : $"{total} events, {named} named frames agree{unseen}",
+            Text = readOnly ? $"{total} events read, converted" : $"{total} events, {named} named frames agree, {acts} activities agree{unseen}",
         };
     }
 
@@ -249,6 +252,180 @@ static class Program
         int a = te.IndexOf('!'), b = our.IndexOf('!');
         return a >= 0 && b >= 0 && string.Equals(te.Substring(0, a), our.Substring(0, b), StringComparison.OrdinalIgnoreCase)
                && te.Substring(a) == our.Substring(b);
+    }
+
+    // One activity of `acttrace tree --tsv`.
+    sealed class OurAct
+    {
+        public ulong Serial, Parent;
+        public int Pid;
+        public ulong StartTid, StopTid; // StopTid 0: never stopped
+        public string Name = "", Path = "";
+        public long StartNs, DurNs; // DurNs -1: never stopped
+        public Guid Id;
+    }
+
+    static List<OurAct> RunTree(string acttrace, string path)
+    {
+        var psi = new ProcessStartInfo(acttrace)
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+        };
+        foreach (var a in new[] { "tree", "--tsv", path }) psi.ArgumentList.Add(a);
+        using var p = Process.Start(psi) ?? throw new InvalidOperationException($"cannot run {acttrace}");
+        var errTask = p.StandardError.ReadToEndAsync();
+        var list = new List<OurAct>();
+        string? line;
+        while ((line = p.StandardOutput.ReadLine()) != null)
+        {
+            var f = line.Split('\t');
+            if (f[0] != "activity" || f.Length < 11) continue;
+            list.Add(new OurAct
+            {
+                Serial = ulong.Parse(f[1]),
+                Parent = ulong.Parse(f[2]),
+                Pid = (int)uint.Parse(f[3]),
+                StartTid = ulong.Parse(f[4]),
+                StopTid = ulong.Parse(f[5]),
+                Name = f[6],
+                Path = f[7],
+                StartNs = long.Parse(f[8]),
+                DurNs = long.Parse(f[9]),
+                Id = Guid.Parse(f[10]),
+            });
+        }
+        p.WaitForExit();
+        if (p.ExitCode != 0) throw new InvalidOperationException($"acttrace tree --tsv exits {p.ExitCode}: {FirstLine(errTask.Result.Trim())}");
+        return list;
+    }
+
+    // The creator TraceEvent gives each activity, from acttrace's pairing: the parent acttrace found
+    // while that parent is running (TraceEvent finds it by the Start's RelatedActivityId), else the
+    // Start thread's current start-stop activity (see the header: the last activity started on the
+    // thread, or after a Stop on the thread the stopped one's creator; a stopped one stands for its
+    // nearest running creator). Serial -> expected creator's serial (0: none).
+    static Dictionary<ulong, ulong> ExpectedCreators(List<OurAct> mine, Dictionary<ulong, OurAct> bySerial)
+    {
+        var inView = mine.Select(o => o.Serial).ToHashSet();
+        var evs = new List<(long t, int kind, OurAct a)>(); // kind 0 stop, 1 start: a Stop at the same ns came first
+        foreach (var o in mine)
+        {
+            evs.Add((o.StartNs, 1, o));
+            if (o.DurNs >= 0) evs.Add((o.StartNs + o.DurNs, 0, o));
+        }
+        evs.Sort((x, y) => x.t != y.t ? x.t.CompareTo(y.t) : x.kind != y.kind ? x.kind.CompareTo(y.kind) : x.a.Serial.CompareTo(y.a.Serial));
+        var creator = new Dictionary<ulong, ulong>();
+        var stopped = new HashSet<ulong>();
+        var current = new Dictionary<(int, ulong), ulong>(); // (pid, thread) -> serial
+        ulong Running(ulong s)
+        {
+            while (s != 0 && stopped.Contains(s)) s = creator.GetValueOrDefault(s);
+            return s;
+        }
+        foreach (var (t, kind, a) in evs)
+        {
+            if (kind == 1)
+            {
+                ulong c = a.Parent != 0 && inView.Contains(a.Parent) && !stopped.Contains(a.Parent) ? a.Parent
+                        : Running(current.GetValueOrDefault((a.Pid, a.StartTid)));
+                creator[a.Serial] = c;
+                current[(a.Pid, a.StartTid)] = a.Serial;
+            }
+            else
+            {
+                stopped.Add(a.Serial);
+                current[(a.Pid, a.StopTid)] = Running(creator.GetValueOrDefault(a.Serial));
+            }
+        }
+        return creator;
+    }
+
+    // TraceEvent's path notation "/#pid/1/5/1/" (or "//1/5/1/" for an id without a pid) in ours: "//1/5/1".
+    static string TePath(Guid id, int pid)
+    {
+        string s = StartStopActivityComputer.ActivityPathString(id, pid);
+        if (s.StartsWith("/#"))
+        {
+            int k = s.IndexOf('/', 2);
+            s = k < 0 ? s : "/" + s.Substring(k);
+        }
+        if (s.StartsWith("//") && s.Length > 2 && s.EndsWith("/")) s = s.Substring(0, s.Length - 1);
+        return s;
+    }
+
+    // TraceEvent's StartStopActivityComputer over TraceLog's events against `acttrace tree --tsv`:
+    // the same activities (by process, ActivityId and start order), each with the same name, path,
+    // parent, start and duration (to the microsecond). Returns the number of activities that agree.
+    static int CompareActivities(TraceLog tl, List<OurAct> ours, List<string> problems)
+    {
+        var src = tl.Events.GetSource();
+        var ac = new ActivityComputer(src, new Microsoft.Diagnostics.Symbols.SymbolReader(TextWriter.Null));
+        var ssc = new StartStopActivityComputer(src, ac);
+        var theirs = new List<StartStopActivity>();
+        var stops = new Dictionary<StartStopActivity, double>(ReferenceEqualityComparer.Instance);
+        ssc.Start += (a, e) => theirs.Add(a);
+        // the Stop that TraceEvent paired with the activity (its duration is set only when the next
+        // event is seen, and a zero duration reads as "not stopped")
+        ssc.Stop += (a, e) => { if (!stops.ContainsKey(a)) stops[a] = e.TimeStampRelativeMSec; };
+        src.Process();
+
+        // TraceEvent pairs only ActivityIds in the ActivityPath form of the writing process
+        var mine = ours.Where(o => StartStopActivityComputer.IsActivityPath(o.Id, o.Pid)).ToList();
+        var bySerial = ours.ToDictionary(o => o.Serial);
+        var ourQ = mine.GroupBy(o => (o.Pid, o.Id)).ToDictionary(g => g.Key, g => new Queue<OurAct>(g.OrderBy(o => o.StartNs).ThenBy(o => o.Serial)));
+        var match = new Dictionary<StartStopActivity, OurAct>(ReferenceEqualityComparer.Instance);
+        var matched = new HashSet<OurAct>(ReferenceEqualityComparer.Instance);
+        var extra = new List<string>();
+        foreach (var t in theirs.OrderBy(t => t.StartTimeRelativeMSec).ThenBy(t => (int)t.Index))
+        {
+            if (ourQ.TryGetValue((t.ProcessID, t.ActivityID), out var q) && q.Count > 0)
+            {
+                var o = q.Dequeue();
+                match[t] = o;
+                matched.Add(o);
+            }
+            else extra.Add($"TraceEvent's {t.TaskName} {TePath(t.ActivityID, t.ProcessID)} at {t.StartTimeRelativeMSec:F3} ms: not an activity of acttrace");
+        }
+        var expect = ExpectedCreators(mine, bySerial);
+        int agree = 0;
+        var bad = new List<string>();
+        foreach (var t in theirs)
+        {
+            if (!match.TryGetValue(t, out var o)) continue;
+            var d = new List<string>();
+            if (t.TaskName != o.Name) d.Add($"name {t.TaskName}");
+            string tp = TePath(t.ActivityID, t.ProcessID);
+            if (tp != o.Path) d.Add($"path {tp}");
+            double os = o.StartNs / 1e6;
+            if (Math.Abs(os - t.StartTimeRelativeMSec) >= 0.001) d.Add($"start {t.StartTimeRelativeMSec:F6} ms (acttrace {os:F6})");
+            bool tStopped = stops.TryGetValue(t, out double stopMs);
+            if (o.DurNs < 0 && tStopped) d.Add($"stopped after {stopMs - t.StartTimeRelativeMSec:F6} ms (acttrace: never stopped)");
+            else if (o.DurNs >= 0 && !tStopped) d.Add($"never stopped (acttrace: {o.DurNs / 1e6:F6} ms)");
+            else if (o.DurNs >= 0 && Math.Abs(stopMs - t.StartTimeRelativeMSec - o.DurNs / 1e6) >= 0.001)
+                d.Add($"duration {stopMs - t.StartTimeRelativeMSec:F6} ms (acttrace {o.DurNs / 1e6:F6})");
+            string tParent = t.Creator == null ? "none" : match.TryGetValue(t.Creator, out var pc) ? $"#{pc.Serial}" : $"{t.Creator.TaskName} {TePath(t.Creator.ActivityID, t.Creator.ProcessID)} (not acttrace's)";
+            ulong want = expect.GetValueOrDefault(o.Serial);
+            string oParent = want == 0 ? "none" : $"#{want}";
+            if (tParent != oParent)
+            {
+                string on = want != 0 && bySerial.TryGetValue(want, out var op) ? $" {op.Name} {op.Path}" : "";
+                string how = want == o.Parent ? "" : $", by the thread's current activity; its parent #{o.Parent}";
+                d.Add($"parent {tParent} (acttrace {oParent}{on}{how})");
+            }
+            if (d.Count == 0) agree++;
+            else bad.Add($"activity #{o.Serial} {o.Name} {o.Path} at {os:F3} ms: TraceEvent {string.Join(", ", d)}");
+        }
+        foreach (var o in mine)
+            if (!matched.Contains(o))
+                bad.Add($"activity #{o.Serial} {o.Name} {o.Path} at {o.StartNs / 1e6:F3} ms: not among TraceEvent's activities");
+        bad.AddRange(extra);
+        if (bad.Count > 0)
+        {
+            problems.Add($"{bad.Count} of {mine.Count} activities differ from TraceEvent's StartStopActivityComputer ({theirs.Count}): {string.Join("; ", bad.Take(MaxShown))}");
+        }
+        return agree;
     }
 
     static string FirstLine(string s)
