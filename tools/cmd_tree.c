@@ -5,6 +5,7 @@
  * finished, so memory holds open activities and the finished parts of unfinished trees. */
 #include "actmodel.h"
 #include "cmds.h"
+#include "actpath.h"
 #include "guid.h"
 
 #include <stdio.h>
@@ -37,8 +38,9 @@ static void tree_usage(FILE *f)
                "  --tsv         one line per activity for other programs, parents before children:\n"
                "                activity, serial, parent serial (0: a root), pid, start thread, stop thread\n"
                "                (0: never stopped), name, path, start and duration in ns from the trace\n"
-               "                start (duration -1: never stopped), ActivityId, tab-separated; --name\n"
-               "                and --min-ms do not apply\n", AM_HOLD_DEFAULT);
+               "                start (duration -1: never stopped), ActivityId, the path in PerfView's\n"
+               "                notation; and per Stop that stopped nothing: stop, pid, thread, event\n"
+               "                name, time, ActivityId. Tab-separated; --name and --min-ms do not apply\n", AM_HOLD_DEFAULT);
 }
 
 static bool node_matches(const tree_ctx *c, const am_activity *a)
@@ -148,6 +150,32 @@ static void on_activity(void *vc, const am_activity *a)
     at_guid_format(&a->id, g);
     am_buf_chr(f, '\t');
     am_buf_str(f, g);
+    am_buf_chr(f, '\t');
+    if (at_actpath_format_perfview(&a->id, path, sizeof path) < 0) path[0] = 0;
+    am_buf_str(f, path);
+    am_buf_chr(f, '\n');
+}
+
+/* --tsv: a Stop that stopped nothing (a Stop of another name than the activity of its id, or of
+ * no activity): readers that pair by ActivityId alone stop an activity there. */
+static void on_event(void *vc, const am_event *e)
+{
+    if (e->ev->meta->opcode != NT_OPCODE_STOP || e->stopped || at_guid_is_zero(&e->ev->activity)) return;
+    tree_ctx *c = vc;
+    am_buf *f = &c->out;
+    char g[37];
+    at_guid_format(&e->ev->activity, g);
+    am_buf_str(f, "stop\t");
+    am_buf_u64(f, e->pid);
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, e->ev->thread);
+    am_buf_chr(f, '\t');
+    am_buf_str(f, e->ev->meta->name);
+    am_buf_chr(f, '\t');
+    if (e->time < 0) am_buf_chr(f, '-');
+    am_buf_u64(f, e->time < 0 ? (uint64_t)0 - (uint64_t)e->time : (uint64_t)e->time);
+    am_buf_chr(f, '\t');
+    am_buf_str(f, g);
     am_buf_chr(f, '\n');
 }
 
@@ -226,7 +254,10 @@ int at_cmd_tree(int argc, char **argv)
     char err[600];
     am_options o = {.tree = true, .progress = true, .hold = c.hold};
     am_callbacks cb = {.tree = on_tree, .spill = on_spill, .ctx = &c};
-    if (c.tsv) cb = (am_callbacks){.activity = on_activity, .ctx = &c};
+    if (c.tsv) {
+        cb = (am_callbacks){.activity = on_activity, .event = on_event, .ctx = &c};
+        o.need_events = true;
+    }
     am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
     free(files);
     if (!m) {

@@ -130,6 +130,8 @@ static class Program
 
         // 1. every event, through the plain event source
         var counts = new Dictionary<(Guid, int), long>(); // by provider GUID: names need a parser
+        var procs = new Dictionary<int, long>();
+        int nprocs = 0;
         long sourceLost;
         try
         {
@@ -138,8 +140,10 @@ static class Program
             {
                 var key = (e.ProviderGuid, (int)e.ID);
                 counts[key] = counts.GetValueOrDefault(key) + 1;
+                procs[e.ProcessorNumber] = procs.GetValueOrDefault(e.ProcessorNumber) + 1;
             };
             src.Process();
+            nprocs = src.NumberOfProcessors;
             sourceLost = src.EventsLost;
         }
         catch (Exception e)
@@ -147,6 +151,10 @@ static class Program
             return Result.Fail($"EventPipeEventSource: {e.GetType().Name}: {FirstLine(e.Message)}");
         }
         var problems = new List<string>();
+        // acttrace writes no capture processor (0xFFFFFFFF): TraceEvent takes it as unknown and leaves
+        // ProcessorNumber at 0, as it has no value for unknown; any other number would be invented
+        if (ours != null && procs.Keys.Any(k => k != 0))
+            problems.Add($"processor numbers {string.Join(",", procs.Keys.Where(k => k != 0).OrderBy(k => k))} where acttrace writes none ({nprocs} processors)");
         if (ours != null)
         {
             foreach (var k in ours.Counts.Keys.Union(counts.Keys).OrderBy(k => k.Item1).ThenBy(k => k.Item2))
@@ -236,7 +244,18 @@ static class Program
             }
             string our = ours.Frames.GetValueOrDefault(addr, "(not in acttrace's stacks)");
             bool ourNamed = our.Contains('!');
-            if (te == null && !ourNamed) continue;
+            if (te == null && !ourNamed)
+            {
+                // no function: the module alone (a mapping's first and last bytes are where an
+                // inclusive or exclusive end is read otherwise)
+                var mf0 = ca.ModuleFile(idx);
+                string? teMod = mf0 != null ? Path.GetFileName(mf0.FilePath) : null;
+                int plus = our.IndexOf('+');
+                string? ourMod = plus > 0 ? our.Substring(0, plus) : null;
+                if (ours.Frames.ContainsKey(addr) && !string.Equals(teMod, ourMod, StringComparison.OrdinalIgnoreCase))
+                    problems.Add($"0x{addr:x}: acttrace module {ourMod ?? "none"} ({our}), TraceEvent module {teMod ?? "none"}");
+                continue;
+            }
             if (te != null && SameFrame(te, our)) { named++; continue; }
             problems.Add($"0x{addr:x}: acttrace {our}, TraceEvent {te ?? "unnamed"}");
         }
@@ -260,12 +279,24 @@ static class Program
         public ulong Serial, Parent;
         public int Pid;
         public ulong StartTid, StopTid; // StopTid 0: never stopped
-        public string Name = "", Path = "";
+        public string Name = "", Path = "", PvPath = "";
         public long StartNs, DurNs; // DurNs -1: never stopped
+        public Guid Id;
+        public long TeStopNs = -1;  // where TraceEvent's pairing stops it (-1: never)
+        public ulong TeStopTid;
+    }
+
+    // A Stop that acttrace paired with no activity (another name than its id's activity).
+    sealed class OurStop
+    {
+        public int Pid;
+        public ulong Tid;
+        public string Name = "";
+        public long Ns;
         public Guid Id;
     }
 
-    static List<OurAct> RunTree(string acttrace, string path)
+    static (List<OurAct>, List<OurStop>) RunTree(string acttrace, string path)
     {
         var psi = new ProcessStartInfo(acttrace)
         {
@@ -277,11 +308,14 @@ static class Program
         using var p = Process.Start(psi) ?? throw new InvalidOperationException($"cannot run {acttrace}");
         var errTask = p.StandardError.ReadToEndAsync();
         var list = new List<OurAct>();
+        var stops = new List<OurStop>();
         string? line;
         while ((line = p.StandardOutput.ReadLine()) != null)
         {
             var f = line.Split('\t');
-            if (f[0] != "activity" || f.Length < 11) continue;
+            if (f[0] == "stop" && f.Length >= 6)
+                stops.Add(new OurStop { Pid = (int)uint.Parse(f[1]), Tid = ulong.Parse(f[2]), Name = f[3], Ns = long.Parse(f[4]), Id = Guid.Parse(f[5]) });
+            if (f[0] != "activity" || f.Length < 12) continue;
             list.Add(new OurAct
             {
                 Serial = ulong.Parse(f[1]),
@@ -294,11 +328,12 @@ static class Program
                 StartNs = long.Parse(f[8]),
                 DurNs = long.Parse(f[9]),
                 Id = Guid.Parse(f[10]),
+                PvPath = f[11],
             });
         }
         p.WaitForExit();
         if (p.ExitCode != 0) throw new InvalidOperationException($"acttrace tree --tsv exits {p.ExitCode}: {FirstLine(errTask.Result.Trim())}");
-        return list;
+        return (list, stops);
     }
 
     // The creator TraceEvent gives each activity, from acttrace's pairing: the parent acttrace found
@@ -313,7 +348,7 @@ static class Program
         foreach (var o in mine)
         {
             evs.Add((o.StartNs, 1, o));
-            if (o.DurNs >= 0) evs.Add((o.StartNs + o.DurNs, 0, o));
+            if (o.TeStopNs >= 0) evs.Add((o.TeStopNs, 0, o));
         }
         evs.Sort((x, y) => x.t != y.t ? x.t.CompareTo(y.t) : x.kind != y.kind ? x.kind.CompareTo(y.kind) : x.a.Serial.CompareTo(y.a.Serial));
         var creator = new Dictionary<ulong, ulong>();
@@ -336,10 +371,43 @@ static class Program
             else
             {
                 stopped.Add(a.Serial);
-                current[(a.Pid, a.StopTid)] = Running(creator.GetValueOrDefault(a.Serial));
+                current[(a.Pid, a.TeStopTid)] = Running(creator.GetValueOrDefault(a.Serial));
             }
         }
         return creator;
+    }
+
+    // Where TraceEvent's pairing stops each activity: it takes the first Stop of the activity's id
+    // (of any name) while the activity is the latest started with that id; acttrace stops it only
+    // by a Stop of its own name.
+    static void TeStops(List<OurAct> mine, List<OurStop> others)
+    {
+        var all = new List<(long ns, ulong tid, int pid, Guid id, OurAct? own)>();
+        foreach (var o in mine)
+            if (o.DurNs >= 0) all.Add((o.StartNs + o.DurNs, o.StopTid, o.Pid, o.Id, o));
+        foreach (var s in others) all.Add((s.Ns, s.Tid, s.Pid, s.Id, null));
+        var byId = all.GroupBy(x => (x.pid, x.id)).ToDictionary(g => g.Key, g => g.OrderBy(x => x.ns).ToList());
+        var starts = mine.GroupBy(o => (o.Pid, o.Id)).ToDictionary(g => g.Key, g => g.OrderBy(o => o.StartNs).ThenBy(o => o.Serial).ToList());
+        foreach (var (key, acts) in starts)
+        {
+            if (!byId.TryGetValue(key, out var st)) continue;
+            var used = new HashSet<int>();
+            for (int i = 0; i < acts.Count; i++)
+            {
+                var a = acts[i];
+                long next = i + 1 < acts.Count ? acts[i + 1].StartNs : long.MaxValue;
+                for (int k = 0; k < st.Count; k++)
+                {
+                    if (used.Contains(k) || st[k].ns < a.StartNs || st[k].ns > next) continue;
+                    // a Stop acttrace paired with another activity of the id is that one's
+                    if (st[k].own != null && st[k].own != a && st[k].own.StartNs > a.StartNs) break;
+                    used.Add(k);
+                    a.TeStopNs = st[k].ns;
+                    a.TeStopTid = st[k].tid;
+                    break;
+                }
+            }
+        }
     }
 
     // TraceEvent's path notation "/#pid/1/5/1/" (or "//1/5/1/" for an id without a pid) in ours: "//1/5/1".
@@ -358,8 +426,9 @@ static class Program
     // TraceEvent's StartStopActivityComputer over TraceLog's events against `acttrace tree --tsv`:
     // the same activities (by process, ActivityId and start order), each with the same name, path,
     // parent, start and duration (to the microsecond). Returns the number of activities that agree.
-    static int CompareActivities(TraceLog tl, List<OurAct> ours, List<string> problems)
+    static int CompareActivities(TraceLog tl, (List<OurAct>, List<OurStop>) tree, List<string> problems)
     {
+        var (ours, ourStops) = tree;
         var src = tl.Events.GetSource();
         var ac = new ActivityComputer(src, new Microsoft.Diagnostics.Symbols.SymbolReader(TextWriter.Null));
         var ssc = new StartStopActivityComputer(src, ac);
@@ -388,6 +457,7 @@ static class Program
             }
             else extra.Add($"TraceEvent's {t.TaskName} {TePath(t.ActivityID, t.ProcessID)} at {t.StartTimeRelativeMSec:F3} ms: not an activity of acttrace");
         }
+        TeStops(mine, ourStops);
         var expect = ExpectedCreators(mine, bySerial);
         int agree = 0;
         var bad = new List<string>();
@@ -396,15 +466,17 @@ static class Program
             if (!match.TryGetValue(t, out var o)) continue;
             var d = new List<string>();
             if (t.TaskName != o.Name) d.Add($"name {t.TaskName}");
-            string tp = TePath(t.ActivityID, t.ProcessID);
-            if (tp != o.Path) d.Add($"path {tp}");
+            string tp = StartStopActivityComputer.ActivityPathString(t.ActivityID, t.ProcessID);
+            if (tp != o.PvPath) d.Add($"path {tp} (acttrace {o.PvPath}, PerfView's notation)");
             double os = o.StartNs / 1e6;
             if (Math.Abs(os - t.StartTimeRelativeMSec) >= 0.001) d.Add($"start {t.StartTimeRelativeMSec:F6} ms (acttrace {os:F6})");
             bool tStopped = stops.TryGetValue(t, out double stopMs);
-            if (o.DurNs < 0 && tStopped) d.Add($"stopped after {stopMs - t.StartTimeRelativeMSec:F6} ms (acttrace: never stopped)");
-            else if (o.DurNs >= 0 && !tStopped) d.Add($"never stopped (acttrace: {o.DurNs / 1e6:F6} ms)");
-            else if (o.DurNs >= 0 && Math.Abs(stopMs - t.StartTimeRelativeMSec - o.DurNs / 1e6) >= 0.001)
-                d.Add($"duration {stopMs - t.StartTimeRelativeMSec:F6} ms (acttrace {o.DurNs / 1e6:F6})");
+            long want_ns = o.TeStopNs < 0 ? -1 : o.TeStopNs - o.StartNs;
+            string by = o.TeStopNs >= 0 && o.DurNs != want_ns ? $" by a Stop of another name; acttrace's duration {(o.DurNs < 0 ? "never stopped" : $"{o.DurNs / 1e6:F6}")}" : "";
+            if (want_ns < 0 && tStopped) d.Add($"stopped after {stopMs - t.StartTimeRelativeMSec:F6} ms (acttrace: never stopped)");
+            else if (want_ns >= 0 && !tStopped) d.Add($"never stopped (acttrace: {want_ns / 1e6:F6} ms{by})");
+            else if (want_ns >= 0 && Math.Abs(stopMs - t.StartTimeRelativeMSec - want_ns / 1e6) >= 0.001)
+                d.Add($"duration {stopMs - t.StartTimeRelativeMSec:F6} ms (acttrace {want_ns / 1e6:F6}{by})");
             string tParent = t.Creator == null ? "none" : match.TryGetValue(t.Creator, out var pc) ? $"#{pc.Serial}" : $"{t.Creator.TaskName} {TePath(t.Creator.ActivityID, t.Creator.ProcessID)} (not acttrace's)";
             ulong want = expect.GetValueOrDefault(o.Serial);
             string oParent = want == 0 ? "none" : $"#{want}";
