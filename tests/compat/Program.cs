@@ -11,9 +11,32 @@
 //    lost events equal acttrace's;
 //  - every stack address TraceLog names through the file's Universal.System events has the same
 //    module and function in `acttrace dump --frame-names`, and every address acttrace names is named
-//    by TraceLog too.
+//    by TraceLog too; an address no function covers has the same module in both (or none in both);
+//  - every event reads ProcessorNumber 0: acttrace writes no capture processor (0xFFFFFFFF), which
+//    TraceEvent takes as unknown and shows as 0, its only value for it;
+//  - TraceEvent's StartStopActivityComputer, run over TraceLog's events, finds the activities of
+//    `acttrace tree --tsv`, matched by process, ActivityId and start order: each with the same name
+//    (TraceEvent's TaskName: the event name less Start/Stop), the same path (TraceEvent's
+//    ActivityPathString against acttrace's rendering of the id in PerfView's notation, "/#pid/1/5/",
+//    whose decoder reads some multi-byte numbers otherwise than the runtime's encoder wrote them),
+//    the same start and duration to the microsecond, the same parent, and nothing paired on one side
+//    only. Where TraceEvent's rules differ from acttrace's by design, the checker derives what
+//    TraceEvent must show from acttrace's output by TraceEvent's rule, exactly:
+//     . it tracks only ActivityIds in the ActivityPath form of the writing process (others are left
+//       out on acttrace's side);
+//     . a Stop ends the latest-started activity of its ActivityId whatever its name, where acttrace
+//       (as EventSource) lets a Stop of another name leave the activity running (tree --tsv lists
+//       such Stops);
+//     . a Start's creator is the activity its RelatedActivityId names while that one runs; without
+//       one, it is the Start thread's current start-stop activity: the last one started on that
+//       thread, or after a Stop on the thread the stopped one's creator, a stopped one standing for
+//       its nearest running creator. acttrace takes the parent from the id's path, so a root started
+//       on a thread that left another activity still running (acttrace_enter(NULL), a callback
+//       that is not inside it) is that one's child in TraceEvent.
 // Files after --read-only (written by others, such as the .NET runtime) are only read and converted.
-// A file acttrace itself reports damaged (a test's torn or cut file) is skipped, and counted.
+// A file acttrace itself reports damaged (a test's torn or cut file) or `acttrace verify` rejects (a
+// test's deliberately unsound file: events before the sync time or out of order) is skipped, and
+// counted.
 using System.Diagnostics;
 using System.Text;
 using Microsoft.Diagnostics.Tracing;
@@ -118,6 +141,24 @@ static class Program
         return o;
     }
 
+    // Exit status and the output of `acttrace CMD PATH` (stdout, then stderr).
+    static (int, string) RunTool(string acttrace, string cmd, string path)
+    {
+        var psi = new ProcessStartInfo(acttrace)
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+        };
+        psi.ArgumentList.Add(cmd);
+        psi.ArgumentList.Add(path);
+        using var p = Process.Start(psi) ?? throw new InvalidOperationException($"cannot run {acttrace}");
+        var err = p.StandardError.ReadToEndAsync();
+        string o = p.StandardOutput.ReadToEnd();
+        p.WaitForExit();
+        return (p.ExitCode, (o + err.Result).Trim());
+    }
+
     static Result Check(string path, bool readOnly, string acttrace)
     {
         Ours? ours = null;
@@ -126,6 +167,9 @@ static class Program
             ours = RunActtrace(acttrace, path);
             if (ours.Status != 0)
                 return Result.Skip($"acttrace dump exits {ours.Status}: {FirstLine(ours.Err)}");
+            var (vs, vout) = RunTool(acttrace, "verify", path);
+            if (vs != 0)
+                return Result.Skip($"acttrace verify exits {vs}: {FirstLine(vout)}");
         }
 
         // 1. every event, through the plain event source
