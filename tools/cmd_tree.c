@@ -39,8 +39,9 @@ static void tree_usage(FILE *f)
                "                activity, serial, parent serial (0: a root), pid, start thread, stop thread\n"
                "                (0: never stopped), name, path, start and duration in ns from the trace\n"
                "                start (duration -1: never stopped), ActivityId, the path in PerfView's\n"
-               "                notation; and per Stop that stopped nothing: stop, pid, thread, event\n"
-               "                name, time, ActivityId. Tab-separated; --name and --min-ms do not apply\n", AM_HOLD_DEFAULT);
+               "                notation; per Stop that stopped nothing: stop, pid, thread, event name,\n"
+               "                time, ActivityId; per Start with a RelatedActivityId: related, serial,\n"
+               "                RelatedActivityId. Tab-separated; --name and --min-ms do not apply\n", AM_HOLD_DEFAULT);
 }
 
 static bool node_matches(const tree_ctx *c, const am_activity *a)
@@ -160,10 +161,20 @@ static void on_activity(void *vc, const am_activity *a)
  * no activity): readers that pair by ActivityId alone stop an activity there. */
 static void on_event(void *vc, const am_event *e)
 {
-    if (e->ev->meta->opcode != NT_OPCODE_STOP || e->stopped || at_guid_is_zero(&e->ev->activity)) return;
     tree_ctx *c = vc;
     am_buf *f = &c->out;
     char g[37];
+    if (e->ev->meta->opcode == NT_OPCODE_START && e->act && !at_guid_is_zero(&e->ev->related)) {
+        /* the creator the Start names, which readers that link by it alone use */
+        at_guid_format(&e->ev->related, g);
+        am_buf_str(f, "related\t");
+        am_buf_u64(f, e->act->serial);
+        am_buf_chr(f, '\t');
+        am_buf_str(f, g);
+        am_buf_chr(f, '\n');
+        return;
+    }
+    if (e->ev->meta->opcode != NT_OPCODE_STOP || e->stopped || at_guid_is_zero(&e->ev->activity)) return;
     at_guid_format(&e->ev->activity, g);
     am_buf_str(f, "stop\t");
     am_buf_u64(f, e->pid);

@@ -27,8 +27,9 @@
 //     . a Stop ends the latest-started activity of its ActivityId whatever its name, where acttrace
 //       (as EventSource) lets a Stop of another name leave the activity running (tree --tsv lists
 //       such Stops);
-//     . a Start's creator is the activity its RelatedActivityId names while that one runs; without
-//       one, it is the Start thread's current start-stop activity: the last one started on that
+//     . a Start's creator is the activity its RelatedActivityId names while that one runs (then
+//       acttrace's parent must be the same); without one, it is the Start thread's current start-stop
+//       activity: the last one started on that
 //       thread, or after a Stop on the thread the stopped one's creator, a stopped one standing for
 //       its nearest running creator. acttrace takes the parent from the id's path, so a root started
 //       on a thread that left another activity still running (acttrace_enter(NULL), a callback
@@ -326,6 +327,7 @@ static class Program
         public string Name = "", Path = "", PvPath = "";
         public long StartNs, DurNs; // DurNs -1: never stopped
         public Guid Id;
+        public Guid Related;        // its Start's RelatedActivityId (empty: none)
         public long TeStopNs = -1;  // where TraceEvent's pairing stops it (-1: never)
         public ulong TeStopTid;
     }
@@ -353,10 +355,13 @@ static class Program
         var errTask = p.StandardError.ReadToEndAsync();
         var list = new List<OurAct>();
         var stops = new List<OurStop>();
+        var related = new Dictionary<ulong, Guid>();
         string? line;
         while ((line = p.StandardOutput.ReadLine()) != null)
         {
             var f = line.Split('\t');
+            if (f[0] == "related" && f.Length >= 3)
+                related[ulong.Parse(f[1])] = Guid.Parse(f[2]);
             if (f[0] == "stop" && f.Length >= 6)
                 stops.Add(new OurStop { Pid = (int)uint.Parse(f[1]), Tid = ulong.Parse(f[2]), Name = f[3], Ns = long.Parse(f[4]), Id = Guid.Parse(f[5]) });
             if (f[0] != "activity" || f.Length < 12) continue;
@@ -377,17 +382,17 @@ static class Program
         }
         p.WaitForExit();
         if (p.ExitCode != 0) throw new InvalidOperationException($"acttrace tree --tsv exits {p.ExitCode}: {FirstLine(errTask.Result.Trim())}");
+        foreach (var o in list) o.Related = related.GetValueOrDefault(o.Serial);
         return (list, stops);
     }
 
-    // The creator TraceEvent gives each activity, from acttrace's pairing: the parent acttrace found
-    // while that parent is running (TraceEvent finds it by the Start's RelatedActivityId), else the
-    // Start thread's current start-stop activity (see the header: the last activity started on the
+    // The creator TraceEvent gives each activity, from acttrace's pairing: the running activity the
+    // Start's RelatedActivityId names (the latest started of that id, or after its Stop its creator
+    // when that one has the same id), else the Start thread's current start-stop activity (see the header: the last activity started on the
     // thread, or after a Stop on the thread the stopped one's creator; a stopped one stands for its
     // nearest running creator). Serial -> expected creator's serial (0: none).
     static Dictionary<ulong, ulong> ExpectedCreators(List<OurAct> mine, Dictionary<ulong, OurAct> bySerial)
     {
-        var inView = mine.Select(o => o.Serial).ToHashSet();
         var evs = new List<(long t, int kind, OurAct a)>(); // kind 0 stop, 1 start: a Stop at the same ns came first
         foreach (var o in mine)
         {
@@ -398,6 +403,7 @@ static class Program
         var creator = new Dictionary<ulong, ulong>();
         var stopped = new HashSet<ulong>();
         var current = new Dictionary<(int, ulong), ulong>(); // (pid, thread) -> serial
+        var live = new Dictionary<(int, Guid), OurAct>();     // TraceEvent's table of running activities
         ulong Running(ulong s)
         {
             while (s != 0 && stopped.Contains(s)) s = creator.GetValueOrDefault(s);
@@ -407,15 +413,23 @@ static class Program
         {
             if (kind == 1)
             {
-                ulong c = a.Parent != 0 && inView.Contains(a.Parent) && !stopped.Contains(a.Parent) ? a.Parent
+                ulong c = a.Related != Guid.Empty && live.TryGetValue((a.Pid, a.Related), out var r) ? r.Serial
                         : Running(current.GetValueOrDefault((a.Pid, a.StartTid)));
                 creator[a.Serial] = c;
                 current[(a.Pid, a.StartTid)] = a.Serial;
+                live[(a.Pid, a.Id)] = a;
             }
             else
             {
                 stopped.Add(a.Serial);
                 current[(a.Pid, a.TeStopTid)] = Running(creator.GetValueOrDefault(a.Serial));
+                if (live.TryGetValue((a.Pid, a.Id), out var l) && l == a)
+                {
+                    // the table goes back to its creator when that one has the same id
+                    ulong cs = Running(creator.GetValueOrDefault(a.Serial));
+                    if (cs != 0 && bySerial[cs].Id == a.Id && bySerial[cs].Pid == a.Pid) live[(a.Pid, a.Id)] = bySerial[cs];
+                    else live.Remove((a.Pid, a.Id));
+                }
             }
         }
         return creator;
@@ -523,6 +537,9 @@ static class Program
                 d.Add($"duration {stopMs - t.StartTimeRelativeMSec:F6} ms (acttrace {want_ns / 1e6:F6}{by})");
             string tParent = t.Creator == null ? "none" : match.TryGetValue(t.Creator, out var pc) ? $"#{pc.Serial}" : $"{t.Creator.TaskName} {TePath(t.Creator.ActivityID, t.Creator.ProcessID)} (not acttrace's)";
             ulong want = expect.GetValueOrDefault(o.Serial);
+            // a creator its RelatedActivityId names is acttrace's parent too
+            if (o.Related != Guid.Empty && want != 0 && bySerial[want].Id == o.Related && o.Parent != want)
+                d.Add($"creator #{want} by its RelatedActivityId, acttrace's parent #{o.Parent}");
             string oParent = want == 0 ? "none" : $"#{want}";
             if (tParent != oParent)
             {
