@@ -33,7 +33,9 @@
 //       thread, or after a Stop on the thread the stopped one's creator, a stopped one standing for
 //       its nearest running creator. acttrace takes the parent from the id's path, so a root started
 //       on a thread that left another activity still running (acttrace_enter(NULL), a callback
-//       that is not inside it) is that one's child in TraceEvent.
+//       that is not inside it) is that one's child in TraceEvent;
+//     . acttrace's tree is at most 1000 deep (AM_MAX_DEPTH): a deeper activity is a root there and
+//       its creator's child in TraceEvent.
 // Files after --read-only (written by others, such as the .NET runtime) are only read and converted.
 // A file acttrace itself reports damaged (a test's torn or cut file) or `acttrace verify` rejects (a
 // test's deliberately unsound file: events before the sync time or out of order) is skipped, and
@@ -46,6 +48,7 @@ using Microsoft.Diagnostics.Tracing.Etlx;
 static class Program
 {
     const int MaxShown = 4; // mismatches named per file; the count says how many there were
+    const int MaxDepth = 1000; // acttrace's tree depth (tools/actmodel.h AM_MAX_DEPTH): deeper ones become roots
 
     static int Main(string[] args)
     {
@@ -517,6 +520,19 @@ static class Program
         }
         TeStops(mine, ourStops);
         var expect = ExpectedCreators(mine, bySerial);
+        var depths = new Dictionary<ulong, int>();
+        int Depth(ulong serial) // in acttrace's tree: 0 for a root
+        {
+            var chain = new List<ulong>();
+            int d = -1;
+            for (ulong q = serial; q != 0; q = bySerial.TryGetValue(q, out var qa) ? qa.Parent : 0)
+            {
+                if (depths.TryGetValue(q, out int k)) { d = k; break; }
+                chain.Add(q);
+            }
+            for (int i = chain.Count - 1; i >= 0; i--) depths[chain[i]] = ++d;
+            return depths[serial];
+        }
         int agree = 0;
         var bad = new List<string>();
         foreach (var t in theirs)
@@ -538,7 +554,8 @@ static class Program
             string tParent = t.Creator == null ? "none" : match.TryGetValue(t.Creator, out var pc) ? $"#{pc.Serial}" : $"{t.Creator.TaskName} {TePath(t.Creator.ActivityID, t.Creator.ProcessID)} (not acttrace's)";
             ulong want = expect.GetValueOrDefault(o.Serial);
             // a creator its RelatedActivityId names is acttrace's parent too
-            if (o.Related != Guid.Empty && want != 0 && bySerial[want].Id == o.Related && o.Parent != want)
+            if (o.Related != Guid.Empty && want != 0 && bySerial[want].Id == o.Related && o.Parent != want
+                && !(o.Parent == 0 && Depth(want) + 1 >= MaxDepth))
                 d.Add($"creator #{want} by its RelatedActivityId, acttrace's parent #{o.Parent}");
             string oParent = want == 0 ? "none" : $"#{want}";
             if (tParent != oParent)
