@@ -12,8 +12,9 @@
 //  - every stack address TraceLog names through the file's Universal.System events has the same
 //    module and function in `acttrace dump --frame-names`, and every address acttrace names is named
 //    by TraceLog too; an address no function covers has the same module in both (or none in both);
-//  - every event reads ProcessorNumber 0: acttrace writes no capture processor (0xFFFFFFFF), which
-//    TraceEvent takes as unknown and shows as 0, its only value for it;
+//  - the events per ProcessorNumber equal `acttrace dump --counts`'s per capture processor: the CPU
+//    the event was recorded on (TraceEvent keeps its low byte); the writer's own events carry none
+//    (0xFFFFFFFF), which TraceEvent takes as unknown and shows as 0, its only value for it;
 //  - TraceEvent's StartStopActivityComputer, run over TraceLog's events, finds the activities of
 //    `acttrace tree --tsv`, matched by process, ActivityId and start order: each with the same name
 //    (TraceEvent's TaskName: the event name less Start/Stop), the same path (TraceEvent's
@@ -106,6 +107,7 @@ static class Program
         public Dictionary<(Guid, int), string> Names = new();
         public Dictionary<ulong, string> Frames = new();
         public long Lost, LostFirst;
+        public List<(int, long)> Cpus = new(); // capture processor (-1: none) and its events
         public int Status;
         public string Err = "";
     }
@@ -132,6 +134,8 @@ static class Program
                 o.Counts[key] = long.Parse(f[4]);
                 o.Names[key] = $"{f[2]}/{f[5]}";
             }
+            else if (f[0] == "cpu" && f.Length >= 3)
+                o.Cpus.Add((f[1] == "none" ? -1 : (int)uint.Parse(f[1]), long.Parse(f[2])));
             else if (f[0] == "frame" && f.Length >= 3)
                 o.Frames[Convert.ToUInt64(f[1], 16)] = f[2];
             else if (line.StartsWith("  events lost "))
@@ -199,10 +203,20 @@ static class Program
             return Result.Fail($"EventPipeEventSource: {e.GetType().Name}: {FirstLine(e.Message)}");
         }
         var problems = new List<string>();
-        // acttrace writes no capture processor (0xFFFFFFFF): TraceEvent takes it as unknown and leaves
-        // ProcessorNumber at 0, as it has no value for unknown; any other number would be invented
-        if (ours != null && procs.Keys.Any(k => k != 0))
-            problems.Add($"processor numbers {string.Join(",", procs.Keys.Where(k => k != 0).OrderBy(k => k))} where acttrace writes none ({nprocs} processors)");
+        // the capture processor of each event: TraceEvent keeps its low byte, and shows an unknown one
+        // (0xFFFFFFFF, the writer's own events) as 0, its only value for it
+        if (ours != null)
+        {
+            var want = new Dictionary<int, long>();
+            foreach (var (cpu, n) in ours.Cpus)
+            {
+                int k = cpu < 0 ? 0 : cpu & 0xFF;
+                want[k] = want.GetValueOrDefault(k) + n;
+            }
+            foreach (var k in want.Keys.Union(procs.Keys).OrderBy(k => k))
+                if (want.GetValueOrDefault(k) != procs.GetValueOrDefault(k))
+                    problems.Add($"events on processor {k}: acttrace {want.GetValueOrDefault(k)}, TraceEvent {procs.GetValueOrDefault(k)}");
+        }
         if (ours != null)
         {
             foreach (var k in ours.Counts.Keys.Union(counts.Keys).OrderBy(k => k.Item1).ThenBy(k => k.Item2))

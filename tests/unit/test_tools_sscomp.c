@@ -4,10 +4,12 @@
  * acttrace's by design (a root started while another activity runs on its thread, a Stop of another
  * name, a Stop on another thread, a path PerfView prints otherwise than the runtime encoded it) and a
  * stack whose frames lie on the first and last bytes of libc's code mapping and the byte after it,
- * where an inclusive mapping end would be read one byte short. */
+ * where an inclusive mapping end would be read one byte short. The program's events are recorded on
+ * one CPU (the last it may use), which the file gives as their capture processor. */
 #include <check.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,8 @@
 
 #include "at_testlib.h"
 #include "at_tracegen.h"
+
+extern const unsigned int __rseq_size __attribute__((weak));
 
 static char *dir;
 static char path[4096];
@@ -59,9 +63,23 @@ static void *stopper(void *arg)
     return NULL;
 }
 
+/* Pins the calling thread (and the threads it creates) to its last allowed CPU; returns it. */
+static int pin_last_cpu(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+    int last = -1;
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &set)) last = i;
+    CPU_ZERO(&set);
+    CPU_SET(last, &set);
+    return sched_setaffinity(0, sizeof set, &set) == 0 ? last : -1;
+}
+
 static __attribute__((noinline)) void gen(void *ctx)
 {
     (void)ctx;
+    if (pin_last_cpu() < 0) _exit(4);
     at_gen_note_thread(0);
     at_gen_start("A", "//1", NULL, 1);
     at_gen_start("C", "//1/1", "//1", 2);
@@ -161,6 +179,26 @@ START_TEST(tsv_and_traceevent_agree)
     char stop[128];
     snprintf(stop, sizeof stop, "stop\t%d\t%s\tXStop\t8000000\t", (int)pid, t0);
     ck_assert_msg(strstr(tsv, stop), "no '%s' in:\n%s", stop, tsv);
+    at_run_result_free(&r);
+
+    /* every event of the program on the CPU it was pinned to (with rseq; the writer's own: none) */
+    const char *cargs[] = {"dump", "--counts", path, NULL};
+    ck_assert_int_eq(at_tool_run(&r, cargs), 0);
+    ck_assert_msg(r.exited && r.status == 0, "dump --counts: %s", r.err);
+    if (getenv("AT_PRINT")) printf("%s", r.out);
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int last = -1;
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &set)) last = i;
+    char cpu[64];
+    snprintf(cpu, sizeof cpu, "cpu\t%d\t", last);
+    bool rseq = &__rseq_size && __rseq_size >= 8; /* glibc registers rseq: the CPU is known */
+    ck_assert_msg(strstr(r.out, cpu) || !rseq, "no events on CPU %d: %.300s", last, strstr(r.out, "cpu\t") ? strstr(r.out, "cpu\t") : r.out);
+    for (const char *l = strstr(r.out, "cpu\t"); l; l = strstr(l + 1, "\ncpu\t")) {
+        const char *c = l[0] == '\n' ? l + 1 : l;
+        ck_assert_msg(!strncmp(c, cpu, strlen(cpu)) || !strncmp(c, "cpu\tnone\t", 9), "%.40s:\n%s", c, r.out);
+    }
     at_run_result_free(&r);
 
     /* the real reader agrees, oldest and newest TraceEvent */
