@@ -204,6 +204,8 @@ typedef struct at_rt_hot {
     struct at_event_type *send_ev, *recv_ev; /* activity.c: TransferSend / TransferReceive */
     uint8_t *chunks;               /* tbuf.c: the buffer pool's chunks (at_pool_g.chunks) */
     int prefetchw;                 /* tbuf.c: the CPU has PREFETCHW (CPUID 0x80000001 ECX bit 8) */
+    long rseq_cpu;                 /* tbuf.c: offset of the thread's rseq cpu_id from the thread
+                                    * pointer (glibc registers rseq); 0: no rseq */
 } at_rt_hot_t;
 extern at_rt_hot_t at_rt_hot;
 #define at_clock_tsc (at_rt_hot.clock_tsc) /* 1: the event clock is the TSC */

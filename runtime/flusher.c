@@ -55,8 +55,8 @@ static inline bool rec_sane(const at_rec *h, uint32_t pos, uint32_t used)
     uint32_t want = (uint32_t)(sizeof(at_rec) + ((h->flags & AT_REC_ACT) ? 16 : 0) +
                                ((h->flags & AT_REC_REL) ? 16 : 0) + (size_t)h->nips * 8 +
                                h->payload_len + 7) & ~7u;
-    return want == h->size && !(h->flags & ~(AT_REC_ACT | AT_REC_REL)) &&
-           at_types[h->type_index] != NULL;
+    /* every flags bit has a meaning now (the CPU fills the upper ones): the size says the rest */
+    return want == h->size && at_types[h->type_index] != NULL;
 }
 
 /* Thread ids whose thread ended after its events were written (its ring was recycled or handed to

@@ -662,7 +662,7 @@ static AT_NOINLINE int event_slow(const at_rec *r, const uint8_t *body, uint64_t
     h.meta = t->index;
     h.seq = r->seq + seq_base;
     h.cap_tid = h.tid = tid;
-    h.proc = 0xFFFFFFFFu; /* unknown: TraceEvent then shows no CPU rather than a wrong one */
+    h.proc = at_rec_cpu(r);
     h.ts = ts;
     const uint8_t *p = body;
     if (r->flags & AT_REC_ACT) {
@@ -735,13 +735,14 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t se
         p = var_u64(p, meta);
         l->meta = meta;
     }
-    if (l->seq + 1 != seq || l->cap_tid != tid || l->proc != 0xFFFFFFFFu) { /* meta != 0 */
+    uint32_t proc = at_rec_cpu(r);
+    if (l->seq + 1 != seq || l->cap_tid != tid || l->proc != proc) { /* meta != 0 */
         flags |= NT_EV_CAPTURE_THREAD_AND_SEQ;
         p = var_u64(p, (uint32_t)(seq - l->seq - 1));
         p = var_u64(p, tid);
-        p = var_u64(p, 0xFFFFFFFFu);
+        p = var_u64(p, proc);
         l->cap_tid = tid;
-        l->proc = 0xFFFFFFFFu;
+        l->proc = proc;
     }
     l->seq = seq;
     if (tid != l->tid) {

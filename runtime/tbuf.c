@@ -24,6 +24,10 @@ _Static_assert(AT_MAX_PAYLOAD <= UINT16_MAX && AT_MAX_IPS <= UINT16_MAX, "at_rec
 
 at_pool at_pool_g;
 /* with what a fork writes: a fork child writes it too (at_sess_active, at_sess_gen) */
+/* glibc >= 2.35: where each thread's struct rseq lies from the thread pointer (weak: older ones) */
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
+
 at_rt_hot_t at_rt_hot AT_FORK_DATA __attribute__((aligned(64)));
 _Atomic uint64_t at_drops_noring AT_FORK_DATA; /* a fork child starts them again */
 _Atomic uint64_t at_drops_retired AT_FORK_DATA;
@@ -318,6 +322,8 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     uint32_t n = (uint32_t)(cap / AT_CHUNK_SIZE);
     unsigned a, b, c, d;
     at_rt_hot.prefetchw = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
+    /* struct rseq's cpu_id (offset 4) is 32-byte aligned: offset + 4 is never 0 */
+    at_rt_hot.rseq_cpu = &__rseq_size && &__rseq_offset && __rseq_size >= 8 ? (long)__rseq_offset + 4 : 0;
     /* a new session with the same cap reuses the mapping (shrunk to a limit or not: a new one
      * would come after main, beside the program's allocations) */
     static uint32_t asked;
@@ -561,6 +567,18 @@ static inline uint64_t clock_announced(at_ring *r, uint64_t floor, bool ordered)
 }
 
 /* One event's record into r at its write position (in a new chunk when it does not fit there). */
+/* The CPU this thread runs on, from the rseq area the kernel keeps current (one load, no syscall);
+ * AT_REC_CPU_NONE when glibc registered no rseq for the thread (-1, -2) or the number does not fit. */
+static inline uint32_t cpu_now(void)
+{
+    long off = at_rt_hot.rseq_cpu;
+    if (AT_UNLIKELY(!off))
+        return AT_REC_CPU_NONE;
+    int32_t c;
+    __asm__ volatile("movl %%fs:(%1), %0" : "=r"(c) : "r"(off));
+    return (uint32_t)c < AT_REC_CPU_NONE ? (uint32_t)c : AT_REC_CPU_NONE;
+}
+
 static inline __attribute__((always_inline)) int put_record(at_ring *r, uint64_t ts, uint32_t seq,
                                                             const at_event_type *t,
                                                             const at_guid *activity,
@@ -598,7 +616,7 @@ static inline __attribute__((always_inline)) int put_record(at_ring *r, uint64_t
     rec->seq = seq;
     rec->payload_len = (uint16_t)plen;
     rec->nips = (uint16_t)nips;
-    rec->flags = (uint16_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0));
+    rec->flags = (uint16_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0) | cpu_now() << AT_REC_CPU_SHIFT);
     p += sizeof(at_rec);
     if (has_act) {
         memcpy(p, activity, 16);

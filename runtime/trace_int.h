@@ -52,6 +52,15 @@ _Static_assert(sizeof(at_rec) == 24, "a record header is 24 bytes");
 _Static_assert(AT_MAX_TYPES - 1 <= UINT16_MAX, "type indexes fit at_rec.type_index");
 #define AT_REC_ACT 1u
 #define AT_REC_REL 2u
+/* flags' upper 14 bits: the CPU the event was recorded on (AT_REC_CPU_NONE: unknown) */
+#define AT_REC_CPU_SHIFT 2
+#define AT_REC_CPU_NONE 0x3FFFu
+/* The capture processor of a record as the file writes it (0xFFFFFFFF: unknown). */
+static inline uint32_t at_rec_cpu(const at_rec *r)
+{
+    uint32_t c = (uint32_t)r->flags >> AT_REC_CPU_SHIFT;
+    return c == AT_REC_CPU_NONE ? 0xFFFFFFFFu : c;
+}
 /* type_index of an owner record: a ring changed hands (tbuf.c, ring_acquire); payload: the new
  * owner's tid (8 bytes). The flusher consumes it; it is not an event. Event types start at 1. */
 #define AT_REC_OWNER_TYPE 0u

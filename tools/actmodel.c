@@ -1074,6 +1074,7 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
             a->stopped = true;
             a->stop = t;
             a->moved = ev->thread != am_start_tid(a);
+            if (a->moved && extra(m, a)) a->x->stop_tid = ev->thread;
             e.stopped = a;
         } else {
             m->unmatched_stops++;

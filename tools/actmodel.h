@@ -46,6 +46,7 @@ typedef struct am_extra {
     am_sends *sends;
     at_guid related;          /* a root whose RelatedActivityId names an unknown activity (has_link) */
     uint64_t start_tid;       /* when it does not fit the 32 bits in line */
+    uint64_t stop_tid;        /* of its Stop, when moved */
     uint64_t events_hi;       /* carries of the 32-bit event count */
 } am_extra;
 
@@ -96,6 +97,12 @@ bool am_act_link(const am_activity *a, char *out, size_t n);
 static inline uint64_t am_start_tid(const am_activity *a)
 {
     return a->start_tid32 != UINT32_MAX ? a->start_tid32 : a->x->start_tid;
+}
+/* The thread of its Stop (0 while never stopped). */
+static inline uint64_t am_stop_tid(const am_activity *a)
+{
+    if (!a->stopped) return 0;
+    return a->moved && a->x ? a->x->stop_tid : am_start_tid(a);
 }
 static inline uint64_t am_events(const am_activity *a)
 {

@@ -24,7 +24,8 @@ static void dump_usage(FILE *f)
                "  --raw-frames  frames as addresses, not module!function+0xoff\n"
                "  --counts      instead of event lines: per provider and event id, the events read\n"
                "                (\"count<TAB>guid<TAB>provider<TAB>id<TAB>n<TAB>name\"), and the lost events\n"
-               "                that precede their thread's first one in the file (\"lost-before-first<TAB>n\")\n"
+               "                that precede their thread's first one in the file (\"lost-before-first<TAB>n\"),\n"
+               "                and the events per capture processor (\"cpu<TAB>n|none<TAB>events\")\n"
                "  --frame-names instead of event lines: every address of every stack once, named from\n"
                "                the whole file as written (\"frame<TAB>0xaddr<TAB>module!function\", no\n"
                "                offset, not demangled; module+0xoff or ? when no symbol covers it)\n");
@@ -174,6 +175,9 @@ typedef struct dump_tally {
     size_t nc, capc;
     uint64_t *addr;   /* frame addresses; sorted and made unique when the array fills */
     size_t na, capa;
+    uint32_t cpu[64]; /* capture processors seen (0xFFFFFFFF: unknown), with their counts */
+    uint64_t ncpu_ev[64];
+    uint32_t ncpu;
 } dump_tally;
 
 static int u64_cmp(const void *a, const void *b)
@@ -211,6 +215,10 @@ static bool tally_event(dump_tally *t, const nt_event *ev)
         t->c[t->nc++] = (dump_count){m->provider, m->name, m->provider_guid, m->event_id, 0};
     }
     t->c[i].n++;
+    uint32_t j = 0;
+    while (j < t->ncpu && t->cpu[j] != ev->proc) j++;
+    if (j == t->ncpu && t->ncpu < 64) t->cpu[t->ncpu++] = ev->proc;
+    if (j < t->ncpu) t->ncpu_ev[j]++;
     for (uint32_t k = 0; k < ev->nframes; k++) {
         if (t->na == t->capa) {
             tally_unique(t);
@@ -236,6 +244,11 @@ static void tally_print(FILE *f, dump_tally *t, bool counts, bool frames, nt_sym
             at_guid_format(&t->c[i].guid, g);
             fprintf(f, "count\t%s\t%s\t%u\t%llu\t%s\n", g, t->c[i].provider, t->c[i].event_id,
                     (unsigned long long)t->c[i].n, t->c[i].name);
+        }
+    if (counts)
+        for (uint32_t i = 0; i < t->ncpu; i++) {
+            if (t->cpu[i] == 0xFFFFFFFFu) fprintf(f, "cpu\tnone\t%llu\n", (unsigned long long)t->ncpu_ev[i]);
+            else fprintf(f, "cpu\t%u\t%llu\n", t->cpu[i], (unsigned long long)t->ncpu_ev[i]);
         }
     if (frames) {
         tally_unique(t);

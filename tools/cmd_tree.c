@@ -5,6 +5,8 @@
  * finished, so memory holds open activities and the finished parts of unfinished trees. */
 #include "actmodel.h"
 #include "cmds.h"
+#include "actpath.h"
+#include "guid.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +21,12 @@ typedef struct tree_ctx {
     uint64_t hold;
     uint64_t shown[1024]; /* serials of the open ancestors whose "(running)" lines were printed last */
     int nshown;
+    bool tsv;
 } tree_ctx;
 
 static void tree_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] FILE...\n"
+    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--tsv] FILE...\n"
                "  Prints the activity tree: name, path, start and duration (ms), threads visited and\n"
                "  the transfers between them, children indented below their parent. Activities never\n"
                "  stopped show as such. Several files (parent and child processes) merge into one tree.\n"
@@ -31,7 +34,14 @@ static void tree_usage(FILE *f)
                "  --min-ms MS   only activities lasting at least MS (with their ancestors)\n"
                "  --hold N      finished activities kept for ancestors still running (default %d); past\n"
                "                that they are printed early under a '(running)' line for the ancestors,\n"
-               "                which keeps memory bounded under a long-lived root\n", AM_HOLD_DEFAULT);
+               "                which keeps memory bounded under a long-lived root\n"
+               "  --tsv         one line per activity for other programs, parents before children:\n"
+               "                activity, serial, parent serial (0: a root), pid, start thread, stop thread\n"
+               "                (0: never stopped), name, path, start and duration in ns from the trace\n"
+               "                start (duration -1: never stopped), ActivityId, the path in PerfView's\n"
+               "                notation; per Stop that stopped nothing: stop, pid, thread, event name,\n"
+               "                time, ActivityId; per Start with a RelatedActivityId: related, serial,\n"
+               "                RelatedActivityId. Tab-separated; --name and --min-ms do not apply\n", AM_HOLD_DEFAULT);
 }
 
 static bool node_matches(const tree_ctx *c, const am_activity *a)
@@ -109,6 +119,77 @@ static void print_node(tree_ctx *c, const am_activity *a, int indent, bool insid
         print_node(c, k, indent + 1, inside || (self && c->name));
 }
 
+/* --tsv: every activity as the model pairs and links it (tests/compat compares it with TraceEvent's
+ * StartStopActivityComputer). */
+static void on_activity(void *vc, const am_activity *a)
+{
+    tree_ctx *c = vc;
+    am_buf *f = &c->out;
+    char path[AM_PATH_MAX];
+    am_act_path(a, path, sizeof path);
+    am_buf_str(f, "activity\t");
+    am_buf_u64(f, a->serial);
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, a->parent ? a->parent->serial : 0);
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, a->pid);
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, am_start_tid(a));
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, am_stop_tid(a));
+    am_buf_chr(f, '\t');
+    am_buf_str(f, a->name);
+    am_buf_chr(f, '\t');
+    am_buf_str(f, path);
+    am_buf_chr(f, '\t');
+    if (a->start < 0) am_buf_chr(f, '-');
+    am_buf_u64(f, a->start < 0 ? (uint64_t)0 - (uint64_t)a->start : (uint64_t)a->start);
+    am_buf_chr(f, '\t');
+    if (a->stopped) am_buf_u64(f, (uint64_t)(a->stop - a->start));
+    else am_buf_str(f, "-1");
+    char g[37];
+    at_guid_format(&a->id, g);
+    am_buf_chr(f, '\t');
+    am_buf_str(f, g);
+    am_buf_chr(f, '\t');
+    if (at_actpath_format_perfview(&a->id, path, sizeof path) < 0) path[0] = 0;
+    am_buf_str(f, path);
+    am_buf_chr(f, '\n');
+}
+
+/* --tsv: a Stop that stopped nothing (a Stop of another name than the activity of its id, or of
+ * no activity): readers that pair by ActivityId alone stop an activity there. */
+static void on_event(void *vc, const am_event *e)
+{
+    tree_ctx *c = vc;
+    am_buf *f = &c->out;
+    char g[37];
+    if (e->ev->meta->opcode == NT_OPCODE_START && e->act && !at_guid_is_zero(&e->ev->related)) {
+        /* the creator the Start names, which readers that link by it alone use */
+        at_guid_format(&e->ev->related, g);
+        am_buf_str(f, "related\t");
+        am_buf_u64(f, e->act->serial);
+        am_buf_chr(f, '\t');
+        am_buf_str(f, g);
+        am_buf_chr(f, '\n');
+        return;
+    }
+    if (e->ev->meta->opcode != NT_OPCODE_STOP || e->stopped || at_guid_is_zero(&e->ev->activity)) return;
+    at_guid_format(&e->ev->activity, g);
+    am_buf_str(f, "stop\t");
+    am_buf_u64(f, e->pid);
+    am_buf_chr(f, '\t');
+    am_buf_u64(f, e->ev->thread);
+    am_buf_chr(f, '\t');
+    am_buf_str(f, e->ev->meta->name);
+    am_buf_chr(f, '\t');
+    if (e->time < 0) am_buf_chr(f, '-');
+    am_buf_u64(f, e->time < 0 ? (uint64_t)0 - (uint64_t)e->time : (uint64_t)e->time);
+    am_buf_chr(f, '\t');
+    am_buf_str(f, g);
+    am_buf_chr(f, '\n');
+}
+
 static void on_tree(void *vc, const am_activity *root)
 {
     tree_ctx *c = vc;
@@ -154,6 +235,8 @@ int at_cmd_tree(int argc, char **argv)
             tree_usage(stdout);
             free(files);
             return 0;
+        } else if (!strcmp(a, "--tsv")) {
+            c.tsv = true;
         } else if (!strcmp(a, "--name") && more) {
             c.name = argv[++i];
         } else if (!strcmp(a, "--hold") && more) {
@@ -182,6 +265,10 @@ int at_cmd_tree(int argc, char **argv)
     char err[600];
     am_options o = {.tree = true, .progress = true, .hold = c.hold};
     am_callbacks cb = {.tree = on_tree, .spill = on_spill, .ctx = &c};
+    if (c.tsv) {
+        cb = (am_callbacks){.activity = on_activity, .event = on_event, .ctx = &c};
+        o.need_events = true;
+    }
     am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
     free(files);
     if (!m) {

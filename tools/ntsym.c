@@ -408,7 +408,9 @@ const char *nt_sym_format(nt_symbolizer *s, uint64_t ip, char *buf, size_t n)
     sym_ent *e = sym_lookup(s, q);
     if (!e)
         e = sym_lookup(s, ip);
-    sym_map *m = map_lookup(s, q);
+    /* the module is the one holding the address as stored, as TraceEvent finds it: a mapping's
+     * first byte is its own, the byte after its end is not (no call site of the shim's lies there) */
+    sym_map *m = map_lookup(s, ip);
     if (e) {
         sym_map *em = NULL;
         for (size_t i = s->nmaps; i > 0 && !em; i--)
