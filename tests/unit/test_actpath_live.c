@@ -1,4 +1,4 @@
-/* test_actpath_live: activity ids from a live .NET runtime as the oracle. tests/compat/liveids (built
+/* test_actpath_live: activity ids from a live .NET runtime as the oracle. tests/liveids (built
  * and run here with dotnet) starts and stops nested, recursive and non-recursive EventSource
  * activities (thousands of siblings, the 12-byte overflow, the depth limit) and records the ids the
  * runtime made, with the runtime's own creation path of each. Checked here:
@@ -44,10 +44,10 @@ static char *live_tsv(void)
     ck_assert(asprintf(&out, "%s/compat/liveids/ids.tsv", b) > 0);
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s/compat' && DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1 "
-             "dotnet build '%s/tests/compat/liveids/LiveIds.csproj' -c Release -nologo -v q "
+             "dotnet build '%s/tests/liveids/LiveIds.csproj' -c Release -nologo -v q "
              "-p:AtBuildDir='%s/compat' >'%s/compat/liveids-build.log' 2>&1",
              b, AT_SOURCE_DIR, b, b);
-    ck_assert_msg(system(cmd) == 0, "building tests/compat/liveids failed: see %s/compat/liveids-build.log", b);
+    ck_assert_msg(system(cmd) == 0, "building tests/liveids failed: see %s/compat/liveids-build.log", b);
     snprintf(cmd, sizeof cmd, "rm -f '%s' && '%s/compat/liveids/bin/Release/net10.0/atliveids' '%s'", out, b, out);
     ck_assert_msg(system(cmd) == 0, "atliveids failed");
     return out;
