@@ -3,8 +3,8 @@
 # file, write JSON that parses and whose samples point at frames that exist, and every activity frame
 # the converter writes must name an activity `acttrace tree` lists for that file.
 #   convert.sh BUILD FILE-OR-DIR...
-# A folder gives its 3 largest traces of each test (the test name is the file name up to the first
-# '-'): fork/exec chains, hooks with stacks, rotated and circular segments, threads... The tool is
+# A folder gives the largest trace of each test (CONVERT_PER_TEST traces; the test is the file name up
+# to the first '-'): fork/exec chains, hooks with stacks, rotated and circular segments... The tool is
 # installed from NuGet into BUILD/compat/dotnet-trace (DOTNET_TRACE_VERSION). Closes with
 # "N passed, N failed", one check per file and format.
 #
@@ -35,8 +35,8 @@ files=()
 for a in "$@"; do
   if [ -d "$a" ]; then
     while IFS= read -r f; do files+=("$f"); done < <(
-      for t in $(ls "$a" | grep '\.nettrace$' | sed 's/-.*//' | sort -u); do
-        ls -S "$a"/"$t"*.nettrace | head -n 3
+      for t in $(ls "$a" | grep '\.nettrace$' | sed 's/-.*//; s/\.nettrace$//' | sort -u); do
+        ls -S "$a"/"$t"*.nettrace | head -n "${CONVERT_PER_TEST:-1}"
       done | sort -u)
   elif [ -f "$a" ]; then
     files+=("$a")

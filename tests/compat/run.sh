@@ -62,7 +62,7 @@ for v in $versions; do
     failed=$((failed + 1))
   fi
 done
-# dotnet-trace convert (Speedscope, Chromium) over a few traces of each test, the demo's and the
+# dotnet-trace convert (Speedscope, Chromium) over the largest trace of each test, the demo's and the
 # runtime's samples (convert.sh), and the activity ids of a live runtime (test_actpath_live)
 conv=$(bash "$src/tests/compat/convert.sh" "$build" "${files[@]}" "$src/tests/data/nettrace-samples" 2>&1)
 grep -E '^FAIL ' <<<"$conv" | head -n 20
