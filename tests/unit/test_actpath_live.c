@@ -298,6 +298,9 @@ START_TEST(ids_of_a_live_runtime)
     ck_assert_int_gt(st.refused, 0);
     ck_assert_int_gt(st.maxid, 65536);
     free(tsv);
+    free(g_mark);
+    g_mark = NULL;
+    g_nmark = 0;
 }
 END_TEST
 
