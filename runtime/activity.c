@@ -490,6 +490,11 @@ at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t 
                 kill_between(parent, same);
                 kill_between(same, same->creator);
                 parent = live_from(same->creator);
+                /* related is what is current once the namesake stopped, as in the runtime
+                 * (tests/unit/test_actpath_live.c) */
+                related = id_or_null(parent);
+                if (!related && g_have_process_parent)
+                    related = &g_process_parent;
             }
         }
     }

@@ -51,11 +51,15 @@ int at_actpath_add_id(at_guid *g, int where, uint32_t id, bool overflow, uint32_
             write_nibble(&w, &p, 0xB);
         }
         write_nibble(&w, &p, 0xC + (uint32_t)len - 1);
-        /* The length code went into a high half: the runtime reuses the low half for the top 4 bits
-         * of a 1-byte-plus-nibble value, but keeps len (the extra 0x00 byte of the 4095 quirk). */
+        /* The length code went into a high half: an id below 4096 becomes a 1-byte code whose low
+         * half holds the top 4 bits, and one byte fewer follows (what the .NET 10 runtime writes,
+         * tests/liveids). For 11..255 the runtime writes no byte at all, so siblings 11..255
+         * share one id; we keep that byte (PerfView decodes it as the same C code) so ids stay unique. */
         if (p < AT_ACTPATH_END && b[p] != 0) {
             if (id < 4096) {
                 put(&w, p, (uint8_t)(0xC0 + (id >> 8)));
+                if (id > 0xFF)
+                    len--;
                 id &= 0xFF;
             }
             p++;

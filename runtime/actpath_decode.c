@@ -153,8 +153,8 @@ int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n)
     bool any = false;
     /* Decodes what the runtime's AddIdToGuid writes: immediate nibbles 1..10, size codes 0xC..0xF
      * followed by whole bytes (a size code in a high half carries the top 4 bits of the value), the
-     * 0xB overflow prefix, and the quirk where a 2-byte id of 256..4095 whose size code landed in a
-     * high half was shortened to one byte and followed by a 0x00 byte that is not an end marker. */
+     * 0xB overflow prefix; a size code in a high half of an id below 4096 is 0xC, the id's top 4 bits
+     * in the low half, and one byte. */
     while (k < nend) {
         uint32_t nib = nib_at(g, k);
         if (nib == 0) break;
@@ -175,12 +175,9 @@ int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n)
         uint32_t nbytes = nib - 0xC + 1;
         uint32_t value = 0;
         bool code_high = (k & 1) == 0;
-        bool padded = false;
         if (code_high) {
+            /* a 1-byte code in a high half carries the top 4 bits of its value in the low half */
             value = g->b[k / 2] & 0xF;
-            /* The encoder only uses this low nibble as value bits for a shortened 256..4095 id; that
-             * path always writes one extra 0x00 byte after the value byte. */
-            padded = nib == 0xC && value != 0;
             k += 2;
         } else {
             k += 1;
@@ -189,7 +186,6 @@ int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n)
         if (byte + (int)nbytes > AT_ACTPATH_END) break;
         for (int i = (int)nbytes - 1; i >= 0; i--) value = (value << 8) + g->b[byte + i];
         k += 2 * (int)nbytes;
-        if (padded && k < nend) k += 2;
         sb_put(&s, sep, value);
         any = true;
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real reader as a gate: builds tests/compat (atcompat) against each TraceEvent version and runs
 # it over the traces the integration tests kept (AT_KEEP_TRACES, tests/lib/at_testlib.c), the demo's
-# trace and the runtime-written samples of tests/data/nettrace-samples (read and converted only).
+# trace and the runtime-written samples of tests/data/nettrace-samples (read and converted only);
+# then dotnet-trace convert over some of them (convert.sh) and test_actpath_live.
 #   run.sh BUILD KEEP-DIR [TEST-BINARY...]
 # Test binaries given are run first with AT_KEEP_TRACES=KEEP-DIR (make check-traceevent); make check
 # passes none: its own run of every test filled KEEP-DIR. Prints each version's FAIL lines and closes
@@ -61,6 +62,25 @@ for v in $versions; do
     failed=$((failed + 1))
   fi
 done
+# dotnet-trace convert (Speedscope, Chromium) over the largest trace of each test, the demo's and the
+# runtime's samples (convert.sh), and the activity ids of a live runtime (test_actpath_live)
+conv=$(bash "$src/tests/compat/convert.sh" "$build" "${files[@]}" "$src/tests/data/nettrace-samples" 2>&1)
+grep -E '^FAIL ' <<<"$conv" | head -n 20
+line=$(tail -n 1 <<<"$conv")
+if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+  passed=$((passed + BASH_REMATCH[1])); failed=$((failed + BASH_REMATCH[2]))
+  echo "check-traceevent: $(tail -n 2 <<<"$conv" | head -n 1); $line"
+else
+  echo "check-traceevent: dotnet-trace convert ended without its summary:"; tail -n 5 <<<"$conv"; failed=$((failed + 1))
+fi
+# (make check runs test_actpath_live with the other unit tests; make check-traceevent runs it here)
+if [ $# -gt 0 ] && [ -x "$build/tests/test_actpath_live" ]; then
+  if AT_TEST_BUILD_DIR="$build" AT_TRACEEVENT_REQUIRED=1 "$build/tests/test_actpath_live" >"$build/compat/actpath_live.log" 2>&1; then
+    passed=$((passed + 1)); echo "check-traceevent: $(grep '^test_actpath_live:' "$build/compat/actpath_live.log")"
+  else
+    failed=$((failed + 1)); echo "check-traceevent: activity ids of a live runtime differ; see $build/compat/actpath_live.log"
+  fi
+fi
 echo "check-traceevent: $(( $(date +%s) - start )) s"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

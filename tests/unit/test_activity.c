@@ -7,6 +7,7 @@
 #include "activity_int.h"
 #include "actpath.h"
 #include "at_testlib.h"
+#include "at_livevec.h"
 
 #include <check.h>
 #include <pthread.h>
@@ -386,11 +387,12 @@ START_TEST(recursion_5_default)
     ck_assert_str_eq(p[3], "//1/5/4");
     ck_assert_str_eq(p[4], "//1/5/5");
     ck_assert_uint_eq(at_count(&t, NULL, "RequestStop"), 0); /* auto-stops write no Stop */
-    /* every Start's RelatedActivityId is what was current before it */
+    /* every Start's RelatedActivityId is what is current when it starts: after an auto-stop, the
+     * stopped one's creator (what .NET 10 writes: test_actpath_live) */
     long i = at_find(&t, NULL, "RequestStart", 0);
     ck_assert_str_eq(t.ev[i].rel_path, "//1/5");
     i = at_find(&t, NULL, "RequestStart", (size_t)i + 1);
-    ck_assert_str_eq(t.ev[i].rel_path, "//1/5/1");
+    ck_assert_str_eq(t.ev[i].rel_path, "//1/5");
     finish(&t);
 }
 END_TEST
@@ -425,6 +427,8 @@ START_TEST(every_vector_row)
             continue;
         char pidc[32], path[256], endc[16], want[64];
         ck_assert_int_eq(sscanf(line, "%31s %255s %15s %63s", pidc, path, endc, want), 4);
+        if (at_vector_row_superseded(path)) /* the live runtime's bytes differ: test_actpath_live */
+            continue;
         at_activity_test_set_pid((uint32_t)atol(pidc));
         /* /1/a/b/c: AppDomain 1, root a, then children: set each counter one below the id */
         const char *s = path + 2;
@@ -458,7 +462,7 @@ START_TEST(every_vector_row)
     }
     fclose(f);
     at_activity_test_set_pid(0);
-    ck_assert_int_ge(rows, 30);
+    ck_assert_int_ge(rows, 25);
 }
 END_TEST
 

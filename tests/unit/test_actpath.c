@@ -2,6 +2,7 @@
  * every row) and the worked quirks of nettrace-v5.md §7, and encoder -> decoder round trips. */
 #include "actpath.h"
 #include "guid.h"
+#include "at_livevec.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -43,6 +44,8 @@ START_TEST(every_vector_row_is_byte_identical)
             continue;
         char pidc[32], path[256], endc[16], want[64];
         ck_assert_int_eq(sscanf(line, "%31s %255s %15s %63s", pidc, path, endc, want), 4);
+        if (at_vector_row_superseded(path)) /* the live runtime's bytes differ: test_actpath_live */
+            continue;
         at_guid g;
         int end = encode(path, (uint32_t)atoi(pidc), &g);
         if (strcmp(want, "DOES_NOT_FIT") == 0) {
@@ -60,7 +63,7 @@ START_TEST(every_vector_row_is_byte_identical)
         rows++;
     }
     fclose(f);
-    ck_assert_int_ge(rows, 30);
+    ck_assert_int_ge(rows, 25);
     ck_assert_int_ge(nofit, 1);
 }
 END_TEST
@@ -68,11 +71,15 @@ END_TEST
 START_TEST(quirks_of_the_runtime_encoder)
 {
     at_guid g;
-    /* 256..4095 with the length code in a high half: an extra 0x00 byte */
-    ck_assert_int_eq(encode("/1/1/300", 1, &g), 4);
+    /* 256..4095 with the length code in a high half: 0xC, the top 4 bits, one byte (.NET 10 writes
+     * no 0x00 byte after it, as the table says: test_actpath_live) */
+    ck_assert_int_eq(encode("/1/1/300", 1, &g), 3);
     ck_assert(memcmp(g.b, "\x11\xc1\x2c\x00", 4) == 0);
-    ck_assert_int_eq(encode("/1/1/300/5", 1, &g), 4); /* a high nibble does not advance */
-    ck_assert(memcmp(g.b, "\x11\xc1\x2c\x00\x50", 5) == 0);
+    ck_assert_int_eq(encode("/1/1/300/5", 1, &g), 3); /* a high nibble does not advance */
+    ck_assert(memcmp(g.b, "\x11\xc1\x2c\x50", 4) == 0);
+    /* 11..255 there: .NET 10 writes 0xC0 alone and loses the id; we keep its byte (unique ids) */
+    ck_assert_int_eq(encode("/1/1/11", 1, &g), 3);
+    ck_assert(memcmp(g.b, "\x11\xc0\x0b\x00", 4) == 0);
     /* length code in a low half */
     ck_assert_int_eq(encode("/1/1/3/300", 1, &g), 4);
     ck_assert(memcmp(g.b, "\x11\x3d\x2c\x01", 4) == 0);
@@ -100,8 +107,8 @@ START_TEST(overflow_ids_decode_with_a_dollar)
     ck_assert_msg(strchr(buf, '$') != NULL, "overflow id not shown: %s", buf);
     /* no room for the prefix code near the end */
     at_guid full;
-    ck_assert_int_eq(encode("/1/1000/1000/1000/1000", 77, &full), 12); /* exactly full */
-    ck_assert_int_eq(encode("/1/1000/1000/1000/1000/1000", 77, &full), AT_ACTPATH_NOFIT);
+    ck_assert_int_eq(encode("/1/5000/5000/5000/5000", 77, &full), 12); /* exactly full */
+    ck_assert_int_eq(encode("/1/5000/5000/5000/5000/5000", 77, &full), AT_ACTPATH_NOFIT);
 }
 END_TEST
 

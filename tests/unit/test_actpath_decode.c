@@ -3,6 +3,7 @@
  * nettrace-v5.md §7 (checksum, quirks of the encoder, overflow ids). */
 #include "actpath.h"
 #include "guid.h"
+#include "at_livevec.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -63,8 +64,9 @@ static int ref_add_id(uint8_t *g, int where, uint32_t id, bool overflow)
         }
         wnib(g, &p, 0xC + (uint32_t)len - 1);
         if (p < 12 && g[p] != 0) {
-            if (id < 4096) {
+            if (id < 4096) { /* .NET 10: one byte fewer (but for 11..255, which it loses: at_actpath_add_id) */
                 g[p] = (uint8_t)(0xC0 + (id >> 8));
+                if (id > 0xFF) len--;
                 id &= 0xFF;
             }
             p++;
@@ -108,6 +110,7 @@ START_TEST(reference_encoder_matches_the_vectors)
         if (line[0] == '#' || line[0] == '\n') continue;
         char pidc[32], path[256], endc[16], hex[64];
         ck_assert_int_eq(sscanf(line, "%31s %255s %15s %63s", pidc, path, endc, hex), 4);
+        if (at_vector_row_superseded(path)) continue; /* the live runtime's bytes differ: test_actpath_live */
         at_guid g, want;
         int end = ref_encode(path, (uint32_t)atoi(pidc), &g);
         /* row 1 is a GUID taken from a real trace; its end_offset column is not the encoder's state */
@@ -118,7 +121,7 @@ START_TEST(reference_encoder_matches_the_vectors)
         rows++;
     }
     fclose(f);
-    ck_assert_int_ge(rows, 29);
+    ck_assert_int_ge(rows, 25);
 }
 END_TEST
 
@@ -187,6 +190,7 @@ START_TEST(every_vector_row)
         ck_assert_int_eq(n, 6);
         rows++;
         if (strcmp(col[3], "DOES_NOT_FIT") == 0) continue;
+        if (at_vector_row_superseded(col[1])) continue; /* the live runtime's bytes differ: test_actpath_live */
         fitting++;
         uint32_t pid = (uint32_t)strtoul(col[0], NULL, 10);
         at_guid g, parsed;
@@ -215,7 +219,7 @@ START_TEST(every_vector_row)
     }
     fclose(f);
     ck_assert_int_ge(rows, 30);
-    ck_assert_int_ge(fitting, 29);
+    ck_assert_int_ge(fitting, 25);
 }
 END_TEST
 
@@ -238,11 +242,11 @@ START_TEST(worked_examples_of_the_spec)
     ck_assert_str_eq(buf, "/#4242/1/1/300/");
     at_actpath_format(&g, 4242, buf, sizeof buf);
     ck_assert_str_eq(buf, "//1/1/300");
-    /* its child /1/1/300/5 is 11 c1 2c 00 50: PerfView stops at the 0x00, we do not */
-    g.b[4] = 0x50;
+    /* its child /1/1/300/5 is 11 c1 2c 50 (.NET 10 writes no 0x00 after 300): PerfView reads it too */
+    g.b[3] = 0x50;
     seal(&g, 4242);
     at_actpath_format_perfview(&g, buf, sizeof buf);
-    ck_assert_str_eq(buf, "/#4242/1/1/300/");
+    ck_assert_str_eq(buf, "/#4242/1/1/300/5/");
     at_actpath_format(&g, 4242, buf, sizeof buf);
     ck_assert_str_eq(buf, "//1/1/300/5");
 
