@@ -8,10 +8,10 @@
 #include "trace_int.h"
 
 at_event_type *at_types[AT_MAX_TYPES];
-_Atomic uint32_t at_ntypes;
+_Atomic uint32_t at_ntypes AT_START_DATA;
 static pthread_mutex_t reg_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER; /* taken around fork */
-static uint8_t filt_level;
-static uint64_t filt_keywords;
+static uint8_t filt_level AT_START_DATA;
+static uint64_t filt_keywords AT_START_DATA;
 
 static bool passes(const at_event_type *t, uint8_t level, uint64_t keywords)
 {

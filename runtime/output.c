@@ -476,7 +476,7 @@ int at_output_prepare(at_output *o, char *err, size_t errlen)
     /* a folder that cannot take the file is said now, while the program can still run untraced
      * with one line, rather than at its first event */
     char dir[sizeof o->base];
-    memcpy(dir, o->base, sizeof dir);
+    memcpy(dir, o->base, strlen(o->base) + 1); /* not the whole array: its second page untouched */
     char *slash = strrchr(dir, '/');
     if (slash == dir)
         slash[1] = 0;
