@@ -78,6 +78,7 @@ static int writer_mem_init(char *err, size_t errlen)
 {
     if (writer_mem)
         return 0;
+    at_clock_calibrate(); /* before any event's time is converted */
     if (at_pool_init(sess_cap, err, errlen) < 0)
         return -1;
     at_ntw_init();
