@@ -46,7 +46,7 @@ static uint64_t g_unique_next = 1;/* atomic: per-thread blocks of <Name>Id value
 static at_guid g_process_parent;  /* RelatedActivityId of root Starts (exec chains) */
 static bool g_have_process_parent;
 static pthread_mutex_t g_kinds_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
-static at_activity_kind *g_kinds;
+static at_activity_kind *g_kinds AT_START_DATA;
 static pthread_once_t g_once AT_START_DATA = PTHREAD_ONCE_INIT;
 static pthread_key_t g_thread_key AT_START_DATA;
 #define g_send_ev (at_rt_hot.send_ev) /* at_common.h: on the runtime's hot line */

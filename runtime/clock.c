@@ -132,7 +132,11 @@ static bool tsc_trusted(void)
     if (n <= 0)
         return false;
     buf[n] = 0;
-    buf[strcspn(buf, "\n")] = 0;
+    for (char *c = buf; *c; c++) /* by hand: strcspn is a page of libc a start otherwise never maps */
+        if (*c == '\n') {
+            *c = 0;
+            break;
+        }
     return !strcmp(buf, "tsc") || !strcmp(buf, "kvm-clock")
            || !strcmp(buf, "hyperv_clocksource_tsc_page");
 }
