@@ -118,8 +118,8 @@ soname = $(shell objdump -p $$($(CC) -print-file-name=lib$(1).so) 2>/dev/null | 
 $(BUILD)/obj/shim/hook/dynlib.o: CPPFLAGS += -DAT_SONAME_FFI='"$(call soname,ffi)"' \
   -DAT_SONAME_ELF='"$(call soname,elf)"' -DAT_SONAME_ZYDIS='"$(call soname,Zydis)"'
 SHIM_LIBS := -ldl -lpthread -lrt -lm
-$(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME) shim/fork.ld
-	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -Wl,-T,shim/fork.ld -o $@ $(SHIM_OBJ) \
+$(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME) shim/fork.ld shim/start.ld
+	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -Wl,-T,shim/fork.ld -Wl,-T,shim/start.ld -o $@ $(SHIM_OBJ) \
 	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(SHIM_LIBS)
 
 $(ACTTRACE): $(BUILD)/obj/tools/main.o $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)

@@ -17,8 +17,6 @@ enum at_cfg_stacks { AT_CFG_STACKS_START = 0, AT_CFG_STACKS_STOP, AT_CFG_STACKS_
 enum at_cfg_walker { AT_CFG_WALKER_SHARED = 0, AT_CFG_WALKER_LIBUNWIND, AT_CFG_WALKER_FP };
 
 typedef struct at_config {
-    char output[AT_CONFIG_PATH_MAX]; /* ACTTRACE_OUTPUT; pattern with %p/%t (default acttrace-%p.nettrace) */
-    char config_file[AT_CONFIG_PATH_MAX]; /* ACTTRACE_CONFIG (parsed by hookconf.h) */
     bool fdflow;            /* ACTTRACE_FDFLOW=0|1: fd-keyed hand-off (default 1) */
     bool accept_activity;   /* ACTTRACE_ACCEPT_ACTIVITY=0|1: accept/accept4 start a Connection
                                activity per accepted socket, stopped at close (default 0) */
@@ -37,6 +35,10 @@ typedef struct at_config {
                                umask (0 = the default, 0600) */
     bool symbols;           /* ACTTRACE_SYMBOLS=0|1: symbol rundown in the file (default 1; 0 keeps
                                PerfView's "Thread Time (with StartStop Activities)" view) */
+    /* The paths last: a process that sets neither touches only the first page of a static
+     * at_config (the scalars and the start of the default output pattern). */
+    char output[AT_CONFIG_PATH_MAX]; /* ACTTRACE_OUTPUT; pattern with %p/%t (default acttrace-%p.nettrace) */
+    char config_file[AT_CONFIG_PATH_MAX]; /* ACTTRACE_CONFIG (parsed by hookconf.h) */
 } at_config;
 
 void at_config_defaults(at_config *c);

@@ -38,17 +38,17 @@ struct at_activity_kind {
 
 /* --- process-wide state --- */
 static uint32_t g_pid AT_FORK_DATA; /* the pid in checksums; set lazily and after fork */
-static at_guid g_root_prefix;     /* "//1" (the AppDomain) encoded, set in init_once before g_pid */
-static int g_root_off;
+static at_guid g_root_prefix AT_START_DATA;     /* "//1" (the AppDomain) encoded, set in init_once before g_pid */
+static int g_root_off AT_START_DATA;
 static uint32_t g_root_next;      /* atomic: EventSource's static m_nextId (wraps, by design) */
 static uint32_t g_domain = 1;     /* the AppDomain part of root paths: 1, or 1 + the exec generation */
 static uint64_t g_unique_next = 1;/* atomic: per-thread blocks of <Name>Id values are taken from it */
 static at_guid g_process_parent;  /* RelatedActivityId of root Starts (exec chains) */
 static bool g_have_process_parent;
 static pthread_mutex_t g_kinds_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
-static at_activity_kind *g_kinds;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static pthread_key_t g_thread_key;
+static at_activity_kind *g_kinds AT_START_DATA;
+static pthread_once_t g_once AT_START_DATA = PTHREAD_ONCE_INIT;
+static pthread_key_t g_thread_key AT_START_DATA;
 #define g_send_ev (at_rt_hot.send_ev) /* at_common.h: on the runtime's hot line */
 #define g_recv_ev (at_rt_hot.recv_ev)
 

@@ -37,17 +37,17 @@
 #define AT_AS_LATER_MAX (32u << 20)
 #define AT_AS_FREE_MAX 64    /* free pieces of the range (it is carved in few, long-lived pieces) */
 
-static size_t as_held;       /* under as_lock: bytes of the shim's mappings (the range counts whole) */
-static bool as_started;      /* the shim's start is over */
-static bool as_said;         /* the one line was written */
+static size_t as_held AT_START_DATA;       /* under as_lock: bytes of the shim's mappings (the range counts whole) */
+static bool as_started AT_START_DATA;      /* the shim's start is over */
+static bool as_said AT_START_DATA;         /* the one line was written */
 static char as_note[384];    /* the start's reductions, for its one line */
-static size_t as_note_len;
-static uintptr_t as_lo;      /* the range for later mappings: [as_lo, as_lo + as_len) */
-static size_t as_len;
-static size_t as_lim;        /* the limit the range was sized for (or the start's, with none) */
-static bool as_reserving;    /* reserve_range is mapping the range */
+static size_t as_note_len AT_START_DATA;
+static uintptr_t as_lo AT_START_DATA;      /* the range for later mappings: [as_lo, as_lo + as_len) */
+static size_t as_len AT_START_DATA;
+static size_t as_lim AT_START_DATA;        /* the limit the range was sized for (or the start's, with none) */
+static bool as_reserving AT_START_DATA;    /* reserve_range is mapping the range */
 static struct { size_t off, len; } as_free[AT_AS_FREE_MAX]; /* by offset, none adjacent */
-static int as_nfree;
+static int as_nfree AT_START_DATA;
 static atomic_flag as_lock AT_FORK_DATA = ATOMIC_FLAG_INIT; /* cleared in a fork child */
 
 /* A try-lock with a bounded wait: a later mapping may be asked for from a signal handler that
@@ -343,7 +343,7 @@ static void reserve_range(size_t lim)
     }
 }
 
-static size_t as_begin_lim; /* the limit at the start's beginning */
+static size_t as_begin_lim AT_START_DATA; /* the limit at the start's beginning */
 
 void at_as_start_begin(void)
 {

@@ -26,6 +26,11 @@
  * of microseconds. Sections the default linker script does not name are kept whole by the linker. */
 #define AT_FORK_TEXT __attribute__((section("at_fork_text"), noinline))
 #define AT_FORK_DATA __attribute__((section("at_fork_data")))
+/* Small variables an image's start writes (settings, event types, one-time flags), together on one
+ * page instead of a page each wherever the linker put them in .bss: with shadow paging the first
+ * touch of each page costs tens of microseconds, paid by every traced process image. Read-mostly
+ * after the start: nothing here is written per event or per thread. */
+#define AT_START_DATA __attribute__((section("at_start_data")))
 
 /* A fork child's copy of a lock that a thread of the parent may have held: made afresh only when it
  * is not as initialised, so a lock that was free costs the child no copied page (such locks go on

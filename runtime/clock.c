@@ -63,7 +63,8 @@ uint64_t at_clock_test_muldiv(uint64_t x, uint64_t num, uint64_t den)
 }
 
 static struct {
-    bool based;
+    bool based;             /* the base pair is taken */
+    bool calibrated;        /* and the second, 20 us or more after it */
     uint64_t tsc0, ns0;     /* the base pair */
     _Atomic uint64_t freq;  /* TSC ticks per second, best estimate so far */
     /* pairs taken by the flusher (under at_flush_lock), strictly increasing in both members */
@@ -84,8 +85,9 @@ static inline uint64_t tsc_ordered(void)
 }
 
 /* A TSC value and the CLOCK_MONOTONIC time at (almost) the same instant: the tightest of a few
- * tries, the TSC taken as the middle of the two reads around clock_gettime. Async-signal-safe. */
-static void clock_pair(uint64_t *tsc, uint64_t *ns)
+ * tries, the TSC taken as the middle of the two reads around clock_gettime. Returns the ticks the
+ * tightest try spanned (0: the TSC did not advance). Async-signal-safe. */
+static uint64_t clock_pair(uint64_t *tsc, uint64_t *ns)
 {
     uint64_t best = UINT64_MAX;
     for (int i = 0; i < 5; i++) {
@@ -98,6 +100,7 @@ static void clock_pair(uint64_t *tsc, uint64_t *ns)
             *ns = n;
         }
     }
+    return best;
 }
 
 static uint64_t freq_from(uint64_t tsc, uint64_t ns)
@@ -129,29 +132,47 @@ static bool tsc_trusted(void)
     if (n <= 0)
         return false;
     buf[n] = 0;
-    buf[strcspn(buf, "\n")] = 0;
+    for (char *c = buf; *c; c++) /* by hand: strcspn is a page of libc a start otherwise never maps */
+        if (*c == '\n') {
+            *c = 0;
+            break;
+        }
     return !strcmp(buf, "tsc") || !strcmp(buf, "kvm-clock")
            || !strcmp(buf, "hyperv_clocksource_tsc_page");
 }
 
 static void seg_set(uint32_t i);
 
+/* The base pair, at the start (the frequency waits for the second: at_clock_calibrate); a TSC
+ * that does not advance is not used. */
 static void calibrate_start(void)
 {
     if (C.based)
         return;
-    clock_pair(&C.tsc0, &C.ns0);
-    /* the first two pairs, 20 us apart: events before the first flush convert through them (the
-     * two reads' error, tens of ns, over a short span); every flush adds a pair. A longer wait here
-     * is paid by every process image at start. */
+    if (clock_pair(&C.tsc0, &C.ns0) == 0)
+        return; /* C.freq stays 0 */
+    C.based = true;
+    C.ptsc[0] = C.tsc0;
+    C.pns[0] = C.ns0;
+    C.npairs = 1;
+    C.last = 0;
+}
+
+/* The second pair, at least 20 us after the base: events before the first flush convert through
+ * the two (the two reads' error, tens of ns, over their span); every flush adds a pair. Taken when
+ * the writer's memory is set up (at the start, or at the first event that counts of a session that
+ * waits for it), so an image that records nothing does not spin here, and the first span is
+ * usually far longer than 20 us. */
+void at_clock_calibrate(void)
+{
+    if (!C.based || C.calibrated)
+        return;
     uint64_t t, n;
     do
         clock_pair(&t, &n);
     while (n - C.ns0 < 20000);
     atomic_store(&C.freq, freq_from(t, n));
-    C.based = true;
-    C.ptsc[0] = C.tsc0;
-    C.pns[0] = C.ns0;
+    C.calibrated = true;
     C.ptsc[1] = t;
     C.pns[1] = n;
     C.npairs = 2;
@@ -165,7 +186,7 @@ enum at_clock_kind at_clock_select(enum at_clock_kind want)
         want = tsc_trusted() ? AT_CLOCK_TSC : AT_CLOCK_MONOTONIC;
     if (want == AT_CLOCK_TSC) {
         calibrate_start();
-        if (atomic_load(&C.freq) == 0) /* a TSC that does not advance */
+        if (!C.based) /* a TSC that does not advance */
             want = AT_CLOCK_MONOTONIC;
     }
     __atomic_store_n(&at_clock_tsc, want == AT_CLOCK_TSC, __ATOMIC_RELAXED);

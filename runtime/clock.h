@@ -8,6 +8,9 @@
 
 /* Choose the event clock; only while no session is writing. Returns the clock chosen. */
 enum at_clock_kind at_clock_select(enum at_clock_kind want);
+/* The TSC's calibration completed (a second pair, 20 us or more after the one at_clock_select
+ * took): before any file time is computed. Once per process; async-signal-safe. */
+void at_clock_calibrate(void);
 /* Ticks per second of the event clock: 1e9, or the TSC's best estimate so far (for spans in ticks;
  * file times go through at_clock_file_ts). */
 uint64_t at_clock_freq(void);

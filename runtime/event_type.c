@@ -8,10 +8,10 @@
 #include "trace_int.h"
 
 at_event_type *at_types[AT_MAX_TYPES];
-_Atomic uint32_t at_ntypes;
+_Atomic uint32_t at_ntypes AT_START_DATA;
 static pthread_mutex_t reg_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER; /* taken around fork */
-static uint8_t filt_level;
-static uint64_t filt_keywords;
+static uint8_t filt_level AT_START_DATA;
+static uint64_t filt_keywords AT_START_DATA;
 
 static bool passes(const at_event_type *t, uint8_t level, uint64_t keywords)
 {
@@ -91,11 +91,21 @@ static bool valid_type(uint32_t t)
     }
 }
 
+/* s equals lower (lowercase ASCII) in any case: not strcasecmp, whose locale table is a page of
+ * libc that an image's start otherwise never reads */
+static bool ascii_ieq(const char *s, const char *lower)
+{
+    for (; *lower; s++, lower++)
+        if ((*s >= 'A' && *s <= 'Z' ? *s + ('a' - 'A') : *s) != *lower)
+            return false;
+    return *s == 0;
+}
+
 /* Does a reader imply an opcode from this name (a "Start"/"Stop" suffix, any case)? */
 static bool implies_opcode(const char *name)
 {
     size_t n = strlen(name);
-    return (n >= 5 && strcasecmp(name + n - 5, "Start") == 0) || (n >= 4 && strcasecmp(name + n - 4, "Stop") == 0);
+    return (n >= 5 && ascii_ieq(name + n - 5, "start")) || (n >= 4 && ascii_ieq(name + n - 4, "stop"));
 }
 
 /* The V5 metadata payload of d under metadata id index and event id (nettrace-v5.md §4.4). */

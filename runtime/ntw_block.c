@@ -28,8 +28,8 @@
 #define SP_BYTES (8u << 20)   /* at most this many bytes between sequence points */
 #define SP_NS 1000000000ull   /* and at most a second (checked at flush end) */
 
-at_output at_out;
-at_event_type *at_processinfo_type;
+at_output at_out __attribute__((aligned(4096))); /* trace_int.h: the pages a start touches */
+at_event_type *at_processinfo_type AT_START_DATA;
 uint64_t at_ntw_pending_events;
 
 typedef struct blob_hdr {

@@ -382,28 +382,31 @@ static int resolve_dir(at_output *o, char *err, size_t errlen)
 {
     if (o->pattern[0] == '/')
         return 0;
-    char cwd[sizeof o->pattern];
-    if (!getcwd(cwd, sizeof cwd) || cwd[0] != '/')
+    /* the working directory goes into base, which expand() writes next anyway, and the pattern is
+     * rebuilt in place: no 4 KiB buffers on the stack (stack pages a start touches are faults) */
+    char *cwd = o->base;
+    if (!getcwd(cwd, sizeof o->base) || cwd[0] != '/')
         return 0; /* no reachable working directory: the name stays relative (it will fail there) */
-    char out[sizeof o->pattern];
     size_t n = 0;
+    for (const char *c = cwd; *c; c++)
+        n += *c == '%' ? 2 : 1;
+    if (n > 1)
+        n++; /* the '/' */
     const char *p = o->pattern;
     if (p[0] == '.' && p[1] == '/')
         p += 2;
+    size_t pl = strlen(p);
+    if (n + pl >= sizeof o->pattern)
+        goto too_long;
+    memmove(o->pattern + n, p, pl + 1);
+    size_t k = 0;
     for (const char *c = cwd; *c; c++) {
         if (*c == '%')
-            out[n++] = '%';
-        out[n++] = *c;
-        if (n + 2 >= sizeof out)
-            goto too_long;
+            o->pattern[k++] = '%';
+        o->pattern[k++] = *c;
     }
-    if (n > 1)
-        out[n++] = '/';
-    size_t pl = strlen(p);
-    if (n + pl >= sizeof out)
-        goto too_long;
-    memcpy(out + n, p, pl + 1);
-    memcpy(o->pattern, out, n + pl + 1);
+    if (k < n)
+        o->pattern[k] = '/';
     return 0;
 too_long:
     if (err)
@@ -475,16 +478,19 @@ int at_output_prepare(at_output *o, char *err, size_t errlen)
     }
     /* a folder that cannot take the file is said now, while the program can still run untraced
      * with one line, rather than at its first event */
-    char dir[sizeof o->base];
-    memcpy(dir, o->base, sizeof dir);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        slash[1] = 0;
-    else if (slash)
+    /* the folder: base cut at its last '/' for the call (no 4 KiB copy on the stack) */
+    char *slash = strrchr(o->base, '/');
+    int rc;
+    if (!slash)
+        rc = access(".", W_OK | X_OK);
+    else if (slash == o->base)
+        rc = access("/", W_OK | X_OK);
+    else {
         *slash = 0;
-    else
-        strcpy(dir, ".");
-    if (access(dir, W_OK | X_OK) != 0) {
+        rc = access(o->base, W_OK | X_OK);
+        *slash = '/';
+    }
+    if (rc != 0) {
         if (err)
             snprintf(err, errlen, "cannot create %s: %s", o->base, strerror(errno));
         return -1;

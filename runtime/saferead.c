@@ -35,7 +35,7 @@ typedef struct sr_range {
 } sr_range;
 
 static sr_range sr_ranges[SR_MAX_RANGES];
-static int sr_nranges;
+static int sr_nranges AT_START_DATA;
 static uint64_t sr_syscalls;
 static uintptr_t sr_main_lo, sr_main_hi; /* the zone only the main thread's stack can occupy */
 static bool sr_denied; /* the kernel refused the copy itself (a seccomp filter): nothing was tried */

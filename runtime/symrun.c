@@ -72,11 +72,13 @@ static struct {
     sr_set_slot *addrs, *syms;
     char mapsbuf[16384];
     uint8_t payload[4096];
-    at_event_type *t_map, *t_sym, *t_meta;
     uint64_t stat_symbols, stat_mappings;
 } S;
 
-bool at_symrun_on;
+bool at_symrun_on AT_START_DATA;
+/* the rundown's event types, registered at every session start: not in S, whose pages a process
+ * that records nothing never touches */
+static at_event_type *t_map AT_START_DATA, *t_sym AT_START_DATA, *t_meta AT_START_DATA;
 
 static const at_event_desc desc_map = {
     .provider = NT_UNIVERSAL_SYSTEM, .event_id = NT_US_PROCESS_MAPPING, .name = "ProcessMapping"};
@@ -96,13 +98,13 @@ static void *map_anon(const char *what, size_t n)
 
 int at_symrun_types(void)
 {
-    if (!S.t_map)
-        S.t_map = at_event_type_register(&desc_map);
-    if (!S.t_sym)
-        S.t_sym = at_event_type_register(&desc_sym);
-    if (!S.t_meta)
-        S.t_meta = at_event_type_register(&desc_meta);
-    return S.t_map && S.t_sym && S.t_meta ? 0 : -1;
+    if (!t_map)
+        t_map = at_event_type_register(&desc_map);
+    if (!t_sym)
+        t_sym = at_event_type_register(&desc_sym);
+    if (!t_meta)
+        t_meta = at_event_type_register(&desc_meta);
+    return t_map && t_sym && t_meta ? 0 : -1;
 }
 
 int at_symrun_init(void)
@@ -610,7 +612,7 @@ static void emit_module(sr_mod *m)
         uint8_t *p = put_var(S.payload, m->id);
         p = put_str(p, js, (size_t)(o - js));
         p = put_str(p, "{}", 2);
-        at_ntw_flusher_event(S.t_meta, S.payload, (uint32_t)(p - S.payload));
+        at_ntw_flusher_event(t_meta, S.payload, (uint32_t)(p - S.payload));
         meta_id = m->id;
     }
     uint8_t *p = put_var(S.payload, m->id);
@@ -619,7 +621,7 @@ static void emit_module(sr_mod *m)
     p = put_var(p, m->offset);
     p = put_str(p, m->path, strlen(m->path));
     p = put_var(p, meta_id);
-    at_ntw_flusher_event(S.t_map, S.payload, (uint32_t)(p - S.payload));
+    at_ntw_flusher_event(t_map, S.payload, (uint32_t)(p - S.payload));
     S.stat_mappings++;
 }
 
@@ -676,13 +678,13 @@ static void symbol(sr_mod *m, int64_t si, uint32_t gen)
      * (call sites and a hooked function's own frame lie inside their function). */
     p = put_var(p, start + s->st_size);
     p = put_str(p, name, nlen);
-    at_ntw_flusher_event(S.t_sym, S.payload, (uint32_t)(p - S.payload));
+    at_ntw_flusher_event(t_sym, S.payload, (uint32_t)(p - S.payload));
     S.stat_symbols++;
 }
 
 void at_symrun_cover(const uintptr_t *ips, uint32_t n, uint32_t file_gen)
 {
-    if (!S.init || !S.t_map)
+    if (!S.init || !t_map)
         return;
     bool maps_fresh = false;
     for (uint32_t i = 0; i < n; i++)

@@ -54,8 +54,8 @@ static inline uint32_t seq_next(void)
     return v + 1;
 }
 
-static pthread_key_t thr_key;
-static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t thr_key AT_START_DATA;
+static pthread_once_t key_once AT_START_DATA = PTHREAD_ONCE_INIT;
 
 static void ring_hand_over(at_ring *r);
 

@@ -15,7 +15,7 @@ AT_TLS int at_internal;
 
 char *at_command_line;
 static _Atomic int sess_state AT_FORK_DATA; /* 0 none, 1 running, 2 stopping */
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static pthread_once_t atfork_once AT_START_DATA = PTHREAD_ONCE_INIT;
 
 static const at_field pi_fields[] = {
     {"CommandLine", NT_TYPE_STRING},
@@ -72,12 +72,13 @@ static bool cmdline_is_mapped AT_FORK_DATA; /* at_command_line is cmdline_mapped
 static bool writer_mem AT_FORK_DATA;
 static bool writer_pi AT_FORK_DATA;
 static bool sess_forked AT_FORK_DATA; /* this process began as a fork child of the session's */
-static size_t sess_cap;
+static size_t sess_cap AT_START_DATA;
 
 static int writer_mem_init(char *err, size_t errlen)
 {
     if (writer_mem)
         return 0;
+    at_clock_calibrate(); /* before any event's time is converted */
     if (at_pool_init(sess_cap, err, errlen) < 0)
         return -1;
     at_ntw_init();
@@ -387,7 +388,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         writer_pi_init(o->command_line);
     }
     /* the first session finds it zero: its 12 KiB of pages stay untouched but for what is set */
-    static bool out_used;
+    static bool out_used AT_START_DATA;
     if (out_used)
         memset(&at_out, 0, sizeof at_out);
     out_used = true;

@@ -191,9 +191,6 @@ void at_tbuf_test_set_seq(uint32_t seq);
 
 /* ---- output (output.c) ---- */
 typedef struct at_output {
-    char pattern[4096];
-    char base[4096];      /* pattern expanded (pid, time) */
-    char path[4096];      /* current file */
     enum at_output_mode mode;
     uint64_t mode_size;
     uint64_t seg_size;    /* size at which a new file is started (0: never) */
@@ -212,6 +209,11 @@ typedef struct at_output {
     unsigned file_mode;   /* permissions of every file created (0: 0600) */
     uint64_t seg_dev[4], seg_ino[4]; /* circular: the files of the last segments (index % 4), so
                                       * only a file of ours is ever unlinked */
+    /* The names last: a session whose file waits for its first event writes the scalars, the
+     * pattern and the base name at start, two pages of a page-aligned at_output, not four. */
+    char pattern[4096];
+    char base[4096];      /* pattern expanded (pid, time) */
+    char path[4096];      /* current file */
 } at_output;
 
 int at_output_open_first(at_output *o, char *err, size_t errlen);

@@ -11,8 +11,8 @@
 #include "xstate.h"
 
 enum { XS_UNKNOWN, XS_FX, XS_XSAVE, XS_XSAVEC };
-static int xs_kind;        /* written last, with release: the mask is set when it is read */
-static uint32_t xs_mask;
+static int xs_kind AT_START_DATA;        /* written last, with release: the mask is set when it is read */
+static uint32_t xs_mask AT_START_DATA;
 
 static AT_NOINLINE int xs_init(void)
 {

@@ -166,7 +166,9 @@ static bool grow(void)
 {
     bool ok = false;
     pthread_mutex_lock(&alt_grow_lock);
-    if ((uint32_t)atomic_load(&alt_free) || park_reclaim()) { /* another thread grew it meanwhile */
+    /* another thread grew it meanwhile, or a gone thread's slot is parked (none before the first
+     * chunk: the first thread's start reads no page of the parking table) */
+    if ((uint32_t)atomic_load(&alt_free) || (alt_nchunks && park_reclaim())) {
         pthread_mutex_unlock(&alt_grow_lock);
         return true;
     }

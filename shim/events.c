@@ -8,7 +8,7 @@
 
 #include "shim.h"
 
-at_shim_events at_ev;
+at_shim_events at_ev AT_START_DATA;
 
 static at_event_type *reg(const char *name, uint8_t level, uint64_t kw, uint32_t n, const at_field *f)
 {

@@ -15,7 +15,9 @@
 #include "real.h"
 #include "shim.h"
 
-at_config at_cfg;
+/* Page-aligned: a start without ACTTRACE_OUTPUT/ACTTRACE_CONFIG touches its first page only (each
+ * page an image touches at start is a fault, tens of microseconds under shadow paging). */
+at_config at_cfg __attribute__((aligned(4096)));
 pid_t at_pid AT_FORK_DATA;
 
 static const char *env_lookup(const char *name)
@@ -102,7 +104,8 @@ __attribute__((constructor)) static void at_preload_init(void)
     static at_hookconf hc; /* lives as long as the hooks made from it */
     bool have_hc = false;
     const char *check = getenv("ACTTRACE_CHECK");
-    if (at_cfg.config_file[0]) {
+    const char *cfg_env = getenv("ACTTRACE_CONFIG"); /* not config_file[0]: a page of its own */
+    if (cfg_env && *cfg_env && at_cfg.config_file[0]) {
         if (at_hookconf_load(at_cfg.config_file, &hc, err, sizeof err) != 0)
             fprintf(stderr, "acttrace: %s; no function is hooked\n", err);
         else {

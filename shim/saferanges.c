@@ -23,8 +23,8 @@ typedef struct obj {
 } obj;
 
 typedef struct objs {
+    int n; /* first: a start writes the beginning of the table only (each page touched is a fault) */
     obj o[MAX_OBJS];
-    int n;
 } objs;
 
 static int collect(struct dl_phdr_info *info, size_t size, void *data)

@@ -14,7 +14,7 @@
 #include "stack.h"
 #include "xstate.h"
 
-static bool at_stacks_ready;
+static bool at_stacks_ready AT_START_DATA;
 
 /* ---- the program's frames only ----
  * A stack taken inside the shim holds its machinery wherever hooks nest: the stub, the handlers,

@@ -212,8 +212,8 @@ static int c11_trampoline(void *p)
  * destructor runs when it leaves through pthread_exit, thrd_exit or cancellation, never on exit or a
  * return from main. glibc then goes on while other threads live and calls exit(0) after the last
  * one; the flusher, which glibc counts too, must take that over (lastthread.c). */
-static pthread_key_t leader_key;
-static pthread_once_t leader_once = PTHREAD_ONCE_INIT;
+static pthread_key_t leader_key AT_START_DATA;
+static pthread_once_t leader_once AT_START_DATA = PTHREAD_ONCE_INIT;
 
 static void leader_left(void *unused)
 {
