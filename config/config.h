@@ -35,8 +35,10 @@ typedef struct at_config {
                                one clock for every CPU) */
     unsigned file_mode;     /* ACTTRACE_FILE_MODE: octal permissions of the trace files, whatever the
                                umask (0 = the default, 0600) */
-    bool symbols;           /* ACTTRACE_SYMBOLS=0|1: symbol rundown in the file (default 1; 0 keeps
-                               PerfView's "Thread Time (with StartStop Activities)" view) */
+    bool symbols;           /* ACTTRACE_SYMBOLS=0|1|methods: symbol rundown in the file (default 1,
+                               Universal.System events; 0 none) */
+    bool symbols_methods;   /* ACTTRACE_SYMBOLS=methods: the rundown as .NET runtime method events,
+                               which keep PerfView's "Thread Time (with StartStop Activities)" view */
 } at_config;
 
 void at_config_defaults(at_config *c);
