@@ -1,4 +1,4 @@
-/* test_symclr: the method-event symbol encoding (ACTTRACE_SYMBOLS=methods) on our side: the setting
+/* test_symclr_read: the method-event symbol encoding (ACTTRACE_SYMBOLS=methods) on our side: the setting
  * from the environment and from the config file, and the symbolizer naming addresses from hand-made
  * ModuleLoad / MethodLoadVerbose payloads laid out as the .NET runtime writes them (fixed integers,
  * NUL-terminated UTF-16LE), including non-ASCII names and malformed payloads. */
@@ -231,7 +231,7 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("symclr");
+    Suite *s = suite_create("symclr_read");
     TCase *tc = tcase_create("symclr");
     tcase_add_test(tc, test_env_values);
     tcase_add_test(tc, test_config_file_key);
