@@ -197,7 +197,9 @@ bool nt_sym_is_symbol_event(const nt_event *ev)
 }
 
 /* The method-event encoding (ntsym_clr.h): a module is a mapping with no address range (it names
- * its methods only) and no DWARF look-up (nothing gives its load bias); a method is a symbol. */
+ * its methods only) and no DWARF look-up (nothing gives its load bias); a method is a symbol, kept
+ * only when a ModuleLoad named its module before (a runtime's file names its modules with rundown
+ * events this reader does not follow: its frames stay unnamed rather than "UNKNOWN!"). */
 static void clr_observe(nt_symbolizer *s, const nt_event *ev)
 {
     nt_clr_sym c;
@@ -216,7 +218,10 @@ static void clr_observe(nt_symbolizer *s, const nt_event *ev)
         s->maps[s->nmaps++] = (sym_map){.id = c.id, .file = c.name, .dw_tried = true};
         return;
     }
-    if (!grow((void **)&s->syms, &s->capsyms, s->nsyms, sizeof *s->syms)) {
+    bool known = false;
+    for (size_t i = 0; i < s->nmaps && !known; i++)
+        known = s->maps[i].id == c.id && s->maps[i].start == 0 && s->maps[i].end == 0;
+    if (!known || !grow((void **)&s->syms, &s->capsyms, s->nsyms, sizeof *s->syms)) {
         free(c.name);
         return;
     }

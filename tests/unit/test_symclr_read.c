@@ -222,6 +222,9 @@ START_TEST(test_malformed_ignored)
     ascii(&r, "other");
     ascii(&r, "");
     feed(s, &meta_other, &r);
+    /* a method of a module no ModuleLoad named */
+    method(s, 9, 0x400, 0x10, "", "orphan");
+    ck_assert_str_eq(fmt(s, 0x401), "0x401");
     ck_assert_str_eq(fmt(s, 0x101), "0x101");
     ck_assert_str_eq(fmt(s, 0x200), "0x200");
     ck_assert_str_eq(fmt(s, 0x301), "0x301");
