@@ -6,13 +6,17 @@
  * the file (tests/clrsym, built here when dotnet is on PATH; AT_TRACEEVENT_REQUIRED=1 makes that
  * mandatory): it names the same frames and PerfView's activity view holds them.
  *
+ * Rotated segments (demo_server, `mode = rotate`) each name their own frames the same way.
+ *
  * The method-encoded files are written as *.mtrace, outside the set of kept *.nettrace files that
  * tests/compat's checker compares with its own (Universal.System) naming rule. */
 #include <check.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "at_testlib.h"
@@ -139,6 +143,50 @@ static char *checker_path(const char *version)
     return p;
 }
 
+/* demo_server under tests/demo/demo.conf with [trace] mode = rotate 32K, symbols = methods: the
+ * segments' paths (NULL-terminated, malloc'd), at least two. */
+static char **run_rotated(void)
+{
+    char src[4200], conf[4200], out[4200];
+    snprintf(src, sizeof src, "%s/tests/demo/demo.conf", AT_SOURCE_DIR);
+    snprintf(conf, sizeof conf, "%s/rot.conf", dir);
+    char *text = at_read_file(src, NULL);
+    ck_assert_ptr_nonnull(text);
+    char *tr = strstr(text, "[trace]\n");
+    ck_assert_ptr_nonnull(tr);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%.*s[trace]\nmode = rotate 32K\nsymbols = methods\n%s", (int)(tr - text), text, tr + 8);
+    fclose(f);
+    free(text);
+    char c[4300], o[4300];
+    snprintf(c, sizeof c, "ACTTRACE_CONFIG=%s", conf);
+    snprintf(o, sizeof o, "ACTTRACE_OUTPUT=%s/rot/r.mtrace", dir);
+    snprintf(out, sizeof out, "%s/rot", dir);
+    ck_assert_int_eq(mkdir(out, 0700), 0);
+    const char *env[] = {c, o, "ACTTRACE_SYMBOLS", NULL};
+    char *fx = at_fixture_path("demo_server");
+    const char *argv[] = {fx, "200", "4", "8", NULL};
+    at_run_opts opts = {.argv = argv, .env = env, .cwd = dir};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&opts, &r), 0);
+    char d[256];
+    ck_assert_msg(r.exited && r.status == 0, "%s: %s", at_run_describe(&r, d, sizeof d), r.err);
+    at_run_result_free(&r);
+    free(fx);
+    DIR *dd = opendir(out);
+    ck_assert_ptr_nonnull(dd);
+    char **v = calloc(64, sizeof *v);
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(dd)) && n < 63)
+        if (de->d_name[0] != '.')
+            ck_assert_int_gt(asprintf(&v[n++], "%s/%s", out, de->d_name), 0);
+    closedir(dd);
+    ck_assert_msg(n >= 2, "%zu segments", n);
+    return v;
+}
+
 START_TEST(test_methods_name_frames_as_universal)
 {
     uint64_t after_u = run_fixture("u.nettrace", NULL, NULL);
@@ -165,6 +213,15 @@ START_TEST(test_methods_name_frames_as_universal)
     ck_assert_msg(strstr(frames_m, line), "want %s in:\n%s", line, frames_m);
     (void)after_u;
 
+    /* every rotated segment describes its own modules and functions */
+    char **seg = run_rotated();
+    for (size_t i = 0; seg[i]; i++) {
+        counts c = count(seg[i]);
+        ck_assert_msg(c.universal == 0 && c.modules > 0 && c.methods > 0 && c.stacked > 0,
+                      "%s: %zu Universal.System, %zu ModuleLoad, %zu MethodLoadVerbose, %zu stacked", seg[i],
+                      c.universal, c.modules, c.methods, c.stacked);
+    }
+
     /* the real reader: the same names, no Universal.System event, named frames in the activity view */
     const char *versions[] = {"3.1.21", "4.0.0"};
     for (int v = 0; v < 2; v++) {
@@ -175,13 +232,18 @@ START_TEST(test_methods_name_frames_as_universal)
         }
         char tool[4200];
         snprintf(tool, sizeof tool, "%s/acttrace", at_build_dir());
-        const char *cargv[] = {chk, "--acttrace", tool, pm, pu, NULL};
+        const char *cargv[80] = {chk, "--acttrace", tool, pm, pu};
+        size_t k = 5;
+        for (size_t i = 0; seg[i] && k < 79; i++)
+            cargv[k++] = seg[i];
         at_run_opts o = {.argv = cargv, .no_preload = true};
         at_run_result r;
         ck_assert_int_eq(at_run(&o, &r), 0);
         /* the method-encoded file passes; the Universal.System one, as a control, fails for its
          * Universal.System events (PerfView would drop the activity view) */
-        ck_assert_msg(r.exited && r.status == 1 && strstr(r.out, "PASS ") && strstr(r.out, "1 passed, 1 failed")
+        char want[64];
+        snprintf(want, sizeof want, "\n%zu passed, 1 failed", k - 4);
+        ck_assert_msg(r.exited && r.status == 1 && strstr(r.out, want)
                           && strstr(r.out, "Universal.System events: PerfView drops the activity view"),
                       "TraceEvent %s: %s%s", versions[v], r.out, r.err);
         if (getenv("AT_PRINT"))
@@ -189,6 +251,7 @@ START_TEST(test_methods_name_frames_as_universal)
         at_run_result_free(&r);
         free(chk);
     }
+    at_strv_free(seg);
     free(nu);
     free(nm);
     free(frames_u);
