@@ -213,14 +213,22 @@ START_TEST(test_methods_name_frames_as_universal)
     ck_assert_msg(strstr(frames_m, line), "want %s in:\n%s", line, frames_m);
     (void)after_u;
 
-    /* every rotated segment describes its own modules and functions */
+    /* every rotated segment with stacks describes its own modules and functions (a segment may
+     * hold none: the last few events of a slow run) */
     char **seg = run_rotated();
+    size_t nstacked = 0;
     for (size_t i = 0; seg[i]; i++) {
         counts c = count(seg[i]);
-        ck_assert_msg(c.universal == 0 && c.modules > 0 && c.methods > 0 && c.stacked > 0,
+        ck_assert_msg(c.universal == 0 && (c.stacked == 0 || (c.modules > 0 && c.methods > 0)),
                       "%s: %zu Universal.System, %zu ModuleLoad, %zu MethodLoadVerbose, %zu stacked", seg[i],
                       c.universal, c.modules, c.methods, c.stacked);
+        if (c.stacked > 0)
+            seg[nstacked++] = seg[i];
+        else
+            free(seg[i]);
     }
+    seg[nstacked] = NULL;
+    ck_assert_msg(nstacked >= 2, "%zu segments with stacks", nstacked);
 
     /* the real reader: the same names, no Universal.System event, named frames in the activity view */
     const char *versions[] = {"3.1.21", "4.0.0"};
