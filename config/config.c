@@ -113,11 +113,19 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         {"ACTTRACE_ACCEPT_ACTIVITY", offsetof(at_config, accept_activity)},
         {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
         {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},
-        {"ACTTRACE_SYMBOLS", offsetof(at_config, symbols)},
     };
     for (size_t i = 0; i < sizeof bools / sizeof bools[0] && rc == 0; i++)
         if ((v = getenv_fn(bools[i].name)) && *v)
             rc = parse_bool(bools[i].name, v, (bool *)((char *)c + bools[i].off), err, errlen);
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_SYMBOLS")) && *v) {
+        c->symbols_methods = !strcmp(v, "methods");
+        if (c->symbols_methods)
+            c->symbols = true;
+        else if (parse_bool("ACTTRACE_SYMBOLS", v, &c->symbols, err, errlen) != 0) {
+            snprintf(err, errlen, "ACTTRACE_SYMBOLS=%s: expected 0, 1 or methods", v);
+            rc = -1;
+        }
+    }
     uint64_t x;
     if (rc == 0 && (v = getenv_fn("ACTTRACE_BUFFER_KB")) && *v) {
         rc = parse_uint("ACTTRACE_BUFFER_KB", v, 1u << 24, &x, err, errlen);

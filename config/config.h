@@ -33,8 +33,10 @@ typedef struct at_config {
                                one clock for every CPU) */
     unsigned file_mode;     /* ACTTRACE_FILE_MODE: octal permissions of the trace files, whatever the
                                umask (0 = the default, 0600) */
-    bool symbols;           /* ACTTRACE_SYMBOLS=0|1: symbol rundown in the file (default 1; 0 keeps
-                               PerfView's "Thread Time (with StartStop Activities)" view) */
+    bool symbols;           /* ACTTRACE_SYMBOLS=0|1|methods: symbol rundown in the file (default 1,
+                               Universal.System events; 0 none) */
+    bool symbols_methods;   /* ACTTRACE_SYMBOLS=methods: the rundown as .NET runtime method events,
+                               which keep PerfView's "Thread Time (with StartStop Activities)" view */
     /* The paths last: a process that sets neither touches only the first page of a static
      * at_config (the scalars and the start of the default output pattern). */
     char output[AT_CONFIG_PATH_MAX]; /* ACTTRACE_OUTPUT; pattern with %p/%t (default acttrace-%p.nettrace) */

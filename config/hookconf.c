@@ -536,6 +536,14 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
                 c->clock = i + 1;
         if (!c->clock)
             return fail(p, vpos, "'%s': expected auto, monotonic or tsc", v);
+    } else if (!strcmp(key, "symbols")) {
+        static const char *const kinds[] = {"off", "on", "methods"};
+        c->symbols = 0;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(v, kinds[i]))
+                c->symbols = i + 1;
+        if (!c->symbols)
+            return fail(p, vpos, "'%s': expected on, off or methods", v);
     } else if (!strcmp(key, "file_mode")) {
         if (at_config_parse_file_mode(v, &c->file_mode) != 0 || c->file_mode == 0)
             return fail(p, vpos, "'%s': expected octal permissions such as 0600 or 0640", v);
@@ -550,7 +558,7 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         c->has_keywords = true;
     } else
         return fail(p, kpos, "unknown key '%s' in [trace]; expected provider, output, mode, "
-                             "buffer, flush_ms, clock, file_mode, level or keywords", key);
+                             "buffer, flush_ms, clock, symbols, file_mode, level or keywords", key);
     return 0;
 }
 

@@ -107,4 +107,18 @@ enum {
     NT_US_PROCESS_MAPPING_METADATA = 5, /* Id, SymbolMetadata (JSON), VersionMetadata (JSON) */
 };
 
+/* The .NET runtime's loader and method events (ACTTRACE_SYMBOLS=methods): the same naming as
+ * Universal.System through events TraceLog applies to any frame, so the file has no Universal.System
+ * event and PerfView keeps its activity view. Payloads as the runtime writes them: little-endian
+ * integers, NUL-terminated UTF-16LE strings; metadata with no fields (readers know the layout). */
+#define NT_CLR_RUNTIME "Microsoft-Windows-DotNETRuntime"
+enum {
+    NT_CLR_MODULE_LOAD = 152,          /* version 1: ModuleID u64, AssemblyID u64, ModuleFlags u32,
+                                        * Reserved1 u32, ModuleILPath, ModuleNativePath, ClrInstanceID u16 */
+    NT_CLR_METHOD_LOAD_VERBOSE = 143,  /* version 1: MethodID u64, ModuleID u64, MethodStartAddress u64,
+                                        * MethodSize u32 (end exclusive), MethodToken u32, MethodFlags u32,
+                                        * MethodNamespace, MethodName, MethodSignature, ClrInstanceID u16 */
+    NT_CLR_METHOD_FLAG_JITTED = 0x8,   /* TraceLog maps only "jitted" methods by address */
+};
+
 #endif

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "symrun.h"
+#include "symrun_clr.h"
 
 #define MOD_MAX 512u
 #define PATH_MAX_SR 512u
@@ -104,6 +105,8 @@ int at_symrun_types(void)
         t_sym = at_event_type_register(&desc_sym);
     if (!t_meta)
         t_meta = at_event_type_register(&desc_meta);
+    if (at_symrun_clr && at_symrun_clr_types() < 0)
+        return -1;
     return t_map && t_sym && t_meta ? 0 : -1;
 }
 
@@ -593,6 +596,11 @@ static char *hex_u64(char *o, uint64_t v)
 
 static void emit_module(sr_mod *m)
 {
+    if (at_symrun_clr) {
+        at_symrun_clr_module(m->id, m->path);
+        S.stat_mappings++;
+        return;
+    }
     uint64_t meta_id = 0;
     if (m->build_id_len) {
         char js[256], *o = js;
@@ -669,6 +677,11 @@ static void symbol(sr_mod *m, int64_t si, uint32_t gen)
     const char *name = m->symtab->str + s->st_name;
     size_t nlen = strnlen(name, m->symtab->strsz - s->st_name);
     uint64_t start = s->st_value + m->bias;
+    if (at_symrun_clr) {
+        at_symrun_clr_method(++S.next_sym_id, m->id, start, s->st_size, name, nlen);
+        S.stat_symbols++;
+        return;
+    }
     uint8_t *p = put_var(S.payload, ++S.next_sym_id);
     p = put_var(p, m->id);
     p = put_var(p, start);

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include "symrun.h"
+#include "symrun_clr.h"
 #include "xstate.h"
 
 AT_TLS int at_internal;
@@ -368,6 +369,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     if (!at_processinfo_type)
         at_processinfo_type = at_event_type_register(&pi_desc);
     at_symrun_on = !o->no_symbols;
+    at_symrun_clr = o->symbols_methods;
     if (at_symrun_on && at_symrun_types() < 0)
         at_symrun_on = false;
     if (!at_processinfo_type) {

@@ -157,6 +157,9 @@ typedef struct at_trace_options {
                                   events naming the stacks' addresses). Note that PerfView shows a file
                                   with these events in its "universal" views only (no "Thread Time (with
                                   StartStop Activities)") */
+    bool symbols_methods;      /* with symbols: name them through the .NET runtime's ModuleLoad and
+                                  MethodLoadVerbose events instead (symrun_clr.c): no Universal.System
+                                  event, so PerfView keeps the activity view */
     unsigned exec_generation;  /* how many execs of this pid came before this image: n > 0 names the
                                   file "-exec<n>" before the extension (a fork child restarts at 0) */
     bool descendant;           /* a process below the one the trace began in (a fork child, or a later

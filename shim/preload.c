@@ -77,6 +77,10 @@ static void hookconf_apply(const at_hookconf *hc, at_config *c)
         c->clock = hc->clock - 1;
     if (hc->file_mode && !getenv("ACTTRACE_FILE_MODE"))
         c->file_mode = hc->file_mode;
+    if (hc->symbols && !getenv("ACTTRACE_SYMBOLS")) {
+        c->symbols = hc->symbols != 1;
+        c->symbols_methods = hc->symbols == 3;
+    }
 }
 
 static void at_preload_fail(const char *what, const char *why)
@@ -129,6 +133,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         .buffer_cap = at_cfg.buffer_bytes,
         .flush_interval_ms = at_cfg.flush_ms,
         .no_symbols = !at_cfg.symbols,
+        .symbols_methods = at_cfg.symbols_methods,
         .clock = (enum at_clock_kind)at_cfg.clock,
         .exec_generation = (unsigned)at_exec_generation,
         .descendant = at_process_descendant,

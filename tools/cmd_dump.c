@@ -7,6 +7,7 @@
 #include "guid.h"
 #include "ntreader.h"
 #include "ntsym.h"
+#include "ntsym_clr.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,16 @@ static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bo
         for (uint32_t i = 0; i < ev->nframes; i++)
             fprintf(f, "%s%s", i ? "," : "", nt_sym_format(sym, ev->frames[i], buf, buflen));
         fputc(']', f);
+    }
+    if (nt_clr_is_symbol_event(ev)) { /* the .NET runtime's layout: decoded as the symbolizer reads it */
+        nt_clr_sym c;
+        if (!nt_clr_decode(ev, &c)) fprintf(f, " payload=%u bytes (malformed)", ev->payload_len);
+        else if (c.is_module) fprintf(f, " ModuleID=%llu ModuleILPath=%s", (unsigned long long)c.id, c.name);
+        else fprintf(f, " ModuleID=%llu MethodStartAddress=0x%llx MethodSize=%llu Name=%s", (unsigned long long)c.id,
+                     (unsigned long long)c.start, (unsigned long long)c.size, c.name);
+        free(c.name);
+        fputc('\n', f);
+        return;
     }
     if (nt_sym_is_symbol_event(ev)) {
         print_universal(f, ev);

@@ -4,6 +4,7 @@
  * machine: libdw (dlopen'ed, so the tools run without it) reads its DWARF, or its debug file found by
  * build-id. C++ names are demangled with libstdc++'s __cxa_demangle, also dlopen'ed. */
 #include "ntsym.h"
+#include "ntsym_clr.h"
 
 #include <dlfcn.h>
 #include <elfutils/libdwfl.h>
@@ -189,9 +190,42 @@ static bool grow(void **p, size_t *cap, size_t n, size_t sz)
 bool nt_sym_is_symbol_event(const nt_event *ev)
 {
     const nt_metadata *m = ev->meta;
-    return m && strcmp(m->provider, NT_UNIVERSAL_SYSTEM) == 0
-           && (m->event_id == NT_US_PROCESS_MAPPING || m->event_id == NT_US_PROCESS_SYMBOL
-               || m->event_id == NT_US_PROCESS_MAPPING_METADATA);
+    return (m && strcmp(m->provider, NT_UNIVERSAL_SYSTEM) == 0
+            && (m->event_id == NT_US_PROCESS_MAPPING || m->event_id == NT_US_PROCESS_SYMBOL
+                || m->event_id == NT_US_PROCESS_MAPPING_METADATA))
+           || nt_clr_is_symbol_event(ev);
+}
+
+/* The method-event encoding (ntsym_clr.h): a module is a mapping with no address range (it names
+ * its methods only) and no DWARF look-up (nothing gives its load bias); a method is a symbol, kept
+ * only when a ModuleLoad named its module before (a runtime's file names its modules with rundown
+ * events this reader does not follow: its frames stay unnamed rather than "UNKNOWN!"). */
+static void clr_observe(nt_symbolizer *s, const nt_event *ev)
+{
+    nt_clr_sym c;
+    if (!nt_clr_decode(ev, &c))
+        return;
+    if (c.is_module) {
+        for (size_t i = 0; i < s->nmaps; i++)
+            if (s->maps[i].id == c.id && s->maps[i].start == 0 && s->maps[i].end == 0) {
+                free(c.name); /* a rotated segment's copy */
+                return;
+            }
+        if (!grow((void **)&s->maps, &s->capmaps, s->nmaps, sizeof *s->maps)) {
+            free(c.name);
+            return;
+        }
+        s->maps[s->nmaps++] = (sym_map){.id = c.id, .file = c.name, .dw_tried = true};
+        return;
+    }
+    bool known = false;
+    for (size_t i = 0; i < s->nmaps && !known; i++)
+        known = s->maps[i].id == c.id && s->maps[i].start == 0 && s->maps[i].end == 0;
+    if (!known || !grow((void **)&s->syms, &s->capsyms, s->nsyms, sizeof *s->syms)) {
+        free(c.name);
+        return;
+    }
+    s->syms[s->nsyms++] = (sym_ent){.start = c.start, .end = c.start + c.size - 1, .map_id = c.id, .name = c.name};
 }
 
 /* "key":"value" of a flat JSON object (the metadata the writers produce); copies at most n-1 bytes */
@@ -235,6 +269,10 @@ void nt_sym_observe(nt_symbolizer *s, const nt_event *ev)
 {
     if (!s || !nt_sym_is_symbol_event(ev))
         return;
+    if (nt_clr_is_symbol_event(ev)) {
+        clr_observe(s, ev);
+        return;
+    }
     cur c = {ev->payload, ev->payload + ev->payload_len, false};
     switch (ev->meta->event_id) {
     case NT_US_PROCESS_MAPPING_METADATA: {
