@@ -23,7 +23,8 @@ CFLAGS += -std=gnu11 -Wall -Wextra -fPIC -pthread -fvisibility=hidden -fno-stric
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -Wall -Wextra -fPIC -pthread
 # libelf (symbol look-up) and Zydis (entry patching) serve the hooks of issue 5
-LDLIBS_COMMON := -lelf -lZydis -ldl -lpthread -lrt -lm
+# libiberty's C++ demangler (static: the writer demangles the names it writes, runtime/demangle.c)
+LDLIBS_COMMON := -lelf -lZydis -liberty -ldl -lpthread -lrt -lm
 # libdw (acttrace check compares signatures with DWARF prototypes): the tools only, never the shim
 TOOL_LIBS := -ldw
 ifeq ($(SAN),1)
@@ -117,7 +118,8 @@ $(LIBTOOLS): $(TOOLLIB_OBJ)
 soname = $(shell objdump -p $$($(CC) -print-file-name=lib$(1).so) 2>/dev/null | awk '/SONAME/ {print $$2}')
 $(BUILD)/obj/shim/hook/dynlib.o: CPPFLAGS += -DAT_SONAME_FFI='"$(call soname,ffi)"' \
   -DAT_SONAME_ELF='"$(call soname,elf)"' -DAT_SONAME_ZYDIS='"$(call soname,Zydis)"'
-SHIM_LIBS := -ldl -lpthread -lrt -lm
+# libiberty.a is linked in with its names kept local: the program's own copy (or a library's) is untouched
+SHIM_LIBS := -Wl,--exclude-libs,libiberty.a -liberty -ldl -lpthread -lrt -lm
 $(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME) shim/fork.ld shim/start.ld
 	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -Wl,-T,shim/fork.ld -Wl,-T,shim/start.ld -o $@ $(SHIM_OBJ) \
 	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(SHIM_LIBS)

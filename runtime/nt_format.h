@@ -103,7 +103,7 @@ enum {
     NT_US_PROCESS_MAPPING = 3,          /* Id, Start, End (exclusive; older acttrace files: inclusive),
                                          * FileOffset, FileName, MetadataId */
     NT_US_PROCESS_SYMBOL = 4,           /* Id, MappingId, Start, End (inclusive; acttrace writes one
-                                         * past, symrun.c says why), Name */
+                                         * past, symrun.c says why), Name, then acttrace's Flags */
     NT_US_PROCESS_MAPPING_METADATA = 5, /* Id, SymbolMetadata (JSON), VersionMetadata (JSON) */
 };
 
@@ -120,5 +120,10 @@ enum {
                                         * MethodNamespace, MethodName, MethodSignature, ClrInstanceID u16 */
     NT_CLR_METHOD_FLAG_JITTED = 0x8,   /* TraceLog maps only "jitted" methods by address */
 };
+
+/* ProcessSymbol's Flags (a varuint after Name, which TraceEvent does not read; older acttrace files
+ * have none): the Name is as readers show it (demangled by the writer where it could), so our tools
+ * show it unchanged, as TraceEvent does. Without it the tools demangle what looks mangled. */
+#define NT_US_SYMBOL_NAME_FINAL 1u
 
 #endif

@@ -7,13 +7,18 @@
  * Runs on the flusher only (or in the emergency flush): memory is mmap'ed once, modules come from
  * /proc/self/maps read with read(2), symbols from the module's ELF file (or its debug file found by
  * build-id) mapped read-only. No malloc, no stdio, no locks: async-signal-safe like the rest of the
- * serialiser. */
+ * serialiser.
+ *
+ * A symbol's name is written as readers should show it (TraceEvent shows names as given): without a
+ * "@VERSION" suffix, and a C++ name demangled (demangle.c); one the demangler cannot take (too long,
+ * not valid) stays mangled. A flag after the name tells our tools that it is final. */
 #include <elf.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "demangle.h"
 #include "symrun.h"
 #include "symrun_clr.h"
 
@@ -73,6 +78,7 @@ static struct {
     sr_set_slot *addrs, *syms;
     char mapsbuf[16384];
     uint8_t payload[4096];
+    char name[4000];       /* a demangled name: fits the payload whole (put_str cuts nothing) */
     uint64_t stat_symbols, stat_mappings;
 } S;
 
@@ -127,6 +133,7 @@ int at_symrun_init(void)
             return -1;
         }
         S.init = true;
+        (void)at_demangle_init(); /* without its stack, C++ names stay mangled */
     }
     return at_symrun_types();
 }
@@ -676,6 +683,15 @@ static void symbol(sr_mod *m, int64_t si, uint32_t gen)
     const Elf64_Sym *s = &m->symtab->syms[si];
     const char *name = m->symtab->str + s->st_name;
     size_t nlen = strnlen(name, m->symtab->strsz - s->st_name);
+    /* "name@@VERSION" (a versioned definition in .symtab): the name alone, as .dynsym gives it */
+    const char *at = memchr(name, '@', nlen);
+    if (at && at != name)
+        nlen = (size_t)(at - name);
+    size_t dl = at_demangle(name, nlen, S.name, sizeof S.name);
+    if (dl) {
+        name = S.name;
+        nlen = dl;
+    }
     uint64_t start = s->st_value + m->bias;
     if (at_symrun_clr) {
         at_symrun_clr_method(++S.next_sym_id, m->id, start, s->st_size, name, nlen);
@@ -691,6 +707,7 @@ static void symbol(sr_mod *m, int64_t si, uint32_t gen)
      * (call sites and a hooked function's own frame lie inside their function). */
     p = put_var(p, start + s->st_size);
     p = put_str(p, name, nlen);
+    p = put_var(p, NT_US_SYMBOL_NAME_FINAL); /* after the fields TraceEvent reads: it ignores it */
     at_ntw_flusher_event(t_sym, S.payload, (uint32_t)(p - S.payload));
     S.stat_symbols++;
 }

@@ -2,8 +2,10 @@
  * their build-id metadata, symbols with absolute address ranges) and names an address from them alone,
  * so a trace read on another machine still names its frames. Only file:line needs the module on this
  * machine: libdw (dlopen'ed, so the tools run without it) reads its DWARF, or its debug file found by
- * build-id. C++ names are demangled with libstdc++'s __cxa_demangle, also dlopen'ed. */
+ * build-id. A name the writer marked final (NT_US_SYMBOL_NAME_FINAL) is shown as given, as TraceEvent
+ * shows it; an older file's C++ names are demangled here, by the writer's demangler (demangle.c). */
 #include "ntsym.h"
+#include "demangle.h"
 #include "ntsym_clr.h"
 
 #include <dlfcn.h>
@@ -29,6 +31,7 @@ typedef struct sym_ent {
     uint64_t map_id;
     char *name;
     char *pretty;        /* demangled (lazily); NULL = not yet */
+    bool final;          /* the writer gave the name as readers show it */
 } sym_ent;
 
 typedef struct sym_meta {
@@ -49,7 +52,7 @@ struct nt_symbolizer {
 
 /* ---- optional libraries ---- */
 static struct {
-    bool tried_dw, tried_cxx;
+    bool tried_dw, tried_dm;
     Dwfl *(*begin)(const Dwfl_Callbacks *);
     Dwfl_Module *(*report_elf)(Dwfl *, const char *, const char *, int, GElf_Addr, bool);
     int (*report_end)(Dwfl *, int (*)(Dwfl_Module *, void *, const char *, Dwarf_Addr, void *), void *);
@@ -57,7 +60,6 @@ static struct {
     const char *(*lineinfo)(Dwfl_Line *, Dwarf_Addr *, int *, int *, Dwarf_Word *, Dwarf_Word *);
     void (*end)(Dwfl *);
     Dwfl_Callbacks cb;
-    char *(*demangle)(const char *, char *, size_t *, int *);
 } L;
 
 static bool dw_load(void)
@@ -87,33 +89,23 @@ static bool dw_load(void)
 
 static const char *demangle(sym_ent *e)
 {
+    if (e->final)
+        return e->name;
     if (e->pretty)
         return e->pretty;
-    if (!L.tried_cxx) {
-        L.tried_cxx = true;
-        void *h = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_LOCAL);
-        if (h)
-            *(void **)&L.demangle = dlsym(h, "__cxa_demangle");
+    if (!L.tried_dm) {
+        L.tried_dm = true;
+        (void)at_demangle_init();
     }
-    /* "name@@VERSION" (a versioned symbol in .symtab): the name alone */
-    char *base = strdup(e->name);
-    if (!base)
-        return e->name;
-    char *at = strchr(base, '@');
-    if (at && at != base)
-        *at = 0;
-    int st = -1;
-    char *d = NULL;
-    if (L.demangle && base[0] == '_' && base[1] == 'Z')
-        d = L.demangle(base, NULL, NULL, &st);
-    if (d && st == 0) {
-        free(base);
-        e->pretty = d;
-        return d;
-    }
-    e->pretty = base;
-    if (d && st != 0)
-        free(d);
+    /* an older file: "name@@VERSION" (a versioned symbol in .symtab) is the name alone, and a C++
+     * name is demangled as the writer now does it */
+    size_t n = strlen(e->name);
+    const char *at = strchr(e->name, '@');
+    if (at && at != e->name)
+        n = (size_t)(at - e->name);
+    char buf[4000];
+    size_t d = at_demangle(e->name, n, buf, sizeof buf);
+    e->pretty = d ? strdup(buf) : strndup(e->name, n);
     return e->pretty ? e->pretty : e->name;
 }
 
@@ -318,6 +310,10 @@ void nt_sym_observe(nt_symbolizer *s, const nt_event *ev)
         e.start = rd_var(&c);
         e.end = rd_var(&c);
         e.name = rd_str(&c);
+        if (!c.bad && c.p < c.end) { /* the writer's flags (older files have none) */
+            cur f = c;
+            e.final = (rd_var(&f) & NT_US_SYMBOL_NAME_FINAL) && !f.bad;
+        }
         if (c.bad || !e.name || e.end < e.start
             || !grow((void **)&s->syms, &s->capsyms, s->nsyms, sizeof *s->syms)) {
             free(e.name);

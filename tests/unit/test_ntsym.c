@@ -66,6 +66,20 @@ static void symbol(nt_symbolizer *s, uint64_t id, uint64_t map, uint64_t start, 
     feed(s, &meta_sym, &p);
 }
 
+/* A symbol as the writer now writes it: its Flags after the name */
+static void symbol_flags(nt_symbolizer *s, uint64_t id, uint64_t map, uint64_t start, uint64_t end_incl,
+                         const char *name, uint64_t flags)
+{
+    pay p = {.n = 0};
+    var(&p, id);
+    var(&p, map);
+    var(&p, start);
+    var(&p, end_incl);
+    str(&p, name);
+    var(&p, flags);
+    feed(s, &meta_sym, &p);
+}
+
 static const char *fmt(nt_symbolizer *s, uint64_t ip)
 {
     static char buf[512];
@@ -189,6 +203,25 @@ START_TEST(malformed_and_foreign_events_ignored)
 }
 END_TEST
 
+/* A name the writer marked final is shown as given, as TraceEvent shows it: one it left mangled (too
+ * long for its demangler) is not demangled here; an older file's (no flags) still is. */
+START_TEST(final_names_shown_as_given)
+{
+    nt_sym_options o = {.lines = false, .demangle = true};
+    nt_symbolizer *s = nt_sym_new(&o);
+    mapping(s, 1, 0x10000, 0x1ffff, 0, "/l.so", 0);
+    symbol_flags(s, 1, 1, 0x10100, 0x101ff, "_ZN2ns6Walker4deepEiPFvvE", NT_US_SYMBOL_NAME_FINAL);
+    symbol_flags(s, 2, 1, 0x10200, 0x102ff, "ns::f(int)", NT_US_SYMBOL_NAME_FINAL);
+    symbol_flags(s, 3, 1, 0x10300, 0x103ff, "_ZN2ns1gEv", 0); /* flags without the bit: demangled */
+    symbol(s, 4, 1, 0x10400, 0x104ff, "_ZN2ns1hEv@@V_1");
+    ck_assert_str_eq(fmt(s, 0x10101), "l.so!_ZN2ns6Walker4deepEiPFvvE+0x1");
+    ck_assert_str_eq(fmt(s, 0x10201), "l.so!ns::f(int)+0x1");
+    ck_assert_str_eq(fmt(s, 0x10301), "l.so!ns::g()+0x1");
+    ck_assert_str_eq(fmt(s, 0x10401), "l.so!ns::h()+0x1");
+    nt_sym_free(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("ntsym");
@@ -197,6 +230,7 @@ int main(void)
     tcase_add_test(c, call_sites_and_exclusive_ends);
     tcase_add_test(c, many_symbols_interleaved);
     tcase_add_test(c, malformed_and_foreign_events_ignored);
+    tcase_add_test(c, final_names_shown_as_given);
     suite_add_tcase(su, c);
     SRunner *r = srunner_create(su);
     srunner_run_all(r, CK_NORMAL);
