@@ -397,7 +397,8 @@ static inline void write_activity_event(const at_event_type *t, const at_guid *i
 
 /* --- ids --- */
 
-static void make_id(at_activity *a, at_activity *parent)
+/* inline in the Start: a hooked call's Start is the common caller */
+static inline __attribute__((always_inline)) void make_id(at_activity *a, at_activity *parent)
 {
     uint32_t pid = g_pid;
     if (!parent) {

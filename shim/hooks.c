@@ -159,10 +159,16 @@ static inline live *live_at(int i)
 }
 
 /* Where the next entry goes, or NULL when the list is full (or no room could be mapped). */
-static live *live_push_slot(void)
+static AT_NOINLINE live *live_push_slot_deep(void);
+static inline live *live_push_slot(void)
 {
-    if (hk_nlive < LIVE_INLINE)
+    if (AT_LIKELY(hk_nlive < LIVE_INLINE))
         return &hk_live_in[hk_nlive];
+    return live_push_slot_deep();
+}
+
+static AT_NOINLINE live *live_push_slot_deep(void)
+{
     if (hk_nlive >= LIVE_MAX)
         return NULL;
     if (!hk_live_more) {
@@ -542,11 +548,22 @@ static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
 {
     AT_INTERNAL_BEGIN();
     int *errp = errno_ptr(), err = *errp;
-    if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, false))
+    int n = hk_nlive;
+    live *top = n > 0 ? live_at(n - 1) : NULL;
+    if (AT_UNLIKELY(top && top->sp < c->sp)) { /* jumped_over, with the entry unlist needs */
         abandon_below(c->sp, false);
+        n = hk_nlive;
+        top = n > 0 ? live_at(n - 1) : NULL;
+    }
     int started = c->started;
     c->started = 0;
-    if (started && (started != 1 || unlist(c))) {
+    if (started == 1) { /* listed: unlist's test on the top entry already at hand */
+        if (top && top->a == c->act && top->sp == c->sp)
+            hk_nlive = n - 1;
+        else
+            started = 0;
+    }
+    if (started) {
         uint32_t st = (uint32_t)status;
         if (!at_activity_stop_held(c->act, &st, 4, NULL, 0))
             stop_shared(r, c->act, (const uint8_t *)&st, 4, NULL, 0);
