@@ -387,13 +387,18 @@ static inline void write_activity_event(const at_event_type *t, const at_guid *i
                                         const at_guid *related, uint64_t unique, const void *extra,
                                         uint32_t extra_len, const uintptr_t *ips, uint32_t nips)
 {
-    if (at_event_enabled(t))
+    if (!at_event_enabled(t))
+        return;
+    if (AT_LIKELY(nips == 0 && extra_len <= EXTRA_MAX))
+        at_event_write_act(t, id, related, unique, extra, extra_len);
+    else
         write_activity_event_slow(t, id, related, unique, extra, extra_len, ips, nips);
 }
 
 /* --- ids --- */
 
-static void make_id(at_activity *a, at_activity *parent)
+/* inline in the Start: a hooked call's Start is the common caller */
+static inline __attribute__((always_inline)) void make_id(at_activity *a, at_activity *parent)
 {
     uint32_t pid = g_pid;
     if (!parent) {
@@ -408,13 +413,11 @@ static void make_id(at_activity *a, at_activity *parent)
         uint32_t n = at_root_next++;
         /* every root path starts with the AppDomain, always 1: encoded once in init_once (the
          * checksum, the only pid-dependent part, is rewritten by the next id) */
-        a->id = g_root_prefix;
-        a->path_end = (int8_t)at_actpath_add_id(&a->id, g_root_off, n, false, pid);
+        a->path_end = (int8_t)at_actpath_child(&a->id, &g_root_prefix, g_root_off, n, pid);
         return;
     }
     uint32_t n = __atomic_add_fetch(&parent->last_child, 1, __ATOMIC_RELAXED);
-    a->id = parent->id;
-    int end = at_actpath_add_id(&a->id, parent->path_end, n, false, pid);
+    int end = at_actpath_child(&a->id, &parent->id, parent->path_end, n, pid);
     a->path_end = (int8_t)end;
     if (AT_LIKELY(end <= AT_ACTPATH_END))
         return;
@@ -462,8 +465,13 @@ static inline const at_guid *id_or_null(const at_activity *a)
     return a ? &a->id : NULL;
 }
 
-at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t extra_len,
-                               const uintptr_t *ips, uint32_t nips)
+/* held: the caller gets a reference of its own besides the thread's (at_activity_start_held); one
+ * body inlined into both, so the hooked call's Start makes no call more than the event's */
+static inline __attribute__((always_inline)) at_activity *start(at_activity_kind *k,
+                                                               const void *extra,
+                                                               uint32_t extra_len,
+                                                               const uintptr_t *ips,
+                                                               uint32_t nips, bool held)
 {
     if (AT_UNLIKELY(!k))
         return NULL;
@@ -502,7 +510,8 @@ at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t 
     at_activity *a = act_alloc();
     if (AT_UNLIKELY(!a))
         return NULL;
-    a->refs = 1; /* the thread's */
+    /* the thread's, and the caller's when held: only this thread can reach it so far */
+    a->refs = held ? 2 : 1;
     a->stopped = ACT_LIVE;
     a->last_child = 0;
     a->kind = k;
@@ -582,13 +591,17 @@ bool at_activity_stop(at_activity_kind *k, const void *extra, uint32_t extra_len
     }
 }
 
-at_activity *at_activity_start_held(at_activity_kind *k, const void *extra, uint32_t extra_len,
-                                    const uintptr_t *ips, uint32_t nips)
+at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                               const uintptr_t *ips, uint32_t nips)
 {
-    at_activity *a = at_activity_start(k, extra, extra_len, ips, nips);
-    if (a) /* only this thread can reach it so far: the thread's reference and the caller's */
-        __atomic_store_n(&a->refs, 2, __ATOMIC_RELAXED);
-    return a;
+    return start(k, extra, extra_len, ips, nips, false);
+}
+
+AT_HOT_FN at_activity *at_activity_start_held(at_activity_kind *k, const void *extra,
+                                              uint32_t extra_len, const uintptr_t *ips,
+                                              uint32_t nips)
+{
+    return start(k, extra, extra_len, ips, nips, true);
 }
 
 bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len,

@@ -12,6 +12,10 @@
 /* Append id to the path in g starting at byte offset where. Returns the new offset or
  * AT_ACTPATH_NOFIT. Recomputes the checksum with pid. overflow: write the '$' overflow form. */
 int at_actpath_add_id(at_guid *g, int where, uint32_t id, bool overflow, uint32_t pid);
+/* *out = *parent with id appended at where (at_actpath_add_id's result, never overflow form): one
+ * pass in registers for the shapes a Start makes (where <= 7: anything fits), the general encoder
+ * otherwise. out and parent must not overlap. */
+int at_actpath_child(at_guid *out, const at_guid *parent, int where, uint32_t id, uint32_t pid);
 /* Is g an activity-path GUID for pid (new style: checksum ^ pid, or old style)? */
 bool at_actpath_is_path(const at_guid *g, uint32_t pid);
 /* The pid encoded in a path GUID's checksum. */

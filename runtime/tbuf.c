@@ -807,6 +807,93 @@ AT_HOT_FN int at_event_write_head(const at_event_type *t, const at_guid *activit
                       head8);
 }
 
+/* at_event_write_act's way out, a call of its own six arguments: a jump, nothing kept around it */
+static AT_NOINLINE int write_act_general(const at_event_type *t, const at_guid *activity,
+                                         const at_guid *related, uint64_t head8,
+                                         const void *payload, uint32_t payload_len)
+{
+    return at_event_write_head(t, activity, related, head8, payload, payload_len, NULL, 0);
+}
+
+/* An activity event without a stack (a hooked call's Start and Stop): at_event_write_head's record,
+ * written in one pass while the thread has its ring in the running session and is not inside a
+ * write of its own. Anything else (the thread's first event, a new session, a fork child's gate, a
+ * signal handler interrupting a write, a payload too long) goes through at_event_write_head. busy
+ * is set before the ring is looked at: a handler that interrupts from then on drops its event (as
+ * it would inside the general path), so nothing it does can move the ring under this write. */
+AT_HOT_FN int at_event_write_act(const at_event_type *t, const at_guid *activity,
+                                 const at_guid *related, uint64_t head8, const void *payload,
+                                 uint32_t payload_len)
+{
+    if (AT_UNLIKELY(thr.busy))
+        return write_act_general(t, activity, related, head8, payload, payload_len);
+    thr.busy = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    at_ring *r = thr.ring;
+    if (AT_UNLIKELY(!r || thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed) ||
+                    atomic_load_explicit(&at_sess_active, memory_order_relaxed) != 1 ||
+                    payload_len > AT_MAX_PAYLOAD - 8u || (payload_len && !payload))) {
+        atomic_signal_fence(memory_order_seq_cst);
+        thr.busy = 0;
+        return write_act_general(t, activity, related, head8, payload, payload_len);
+    }
+    bool has_act = activity && !at_guid_is_zero(activity);
+    bool has_rel = related && !at_guid_is_zero(related);
+    uint32_t plen = payload_len + 8;
+    uint32_t size = (uint32_t)(sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0) + plen + 7)
+                    & ~7u;
+    /* the header's first word but for the CPU (at_rec: size, type_index, flags) */
+    uint64_t w0 = size | (uint64_t)(uint16_t)t->index << 32 |
+                  (uint64_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0)) << 48;
+    uint64_t outer = atomic_load_explicit(&r->pending, memory_order_relaxed);
+    uint64_t ts = clock_announced(r, 0, false);
+    uint32_t seq = seq_next();
+    int rc = -1;
+    if (AT_UNLIKELY(r->wpos + size > AT_CHUNK_SIZE) && !next_chunk(r)) {
+        count_drop(r, seq);
+        goto out;
+    }
+    uint32_t wpos = r->wpos;
+    at_chunk *c = at_wchunk(r->wchunk);
+    uint8_t *p = (uint8_t *)c + wpos;
+    if (AT_UNLIKELY(ts < thr.last_ts)) /* a handler's event overtook this clock read */
+        ts = thr.last_ts;
+    thr.last_ts = ts;
+    w0 |= (uint64_t)cpu_now() << (48 + AT_REC_CPU_SHIFT);
+    uint64_t w2 = seq | (uint64_t)plen << 32; /* seq, payload_len, nips = 0 */
+    memcpy(p, &w0, 8);
+    memcpy(p + 8, &ts, 8);
+    memcpy(p + 16, &w2, 8);
+    p += sizeof(at_rec);
+    if (has_act) {
+        memcpy(p, activity, 16);
+        p += 16;
+    }
+    if (has_rel) {
+        memcpy(p, related, 16);
+        p += 16;
+    }
+    memcpy(p, &head8, 8);
+    if (payload_len)
+        at_copy_small(p + 8, payload, payload_len);
+    wpos += size;
+    r->wpos = wpos;
+    atomic_store_explicit(&c->used, wpos, memory_order_release);
+    thr.seq_written = seq;
+    if (AT_LIKELY(wpos + AT_PREFETCH_AHEAD + 64 <= AT_CHUNK_SIZE)) { /* as put_record */
+        const uint8_t *nx = (const uint8_t *)c + wpos;
+        prefetch_write(nx + AT_PREFETCH_AHEAD - 64);
+        prefetch_write(nx + AT_PREFETCH_AHEAD);
+    }
+    rc = 0;
+out:
+    atomic_store_explicit(&r->seq_pub, thr.seq, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+    thr.busy = 0;
+    atomic_store_explicit(&r->pending, outer, memory_order_release);
+    return rc;
+}
+
 uint64_t at_event_last_ts(void)
 {
     return thr.last_ts;

@@ -63,6 +63,9 @@ int at_event_write(const at_event_type *t, const at_guid *activity, const at_gui
 int at_event_write_head(const at_event_type *t, const at_guid *activity, const at_guid *related,
                         uint64_t head8, const void *payload, uint32_t payload_len,
                         const uintptr_t *ips, uint32_t nips);
+/* at_event_write_head without a stack (t not NULL): the hot path of an activity's Start and Stop. */
+int at_event_write_act(const at_event_type *t, const at_guid *activity, const at_guid *related,
+                       uint64_t head8, const void *payload, uint32_t payload_len);
 /* The same with the clock read inside, not before floor; ordered: the read waits for the loads
  * before it (an event that follows what another thread published). */
 int at_event_write_now(uint64_t floor, bool ordered, const at_event_type *t, const at_guid *activity,

@@ -113,6 +113,8 @@ typedef struct rule {
     bool key_is_fd;         /* fd_key: the fd hand-off carries the pair's activity */
     bool event_on_return;
     unsigned stacks;        /* AT_HC_STACK_*: which events carry a stack */
+    bool plain;             /* an activity on one function with no 'when', capture or stack: a
+                             * Start with no fields and a Stop with its Status only (the hot path) */
     at_field *fields;       /* owned: start (or event) fields then stop fields */
 } rule;
 
@@ -157,10 +159,16 @@ static inline live *live_at(int i)
 }
 
 /* Where the next entry goes, or NULL when the list is full (or no room could be mapped). */
-static live *live_push_slot(void)
+static AT_NOINLINE live *live_push_slot_deep(void);
+static inline live *live_push_slot(void)
 {
-    if (hk_nlive < LIVE_INLINE)
+    if (AT_LIKELY(hk_nlive < LIVE_INLINE))
         return &hk_live_in[hk_nlive];
+    return live_push_slot_deep();
+}
+
+static AT_NOINLINE live *live_push_slot_deep(void)
+{
     if (hk_nlive >= LIVE_MAX)
         return NULL;
     if (!hk_live_more) {
@@ -290,6 +298,21 @@ static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
     return true;
 }
 
+/* The Stop of a, which no longer is the thread's alone (or current), and our reference on it. */
+static AT_NOINLINE void stop_shared(const rule *r, at_activity *a, const uint8_t *buf, uint32_t len,
+                                    const uintptr_t *ips, uint32_t nips)
+{
+    if (at_activity_current() == a) {
+        /* still current, so the thread's reference keeps it alive without ours, and the engine's
+         * stop-by-kind takes its fast path (current, sole reference) */
+        at_activity_unref(a);
+        at_activity_stop(r->kind, buf, len, ips, nips);
+        return;
+    }
+    at_activity_stop_ref(a, buf, len, ips, nips);
+    at_activity_unref(a);
+}
+
 static void stop_single(const rule *r, const at_hook *h, at_activity *a, const at_hc_probe *p,
                         const uint64_t *args, uint64_t ret, int status)
 {
@@ -301,17 +324,8 @@ static void stop_single(const rule *r, const at_hook *h, at_activity *a, const a
     uintptr_t ips[AT_STACK_MAX_DEPTH];
     uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
     /* the common case: still current and held by the thread and us alone: no atomic operation */
-    if (at_activity_stop_held(a, buf, (uint32_t)(pl.p - buf), ips, nips))
-        return;
-    if (at_activity_current() == a) {
-        /* the common case: still current, so the thread's reference keeps it alive without ours,
-         * and the engine's stop-by-kind takes its fast path (current, sole reference) */
-        at_activity_unref(a);
-        at_activity_stop(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
-        return;
-    }
-    at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), ips, nips);
-    at_activity_unref(a);
+    if (!at_activity_stop_held(a, buf, (uint32_t)(pl.p - buf), ips, nips))
+        stop_shared(r, a, buf, (uint32_t)(pl.p - buf), ips, nips);
 }
 
 /* Calls deeper than sp (at the same depth, when a new call enters: a sibling that never
@@ -395,14 +409,49 @@ static inline int *errno_ptr(void)
     return p;
 }
 
+/* The call of a plain rule's function (rule.plain): the Start with no fields, no stack and no test,
+ * listed for its Stop. What at_hook_enter does for such a rule, without what it does not need. */
+static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
+{
+    AT_INTERNAL_BEGIN();
+    int *errp = errno_ptr(), err = *errp;
+    if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
+        abandon_below(c->sp, true);
+    at_activity *a = at_activity_start_held(pr->r->kind, NULL, 0, NULL, 0);
+    if (a) {
+        c->act = a;
+        c->started = 2;
+        live *l = live_push_slot();
+        if (l) {
+            *l = (live){c->sp, a, pr};
+            hk_nlive++;
+            c->started = 1;
+        }
+    }
+    AT_INTERNAL_END();
+    *errp = err;
+}
+
+static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args);
+
+/* The plain rule's path and the others' are functions of their own: the others' frame (payload and
+ * stack buffers, many live values) is not set up for the plain one. */
 void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
      * without recording: close in libelf, malloc in libunwind as a stack is taken */
     if (!at_on() || at_internal)
         return;
-    AT_INTERNAL_BEGIN();
     probe *pr = h->user;
+    if (AT_LIKELY(pr->r->plain))
+        plain_enter(pr, c);
+    else
+        hook_enter(pr, h, c, args);
+}
+
+static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
+{
+    AT_INTERNAL_BEGIN();
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
@@ -483,14 +532,66 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
     *errp = err;
 }
 
+/* A listed call is on top of the list now (deeper ones were dropped before): taken off. If it is
+ * not, it was taken for abandoned (a signal handler on another stack can make a live call look so)
+ * and stopped then, with our reference: false. */
+static inline bool unlist(const at_hook_call *c)
+{
+    if (!(hk_nlive > 0 && live_at(hk_nlive - 1)->a == c->act && live_at(hk_nlive - 1)->sp == c->sp))
+        return false;
+    hk_nlive--;
+    return true;
+}
+
+/* The return (or unwind) of a plain rule's function: its Stop with the Status. */
+static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
+{
+    AT_INTERNAL_BEGIN();
+    int *errp = errno_ptr(), err = *errp;
+    int n = hk_nlive;
+    live *top = n > 0 ? live_at(n - 1) : NULL;
+    if (AT_UNLIKELY(top && top->sp < c->sp)) { /* jumped_over, with the entry unlist needs */
+        abandon_below(c->sp, false);
+        n = hk_nlive;
+        top = n > 0 ? live_at(n - 1) : NULL;
+    }
+    int started = c->started;
+    c->started = 0;
+    if (started == 1) { /* listed: unlist's test on the top entry already at hand */
+        if (top && top->a == c->act && top->sp == c->sp)
+            hk_nlive = n - 1;
+        else
+            started = 0;
+    }
+    if (started) {
+        uint32_t st = (uint32_t)status;
+        if (!at_activity_stop_held(c->act, &st, 4, NULL, 0))
+            stop_shared(r, c->act, (const uint8_t *)&st, 4, NULL, 0);
+    }
+    AT_INTERNAL_END();
+    *errp = err;
+}
+
+static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
+                                  uint64_t ret, int status);
+
 void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
 {
+    if ((!at_on() && !c->started) || at_internal)
+        return;
     probe *pr = h->user;
+    if (AT_LIKELY(pr->r->plain))
+        plain_exit(pr->r, c, status);
+    else
+        hook_exit(pr, h, c, args, ret, status);
+}
+
+static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
+                                  uint64_t ret, int status)
+{
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
-    if ((!at_on() && !c->started) || at_internal)
-        return;
     AT_INTERNAL_BEGIN();
     int *errp = errno_ptr(), err = *errp;
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, false))
@@ -502,16 +603,9 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
         if (!e->paired) {
             if (!c->started)
                 break;
-            if (c->started == 1) {
-                /* listed: it is on top now (deeper ones were dropped above); if it is not, it
-                 * was taken for abandoned (a signal handler on another stack can make a live call
-                 * look so) and stopped then, with our reference */
-                if (!(hk_nlive > 0 && live_at(hk_nlive - 1)->a == c->act &&
-                      live_at(hk_nlive - 1)->sp == c->sp)) {
-                    c->started = 0;
-                    break;
-                }
-                hk_nlive--;
+            if (c->started == 1 && !unlist(c)) {
+                c->started = 0;
+                break;
             }
             c->started = 0;
             stop_single(r, h, c->act, p, args, ret, status);
@@ -906,6 +1000,7 @@ static int rule_make(rule *r, const at_hc_entry *e, const char *provider, char *
         } else {
             ns = add_fields(sf, 0, &e->probe[0], 0);
             nt = add_fields(tf, 0, &e->probe[0], 1);
+            r->plain = !e->probe[0].has_when && e->probe[0].ncapture == 0 && r->stacks == 0;
             tf[nt].name = "Status";
             tf[nt++].type = NT_TYPE_UINT32;
         }

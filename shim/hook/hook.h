@@ -63,9 +63,8 @@ typedef struct at_hook_regs {
  * and return (it lives in the wrapper's frame). */
 typedef struct at_hook_call {
     void *act;       /* the activity this call started (a reference) */
-    uint64_t key;
     uintptr_t sp;    /* the wrapper's frame: deeper frames than a live one are abandoned (longjmp) */
-    uint8_t started, done, at_entry_event;
+    uint8_t started, done;
 } at_hook_call;
 
 enum at_hook_status { AT_HOOK_RETURNED = 0, AT_HOOK_UNWOUND = 1, AT_HOOK_ABANDONED = 2 };

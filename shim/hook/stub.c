@@ -141,9 +141,8 @@ AT_STUB_LINKAGE void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_
 {
     at_hook *h = at_stub_table[index];
     c->act = NULL;
-    c->key = 0;
     c->sp = (uintptr_t)caller_sp;
-    c->started = c->at_entry_event = 0;
+    c->started = 0;
     /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
      * straight to the original, nothing read or recorded, at exit either */
     c->done = at_internal != 0;

@@ -137,6 +137,44 @@ START_TEST(deep_paths_round_trip_until_they_no_longer_fit)
 }
 END_TEST
 
+/* The one-pass encoder a Start uses is the general one: every parent shape (each offset, a started
+ * byte or not) with ids at every length boundary and the 4096 quirk, byte for byte and end offset. */
+START_TEST(child_encoder_matches_the_general_one)
+{
+    static const uint32_t ids[] = {0,    1,     2,      9,      10,      11,       12,       15,
+                                   16,   255,   256,    257,    4095,    4096,     4097,     65535,
+                                   65536, 70000, 0xFFFFFF, 0x1000000, 0x7FFFFFFF, 0xFFFFFFFF};
+    static const uint32_t steps[] = {1, 3, 10, 11, 200, 300, 5000, 70000, 0x1234567};
+    int tried = 0;
+    for (size_t s0 = 0; s0 < AT_ARRAY_LEN(steps); s0++)
+        for (size_t s1 = 0; s1 < AT_ARRAY_LEN(steps); s1++) {
+            /* parents //1, //1/a, //1/a/b, ... until they no longer fit */
+            at_guid parent;
+            memset(&parent, 0, sizeof parent);
+            int where = at_actpath_add_id(&parent, 0, 1, false, 4242);
+            for (int depth = 0; where <= AT_ACTPATH_END && depth < 8; depth++) {
+                for (size_t k = 0; k < AT_ARRAY_LEN(ids); k++) {
+                    at_guid want = parent, got;
+                    memset(&got, 0x5A, sizeof got);
+                    int w = at_actpath_add_id(&want, where, ids[k], false, 4242);
+                    int g = at_actpath_child(&got, &parent, where, ids[k], 4242);
+                    ck_assert_int_eq(g, w);
+                    if (w <= AT_ACTPATH_END)
+                        ck_assert_mem_eq(got.b, want.b, 16);
+                    tried++;
+                }
+                at_guid next = parent;
+                int o = at_actpath_add_id(&next, where, depth & 1 ? steps[s1] : steps[s0], false, 4242);
+                if (o > AT_ACTPATH_END)
+                    break;
+                parent = next;
+                where = o;
+            }
+        }
+    ck_assert_int_gt(tried, 1000);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("actpath");
@@ -145,6 +183,7 @@ int main(void)
     tcase_add_test(tc, quirks_of_the_runtime_encoder);
     tcase_add_test(tc, overflow_ids_decode_with_a_dollar);
     tcase_add_test(tc, deep_paths_round_trip_until_they_no_longer_fit);
+    tcase_add_test(tc, child_encoder_matches_the_general_one);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

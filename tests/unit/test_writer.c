@@ -1213,6 +1213,56 @@ START_TEST(stacks_across_sps)
 }
 END_TEST
 
+/* An activity event's one-pass writer (at_event_write_act) gives the record the general writer
+ * gives (at_event_write_head without a stack): ids present or not, payloads of every small length
+ * (across record padding and a chunk change), read back from the file. */
+START_TEST(activity_writer_same_records)
+{
+    mkdir_tmp();
+    at_trace_options o = {0};
+    start("act.nettrace", &o);
+    at_event_type *a = type_plain("A");
+    at_guid id, rel, zero;
+    memset(&zero, 0, sizeof zero);
+    for (int i = 0; i < 16; i++)
+        id.b[i] = (uint8_t)(0x10 + i), rel.b[i] = (uint8_t)(0x80 + i);
+    uint8_t pl[64];
+    for (int i = 0; i < 64; i++)
+        pl[i] = (uint8_t)(i * 7 + 1);
+    at_event_write(a, NULL, NULL, NULL, 0, NULL, 0); /* the thread's ring, set up */
+    enum { NLEN = 41, ROUNDS = 12 };
+    for (int k = 0; k < ROUNDS * NLEN; k++) {
+        const at_guid *ai = k % 3 == 0 ? &id : k % 3 == 1 ? NULL : &zero;
+        const at_guid *ri = k % 4 == 0 ? &rel : k % 4 == 1 ? NULL : k % 4 == 2 ? &zero : &id;
+        uint32_t len = (uint32_t)(k % NLEN);
+        ck_assert_int_eq(at_event_write_act(a, ai, ri, 1000 + (uint64_t)k, pl, len), 0);
+        ck_assert_int_eq(at_event_write_head(a, ai, ri, 1000 + (uint64_t)k, pl, len, NULL, 0), 0);
+    }
+    at_trace_stop();
+    char p[512];
+    path_of(p, sizeof p, "act.nettrace");
+    walk w;
+    ck_assert_msg(walk_file(&w, p) == 0, "%s", w.err);
+    ck_assert_int_eq(w.nev, 2 + 2 * ROUNDS * NLEN);
+    for (size_t e = 2; e + 1 < w.nev; e += 2) {
+        const wev *x = &w.ev[e], *y = &w.ev[e + 1];
+        ck_assert_int_eq(x->meta, y->meta);
+        ck_assert_int_eq(x->seq + 1, y->seq);
+        ck_assert_int_le(x->ts, y->ts);
+        ck_assert_int_eq(x->tid, y->tid);
+        ck_assert_int_eq(x->stack, y->stack);
+        ck_assert(memcmp(&x->act, &y->act, 16) == 0);
+        ck_assert(memcmp(&x->rel, &y->rel, 16) == 0);
+        ck_assert_int_eq(x->plen, 8 + (e / 2 - 1) % NLEN);
+        ck_assert_int_eq(x->plen, y->plen);
+        ck_assert(memcmp(x->payload, y->payload, x->plen) == 0);
+        ck_assert_int_eq(ld64(x->payload), 1000 + e / 2 - 1);
+        ck_assert(memcmp(x->payload + 8, pl, x->plen - 8) == 0);
+    }
+    walk_free(&w);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("writer");
@@ -1238,6 +1288,7 @@ static Suite *suite(void)
     tcase_add_test(tc, cooling_follows_retire_rate);
     tcase_add_test(tc, stress_default_cap);
     tcase_add_test(tc, stacks_across_sps);
+    tcase_add_test(tc, activity_writer_same_records);
     suite_add_tcase(s, tc);
     return s;
 }
