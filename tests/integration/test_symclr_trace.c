@@ -118,28 +118,15 @@ static char *names(const char *frames)
     return s;
 }
 
-/* TraceEvent version's build of tests/clrsym (dotnet builds only what changed), or NULL without
+/* The checker of tests/clrsym built against TraceEvent version (at_dotnet_built), or NULL without
  * dotnet, which AT_TRACEEVENT_REQUIRED=1 (CI) refuses. */
 static char *checker_path(const char *version)
 {
-    const char *req = getenv("AT_TRACEEVENT_REQUIRED");
-    if (system("command -v dotnet >/dev/null 2>&1") != 0) {
-        ck_assert_msg(!(req && !strcmp(req, "1")), "dotnet is not on PATH (AT_TRACEEVENT_REQUIRED=1)");
-        return NULL;
-    }
-    const char *b = at_build_dir();
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/compat' && DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1 "
-             "dotnet build '%s/tests/clrsym/AtClrSym.csproj' -c Release -nologo -v q "
-             "-p:TraceEventVersion=%s -p:AtBuildDir='%s/compat' >'%s/compat/clrsym-build-%s.log' 2>&1",
-             b, AT_SOURCE_DIR, version, b, b, version);
-    ck_assert_msg(system(cmd) == 0, "building the TraceEvent %s checker failed: see %s/compat/clrsym-build-%s.log",
-                  version, b, version);
-    char *p;
-    if (asprintf(&p, "%s/compat/clrsym-%s/bin/Release/net10.0/atclrsym", b, version) < 0)
-        return NULL;
-    ck_assert_msg(access(p, X_OK) == 0, "no checker at %s", p);
+    char err[4600];
+    char *p = at_dotnet_built(AT_SOURCE_DIR "/tests/clrsym/AtClrSym.csproj", version,
+                              "clrsym-%s/bin/Release/net10.0/atclrsym", err, sizeof err);
+    ck_assert_msg(p || !err[0], "%s", err);
+    ck_assert_msg(p || !at_traceevent_required(), "dotnet is not on PATH (AT_TRACEEVENT_REQUIRED=1)");
     return p;
 }
 

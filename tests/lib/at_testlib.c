@@ -857,3 +857,46 @@ const char *at_session_describe(const at_session *s, char *buf, size_t n)
              s->dir ? s->dir : "?");
     return buf;
 }
+
+/* ---------------- .NET programs of the tests ---------------- */
+
+bool at_traceevent_required(void)
+{
+    const char *r = getenv("AT_TRACEEVENT_REQUIRED");
+    return r && strcmp(r, "1") == 0;
+}
+
+char *at_dotnet_built(const char *project, const char *te_version, const char *binary_fmt, char *err,
+                      size_t errlen)
+{
+    err[0] = 0;
+    if (system("command -v dotnet >/dev/null 2>&1") != 0)
+        return NULL;
+    const char *b = at_build_dir();
+    const char *name = strrchr(project, '/');
+    name = name ? name + 1 : project;
+    char log[4200], cmd[16384], prop[128] = "";
+    snprintf(log, sizeof log, "%s/compat/build-%.*s%s%s.log", b, (int)strcspn(name, "."), name,
+             te_version ? "-" : "", te_version ? te_version : "");
+    if (te_version)
+        snprintf(prop, sizeof prop, "-p:TraceEventVersion=%s ", te_version);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/compat' && DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1 "
+             "dotnet build '%s' -c Release -nologo -v q %s-p:AtBuildDir='%s/compat' >'%s' 2>&1",
+             b, project, prop, b, log);
+    if (system(cmd) != 0) {
+        snprintf(err, errlen, "building %s%s%s failed: see %s", project, te_version ? " against TraceEvent " : "",
+                 te_version ? te_version : "", log);
+        return NULL;
+    }
+    char rel[512], *p;
+    snprintf(rel, sizeof rel, binary_fmt, te_version ? te_version : "");
+    if (asprintf(&p, "%s/compat/%s", b, rel) < 0)
+        return NULL;
+    if (access(p, X_OK) != 0) {
+        snprintf(err, errlen, "%s built, but %s is not there", project, p);
+        free(p);
+        return NULL;
+    }
+    return p;
+}

@@ -169,6 +169,18 @@ void at_session_free(at_session *s);
 /* A one-line summary for assertion messages: status, stderr's first line, trace state. */
 const char *at_session_describe(const at_session *s, char *buf, size_t n);
 
+/* ---------------- .NET programs of the tests ---------------- */
+
+/* Build the C# project (its .csproj's path) with dotnet into BUILD/compat, against
+ * TraceEvent te_version (NULL: the project's own packages); dotnet builds only what changed.
+ * Returns the malloc'd path of its binary, binary_fmt under BUILD/compat with te_version in place of
+ * its one %s (binary_fmt has none when te_version is NULL). NULL with err empty: dotnet is not on
+ * PATH; NULL with err set: the build failed (err names its log). */
+char *at_dotnet_built(const char *project, const char *te_version, const char *binary_fmt, char *err,
+                      size_t errlen);
+/* AT_TRACEEVENT_REQUIRED=1 (CI): the checks with .NET must run, dotnet or not. */
+bool at_traceevent_required(void);
+
 /* ---------------- misc ---------------- */
 
 char *at_read_file(const char *path, size_t *len); /* malloc'd, NUL-terminated; NULL on error */

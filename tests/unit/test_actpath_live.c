@@ -19,36 +19,26 @@
 #include <string.h>
 #include <unistd.h>
 
-static bool have_dotnet(void) { return system("command -v dotnet >/dev/null 2>&1") == 0; }
-
-static bool required(void)
-{
-    const char *r = getenv("AT_TRACEEVENT_REQUIRED");
-    return r && strcmp(r, "1") == 0;
-}
-
 /* Builds and runs atliveids; returns the malloc'd path of its output, or NULL (skipped). */
 static char *live_tsv(void)
 {
     const char *given = getenv("AT_LIVEIDS_TSV");
     if (given && *given)
         return strdup(given);
-    if (!have_dotnet()) {
-        ck_assert_msg(!required(), "dotnet is not on PATH (AT_TRACEEVENT_REQUIRED=1)");
+    char err[4600];
+    char *bin = at_dotnet_built(AT_SOURCE_DIR "/tests/liveids/LiveIds.csproj", NULL, "liveids/bin/Release/net10.0/atliveids",
+                                err, sizeof err);
+    ck_assert_msg(bin || !err[0], "%s", err);
+    if (!bin) {
+        ck_assert_msg(!at_traceevent_required(), "dotnet is not on PATH (AT_TRACEEVENT_REQUIRED=1)");
         printf("test_actpath_live: dotnet is not on PATH: activity ids were not checked against a live "
                "runtime (install the .NET SDK)\n");
         return NULL;
     }
-    const char *b = at_build_dir();
-    char cmd[4096], *out;
-    ck_assert(asprintf(&out, "%s/compat/liveids/ids.tsv", b) > 0);
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/compat' && DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1 "
-             "dotnet build '%s/tests/liveids/LiveIds.csproj' -c Release -nologo -v q "
-             "-p:AtBuildDir='%s/compat' >'%s/compat/liveids-build.log' 2>&1",
-             b, AT_SOURCE_DIR, b, b);
-    ck_assert_msg(system(cmd) == 0, "building tests/liveids failed: see %s/compat/liveids-build.log", b);
-    snprintf(cmd, sizeof cmd, "rm -f '%s' && '%s/compat/liveids/bin/Release/net10.0/atliveids' '%s'", out, b, out);
+    char cmd[9000], *out;
+    ck_assert(asprintf(&out, "%s/compat/liveids/ids.tsv", at_build_dir()) > 0);
+    snprintf(cmd, sizeof cmd, "rm -f '%s' && '%s' '%s'", out, bin, out);
+    free(bin);
     ck_assert_msg(system(cmd) == 0, "atliveids failed");
     return out;
 }
