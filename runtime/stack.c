@@ -31,6 +31,34 @@ static struct {
 
 static _Atomic int mode_in_use = -1;
 
+/* ---- return trampolines (shim/hook/stub_asm.S) ----
+ * A hooked call's return address is replaced by trampoline k at pool + 16k, whose frame has no size:
+ * a walk reads the real return address from ra[k] instead, with the same registers. */
+static uintptr_t tr_pool, tr_len;
+static const uint64_t *tr_ra;
+
+void at_stack_set_trampolines(uintptr_t pool, uintptr_t len, const uint64_t *ra)
+{
+    tr_ra = ra;
+    tr_pool = pool;
+    __atomic_store_n(&tr_len, len, __ATOMIC_RELEASE);
+}
+
+static inline bool is_tramp(uint64_t ip)
+{
+    uint64_t off = ip - tr_pool;
+    return off < tr_len && off >= 16; /* a return address, or where a signal interrupted one */
+}
+
+/* the real return address behind any chain of trampolines (a tail call from one hooked call to
+ * another leaves one trampoline's address in the other's record) */
+static inline uint64_t tramp_fix(uint64_t ip)
+{
+    for (int i = 0; i < 64 && is_tramp(ip); i++)
+        ip = tr_ra[(ip - tr_pool) >> 4];
+    return ip;
+}
+
 /* ---- the shared rule table ----
  * A rule says, for one return address, how to get the caller's registers:
  *   CFA = (rsp or rbp) + off; return address at CFA-8; caller's rbp at CFA-8*boff (boff 0: unchanged);
@@ -165,16 +193,21 @@ AT_NOINLINE NO_ASAN static uint32_t walk_slow_unguarded(uintptr_t *ips, uint32_t
         return 0;
     atomic_fetch_add_explicit(&nslow, 1, memory_order_relaxed);
     uint32_t n = 0;
-    bool found = false;
+    bool found = false, after_tramp = false;
     for (int guard = 0; guard < 4096; guard++) {
         unw_word_t ip, sp, bp;
         unw_save_loc_t loc;
         if (U.get_reg(&c, UNW_REG_IP, &ip) < 0 || U.get_reg(&c, UNW_REG_SP, &sp) < 0
             || U.get_reg(&c, UNW_X86_64_RBP, &bp) < 0)
             break;
+        /* a trampoline's CFI gives its caller as the call's last byte: back to the return address */
+        if (after_tramp)
+            ip++;
+        after_tramp = is_tramp(ip);
         if (!found && ip == ip0 && sp == sp0)
             found = true;
-        if (found) {
+        bool tramp = after_tramp;
+        if (found && !tramp) {
             if (ip == 0)
                 break;
             if (skip)
@@ -189,7 +222,7 @@ AT_NOINLINE NO_ASAN static uint32_t walk_slow_unguarded(uintptr_t *ips, uint32_t
         int r = U.step(&c);
         if (r < 0)
             break;
-        if (found && rules && rule_get(ip) == 0)
+        if (found && !tramp && rules && rule_get(ip) == 0)
             rule_put(ip, r == 0 ? rule_make(K_END, 0, 0)
                                 : rule_learn(sp, bp, &loc, U.is_signal_frame(&c) > 0, &c));
         if (r == 0)
@@ -229,7 +262,7 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
             break;
         if (kind == K_SIGRETURN) {
             const uint8_t *uc = (const uint8_t *)(uintptr_t)sp;
-            ip = *(const uint64_t *)(uc + UC_RIP);
+            ip = tramp_fix(*(const uint64_t *)(uc + UC_RIP));
             bp = *(const uint64_t *)(uc + UC_RBP);
             sp = *(const uint64_t *)(uc + UC_RSP);
             if (ip == 0 || sp == 0 || (sp & 7))
@@ -242,7 +275,7 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
         uint64_t boff = (r >> 3) & 0xFFFF;
         if (boff)
             bp = *(const uint64_t *)(cfa - 8 * boff);
-        ip = *(const uint64_t *)(cfa - 8);
+        ip = tramp_fix(*(const uint64_t *)(cfa - 8));
         sp = cfa;
         if (ip == 0)
             break;
@@ -265,7 +298,7 @@ NO_ASAN static uint32_t walk_fp(uintptr_t *ips, uint32_t max, uint32_t skip, uin
         if (n >= max || bp < lo || (bp & 7) || bp - lo > (64u << 20))
             break;
         uint64_t next = ((const uint64_t *)bp)[0];
-        ip = ((const uint64_t *)bp)[1];
+        ip = tramp_fix(((const uint64_t *)bp)[1]);
         if (ip == 0 || next <= bp)
             break;
         lo = bp + 16;
@@ -289,10 +322,19 @@ static uint32_t walk_libunwind(uintptr_t *ips, uint32_t max, uint32_t skip, uint
         i++;
     if (i == got || i == 4)
         return 0;
-    i += (int)skip;
     uint32_t n = 0;
-    for (; i < got && n < max; i++)
-        ips[n++] = (uintptr_t)buf[i];
+    bool after_tramp = false;
+    for (; i < got && n < max; i++) {
+        /* a trampoline's CFI gives its caller as the call's last byte */
+        uintptr_t a = (uintptr_t)buf[i] + (after_tramp ? 1 : 0);
+        after_tramp = is_tramp(a);
+        if (after_tramp)
+            continue;
+        if (skip)
+            skip--;
+        else
+            ips[n++] = a;
+    }
     return n;
 }
 

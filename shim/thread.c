@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 
 #include "real.h"
+#include "hook/hook.h"
 #include "shim.h"
 
 /* What the creator hands the new thread: one cache line in a block of its own creations. */
@@ -29,6 +30,8 @@ typedef struct at_thread_start {
     void *arg;
     at_activity *cap;  /* creator's activity (a reference) or NULL */
     uint64_t parent;   /* creator's tid */
+    uintptr_t stk_top; /* the program's own stack for the thread (its top), or 0 */
+    size_t stk_size;   /* the thread's stack size, when a hook stub needs its bounds (else 0) */
     uint32_t busy;     /* START_BUSY until the new thread has copied it; START_MALLOC: it frees it */
 } __attribute__((aligned(64))) at_thread_start;
 enum { START_FREE = 0, START_BUSY = 1, START_MALLOC = 2 };
@@ -141,6 +144,7 @@ AT_HOT_FN static void thread_end(uint32_t kind)
     at_thread_ours = false;
     at_fdflow_thread_exit();
     at_hooks_thread_exit();
+    at_stub_thread_exit();
     at_slots_thread_exit();
     block_put();
     if (at_cfg.thread_events && at_on()) {
@@ -182,10 +186,25 @@ static void start_free(at_thread_start *p)
     }
 }
 
+/* The bounds of the thread's stack, for the hook stub (a record of a call a longjmp left is known
+ * dead when a new call is made above it on the same stack): the program's own stack exactly, else
+ * from here (the thread's calls are all below) down half the stack's size, well above the guard
+ * and whatever glibc keeps at the top. */
+static inline void stack_bounds(const at_thread_start *s, uintptr_t here)
+{
+    if (!s->stk_size)
+        return;
+    if (s->stk_top)
+        at_stub_thread_start(s->stk_top - s->stk_size, s->stk_top);
+    else
+        at_stub_thread_start(here - s->stk_size / 2, here);
+}
+
 static void *posix_trampoline(void *p)
 {
     at_thread_start s = *(at_thread_start *)p;
     start_free((at_thread_start *)p);
+    stack_bounds(&s, (uintptr_t)__builtin_frame_address(0));
     thread_begin(&s);
     void *r;
     pthread_cleanup_push(cancelled, NULL);
@@ -199,6 +218,7 @@ static int c11_trampoline(void *p)
 {
     at_thread_start s = *(at_thread_start *)p;
     start_free((at_thread_start *)p);
+    stack_bounds(&s, (uintptr_t)__builtin_frame_address(0));
     thread_begin(&s);
     int r;
     pthread_cleanup_push(cancelled, NULL);
@@ -309,7 +329,41 @@ static at_thread_start *start_new(void *(*fn)(void *), void *arg)
         s->cap = NULL;
     }
     s->parent = (uint64_t)at_tid();
+    s->stk_top = 0;
+    s->stk_size = 0;
     return s;
+}
+
+/* The new thread's stack as attr makes it, when a hook stub is in use (stack_bounds). */
+static void start_stack(at_thread_start *s, const pthread_attr_t *attr)
+{
+    static size_t dflt;
+    if (!at_stub_active())
+        return;
+    size_t size = 0;
+    void *top = NULL;
+    if (attr) {
+        /* a stack the program gave: glibc keeps its top and its size, and gives their difference
+         * (so its top is 0 when glibc is to make one) */
+        void *lo;
+        if (pthread_attr_getstack(attr, &lo, &size) == 0)
+            top = (char *)lo + size;
+        else
+            size = 0;
+    }
+    if (!size) {
+        if (!dflt) {
+            pthread_attr_t d;
+            if (pthread_getattr_default_np(&d) == 0) {
+                if (pthread_attr_getstacksize(&d, &dflt) != 0)
+                    dflt = 0;
+                pthread_attr_destroy(&d);
+            }
+        }
+        size = dflt;
+    }
+    s->stk_top = (uintptr_t)top;
+    s->stk_size = size;
 }
 
 static void start_abandon(at_thread_start *s)
@@ -337,6 +391,7 @@ AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr,
     if (!at_on() || at_internal || at_rt_own_thread || !(s = start_new(fn, arg)))
         return AT_REAL(pthread_create)(t, attr, fn, arg);
     open_for_thread();
+    start_stack(s, attr);
     s->fn.posix = fn;
     s->arg = arg;
     int r = AT_REAL(pthread_create)(t, attr, posix_trampoline, s);
@@ -353,6 +408,7 @@ AT_EXPORT int thrd_create(thrd_t *t, thrd_start_t fn, void *arg)
     if (!at_on() || at_internal || !(s = start_new(NULL, NULL)))
         return AT_REAL(thrd_create)(t, fn, arg);
     open_for_thread();
+    start_stack(s, NULL);
     s->fn.c11 = fn;
     s->arg = arg;
     int r = AT_REAL(thrd_create)(t, c11_trampoline, s);

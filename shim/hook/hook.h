@@ -4,9 +4,10 @@
  *   got.c      tier 1: rewrite the GOT slots of every module importing the symbol (RELRO too)
  *   entry.c    tier 2: patch the function's first instructions (Zydis), relocating what they displace
  *   stub_asm.S the register-saving wrapper (every register and flag the caller can see kept as the
- *   stub.c     unhooked function leaves it, stack realigned, CFI, a personality for unwinds); with a
- *              signature it reads typed arguments from the saved registers (entry tier: callers in
- *              the same file may leave the stack unaligned)
+ *   stub.c     unhooked function leaves it; the function runs on its caller's stack, its return
+ *              address replaced by a return trampoline that unwinders walk through by CFI, with a
+ *              personality for unwinds); with a signature it reads typed arguments from the saved
+ *              registers (entry tier: callers in the same file may leave the stack unaligned)
  *   ffiwrap.c  the typed wrapper of GOT slots: a libffi closure built from the signature
  * A wrapper calls h->orig to run the original: the definition itself (GOT tier) or the relocated
  * first instructions followed by a jump back (entry tier). */
@@ -60,7 +61,7 @@ typedef struct at_hook_regs {
 } at_hook_regs;
 
 /* One call of a hooked function, as the wrappers see it: state the semantics keep between entry
- * and return (it lives in the wrapper's frame). */
+ * and return (in the libffi wrapper's frame, or the stub's return record). */
 typedef struct at_hook_call {
     void *act;       /* the activity this call started (a reference) */
     uintptr_t sp;    /* the wrapper's frame: deeper frames than a live one are abandoned (longjmp) */
@@ -106,9 +107,23 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 /* ---------------- wrappers ---------------- */
 
 #define AT_STUB_MAX 512
+/* Hooked calls in progress through the stub at once, in all threads (return trampolines): a call
+ * beyond that is not traced (at_stub_untraced counts them). */
+#define AT_RET_MAX 16384
 /* Give h a register-saving stub wrapper (h->wrapper; typed when h->sig is set). 0, or -1 when all
  * stubs are taken. */
 int at_stub_make(at_hook *h);
+/* h->orig is set: the stub's entry trampoline jumps there from now on (before the wrapper is
+ * installed). Nothing for a wrapper that is not a stub. */
+void at_stub_bind(at_hook *h);
+/* Is any stub in use? Then a new thread gives the bounds of its own stack (at_stub_thread_start:
+ * any range within it), which tell a frame a longjmp left; at_stub_thread_exit gives its return
+ * records back. */
+bool at_stub_active(void);
+void at_stub_thread_start(uintptr_t lo, uintptr_t hi);
+void at_stub_thread_exit(void);
+/* Hooked calls that were not traced because every return record was in use. */
+uint64_t at_stub_untraced(void);
 /* The bits of the double equal to the float of bits f (integer arithmetic only). */
 uint64_t at_stub_f32_bits_to_f64(uint32_t f);
 /* Give h a libffi closure built from h->sig. 0 or -1 with why. */

@@ -1,31 +1,31 @@
 /* stub.c: the C side of the register-saving wrapper (stub_asm.S): the table of hooks by stub index,
  * the enter/exit calls the stub makes, typed arguments and return values read from the registers
  * the stub saved (the x86-64 System V classification: integers and pointers in rdi rsi rdx rcx r8
- * r9, floating point in xmm0-7, the rest on the caller's stack, in order), and the personality
- * routine that writes the Stop of a call a C++ exception unwinds through (then lets the unwind go
+ * r9, floating point in xmm0-7, the rest on the caller's stack, in order), the return trampolines'
+ * records (one per hooked call in progress, in any thread), and the personality routine that
+ * writes the Stop of a call a C++ exception or a forced unwind goes through (then lets the unwind go
  * on: the exception is unchanged). */
+#include <errno.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <unwind.h>
 
 #include "hook.h"
+#include "stack.h"
 
 extern char at_stub_tramps[];
 static at_hook *at_stub_table[AT_STUB_MAX];
+/* what each entry trampoline jumps to once the call is recorded (the original function) */
+void *at_stub_orig[AT_STUB_MAX] __attribute__((visibility("hidden")));
 /* 1 for a hook with a signature: the stub stores xmm0-7 (typed arguments) and xmm0-1 (a typed
  * return value) for it only */
 uint8_t at_stub_typed[AT_STUB_MAX] __attribute__((visibility("hidden")));
 static int at_stub_used;
 
-/* Frame offsets shared with stub_asm.S, from the stub's rbp: the index the trampoline pushed is
- * above it, the call state below. (The personality reads rbp, which the unwind context holds for the
- * stub's frame; its CFA field is still the callee's then.) */
-#define STUB_INDEX_ABOVE_RBP 8
-#define STUB_CALL_FROM_RBP 48
-#define DWARF_RBP 6
-
 _Static_assert(sizeof(at_hook_regs) == 192, "stub_asm.S saves 192 bytes of registers");
-_Static_assert(sizeof(at_hook_call) <= 32, "stub_asm.S keeps 32 bytes of call state");
 
 /* The System V places of the typed parameters, computed once per hook. */
 static void slots_plan(at_hook *h)
@@ -43,6 +43,214 @@ static void slots_plan(at_hook *h)
     }
 }
 
+/* ---------------- return records ----------------
+ * One record per hooked call in progress: the return address it replaced (at_ret_ra[k], read by
+ * the trampolines' CFI expression and by the stack walker), the call's state between entry and
+ * return, and where the return address sits. Trampoline k is at_ret_pool + 16k.
+ * A thread takes records from its own free list (refilled 32 at a time from the process's) and
+ * keeps the ones in use on its own stack of records, innermost on top: a return on top pops it. A
+ * record is given back only when its call is over for certain:
+ *   - the call returned through its trampoline;
+ *   - an unwind went through it (the personality marks it dead; it goes when it reaches the top);
+ *   - a longjmp left it: a new hooked call whose return slot, on the thread's own stack, is at or
+ *     above the record's slot, proves the frame gone;
+ *   - the thread ends (records on its own stack).
+ * A call whose frame lives on another stack (a coroutine's) keeps its record until it returns,
+ * possibly on another thread, which marks it dead for its owner to give back. Signal handlers may
+ * take and give records between any two instructions here: every list change is one store after
+ * its reads, and a handler's own takes and gives balance before the interrupted code goes on; the
+ * pruning and the process's list, which do not balance, are never entered twice. */
+uint64_t at_ret_ra[AT_RET_MAX] __attribute__((visibility("hidden")));
+extern char at_ret_pool[], at_ret_pool_end[];
+
+typedef struct ret_rec {
+    at_hook_call c;
+    uint64_t *slot;        /* the hooked call's return slot */
+    uint32_t next;         /* the free list, or the thread's stack of records in use */
+    uint16_t index;        /* the hook's stub */
+    uint8_t dead;
+    uint64_t args[AT_SIG_MAX_PARAMS];
+} ret_rec;
+static ret_rec rt_rec[AT_RET_MAX];
+
+static AT_TLS uint32_t rt_free, rt_top;
+static AT_TLS uintptr_t rt_lo, rt_hi; /* the thread's own stack, when known */
+static AT_TLS uint8_t rt_pruning;
+
+static uint32_t g_free, g_fresh = 1;
+static pid_t g_lock;                  /* the holder's thread id, 0 free */
+static uintptr_t main_lo, main_hi;    /* the first thread's stack */
+static uint64_t rt_untraced;          /* hooked calls not traced: no record to be had */
+
+/* The process's list, held for a few stores at a time. A holder that is this thread (a signal
+ * handler interrupted it) or gone (a fork child of a process where another thread held it) would
+ * never let go: after a short spin, the first gives up and the second is taken over. */
+static bool g_take(void)
+{
+    pid_t me = (pid_t)syscall(SYS_gettid);
+    for (int spin = 0;; spin++) {
+        pid_t cur = 0;
+        if (__atomic_compare_exchange_n(&g_lock, &cur, me, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return true;
+        if (cur == me)
+            return false;
+        if (spin > 4000) {
+            if (syscall(SYS_tgkill, getpid(), cur, 0) != 0 && errno == ESRCH &&
+                __atomic_compare_exchange_n(&g_lock, &cur, me, false, __ATOMIC_ACQUIRE,
+                                            __ATOMIC_RELAXED))
+                return true;
+            spin = 0;
+        }
+        __builtin_ia32_pause();
+    }
+}
+
+static void g_give(void) { __atomic_store_n(&g_lock, 0, __ATOMIC_RELEASE); }
+
+static AT_NOINLINE uint32_t ret_refill(void)
+{
+    int e = errno;
+    bool ok = g_take();
+    errno = e;
+    if (!ok)
+        return 0;
+    for (int got = 0; got < 32; got++) {
+        uint32_t k;
+        if (g_free) {
+            k = g_free;
+            g_free = rt_rec[k].next;
+        } else if (g_fresh < AT_RET_MAX) {
+            k = g_fresh++;
+        } else {
+            break;
+        }
+        rt_rec[k].next = rt_free;
+        rt_free = k;
+    }
+    g_give();
+    return rt_free;
+}
+
+static inline void ret_free(uint32_t k)
+{
+    rt_rec[k].next = rt_free;
+    rt_free = k;
+}
+
+/* Records on top of the thread's stack whose calls are over: marked dead, or left by a longjmp
+ * (slot at or below the new call's, both on the thread's own stack). */
+static AT_NOINLINE void ret_prune(uintptr_t slot)
+{
+    if (rt_pruning)
+        return;
+    rt_pruning = 1;
+    uintptr_t lo = rt_lo, hi = rt_hi;
+    if (!hi && slot >= main_lo && slot < main_hi)
+        lo = main_lo, hi = main_hi;
+    bool own = hi && slot >= lo && slot < hi;
+    for (uint32_t k = rt_top; k; k = rt_top) {
+        ret_rec *r = &rt_rec[k];
+        uintptr_t s = (uintptr_t)r->slot;
+        /* at the same slot, a call still in progress made a tail call: its trampoline is there */
+        bool gone = own && s >= lo && (s < slot || (s == slot && *(const uint64_t *)slot !=
+                                                                 (uint64_t)(uintptr_t)(at_ret_pool + 16 * k)));
+        if (!r->dead && !gone)
+            break;
+        rt_top = r->next;
+        ret_free(k);
+    }
+    rt_pruning = 0;
+}
+
+/* A record for the call whose return address is at slot, on top of the thread's stack; 0 when none
+ * is to be had. */
+static inline uint32_t ret_take(uint64_t *slot)
+{
+    uint32_t t = rt_top;
+    if (AT_UNLIKELY(t && ((uintptr_t)rt_rec[t].slot <= (uintptr_t)slot || rt_rec[t].dead)))
+        ret_prune((uintptr_t)slot);
+    uint32_t k = rt_free;
+    if (AT_UNLIKELY(!k) && !(k = ret_refill())) {
+        __atomic_fetch_add(&rt_untraced, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    ret_rec *r = &rt_rec[k];
+    rt_free = r->next;
+    r->slot = slot;
+    r->dead = 0;
+    r->next = rt_top;
+    rt_top = k;
+    return k;
+}
+
+/* The call of record k is over: off the thread's stack if on top (what a return normally finds),
+ * else marked for its owner to give back when it reaches the top. */
+static inline void ret_done(uint32_t k)
+{
+    ret_rec *r = &rt_rec[k];
+    if (AT_LIKELY(rt_top == k)) {
+        rt_top = r->next;
+        ret_free(k);
+    } else {
+        r->dead = 1;
+    }
+}
+
+/* The first thread's stack: from the top of its initial stack down to its size limit (the kernel
+ * keeps that much room below the stack free of other mappings, 128 MiB at least). */
+static void ret_main_bounds(void)
+{
+    extern void *__libc_stack_end;
+    struct rlimit rl;
+    uintptr_t hi = (uintptr_t)__libc_stack_end;
+    if (!hi || getrlimit(RLIMIT_STACK, &rl) != 0)
+        return;
+    uintptr_t room = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (128u << 20) ? (128u << 20)
+                                                                                  : rl.rlim_cur;
+    main_lo = hi > room ? hi - room : 0;
+    main_hi = hi + 1;
+}
+
+bool at_stub_active(void) { return __atomic_load_n(&at_stub_used, __ATOMIC_RELAXED) > 0; }
+
+void at_stub_thread_start(uintptr_t lo, uintptr_t hi)
+{
+    rt_lo = lo;
+    rt_hi = hi;
+}
+
+void at_stub_thread_exit(void)
+{
+    if (!rt_top && !rt_free)
+        return;
+    /* the thread's calls are over: records on its own stack go back (a coroutine's, on another
+     * stack, stay with their calls) */
+    uintptr_t lo = rt_lo, hi = rt_hi;
+    uint32_t keep = 0;
+    for (uint32_t k = rt_top, n; k; k = n) {
+        ret_rec *r = &rt_rec[k];
+        n = r->next;
+        uintptr_t s = (uintptr_t)r->slot;
+        if (r->dead || (hi && s >= lo && s < hi))
+            ret_free(k);
+        else
+            r->next = keep, keep = k;
+    }
+    rt_top = 0;
+    (void)keep;
+    if (!rt_free || !g_take())
+        return;
+    while (rt_free) {
+        uint32_t k = rt_free;
+        rt_free = rt_rec[k].next;
+        rt_rec[k].next = g_free;
+        g_free = k;
+    }
+    g_give();
+}
+
+uint64_t at_stub_untraced(void) { return __atomic_load_n(&rt_untraced, __ATOMIC_RELAXED); }
+
 int at_stub_make(at_hook *h)
 {
     slots_plan(h);
@@ -53,7 +261,19 @@ int at_stub_make(at_hook *h)
     at_stub_typed[i] = h->sig != NULL;
     __atomic_store_n(&at_stub_table[i], h, __ATOMIC_RELEASE);
     h->wrapper = at_stub_tramps + 16 * i;
+    if (i == 0) {
+        ret_main_bounds();
+        at_stack_set_trampolines((uintptr_t)at_ret_pool, (uintptr_t)(at_ret_pool_end - at_ret_pool),
+                                 at_ret_ra);
+    }
     return 0;
+}
+
+void at_stub_bind(at_hook *h)
+{
+    if (h->wrapper && (char *)h->wrapper >= at_stub_tramps &&
+        (char *)h->wrapper < at_stub_tramps + 16 * AT_STUB_MAX)
+        __atomic_store_n(&at_stub_orig[h->stub_index], h->orig, __ATOMIC_RELEASE);
 }
 
 /* A float's bits as the double of the same value, in integer arithmetic: this file is built without
@@ -99,102 +319,119 @@ static inline uint64_t *param_slot(const at_hook *h, int i, at_hook_regs *regs, 
     return n >= 32 ? &stack[n - 32] : (uint64_t *)regs + n;
 }
 
-void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_t *caller_sp,
-                    uint64_t *args);
-void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args);
-_Unwind_Reason_Code at_stub_personality(int version, _Unwind_Action actions, uint64_t cls,
-                                        struct _Unwind_Exception *ue, struct _Unwind_Context *ctx);
+void at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot);
+void at_ret_exit(unsigned k, const uint64_t *rets);
+_Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint64_t cls,
+                                       struct _Unwind_Exception *ue, struct _Unwind_Context *ctx);
 
 /* Under a sanitizer (make check-asan) the hook's code calls into the sanitizer's runtime, which may
  * use any vector register: there the whole extended state is kept around the C side of the stub.
  * The production build needs none of this (its hook code touches no vector state). */
 #if defined(__SANITIZE_ADDRESS__)
 #include "xstate.h"
-static void *stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_t *caller_sp,
-                        uint64_t *args);
-static void stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args);
-void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c, uint64_t *caller_sp,
-                    uint64_t *args)
+static void stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot);
+static void ret_exit(unsigned k, const uint64_t *rets);
+void at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot)
 {
     at_xstate x;
     at_xstate_save(&x);
-    void *fn = stub_enter(index, regs, c, caller_sp, args);
+    stub_enter(index, regs, slot);
     at_xstate_restore(&x);
-    return fn;
 }
-void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets, uint64_t *args)
+void at_ret_exit(unsigned k, const uint64_t *rets)
 {
     at_xstate x;
     at_xstate_save(&x);
-    stub_exit(index, c, rets, args);
+    ret_exit(k, rets);
     at_xstate_restore(&x);
 }
 #define at_stub_enter stub_enter
-#define at_stub_exit stub_exit
+#define at_ret_exit ret_exit
 #define AT_STUB_LINKAGE static
 #else
 #define AT_STUB_LINKAGE
 #endif
 
-AT_STUB_LINKAGE void *at_stub_enter(unsigned index, at_hook_regs *regs, at_hook_call *c,
-                                    uint64_t *caller_sp, uint64_t *args)
+AT_STUB_LINKAGE void at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot)
 {
+    /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
+     * straight to the original, nothing read or recorded, and its return left alone */
+    if (AT_UNLIKELY(at_internal != 0))
+        return;
+    uint32_t k = ret_take(slot);
+    if (AT_UNLIKELY(!k))
+        return;
     at_hook *h = at_stub_table[index];
+    ret_rec *r = &rt_rec[k];
+    at_hook_call *c = &r->c;
+    uint64_t *caller_sp = slot + 1; /* the stack arguments, and the call's depth */
+    r->index = (uint16_t)index;
     c->act = NULL;
     c->sp = (uintptr_t)caller_sp;
+    /* a tail call from a hooked call in progress: the same return slot, holding that call's
+     * trampoline. It is nested in that call (a little deeper), not a sibling that replaced it. */
+    uint64_t prev = *slot - (uint64_t)(uintptr_t)at_ret_pool;
+    if (AT_UNLIKELY(prev < (uint64_t)(at_ret_pool_end - at_ret_pool) && prev % 16 == 0))
+        c->sp = rt_rec[prev / 16].c.sp - 1;
     c->started = 0;
-    /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
-     * straight to the original, nothing read or recorded, at exit either */
-    c->done = at_internal != 0;
-    if (AT_UNLIKELY(c->done))
-        return h->orig;
+    c->done = 0;
     const at_sig *s = h->sig;
     if (!s) {
         at_hook_enter(h, c, NULL);
-        return h->orig;
+    } else {
+        uint64_t *args = r->args;
+        for (int i = 0; i < s->nparams; i++)
+            args[i] = from_slot(s->p[i].type, *param_slot(h, i, regs, caller_sp));
+        at_hook_enter(h, c, args);
+        /* pointers the semantics replaced (a callback flow), in registers only: the original
+         * reads its stack arguments where the caller put them */
+        for (int i = 0; i < s->nparams; i++) {
+            uint64_t *p = param_slot(h, i, regs, caller_sp);
+            if (s->p[i].type == AT_CT_PTR && *p != args[i] && (uintptr_t)p >= (uintptr_t)regs &&
+                (uintptr_t)p < (uintptr_t)(regs + 1))
+                *p = args[i];
+        }
     }
-    for (int i = 0; i < s->nparams; i++)
-        args[i] = from_slot(s->p[i].type, *param_slot(h, i, regs, caller_sp));
-    at_hook_enter(h, c, args);
-    /* pointers the semantics replaced (a callback flow), in registers only: the stack arguments
-     * the original receives are a copy taken after this */
-    for (int i = 0; i < s->nparams; i++) {
-        uint64_t *slot = param_slot(h, i, regs, caller_sp);
-        if (s->p[i].type == AT_CT_PTR && *slot != args[i] &&
-            (uintptr_t)slot >= (uintptr_t)regs && (uintptr_t)slot < (uintptr_t)(regs + 1))
-            *slot = args[i];
-    }
-    return h->orig;
+    /* the return comes through trampoline k (the stack taken above saw the real caller) */
+    at_ret_ra[k] = *slot;
+    *slot = (uint64_t)(uintptr_t)(at_ret_pool + 16 * k);
 }
 
-AT_STUB_LINKAGE void at_stub_exit(unsigned index, at_hook_call *c, const uint64_t *rets,
-                                   uint64_t *args)
+AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets)
 {
-    at_hook *h = at_stub_table[index];
-    if (AT_UNLIKELY(c->done))
-        return; /* entered from the shim's own work */
-    c->done = 1;
-    uint64_t r = rets[0];
-    if (h->sig) {
-        at_ctype t = h->sig->ret;
-        r = from_slot(t, (t == AT_CT_F32 || t == AT_CT_F64) ? rets[2] : rets[0]);
+    ret_rec *r = &rt_rec[k];
+    at_hook_call *c = &r->c;
+    if (AT_LIKELY(!c->done)) {
+        c->done = 1;
+        at_hook *h = at_stub_table[r->index];
+        uint64_t v = rets[0];
+        if (h->sig) {
+            at_ctype t = h->sig->ret;
+            v = from_slot(t, (t == AT_CT_F32 || t == AT_CT_F64) ? rets[2] : rets[0]);
+        }
+        at_hook_exit(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED);
     }
-    at_hook_exit(h, c, h->sig ? args : NULL, r, AT_HOOK_RETURNED);
+    ret_done(k);
 }
 
-_Unwind_Reason_Code at_stub_personality(int version, _Unwind_Action actions, uint64_t cls,
-                                        struct _Unwind_Exception *ue, struct _Unwind_Context *ctx)
+/* An exception (or pthread_exit's forced unwind) goes through a hooked call: its Stop, and the
+ * record is marked dead. It is given back later: the unwinder reads the return address from
+ * at_ret_ra[k] right after this returns. */
+_Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint64_t cls,
+                                       struct _Unwind_Exception *ue, struct _Unwind_Context *ctx)
 {
     (void)version, (void)cls, (void)ue;
     if ((actions & _UA_CLEANUP_PHASE) && ctx) {
-        uintptr_t rbp = _Unwind_GetGR(ctx, DWARF_RBP);
-        unsigned index = (unsigned)*(uint64_t *)(rbp + STUB_INDEX_ABOVE_RBP);
-        at_hook_call *c = (at_hook_call *)(rbp - STUB_CALL_FROM_RBP);
-        if (index < AT_STUB_MAX && at_stub_table[index] && !c->done) {
-            c->done = 1;
-            /* the typed arguments were saved below the registers, at a realigned rsp: not needed
-             * for a Stop that carries no return value */
-            at_hook_exit(at_stub_table[index], c, NULL, 0, AT_HOOK_UNWOUND);
+        uintptr_t ip = _Unwind_GetIP(ctx), off = ip - (uintptr_t)at_ret_pool;
+        uint32_t k = (uint32_t)(off / 16);
+        if (off % 16 == 0 && k > 0 && k < AT_RET_MAX) {
+            ret_rec *r = &rt_rec[k];
+            if (!r->c.done) {
+                r->c.done = 1;
+                /* no return value, and no typed arguments in the Stop */
+                at_hook_exit(at_stub_table[r->index], &r->c, NULL, 0, AT_HOOK_UNWOUND);
+            }
+            r->dead = 1;
         }
     }
     return _URC_CONTINUE_UNWIND;

@@ -220,7 +220,7 @@ START_TEST(test_hook_code_is_vector_free)
     bool *seen = calloc(nf, 1);
     size_t *stack = malloc(nf * sizeof *stack), sp = 0, reached = 0;
     for (size_t i = 0; i < nf; i++)
-        if (!strcmp(fns[i].name, "at_stub_enter") || !strcmp(fns[i].name, "at_stub_exit"))
+        if (!strcmp(fns[i].name, "at_stub_enter") || !strcmp(fns[i].name, "at_ret_exit"))
             seen[i] = true, stack[sp++] = i;
     ck_assert_uint_eq(sp, 2);
     char bad[1500] = ""; /* Check passes at most a few KiB of message */
