@@ -40,10 +40,10 @@ const char *at_stack_mode_name(enum at_stack_mode m);
  * allocation, async-signal-safe once at_stack_init returned; also from a signal handler (the walk
  * crosses the signal frame). Returns the number of entries written (0 before at_stack_init). */
 uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint32_t skip);
-/* Return trampolines: a return address in [pool + 16k, pool + 16k + 16) (0 < k, 16k < len) stands
- * for ra[k] (the shim's hooked calls in progress); walks name the real caller and leave the
- * trampoline out. */
-void at_stack_set_trampolines(uintptr_t pool, uintptr_t len, const uint64_t *ra);
+/* Return trampolines: a return address in [pool + size*k, pool + size*(k+1)) (0 < k, size a power
+ * of two) stands for ra[k] (the shim's hooked calls in progress); walks name the real caller and
+ * leave the trampoline out. */
+void at_stack_set_trampolines(uintptr_t pool, uintptr_t len, uintptr_t size, const uint64_t *ra);
 /* The same with an explicit walker (benchmarks, tests). */
 uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr_t *ips, uint32_t max, uint32_t skip);
 

@@ -526,6 +526,12 @@ static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool l
                               uint32_t payload_len, const uintptr_t *ips, uint32_t nips, int stamp,
                               bool head, uint64_t head8);
 
+void at_event_lost(void)
+{
+    seq_next();
+    atomic_fetch_add_explicit(&at_drops_noring, 1, memory_order_relaxed);
+}
+
 AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips)

@@ -83,6 +83,9 @@ int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_event_type
 /* The same with a timestamp taken by the caller (at_ticks()); ts must not go backwards per thread.
  * The flusher's ordering guarantee covers clock reads made inside the writer: an event whose
  * timestamp is older than what was flushed already is written unsorted. */
+/* An event the caller cannot record (a hooked call with no room to be traced): counted as dropped,
+ * and its sequence number makes a gap readers see, as for a dropped write. */
+void at_event_lost(void);
 int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips);

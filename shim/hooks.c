@@ -754,7 +754,6 @@ static void install(probe *pr)
                 o->res.addr == h->res.addr)
                 h->orig = o->wrapper;
         }
-        at_stub_bind(h);
         int n = at_got_patch(h->res.sym, hook_version(&h->res), h->wrapper, why, sizeof why);
         if (n > 0) {
             h->tier = 1;

@@ -299,7 +299,6 @@ int at_entry_patch(at_hook *h, char *why, size_t n)
     memcpy(h->saved, (const void *)pl.patch_at, JMP_REL32);
     h->saved_len = JMP_REL32;
     h->orig = (void *)code_at;
-    at_stub_bind(h);
     if (write_code(pl.patch_at, jmp, JMP_REL32, why, n) < 0) {
         munmap(isl, ISLAND_SIZE);
         return -1;

@@ -108,22 +108,17 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 
 #define AT_STUB_MAX 512
 /* Hooked calls in progress through the stub at once, in all threads (return trampolines): a call
- * beyond that is not traced (at_stub_untraced counts them). */
-#define AT_RET_MAX 16384
+ * beyond that is not traced (its two events are counted as lost). */
+#define AT_RET_MAX 8192
 /* Give h a register-saving stub wrapper (h->wrapper; typed when h->sig is set). 0, or -1 when all
  * stubs are taken. */
 int at_stub_make(at_hook *h);
-/* h->orig is set: the stub's entry trampoline jumps there from now on (before the wrapper is
- * installed). Nothing for a wrapper that is not a stub. */
-void at_stub_bind(at_hook *h);
 /* Is any stub in use? Then a new thread gives the bounds of its own stack (at_stub_thread_start:
  * any range within it), which tell a frame a longjmp left; at_stub_thread_exit gives its return
  * records back. */
 bool at_stub_active(void);
 void at_stub_thread_start(uintptr_t lo, uintptr_t hi);
 void at_stub_thread_exit(void);
-/* Hooked calls that were not traced because every return record was in use. */
-uint64_t at_stub_untraced(void);
 /* The bits of the double equal to the float of bits f (integer arithmetic only). */
 uint64_t at_stub_f32_bits_to_f64(uint32_t f);
 /* Give h a libffi closure built from h->sig. 0 or -1 with why. */

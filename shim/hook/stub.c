@@ -15,11 +15,11 @@
 
 #include "hook.h"
 #include "stack.h"
+#include "trace.h"
 
 extern char at_stub_tramps[];
 static at_hook *at_stub_table[AT_STUB_MAX];
-/* what each entry trampoline jumps to once the call is recorded (the original function) */
-void *at_stub_orig[AT_STUB_MAX] __attribute__((visibility("hidden")));
+
 /* 1 for a hook with a signature: the stub stores xmm0-7 (typed arguments) and xmm0-1 (a typed
  * return value) for it only */
 uint8_t at_stub_typed[AT_STUB_MAX] __attribute__((visibility("hidden")));
@@ -45,8 +45,8 @@ static void slots_plan(at_hook *h)
 
 /* ---------------- return records ----------------
  * One record per hooked call in progress: the return address it replaced (at_ret_ra[k], read by
- * the trampolines' CFI expression and by the stack walker), the call's state between entry and
- * return, and where the return address sits. Trampoline k is at_ret_pool + 16k.
+ * the records' CFI expression and by the stack walker), the call's state between entry and
+ * return, and where the return address sits. Record k's code is at at_ret_pool + 32k.
  * A thread takes records from its own free list (refilled 32 at a time from the process's) and
  * keeps the ones in use on its own stack of records, innermost on top: a return on top pops it. A
  * record is given back only when its call is over for certain:
@@ -60,8 +60,15 @@ static void slots_plan(at_hook *h)
  * take and give records between any two instructions here: every list change is one store after
  * its reads, and a handler's own takes and gives balance before the interrupted code goes on; the
  * pruning and the process's list, which do not balance, are never entered twice. */
-uint64_t at_ret_ra[AT_RET_MAX] __attribute__((visibility("hidden")));
 extern char at_ret_pool[], at_ret_pool_end[];
+uint64_t at_ret_ra[AT_RET_MAX] __attribute__((visibility("hidden"), section(".bss.at_ret")));
+/* the function record k's call runs (C_k: call *at_ret_fn[k]) */
+void *at_ret_fn[AT_RET_MAX] __attribute__((visibility("hidden"), section(".bss.at_ret")));
+/* record k's code: its call C_k, and the return point R_k that call pushes */
+#define RET_CODE 32
+#define RET_POINT 6
+static inline char *ret_call(uint32_t k) { return at_ret_pool + RET_CODE * k; }
+static inline uint64_t ret_point(uint32_t k) { return (uint64_t)(uintptr_t)(ret_call(k) + RET_POINT); }
 
 typedef struct ret_rec {
     at_hook_call c;
@@ -71,7 +78,7 @@ typedef struct ret_rec {
     uint8_t dead;
     uint64_t args[AT_SIG_MAX_PARAMS];
 } ret_rec;
-static ret_rec rt_rec[AT_RET_MAX];
+static ret_rec rt_rec[AT_RET_MAX] __attribute__((section(".bss.at_ret")));
 
 static AT_TLS uint32_t rt_free, rt_top;
 static AT_TLS uintptr_t rt_lo, rt_hi; /* the thread's own stack, when known */
@@ -80,7 +87,6 @@ static AT_TLS uint8_t rt_pruning;
 static uint32_t g_free, g_fresh = 1;
 static pid_t g_lock;                  /* the holder's thread id, 0 free */
 static uintptr_t main_lo, main_hi;    /* the first thread's stack */
-static uint64_t rt_untraced;          /* hooked calls not traced: no record to be had */
 
 /* The process's list, held for a few stores at a time. A holder that is this thread (a signal
  * handler interrupted it) or gone (a fork child of a process where another thread held it) would
@@ -152,8 +158,7 @@ static AT_NOINLINE void ret_prune(uintptr_t slot)
         ret_rec *r = &rt_rec[k];
         uintptr_t s = (uintptr_t)r->slot;
         /* at the same slot, a call still in progress made a tail call: its trampoline is there */
-        bool gone = own && s >= lo && (s < slot || (s == slot && *(const uint64_t *)slot !=
-                                                                 (uint64_t)(uintptr_t)(at_ret_pool + 16 * k)));
+        bool gone = own && s >= lo && (s < slot || (s == slot && *(const uint64_t *)slot != ret_point(k)));
         if (!r->dead && !gone)
             break;
         rt_top = r->next;
@@ -170,10 +175,8 @@ static inline uint32_t ret_take(uint64_t *slot)
     if (AT_UNLIKELY(t && ((uintptr_t)rt_rec[t].slot <= (uintptr_t)slot || rt_rec[t].dead)))
         ret_prune((uintptr_t)slot);
     uint32_t k = rt_free;
-    if (AT_UNLIKELY(!k) && !(k = ret_refill())) {
-        __atomic_fetch_add(&rt_untraced, 1, __ATOMIC_RELAXED);
+    if (AT_UNLIKELY(!k) && !(k = ret_refill()))
         return 0;
-    }
     ret_rec *r = &rt_rec[k];
     rt_free = r->next;
     r->slot = slot;
@@ -249,8 +252,6 @@ void at_stub_thread_exit(void)
     g_give();
 }
 
-uint64_t at_stub_untraced(void) { return __atomic_load_n(&rt_untraced, __ATOMIC_RELAXED); }
-
 int at_stub_make(at_hook *h)
 {
     slots_plan(h);
@@ -264,17 +265,12 @@ int at_stub_make(at_hook *h)
     if (i == 0) {
         ret_main_bounds();
         at_stack_set_trampolines((uintptr_t)at_ret_pool, (uintptr_t)(at_ret_pool_end - at_ret_pool),
-                                 at_ret_ra);
+                                 RET_CODE, at_ret_ra);
     }
     return 0;
 }
 
-void at_stub_bind(at_hook *h)
-{
-    if (h->wrapper && (char *)h->wrapper >= at_stub_tramps &&
-        (char *)h->wrapper < at_stub_tramps + 16 * AT_STUB_MAX)
-        __atomic_store_n(&at_stub_orig[h->stub_index], h->orig, __ATOMIC_RELEASE);
-}
+
 
 /* A float's bits as the double of the same value, in integer arithmetic: this file is built without
  * vector registers (stub_asm.S), and a conversion instruction would also raise MXCSR's flags (a
@@ -319,7 +315,7 @@ static inline uint64_t *param_slot(const at_hook *h, int i, at_hook_regs *regs, 
     return n >= 32 ? &stack[n - 32] : (uint64_t *)regs + n;
 }
 
-void at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot);
+int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump);
 void at_ret_exit(unsigned k, const uint64_t *rets);
 _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint64_t cls,
                                        struct _Unwind_Exception *ue, struct _Unwind_Context *ctx);
@@ -329,14 +325,15 @@ _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint
  * The production build needs none of this (its hook code touches no vector state). */
 #if defined(__SANITIZE_ADDRESS__)
 #include "xstate.h"
-static void stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot);
+static int stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump);
 static void ret_exit(unsigned k, const uint64_t *rets);
-void at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot)
+int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
     at_xstate x;
     at_xstate_save(&x);
-    stub_enter(index, regs, slot);
+    int r = stub_enter(index, regs, slot, jump);
     at_xstate_restore(&x);
+    return r;
 }
 void at_ret_exit(unsigned k, const uint64_t *rets)
 {
@@ -352,16 +349,24 @@ void at_ret_exit(unsigned k, const uint64_t *rets)
 #define AT_STUB_LINKAGE
 #endif
 
-AT_STUB_LINKAGE void at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot)
+/* 1: the call is recorded, *jump is C_k; 0: *jump is the original, straight */
+AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
+    at_hook *h = at_stub_table[index];
     /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
      * straight to the original, nothing read or recorded, and its return left alone */
-    if (AT_UNLIKELY(at_internal != 0))
-        return;
+    if (AT_UNLIKELY(at_internal != 0)) {
+        *jump = h->orig;
+        return 0;
+    }
     uint32_t k = ret_take(slot);
-    if (AT_UNLIKELY(!k))
-        return;
-    at_hook *h = at_stub_table[index];
+    if (AT_UNLIKELY(!k)) {
+        /* the call's Start and Stop, lost: readers see the gap */
+        at_event_lost();
+        at_event_lost();
+        *jump = h->orig;
+        return 0;
+    }
     ret_rec *r = &rt_rec[k];
     at_hook_call *c = &r->c;
     uint64_t *caller_sp = slot + 1; /* the stack arguments, and the call's depth */
@@ -369,10 +374,10 @@ AT_STUB_LINKAGE void at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t 
     c->act = NULL;
     c->sp = (uintptr_t)caller_sp;
     /* a tail call from a hooked call in progress: the same return slot, holding that call's
-     * trampoline. It is nested in that call (a little deeper), not a sibling that replaced it. */
+     * return point. It is nested in that call (a little deeper), not a sibling that replaced it. */
     uint64_t prev = *slot - (uint64_t)(uintptr_t)at_ret_pool;
-    if (AT_UNLIKELY(prev < (uint64_t)(at_ret_pool_end - at_ret_pool) && prev % 16 == 0))
-        c->sp = rt_rec[prev / 16].c.sp - 1;
+    if (AT_UNLIKELY(prev < (uint64_t)(at_ret_pool_end - at_ret_pool) && prev % RET_CODE == RET_POINT))
+        c->sp = rt_rec[prev / RET_CODE].c.sp - 1;
     c->started = 0;
     c->done = 0;
     const at_sig *s = h->sig;
@@ -392,9 +397,12 @@ AT_STUB_LINKAGE void at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t 
                 *p = args[i];
         }
     }
-    /* the return comes through trampoline k (the stack taken above saw the real caller) */
+    /* the return comes back through R_k (the stack taken above saw the real caller) */
+    at_ret_fn[k] = h->orig;
     at_ret_ra[k] = *slot;
-    *slot = (uint64_t)(uintptr_t)(at_ret_pool + 16 * k);
+    *slot = ret_point(k);
+    *jump = ret_call(k);
+    return 1;
 }
 
 AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets)
@@ -423,8 +431,8 @@ _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint
     (void)version, (void)cls, (void)ue;
     if ((actions & _UA_CLEANUP_PHASE) && ctx) {
         uintptr_t ip = _Unwind_GetIP(ctx), off = ip - (uintptr_t)at_ret_pool;
-        uint32_t k = (uint32_t)(off / 16);
-        if (off % 16 == 0 && k > 0 && k < AT_RET_MAX) {
+        uint32_t k = (uint32_t)(off / RET_CODE);
+        if (off % RET_CODE == RET_POINT && k > 0 && k < AT_RET_MAX) {
             ret_rec *r = &rt_rec[k];
             if (!r->c.done) {
                 r->c.done = 1;

@@ -1,47 +1,48 @@
-/* stub_asm.S: the signature-less wrapper, and the return trampolines it leaves in place of a hooked
+/* stub_asm.S: the signature-less wrapper, and the return trampolines it puts in place of a hooked
  * call's return address.
  *
  * The hooked function runs on its caller's own stack, as if unhooked: whatever the size of its stack
  * arguments (a struct passed by value, a variadic call with 30 arguments), the function reads them
- * where its caller put them. The wrapper only replaces the return address:
- *   - a table of AT_STUB_MAX entry trampolines (one per hook, no code generated at run time):
- *     `call at_stub_common` (which learns the hook's index from its return address, saves the
- *     caller's registers and flags, calls at_stub_enter, and restores them all), then an indirect
- *     jump through at_stub_orig[i] to the original function, with every register as the caller set
- *     it and the stack as the caller left it;
- *   - at_stub_enter records the call and replaces the return address in the caller's frame by the
- *     address of a return trampoline (one of AT_RET_MAX: `movw $k, -16(%rsp); jmp at_ret_common`), keeping
- *     the real one in at_ret_ra[k];
- *   - when the function returns there, at_ret_common saves every general register and the flags
- *     the function returned with, puts the real return address back where the call put it, calls
- *     at_ret_exit, restores everything and jumps to the caller: the caller sees what the function
- *     left.
+ * where its caller put them. Only the return address changes:
+ *   - a table of AT_STUB_MAX entry trampolines (one per hook: push the hook's index, jump to
+ *     at_stub_common) means no code is generated at run time;
+ *   - at_stub_common saves the caller's registers and flags and calls at_stub_enter, which records
+ *     the call in return record k, keeps the real return address in at_ret_ra[k] and puts the
+ *     address of record k's return point R_k in its place. With every register and flag restored,
+ *     it jumps to record k's call C_k, `call *at_ret_fn[k]` (the original function), placed so that
+ *     the call pushes R_k exactly where the caller's return address was: the function sees its
+ *     caller's stack, and returns to R_k as the processor's return predictor expects;
+ *   - R_k stores k below rsp and jumps to at_ret_common, which saves every general register and
+ *     the flags the function returned with, puts the real return address back, calls at_ret_exit,
+ *     restores everything and returns to the caller with `ret` (its call's prediction).
+ * A call that is not recorded (the shim's own, or no record left) jumps straight to the original.
  * GCC's IPA register allocation lets a caller in the same file keep values in call-clobbered
  * registers the callee is known not to touch, so nothing the caller can observe may change: no
  * instruction between the caller's state and the restore of it relies on flags it has not saved
  * (lea, not add, adjusts rsp). Vector, x87 and MXCSR state is not saved: the C code called here is
  * built with -mgeneral-regs-only and wraps each call into code that may use those registers in an
  * XSAVE/XRSTOR pair (runtime/xstate.h). xmm0-7 are stored (never reloaded) for typed arguments, and
- * xmm0-1 after the call for a typed floating-point return value.
+ * xmm0-1 after the call for a typed floating-point return value. Jumps to addresses kept in memory
+ * read them from below rsp, inside the red zone no signal frame is written to.
  *
- * Unwinders: the return trampolines are covered by one FDE whose rules make each of them a frame of
- * no size (CFA = rsp) whose return address is at_ret_ra[k], computed by a DWARF expression from the
- * trampoline's own address (still in the return slot, just below the CFA) and the offset to its
- * cell stored in the trampoline's last bytes. So C++ exceptions, pthread_exit's forced unwind,
- * backtrace(3), libunwind and debuggers walk through a hooked call to its real caller, also from a
- * signal handler that interrupted any instruction of the return path; the FDE's personality writes
- * the Stop of a call an exception unwinds through. The stack walker of runtime/stack.c replaces the
- * trampoline by the real return address itself. */
+ * Unwinders: the records' code is covered by one FDE whose rules make it a frame of no size (CFA =
+ * rsp) whose return address is at_ret_ra[k], computed by a DWARF expression from R_k (still in the
+ * return slot, just below the CFA) and the offset to its cell stored in R_k's last bytes. So C++
+ * exceptions, pthread_exit's forced unwind, backtrace(3), libunwind and debuggers walk through a
+ * hooked call to its real caller, also from a signal handler that interrupted any instruction of
+ * the entry or return path; the FDE's personality writes the Stop of a call an exception unwinds
+ * through. The stack walker of runtime/stack.c replaces a record's address by the real one itself. */
 
 #define NSTUB 512               /* AT_STUB_MAX in hook.h */
-#define NRET 16384              /* AT_RET_MAX in hook.h */
+#define NRET 8192               /* AT_RET_MAX in hook.h */
+#define RSIZE 32                /* bytes of code per return record */
 
 /* at_stub_common, rsp-based (after realignment) */
 #define REGS 0                  /* at_hook_regs: gp[6], rax, r10, xmm[8] (192 bytes) */
 #define R11 192                 /* the caller's r11 */
 #define LOCALS 208
 /* rbp-based */
-#define TRAMP_RET 8             /* the entry trampoline's return address (its index) */
+#define INDEX 8                 /* the hook's index, pushed by the trampoline; then where to jump */
 #define SLOT 16                 /* the caller's return address: the hooked call's */
 #define SAVED_RAX (-8)
 #define FLAGS (-16)             /* al = OF, ah = SF ZF AF PF CF (seto, lahf) */
@@ -70,6 +71,20 @@
     sahf
 .endm
 
+/* the caller's registers and flags, from at_stub_common's frame */
+.macro RESTORE_CALLER
+    RESTORE_FLAGS
+    movq REGS+0(%rsp), %rdi
+    movq REGS+8(%rsp), %rsi
+    movq REGS+16(%rsp), %rdx
+    movq REGS+24(%rsp), %rcx
+    movq REGS+32(%rsp), %r8
+    movq REGS+40(%rsp), %r9
+    movq REGS+48(%rsp), %rax
+    movq REGS+56(%rsp), %r10
+    movq R11(%rsp), %r11
+.endm
+
     .text
     .p2align 4
     .globl at_stub_tramps
@@ -80,8 +95,10 @@ at_stub_tramps:
     .set i, 0
     .rept NSTUB
     .p2align 4
-    call at_stub_common
-    jmp *at_stub_orig + 8 * i(%rip)
+    pushq $i
+    .cfi_adjust_cfa_offset 8
+    jmp at_stub_common
+    .cfi_adjust_cfa_offset -8
     .set i, i + 1
     .endr
     .cfi_endproc
@@ -93,9 +110,10 @@ at_stub_tramps:
     .type at_stub_common, @function
 at_stub_common:
     .cfi_startproc
+    .cfi_def_cfa_offset 16          /* the index, then the return address */
     pushq %rbp
-    .cfi_def_cfa_offset 16
-    .cfi_offset %rbp, -16
+    .cfi_def_cfa_offset 24
+    .cfi_offset %rbp, -24
     movq %rsp, %rbp
     .cfi_def_cfa_register %rbp
     movq %rax, SAVED_RAX(%rbp)
@@ -114,11 +132,7 @@ at_stub_common:
     movq %rax, REGS+48(%rsp)
     movq %r10, REGS+56(%rsp)
     movq %r11, R11(%rsp)
-    /* the hook's index from the trampoline that called */
-    movq TRAMP_RET(%rbp), %rax
-    leaq at_stub_tramps+5(%rip), %rdi
-    subq %rdi, %rax
-    shrl $4, %eax
+    movl INDEX(%rbp), %eax
     leaq at_stub_typed(%rip), %rdi
     cmpb $0, (%rdi,%rax)
     je 1f
@@ -133,60 +147,71 @@ at_stub_common:
 1:  movl %eax, %edi
     movq %rsp, %rsi                 /* regs (typed pointer arguments may be rewritten there) */
     leaq SLOT(%rbp), %rdx           /* the caller's return address; its stack arguments above */
+    leaq INDEX(%rbp), %rcx          /* where to jump: C_k, or the original when not recorded */
     call at_stub_enter
-    /* the caller's state exactly (pointer arguments as the hook may have replaced them) */
-    RESTORE_FLAGS
-    movq REGS+0(%rsp), %rdi
-    movq REGS+8(%rsp), %rsi
-    movq REGS+16(%rsp), %rdx
-    movq REGS+24(%rsp), %rcx
-    movq REGS+32(%rsp), %r8
-    movq REGS+40(%rsp), %r9
-    movq REGS+48(%rsp), %rax
-    movq REGS+56(%rsp), %r10
-    movq R11(%rsp), %r11
+    .cfi_remember_state
+    testl %eax, %eax
+    jz 2f
+    /* recorded: the caller's state exactly (pointer arguments as the hook may have replaced them),
+     * rsp where it is after the caller's return address, and on to C_k */
+    RESTORE_CALLER
     movq %rbp, %rsp
     popq %rbp
-    .cfi_def_cfa %rsp, 8
-    ret
+    .cfi_def_cfa %rsp, 16
+    leaq 16(%rsp), %rsp
+    .cfi_def_cfa_offset 0
+    jmp *-16(%rsp)
+2:  .cfi_restore_state
+    /* not recorded: as the caller left everything, into the original */
+    RESTORE_CALLER
+    movq %rbp, %rsp
+    popq %rbp
+    .cfi_def_cfa %rsp, 16
+    leaq 8(%rsp), %rsp
+    .cfi_def_cfa_offset 8
+    jmp *-8(%rsp)
     .cfi_endproc
     .size at_stub_common, . - at_stub_common
 
-/* The return trampolines. Trampoline k (1 <= k < NRET) is at at_ret_pool + 16k:
- *   movw $k, -16(%rsp) ; jmp at_ret_common (rel32) ; .long &at_ret_ra[k] - .
- * k goes below rsp, into the red zone no signal frame is written to, so that rsp, and the rules
- * that find the caller, are the same at every instruction until at_ret_common has a frame.
- * The first 16 bytes hold no trampoline: an unwinder looks up the byte before a return address. */
+/* The return records' code. Record k (1 <= k < NRET) is at at_ret_pool + 32k:
+ *   C_k: call *at_ret_fn[k](%rip)
+ *   R_k: movl $k, -16(%rsp) ; jmp at_ret_common ; .long &at_ret_ra[k] - .
+ * k goes below rsp, into the red zone, so that rsp, and the rules that find the caller, are the
+ * same at every instruction until at_ret_common has a frame. Record 0 holds no code: an unwinder
+ * looks up the byte before a return address. */
     .section .text.at_ret,"ax",@progbits
-    .p2align 4
+    .p2align 5
     .globl at_ret_pool
     .hidden at_ret_pool
     .type at_ret_pool, @function
 at_ret_pool:
     .cfi_startproc
     .cfi_personality 0x9b, DW.ref.at_ret_personality
-    .cfi_def_cfa %rsp, 0
     /* The caller's address is given as the call's last byte and the frame marked as a signal
      * frame, which tells unwinders to take that address as it is (not minus 1) and gives the
      * caller an identity of its own: libgcc tells frames apart by CFA, and this frame of no size
      * shares its CFA with the hooked function's. */
     .cfi_signal_frame
+    .cfi_def_cfa %rsp, 0
     /* DW_CFA_val_expression r16 (return address), 24 bytes, from the CFA the unwinder pushes
-     * (rsp there: one above the return slot, which still holds the trampoline's address):
-     *   DW_OP_lit8; DW_OP_minus; DW_OP_deref   the trampoline's address
-     *   DW_OP_plus_uconst 12; DW_OP_dup; DW_OP_deref_size 4   where its offset is, and the offset
+     * (rsp there: one above the return slot, which holds R_k):
+     *   DW_OP_lit8; DW_OP_minus; DW_OP_deref   R_k
+     *   DW_OP_plus_uconst 13; DW_OP_dup; DW_OP_deref_size 4   where its offset is, and the offset
      *   DW_OP_const4u 0x80000000; DW_OP_xor; DW_OP_const4u 0x80000000; DW_OP_minus   (sign-extend)
      *   DW_OP_plus; DW_OP_deref   the cell's value: the real return address
      *   DW_OP_lit1; DW_OP_minus   its call's last byte */
-    .cfi_escape 0x16, 0x10, 0x18, 0x38, 0x1c, 0x06, 0x23, 0x0c, 0x12, 0x94, 0x04, 0x0c, 0x00, 0x00, 0x00, 0x80, 0x27, 0x0c, 0x00, 0x00, 0x00, 0x80, 0x1c, 0x22, 0x06, 0x31, 0x1c
-    .fill 16, 1, 0xcc
+    .cfi_escape 0x16, 0x10, 0x18, 0x38, 0x1c, 0x06, 0x23, 0x0d, 0x12, 0x94, 0x04, 0x0c, 0x00, 0x00, 0x00, 0x80, 0x27, 0x0c, 0x00, 0x00, 0x00, 0x80, 0x1c, 0x22, 0x06, 0x31, 0x1c
+    .fill RSIZE, 1, 0xcc
     .set k, 1
     .rept NRET - 1
-    .byte 0x66, 0xc7, 0x44, 0x24, 0xf0   /* movw $k, -16(%rsp) */
-    .short k
-    .byte 0xe9
+    .byte 0xff, 0x15                    /* call *at_ret_fn[k](%rip) */
+    .long at_ret_fn + 8 * k - (. + 4)
+    .byte 0xc7, 0x44, 0x24, 0xf0        /* movl $k, -16(%rsp) */
+    .long k
+    .byte 0xe9                          /* jmp at_ret_common */
     .long at_ret_common - (. + 4)
     .long at_ret_ra + 8 * k - .
+    .fill RSIZE - 23, 1, 0xcc
     .set k, k + 1
     .endr
     .cfi_endproc
@@ -200,12 +225,12 @@ at_ret_pool_end:
     .hidden at_ret_common
     .type at_ret_common, @function
 at_ret_common:
-    /* rsp = one above the hooked call's return slot (which holds the trampoline's address), k at
-     * -16(%rsp). Until the slot holds the real return address again, the CFI is the trampolines'. */
+    /* rsp = one above the hooked call's return slot (which holds R_k), k at -16(%rsp). Until the
+     * slot holds the real return address again, the CFI is the records'. */
     .cfi_startproc
     .cfi_signal_frame
     .cfi_def_cfa %rsp, 0
-    .cfi_escape 0x16, 0x10, 0x18, 0x38, 0x1c, 0x06, 0x23, 0x0c, 0x12, 0x94, 0x04, 0x0c, 0x00, 0x00, 0x00, 0x80, 0x27, 0x0c, 0x00, 0x00, 0x00, 0x80, 0x1c, 0x22, 0x06, 0x31, 0x1c
+    .cfi_escape 0x16, 0x10, 0x18, 0x38, 0x1c, 0x06, 0x23, 0x0d, 0x12, 0x94, 0x04, 0x0c, 0x00, 0x00, 0x00, 0x80, 0x27, 0x0c, 0x00, 0x00, 0x00, 0x80, 0x1c, 0x22, 0x06, 0x31, 0x1c
     leaq -16(%rsp), %rsp            /* rsp at k */
     .cfi_def_cfa_offset 16
     pushq %rbp
@@ -230,7 +255,7 @@ at_ret_common:
     movq %r10, OUT+40(%rsp)
     movq %r11, OUT+48(%rsp)
     /* the real return address back where the call put it */
-    movzwl KSLOT(%rbp), %edi
+    movl KSLOT(%rbp), %edi
     leaq at_ret_ra(%rip), %rax
     movq (%rax,%rdi,8), %rax
     movq %rax, RSLOT(%rbp)
@@ -253,11 +278,9 @@ at_ret_common:
     movq %rbp, %rsp
     popq %rbp
     .cfi_def_cfa %rsp, 16
-    /* a jump, not a ret: the return stack predictor stays in step with the program's calls. The
-     * address is read from below rsp, inside the red zone no signal frame is written to. */
-    leaq 16(%rsp), %rsp
-    .cfi_def_cfa_offset 0
-    jmp *-8(%rsp)
+    leaq 8(%rsp), %rsp
+    .cfi_def_cfa_offset 8
+    ret
     .cfi_endproc
     .size at_ret_common, . - at_ret_common
 

@@ -8,9 +8,6 @@
 
 #include "../../shim/hook/entry.c"
 
-/* the stub's binding of the original (stub.c): these tests install plain wrappers */
-void at_stub_bind(at_hook *h) { (void)h; }
-
 /* Functions laid out in a buffer at a known address (16-byte slots). */
 static uint8_t code[4096] __attribute__((aligned(16)));
 
