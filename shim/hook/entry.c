@@ -116,7 +116,7 @@ static int plan_make(uintptr_t addr, size_t size, uintptr_t code_at, plan *pl, c
         const uint8_t *b = (const uint8_t *)ip;
         uint8_t *out = pl->code + pl->code_len;
         uintptr_t out_ip = code_at + pl->code_len;
-        if (pl->code_len + 32 > sizeof pl->code) {
+        if (pl->code_len + 48 > sizeof pl->code) {
             snprintf(why, wn, "displaced instructions too long");
             return -1;
         }
@@ -147,11 +147,20 @@ static int plan_make(uintptr_t addr, size_t size, uintptr_t code_at, plan *pl, c
                 return -1;
             }
             if (in.meta.category == ZYDIS_CATEGORY_CALL) {
-                /* movabs $target, %r11; call *%r11 (r11 is dead at a function's entry) */
-                out[0] = 0x49, out[1] = 0xbb;
-                memcpy(out + 2, &target, 8);
-                out[10] = 0x41, out[11] = 0xff, out[12] = 0xd3;
-                pl->code_len += 13;
+                /* The call made by hand: the original return address pushed (lea and two movs
+                 * leave the flags and every register alone), then an absolute jump. The callee
+                 * returns into the function itself, whose CFI unwinders and exceptions follow,
+                 * not into the island. A call is the last instruction displaced (it is 5 bytes),
+                 * so it returns past the patched bytes. */
+                uint64_t ret = ip + in.length;
+                uint32_t lo = (uint32_t)ret, hi = (uint32_t)(ret >> 32);
+                static const uint8_t lea[5] = {0x48, 0x8d, 0x64, 0x24, 0xf8}; /* lea -8(%rsp),%rsp */
+                memcpy(out, lea, 5);
+                out[5] = 0xc7, out[6] = 0x04, out[7] = 0x24; /* movl $lo, (%rsp) */
+                memcpy(out + 8, &lo, 4);
+                out[12] = 0xc7, out[13] = 0x44, out[14] = 0x24, out[15] = 0x04; /* movl $hi, 4(%rsp) */
+                memcpy(out + 16, &hi, 4);
+                pl->code_len += 20 + put_jmp_abs(out + 20, target);
             } else if (in.meta.category == ZYDIS_CATEGORY_UNCOND_BR) {
                 pl->code_len += put_jmp_abs(out, target);
             } else if (in.meta.category == ZYDIS_CATEGORY_COND_BR) {
