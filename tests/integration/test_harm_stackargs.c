@@ -10,6 +10,8 @@
  *   C++ exceptions through entry-patched and GOT-hooked functions, caught in main or inside a hooked
  *     function that then returns normally; std::terminate never runs  (sa_throw)
  *   backtrace(3) from three nested hooked functions, and the Start stack taken there  (sa_nest)
+ *   a hooked function whose displaced first instructions hold a call: exceptions, backtrace(3) and
+ *     stacks through the callee's return into it  (sa_prolog)
  *   ucontext coroutines switching stacks inside hooked functions  (sa_coro)
  *   longjmp/siglongjmp out of nested hooked functions, then ordinary calls  (sa_jmp)
  *   a recursion 50000 deep  (sa_deep)
@@ -303,6 +305,42 @@ END_TEST
 
 /* ---------------- frames: backtrace(3) and the Start stack ---------------- */
 
+/* Every Start of act has a stack (read through acttrace dump) whose first frames are the fixture's
+ * functions fns (NULL-terminated), innermost first, and no frame of the shim; n such Starts. */
+static void expect_start_stacks(const at_session *s, const char *act, const char *const *fns, int n)
+{
+    at_run_result r;
+    const char *args[] = {"dump", s->t.path, NULL};
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    ck_assert_msg(r.exited && r.status == 0, "dump: %s", r.err);
+    char ev[64], fn[64];
+    snprintf(ev, sizeof ev, "acttrace/%sStart", act);
+    int stacks = 0;
+    for (const char *p = strstr(r.out, ev); p; p = strstr(p + 1, ev)) {
+        const char *eol = strchr(p, '\n');
+        const char *st = strstr(p, "stack=[");
+        ck_assert_msg(st && (!eol || st < eol), "a %s without a stack", ev);
+        st += 7;
+        char stack[4096];
+        snprintf(stack, sizeof stack, "%.*s", (int)strcspn(st, "]"), st);
+        ck_assert_msg(!strstr(stack, "libacttrace"), "%s: a frame of the shim: %s", ev, stack);
+        const char *f = stack;
+        for (int k = 0; fns[k]; k++) {
+            /* "module!function+0x..": the module is the fixture, whichever it is */
+            const char *bang = strchr(f, '!');
+            snprintf(fn, sizeof fn, "%s+", fns[k]);
+            ck_assert_msg(bang && !strncmp(bang + 1, fn, strlen(fn)) && !memchr(f, ',', (size_t)(bang - f)),
+                          "%s: frame %d is not %s: %s", ev, k, fns[k], stack);
+            f = strchr(f, ',');
+            ck_assert_msg(f || !fns[k + 1], "%s: only %d frames: %s", ev, k + 1, stack);
+            f = f ? f + 1 : "";
+        }
+        stacks++;
+    }
+    ck_assert_int_eq(stacks, n);
+    at_run_result_free(&r);
+}
+
 START_TEST(test_nested_frames)
 {
     const char *argv[] = {"sa_nest", NULL};
@@ -318,37 +356,29 @@ START_TEST(test_nested_frames)
     expect_calls(&s.t, "Nest3", 3, 3);
     expect_parents(&s.t, "Nest3", (const char *[]){"Nest2", NULL});
     expect_parents(&s.t, "Nest2", (const char *[]){"Nest1", NULL});
-    /* the Start stack of the innermost, through the project's reader: its function, then its two
-     * hooked callers, then main, and no frame of the shim */
-    at_run_result r;
-    const char *args[] = {"dump", s.t.path, NULL};
-    ck_assert_int_eq(at_tool_run(&r, args), 0);
-    ck_assert_msg(r.exited && r.status == 0, "dump: %s", r.err);
-    int stacks = 0;
-    for (const char *p = strstr(r.out, "acttrace/Nest3Start"); p;
-         p = strstr(p + 1, "acttrace/Nest3Start")) {
-        const char *eol = strchr(p, '\n');
-        const char *st = strstr(p, "stack=[");
-        ck_assert_msg(st && (!eol || st < eol), "a Nest3Start without a stack");
-        st += 7;
-        char stack[4096];
-        size_t len = strcspn(st, "]");
-        snprintf(stack, sizeof stack, "%.*s", (int)len, st);
-        ck_assert_msg(!strstr(stack, "libacttrace"), "a frame of the shim: %s", stack);
-        static const char *const want[] = {"sa_nest3", "sa_nest2", "sa_nest1", "main"};
-        const char *f = stack;
-        for (int k = 0; k < 4; k++) {
-            char frame[256];
-            snprintf(frame, sizeof frame, "sa_nest!%s+", want[k]);
-            ck_assert_msg(!strncmp(f, frame, strlen(frame)), "frame %d is not %s: %s", k, want[k], stack);
-            f = strchr(f, ',');
-            ck_assert_msg(f || k == 3, "only %d frames: %s", k + 1, stack);
-            f = f ? f + 1 : "";
-        }
-        stacks++;
-    }
-    ck_assert_int_eq(stacks, 3);
-    at_run_result_free(&r);
+    expect_start_stacks(&s, "Nest3",
+                        (const char *const[]){"sa_nest3", "sa_nest2", "sa_nest1", "main", NULL}, 3);
+    at_session_free(&s);
+}
+END_TEST
+
+/* A call among the instructions entry patching displaces: the callee's frames unwind back through
+ * the hooked function (exceptions reach main, backtrace(3) and the Start stack name it and main). */
+START_TEST(test_call_in_patched_bytes)
+{
+    const char *argv[] = {"sa_prolog", NULL};
+    at_session s;
+    run_both(&s, "sa_prolog.conf", argv);
+    expect_hooked(&s, "2 of 2 functions hooked (0 GOT, 2 entry)");
+    ck_assert_msg(strstr(s.r.out, "  sa_prolog!pr_leaf\n  sa_prolog!pr_first\n  sa_prolog!main\n") &&
+                      strstr(s.r.out, "first 3 threw odd 3\n"),
+                  "%s", s.r.out);
+    pairs p = expect_calls(&s.t, "First", 4, 2);
+    ck_assert_uint_eq(p.status[1], 2);
+    p = expect_calls(&s.t, "Leaf", 4, 2);
+    ck_assert_uint_eq(p.status[1], 2);
+    expect_parents(&s.t, "Leaf", (const char *[]){"First", NULL});
+    expect_start_stacks(&s, "Leaf", (const char *const[]){"pr_leaf", "pr_first", "main", NULL}, 4);
     at_session_free(&s);
 }
 END_TEST
@@ -495,6 +525,7 @@ int main(void)
     tcase_add_loop_test(tc, test_stack_arguments, 0, 3 * (int)(sizeof tiers / sizeof tiers[0]));
     tcase_add_test(tc, test_exceptions);
     tcase_add_test(tc, test_nested_frames);
+    tcase_add_test(tc, test_call_in_patched_bytes);
     tcase_add_test(tc, test_coroutines);
     tcase_add_test(tc, test_longjmp);
     tcase_add_test(tc, test_deep_recursion);
