@@ -186,11 +186,12 @@ $(BUILD)/fixtures/hk_matrix-%: tests/fixtures/hk_matrix.c
 	$(CC) $(FIX_CFLAGS) -$* -fopenmp -DHKM_PART=2 -c -o $@-2.o $<
 	$(CC) $(FIX_CFLAGS) -$* -fopenmp -o $@ $@-1.o $@-2.o
 # stack-argument harm fixtures (sa_*): linked with libsafx.so (GOT calls); sa_args again at -O0 and
-# -O2; sa_nest and sa_prolog name their frames with dladdr (-rdynamic)
+# -O2; sa_nest and sa_prolog name their frames with dladdr (-rdynamic); sa_tail makes tail calls (-O2)
 $(BUILD)/fixtures/sa_%: FIX_LIBS = -L$(BUILD)/fixtures -lsafx -Wl,-rpath,$(abspath $(BUILD)/fixtures)
 $(filter $(BUILD)/fixtures/sa_%,$(FIXTURE_BIN)): $(BUILD)/fixtures/libsafx.so
 $(BUILD)/fixtures/libsafx.so $(filter $(BUILD)/fixtures/sa_args%,$(FIXTURE_BIN)): tests/fixtures/sa_funcs.h
 $(BUILD)/fixtures/sa_nest $(BUILD)/fixtures/sa_prolog: FIXTURE_FLAGS = -rdynamic
+$(BUILD)/fixtures/sa_tail: FIXTURE_FLAGS = -O2
 $(BUILD)/fixtures/sa_args-%: tests/fixtures/sa_args.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FIX_CFLAGS) -$* -o $@ $< $(FIX_LIBS)

@@ -15,6 +15,7 @@
  *   ucontext coroutines switching stacks inside hooked functions  (sa_coro)
  *   longjmp/siglongjmp out of nested hooked functions, then ordinary calls  (sa_jmp)
  *   a recursion 50000 deep  (sa_deep)
+ *   hooked functions left by tail calls to hooked functions, 100000 deep on a 1 MiB stack  (sa_tail)
  *   a signal handler's hooked call inside hooked calls; pthread_exit and pthread_cancel unwinding
  *     through hooked functions  (sa_sig, sa_cancel)
  *   2000 threads making nested hooked calls  (sa_churn) */
@@ -448,6 +449,30 @@ START_TEST(test_deep_recursion)
 }
 END_TEST
 
+/* ---------------- tail calls ---------------- */
+
+START_TEST(test_tail_calls)
+{
+    const char *argv[] = {"sa_tail", "100000", NULL};
+    at_session s;
+    run_both(&s, "sa_tail.conf", argv);
+    expect_hooked(&s, "4 of 4 functions hooked (0 GOT, 4 entry)");
+    ck_assert_msg(strstr(s.r.out, "even(100000) = 1, odd(100001) = 1\n"), "%s", s.r.out);
+    /* a function a hooked one jumps to runs inside it: its child, stopped first */
+    expect_calls(&s.t, "A", 1000, 1000);
+    expect_calls(&s.t, "B", 1000, 1000);
+    expect_calls(&s.t, "C", 1000, 1000);
+    expect_parents(&s.t, "B", (const char *[]){"A", NULL});
+    expect_parents(&s.t, "C", (const char *[]){"B", NULL});
+    /* 100000 levels of tail calls: whatever the trace follows of them is paired (the Starts past
+     * the activity depth limit are test_deep_recursion's matter) */
+    pairs p = check_pairs(&s.t, "Even");
+    ck_assert_msg(p.starts >= 100 && p.status[0] == p.stops - p.idless_stops,
+                  "Even: %zu Starts, %zu Stops, %zu returned", p.starts, p.stops, p.status[0]);
+    at_session_free(&s);
+}
+END_TEST
+
 /* ---------------- signals, pthread_exit and pthread_cancel ---------------- */
 
 START_TEST(test_signal_handler)
@@ -529,6 +554,7 @@ int main(void)
     tcase_add_test(tc, test_coroutines);
     tcase_add_test(tc, test_longjmp);
     tcase_add_test(tc, test_deep_recursion);
+    tcase_add_test(tc, test_tail_calls);
     tcase_add_test(tc, test_signal_handler);
     tcase_add_test(tc, test_thread_exit_cancel);
     tcase_add_test(tc, test_thread_churn);
