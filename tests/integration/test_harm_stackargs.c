@@ -1,21 +1,22 @@
 /* test_harm_stackargs: how a hooked function is entered and left must not matter to the program,
- * however it passes its arguments and however control leaves it. Each case runs a fixture traced and
- * untraced and asserts the same exit, stdout and stderr (but the shim's acttrace: line), then reads
- * the trace back: every traced call's Start and Stop, counted and paired by activity id, their
- * Status where it is known, and nesting where it matters.
+ * however it passes its arguments and however control leaves it. Each case runs a fixture traced
+ * and untraced and asserts the same exit, stdout and stderr (but the shim's acttrace: line), then
+ * reads the trace back: every traced call's Start and Stop, counted and paired by activity id,
+ * their Status where it is known, and nesting where it matters.
  *   stack arguments: more than 128 bytes of them (a 240-byte struct by value, 26 longs, a variadic
  *     function with 30 arguments), doubles past xmm7, 16-parameter functions a signature describes;
  *     entry patching (signature-less and typed) at -O0/-O1/-O2, and the GOT (a library's functions,
  *     libc's snprintf with 30 ints)  (sa_args, libsafx)
- *   C++ exceptions through entry-patched and GOT-hooked functions, caught in main or inside a hooked
- *     function that then returns normally; std::terminate never runs  (sa_throw)
+ *   C++ exceptions through entry-patched and GOT-hooked functions, caught in main or inside a
+ *     hooked function that then returns normally; std::terminate never runs  (sa_throw)
  *   backtrace(3) from three nested hooked functions, and the Start stack taken there  (sa_nest)
  *   a hooked function whose displaced first instructions hold a call: exceptions, backtrace(3) and
  *     stacks through the callee's return into it  (sa_prolog)
  *   ucontext coroutines switching stacks inside hooked functions  (sa_coro)
  *   longjmp/siglongjmp out of nested hooked functions, then ordinary calls  (sa_jmp)
  *   a recursion 50000 deep  (sa_deep)
- *   hooked functions left by tail calls to hooked functions, 100000 deep on a 1 MiB stack  (sa_tail)
+ *   hooked functions left by tail calls to hooked functions, 100000 deep on a 1 MiB stack
+ *     (sa_tail)
  *   a signal handler's hooked call inside hooked calls; pthread_exit and pthread_cancel unwinding
  *     through hooked functions  (sa_sig, sa_cancel)
  *   2000 threads making nested hooked calls  (sa_churn) */
@@ -69,14 +70,15 @@ static void run_both(at_session *s, const char *conf, const char *const *argv)
     char *udir;
     ck_assert_int_eq(at_harm_untraced("stackargs-u", argv, NULL, &u, &udir), 0);
     char d[1024];
-    ck_assert_msg(u.exited && u.status == 0, "%s untraced: %s", argv[0], at_run_describe(&u, d, sizeof d));
+    ck_assert_msg(u.exited && u.status == 0, "%s untraced: %s", argv[0],
+                  at_run_describe(&u, d, sizeof d));
     ck_assert_msg(s->r.exited && s->r.status == u.status, "%s traced: %s", argv[0],
                   at_session_describe(s, d, sizeof d));
-    ck_assert_msg(!strcmp(s->r.out, u.out), "%s under %s: stdout differs from untraced, %s", argv[0],
-                  conf, first_diff(s->r.out, u.out));
+    ck_assert_msg(!strcmp(s->r.out, u.out), "%s under %s: stdout differs from untraced, %s",
+                  argv[0], conf, first_diff(s->r.out, u.out));
     char *err = at_harm_program_err(s->r.err);
-    ck_assert_msg(!strcmp(err, u.err), "%s under %s: stderr differs from untraced, %s", argv[0], conf,
-                  first_diff(err, u.err));
+    ck_assert_msg(!strcmp(err, u.err), "%s under %s: stderr differs from untraced, %s", argv[0],
+                  conf, first_diff(err, u.err));
     free(err);
     ck_assert_msg(s->has_trace && s->load_rc == 0 && s->t.complete, "%s: %s", argv[0],
                   at_session_describe(s, d, sizeof d));
@@ -146,7 +148,8 @@ static pairs check_pairs(const at_trace *t, const char *act)
     for (size_t i = 0; i < na || i < nb; i++) {
         const char *x = i < na ? a[i] : "(none)", *y = i < nb ? b[i] : "(none)";
         ck_assert_msg(i < na && i < nb && !strcmp(x, y),
-                      "%s: Starts and Stops do not pair: %zu-th id %s Start, %s Stop (%zu Starts, %zu Stops)",
+                      "%s: Starts and Stops do not pair: %zu-th id %s Start, %s Stop "
+                      "(%zu Starts, %zu Stops)",
                       act, i, x, y, na, nb);
         ck_assert_msg(i == 0 || strcmp(a[i - 1], a[i]), "%s: two Starts of %s", act, a[i]);
     }
@@ -171,7 +174,8 @@ static pairs expect_calls(const at_trace *t, const char *act, size_t n, long n_r
                   p.idless_starts, p.stops, n);
     if (n_returned >= 0)
         ck_assert_msg(p.status[0] == (size_t)n_returned,
-                      "%s: %zu Stops with Status 0 (returned), want %ld (%zu unwound, %zu abandoned)",
+                      "%s: %zu Stops with Status 0 (returned), want %ld "
+                      "(%zu unwound, %zu abandoned)",
                       act, p.status[0], n_returned, p.status[1], p.status[2]);
     return p;
 }
@@ -250,8 +254,9 @@ START_TEST(test_stack_arguments)
     for (const char *const *a = tiers[tier].acts; *a; a++)
         expect_calls(&s.t, *a, ROUNDS, ROUNDS);
     if (tier == 1) {
-        /* arguments the typed stub read from the stack (r = 3: L(i) = (3000 + i) * (i odd ? -7 : 13),
-         * D(i) = 120 + i + i / 4) and the return value the program printed */
+        /* arguments the typed stub read from the stack (r = 3:
+         * L(i) = (3000 + i) * (i odd ? -7 : 13), D(i) = 120 + i + i / 4) and the return value the
+         * program printed */
         long i = at_find_field(&s.t, "T16lStart", "a0", "39000", 0);
         ck_assert_msg(i >= 0, "%s: no T16lStart with a0 = 39000", build);
         expect_field(&s.t.ev[i], "a6", "39078");
@@ -284,7 +289,8 @@ START_TEST(test_exceptions)
     at_session s;
     run_both(&s, "sa_throw.conf", argv);
     expect_hooked(&s, "5 of 5 functions hooked (1 GOT, 4 entry)");
-    ck_assert_msg(strstr(s.r.out, "outer 1 threw odd 1\ncatcher 1 returned -1005\n"), "%s", s.r.out);
+    ck_assert_msg(strstr(s.r.out, "outer 1 threw odd 1\ncatcher 1 returned -1005\n"), "%s",
+                  s.r.out);
     const at_trace *t = &s.t;
     /* odd calls throw: through Throw, Apply and Outer (unwound) to main, or through Throw, Apply
      * and Mid to Catcher, which returns */
@@ -330,7 +336,8 @@ static void expect_start_stacks(const at_session *s, const char *act, const char
             /* "module!function+0x..": the module is the fixture, whichever it is */
             const char *bang = strchr(f, '!');
             snprintf(fn, sizeof fn, "%s+", fns[k]);
-            ck_assert_msg(bang && !strncmp(bang + 1, fn, strlen(fn)) && !memchr(f, ',', (size_t)(bang - f)),
+            ck_assert_msg(bang && !strncmp(bang + 1, fn, strlen(fn)) &&
+                              !memchr(f, ',', (size_t)(bang - f)),
                           "%s: frame %d is not %s: %s", ev, k, fns[k], stack);
             f = strchr(f, ',');
             ck_assert_msg(f || !fns[k + 1], "%s: only %d frames: %s", ev, k + 1, stack);
@@ -364,14 +371,16 @@ START_TEST(test_nested_frames)
 END_TEST
 
 /* A call among the instructions entry patching displaces: the callee's frames unwind back through
- * the hooked function (exceptions reach main, backtrace(3) and the Start stack name it and main). */
+ * the hooked function (exceptions reach main, backtrace(3) and the Start stack name it and
+ * main). */
 START_TEST(test_call_in_patched_bytes)
 {
     const char *argv[] = {"sa_prolog", NULL};
     at_session s;
     run_both(&s, "sa_prolog.conf", argv);
     expect_hooked(&s, "2 of 2 functions hooked (0 GOT, 2 entry)");
-    ck_assert_msg(strstr(s.r.out, "  sa_prolog!pr_leaf\n  sa_prolog!pr_first\n  sa_prolog!main\n") &&
+    ck_assert_msg(strstr(s.r.out,
+                         "  sa_prolog!pr_leaf\n  sa_prolog!pr_first\n  sa_prolog!main\n") &&
                       strstr(s.r.out, "first 3 threw odd 3\n"),
                   "%s", s.r.out);
     pairs p = expect_calls(&s.t, "First", 4, 2);
@@ -514,7 +523,8 @@ START_TEST(test_thread_exit_cancel)
     at_session s;
     run_both(&s, "sa_cancel.conf", argv);
     expect_hooked(&s, "4 of 4 functions hooked (0 GOT, 4 entry)");
-    ck_assert_msg(strstr(s.r.out, "exit: 20 cleanups, returned 2190; cancel: 20 cleanups, 20 canceled"),
+    ck_assert_msg(strstr(s.r.out, "exit: 20 cleanups, returned 2190; cancel: 20 cleanups, "
+                                  "20 canceled"),
                   "%s", s.r.out);
     /* none of them returned: each is stopped as unwound or abandoned */
     expect_calls(&s.t, "Outer", CANCEL_ROUNDS, 0);
