@@ -73,6 +73,7 @@ FIXTURE_BIN := $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%,$(FIXTURE_C)) \
                $(patsubst tests/fixtures/%.c,$(BUILD)/fixtures/%.so,$(FIXTURE_LIB_SRC)) \
                $(if $(wildcard tests/fixtures/hk_calls.c),$(addprefix $(BUILD)/fixtures/hk_calls-,now nopie stripped dbg)) \
                $(if $(wildcard tests/fixtures/hk_matrix.c),$(addprefix $(BUILD)/fixtures/hk_matrix-,O0 O2 O3)) \
+               $(if $(wildcard tests/fixtures/sa_args.c),$(addprefix $(BUILD)/fixtures/sa_args-,O0 O2)) \
                $(if $(wildcard tests/fixtures/liblocal_plug.c),$(addprefix $(BUILD)/fixtures/,liblocal_copy2.so liblocal_plug2.so))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
@@ -184,6 +185,16 @@ $(BUILD)/fixtures/hk_matrix-%: tests/fixtures/hk_matrix.c
 	$(CC) $(FIX_CFLAGS) -$* -fopenmp -DHKM_PART=1 -c -o $@-1.o $<
 	$(CC) $(FIX_CFLAGS) -$* -fopenmp -DHKM_PART=2 -c -o $@-2.o $<
 	$(CC) $(FIX_CFLAGS) -$* -fopenmp -o $@ $@-1.o $@-2.o
+# stack-argument harm fixtures (sa_*): linked with libsafx.so (GOT calls); sa_args again at -O0 and
+# -O2; sa_nest and sa_prolog name their frames with dladdr (-rdynamic); sa_tail makes tail calls (-O2)
+$(BUILD)/fixtures/sa_%: FIX_LIBS = -L$(BUILD)/fixtures -lsafx -Wl,-rpath,$(abspath $(BUILD)/fixtures)
+$(filter $(BUILD)/fixtures/sa_%,$(FIXTURE_BIN)): $(BUILD)/fixtures/libsafx.so
+$(BUILD)/fixtures/libsafx.so $(filter $(BUILD)/fixtures/sa_args%,$(FIXTURE_BIN)): tests/fixtures/sa_funcs.h
+$(BUILD)/fixtures/sa_nest $(BUILD)/fixtures/sa_prolog: FIXTURE_FLAGS = -rdynamic
+$(BUILD)/fixtures/sa_tail: FIXTURE_FLAGS = -O2
+$(BUILD)/fixtures/sa_args-%: tests/fixtures/sa_args.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FIX_CFLAGS) -$* -o $@ $< $(FIX_LIBS)
 $(BUILD)/fixtures/%: tests/fixtures/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FIX_CFLAGS) $(FIXTURE_FLAGS) -o $@ $< $(FIX_LIBS) -lrt
