@@ -347,7 +347,7 @@ static void start_stack(at_thread_start *s, const pthread_attr_t *attr)
          * (so its top is 0 when glibc is to make one) */
         void *lo;
         if (pthread_attr_getstack(attr, &lo, &size) == 0)
-            top = (char *)lo + size;
+            top = (void *)((uintptr_t)lo + size); /* in integers: lo wraps when top is 0 */
         else
             size = 0;
     }
