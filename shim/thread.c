@@ -31,7 +31,7 @@ typedef struct at_thread_start {
     at_activity *cap;  /* creator's activity (a reference) or NULL */
     uint64_t parent;   /* creator's tid */
     uintptr_t stk_top; /* the program's own stack for the thread (its top), or 0 */
-    size_t stk_size;   /* the thread's stack size, when a hook stub needs its bounds (else 0) */
+    size_t stk_size;   /* the thread's stack size (0: unknown) */
     uint32_t busy;     /* START_BUSY until the new thread has copied it; START_MALLOC: it frees it */
 } __attribute__((aligned(64))) at_thread_start;
 enum { START_FREE = 0, START_BUSY = 1, START_MALLOC = 2 };
@@ -334,12 +334,10 @@ static at_thread_start *start_new(void *(*fn)(void *), void *arg)
     return s;
 }
 
-/* The new thread's stack as attr makes it, when a hook stub is in use (stack_bounds). */
+/* The new thread's stack as attr makes it (stack_bounds). */
 static void start_stack(at_thread_start *s, const pthread_attr_t *attr)
 {
     static size_t dflt;
-    if (!at_stub_active())
-        return;
     size_t size = 0;
     void *top = NULL;
     if (attr) {

@@ -113,10 +113,12 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 /* Give h a register-saving stub wrapper (h->wrapper; typed when h->sig is set). 0, or -1 when all
  * stubs are taken. */
 int at_stub_make(at_hook *h);
-/* Is any stub in use? Then a new thread gives the bounds of its own stack (at_stub_thread_start:
- * any range within it), which tell a frame a longjmp left; at_stub_thread_exit gives its return
- * records back. */
-bool at_stub_active(void);
+/* A new thread gives the bounds of its own stack (at_stub_thread_start: any range within it),
+ * which tell a frame a longjmp left; at_stub_thread_exit gives its return records back. */
+/* Are both addresses on the running thread's own stack (as far as it knows its bounds)? A call
+ * listed deeper than a new one is abandoned only then: on another stack (a coroutine's) it may be
+ * alive. */
+bool at_stub_own_stack(uintptr_t a, uintptr_t b);
 void at_stub_thread_start(uintptr_t lo, uintptr_t hi);
 void at_stub_thread_exit(void);
 /* The bits of the double equal to the float of bits f (integer arithmetic only). */

@@ -150,15 +150,12 @@ static AT_NOINLINE void ret_prune(uintptr_t slot)
     if (rt_pruning)
         return;
     rt_pruning = 1;
-    uintptr_t lo = rt_lo, hi = rt_hi;
-    if (!hi && slot >= main_lo && slot < main_hi)
-        lo = main_lo, hi = main_hi;
-    bool own = hi && slot >= lo && slot < hi;
     for (uint32_t k = rt_top; k; k = rt_top) {
         ret_rec *r = &rt_rec[k];
         uintptr_t s = (uintptr_t)r->slot;
-        /* at the same slot, a call still in progress made a tail call: its trampoline is there */
-        bool gone = own && s >= lo && (s < slot || (s == slot && *(const uint64_t *)slot != ret_point(k)));
+        /* at the same slot, a call still in progress made a tail call: its return point is there */
+        bool gone = at_stub_own_stack(s, slot) &&
+                    (s < slot || (s == slot && *(const uint64_t *)slot != ret_point(k)));
         if (!r->dead && !gone)
             break;
         rt_top = r->next;
@@ -214,7 +211,16 @@ static void ret_main_bounds(void)
     main_hi = hi + 1;
 }
 
-bool at_stub_active(void) { return __atomic_load_n(&at_stub_used, __ATOMIC_RELAXED) > 0; }
+bool at_stub_own_stack(uintptr_t a, uintptr_t b)
+{
+    uintptr_t lo = rt_lo, hi = rt_hi;
+    if (!hi) {
+        if (!main_hi)
+            ret_main_bounds();
+        lo = main_lo, hi = main_hi;
+    }
+    return hi && a >= lo && a < hi && b >= lo && b < hi;
+}
 
 void at_stub_thread_start(uintptr_t lo, uintptr_t hi)
 {
