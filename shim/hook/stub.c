@@ -203,7 +203,9 @@ static void ret_main_bounds(void)
     extern void *__libc_stack_end;
     struct rlimit rl;
     uintptr_t hi = (uintptr_t)__libc_stack_end;
-    if (!hi || getrlimit(RLIMIT_STACK, &rl) != 0)
+    /* the system call itself: the hook's code calls no libc function that may use vector
+     * registers (test_harm_stub) */
+    if (!hi || syscall(SYS_prlimit64, 0, RLIMIT_STACK, NULL, &rl) != 0)
         return;
     uintptr_t room = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (128u << 20) ? (128u << 20)
                                                                                   : rl.rlim_cur;
@@ -247,7 +249,10 @@ void at_stub_thread_exit(void)
     }
     rt_top = 0;
     (void)keep;
-    if (!rt_free || !g_take())
+    int e = errno;
+    bool taken = rt_free && g_take();
+    errno = e;
+    if (!taken)
         return;
     while (rt_free) {
         uint32_t k = rt_free;
