@@ -229,13 +229,24 @@ static void leader_key_create(void) { pthread_key_create(&leader_key, leader_lef
 
 static AT_TLS bool leader_watched; /* a fork child's thread keeps its parent thread's key value */
 
-AT_FORK_TEXT void at_thread_watch_leader(void)
+static inline __attribute__((always_inline)) void watch_leader(void)
 {
     if (leader_watched)
         return;
     pthread_once(&leader_once, leader_key_create);
     pthread_setspecific(leader_key, &leader_key);
     leader_watched = true;
+}
+
+/* A fork child's, on the fork page; the start's own copy is start code (a fault less per image) */
+AT_FORK_TEXT void at_thread_watch_leader(void)
+{
+    watch_leader();
+}
+
+void at_thread_watch_leader_start(void)
+{
+    watch_leader();
 }
 
 const char *at_object_name(const void *addr)
