@@ -16,7 +16,9 @@ AT_TLS int at_internal;
 
 char *at_command_line;
 static _Atomic int sess_state AT_FORK_DATA; /* 0 none, 1 running, 2 stopping */
-static pthread_once_t atfork_once AT_START_DATA = PTHREAD_ONCE_INIT;
+/* Set by the one thread that won sess_state in trace_start: a flag, not pthread_once (whose wake-up
+ * is a system call at every traced image's start). */
+static bool atfork_done AT_START_DATA;
 
 static const at_field pi_fields[] = {
     {"CommandLine", NT_TYPE_STRING},
@@ -370,7 +372,10 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     }
     at_tbuf_init_key();
     at_clock_select(o->clock);
-    pthread_once(&atfork_once, register_atfork);
+    if (!atfork_done) {
+        atfork_done = true;
+        register_atfork();
+    }
     if (!at_processinfo_type)
         at_processinfo_type = at_event_type_register(&pi_desc);
     at_symrun_on = !o->no_symbols;
