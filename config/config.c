@@ -14,7 +14,9 @@ void at_config_defaults(at_config *c)
 
 void at_config_defaults_zeroed(at_config *c)
 {
-    snprintf(c->output, sizeof c->output, "%s", "acttrace-%p.nettrace");
+    /* copies, not snprintf: the shim's start would map printf's pages of libc for them */
+    static const char def_output[] = "acttrace-%p.nettrace";
+    memcpy(c->output, def_output, sizeof def_output);
     c->fdflow = true;
     c->accept_activity = false;
     c->thread_events = true;
@@ -95,7 +97,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
             snprintf(err, errlen, "ACTTRACE_OUTPUT: path longer than %zu bytes", sizeof c->output - 1);
             return -1;
         }
-        snprintf(c->output, sizeof c->output, "%s", v);
+        memcpy(c->output, v, strlen(v) + 1);
     }
     if ((v = getenv_fn("ACTTRACE_CONFIG")) && *v) {
         if (strlen(v) >= sizeof c->config_file) {
@@ -103,7 +105,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
                      sizeof c->config_file - 1);
             return -1;
         }
-        snprintf(c->config_file, sizeof c->config_file, "%s", v);
+        memcpy(c->config_file, v, strlen(v) + 1);
     }
     static const struct {
         const char *name;

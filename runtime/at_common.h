@@ -31,6 +31,11 @@
  * touch of each page costs tens of microseconds, paid by every traced process image. Read-mostly
  * after the start: nothing here is written per event or per thread. */
 #define AT_START_DATA __attribute__((section("at_start_data")))
+/* Zero-initialised tables whose first bytes the start writes (the clock's first pair, the safe-read
+ * ranges): placed by shim/start.ld right after AT_START_DATA, on the page the loader zeroes anyway
+ * and the next one (which crtstuff's exit flag shares), instead of a page each in .bss. Only the
+ * head of each is written at start; the rest stays untouched. */
+#define AT_START_BSS __attribute__((section(".bss.at_start")))
 
 /* A fork child's copy of a lock that a thread of the parent may have held: made afresh only when it
  * is not as initialised, so a lock that was free costs the child no copied page (such locks go on
@@ -64,6 +69,26 @@ static inline pid_t at_raw_getpid(void)
     long r;
     __asm__ volatile("syscall" : "=a"(r) : "0"(39L /* SYS_getpid */) : "rcx", "r11", "memory");
     return (pid_t)r;
+}
+
+/* A system call without libc, errno untouched (returns -errno): for the start's own reads, which
+ * through libc's read/close would run the shim's interposed wrappers, a code page more. */
+static inline long at_raw_syscall3(long n, long a, long b, long c)
+{
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "0"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return r;
+}
+
+static inline long at_raw_syscall4(long n, long a, long b, long c, long d)
+{
+    long r;
+    register long r10 __asm__("r10") = d;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "0"(n), "D"(a), "S"(b), "d"(c), "r"(r10)
+                     : "rcx", "r11", "memory");
+    return r;
 }
 
 static inline pid_t at_tid(void)

@@ -7,7 +7,12 @@
 #include <strings.h>
 #include "trace_int.h"
 
-at_event_type *at_types[AT_MAX_TYPES];
+/* The types every start registers (the shim's, the writer's) fit the first table, on the start data
+ * page: the full one is 512 KiB of .bss that a process registering few types never touches. */
+#define AT_TYPES_FIRST 32
+static at_event_type *types_first[AT_TYPES_FIRST] AT_START_DATA;
+static at_event_type *types_all[AT_MAX_TYPES];
+at_event_type **at_types_tab AT_START_DATA = types_first;
 _Atomic uint32_t at_ntypes AT_START_DATA;
 static pthread_mutex_t reg_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER; /* taken around fork */
 static uint8_t filt_level AT_START_DATA;
@@ -29,7 +34,7 @@ void at_event_type_apply_filter(uint8_t level, uint64_t keywords)
     filt_keywords = keywords;
     uint32_t n = atomic_load(&at_ntypes);
     for (uint32_t i = 1; i <= n; i++)
-        at_types[i]->head.enabled = passes(at_types[i], level, keywords);
+        at_types_tab[i]->head.enabled = passes(at_types_tab[i], level, keywords);
     pthread_mutex_unlock(&reg_lock);
 }
 
@@ -61,10 +66,28 @@ static void mb_put(mbuf *b, const void *v, size_t n)
 }
 static void mb_u32(mbuf *b, uint32_t v) { mb_put(b, &v, 4); }
 
-/* UTF-16LE + NUL, through the payload encoder so both agree on invalid UTF-8. */
+/* UTF-16LE + NUL, through the payload encoder so both agree on invalid UTF-8. ASCII (every name the
+ * shim and the writer register at each start) is widened here directly: the encoder's checks per
+ * character and a buffer per string were a third of a traced image's start in instructions. */
 static void mb_str(mbuf *b, const char *s)
 {
     size_t n = strlen(s);
+    size_t ascii = 0;
+    while (ascii < n && (unsigned char)s[ascii] < 0x80)
+        ascii++;
+    if (ascii == n) {
+        uint8_t w[128];
+        size_t k = 0;
+        for (size_t i = 0; i <= n; i++) { /* the NUL too */
+            w[k++] = (uint8_t)s[i];
+            w[k++] = 0;
+            if (k == sizeof w || i == n) {
+                mb_put(b, w, k);
+                k = 0;
+            }
+        }
+        return;
+    }
     size_t cap = n * 2 + 2; /* each byte gives at most one UTF-16 unit */
     uint8_t *tmp = malloc(cap);
     if (!tmp) {
@@ -156,7 +179,7 @@ at_event_type *at_event_type_register(const at_event_desc *d)
     uint32_t n = atomic_load(&at_ntypes);
     uint32_t max_id = 0;
     for (uint32_t i = 1; i <= n; i++) {
-        at_event_type *t = at_types[i];
+        at_event_type *t = at_types_tab[i];
         if (strcmp(t->provider, d->provider) != 0)
             continue;
         /* the same name with other fields (a program marking "Tick" with an integer here and a
@@ -195,7 +218,11 @@ at_event_type *at_event_type_register(const at_event_desc *d)
     t->meta = b.p;
     t->meta_len = (uint32_t)b.len;
     t->head.enabled = passes(t, filt_level, filt_keywords);
-    at_types[t->index] = t;
+    if (t->index == AT_TYPES_FIRST) { /* readers holding the first table read only its entries */
+        memcpy(types_all, types_first, sizeof types_first);
+        __atomic_store_n(&at_types_tab, types_all, __ATOMIC_RELEASE);
+    }
+    at_types_tab[t->index] = t;
     atomic_store_explicit(&at_ntypes, t->index, memory_order_release);
     pthread_mutex_unlock(&reg_lock);
     return t;

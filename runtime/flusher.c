@@ -56,7 +56,7 @@ static inline bool rec_sane(const at_rec *h, uint32_t pos, uint32_t used)
                                ((h->flags & AT_REC_REL) ? 16 : 0) + (size_t)h->nips * 8 +
                                h->payload_len + 7) & ~7u;
     /* every flags bit has a meaning now (the CPU fills the upper ones): the size says the rest */
-    return want == h->size && at_types[h->type_index] != NULL;
+    return want == h->size && at_type_at(h->type_index) != NULL;
 }
 
 /* Thread ids whose thread ended after its events were written (its ring was recycled or handed to

@@ -578,7 +578,7 @@ static void part_lost(void)
 {
     at_output_cut(&at_out, W.held_off + 1);
     for (uint32_t i = 0, n = atomic_load(&at_ntypes); i <= n && i < AT_MAX_TYPES; i++) {
-        at_event_type *t = at_types[i];
+        at_event_type *t = at_type_at(i);
         if (t && t->file_gen == W.file_gen && t->meta_part == W.part)
             t->file_gen = 0;
     }
@@ -719,7 +719,7 @@ static AT_NOINLINE int event_slow(const at_rec *r, const uint8_t *body, uint64_t
  * traced program's too when the flusher shares its CPU. */
 int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base)
 {
-    at_event_type *t = at_types[r->type_index];
+    at_event_type *t = at_type_at(r->type_index);
     uint64_t ts = at_clock_file_ts(r->ts);
     evblock *b = &W.eb;
     uint32_t plen = r->payload_len;

@@ -211,7 +211,7 @@ static int expand(at_output *o, char *err, size_t errlen)
             tmp[0] = *s;
             tl = 1;
         } else if (s[1] == 'p') {
-            tl = at_fmt_u64(tmp, (uint64_t)getpid());
+            tl = at_fmt_u64(tmp, (uint64_t)at_raw_getpid());
             has_pid = true;
             s++;
         } else if (s[1] == 't') {
@@ -250,7 +250,7 @@ static int expand(at_output *o, char *err, size_t errlen)
     }
     if (o->child_suffix && !has_pid) {
         char sfx[24] = "-";
-        at_fmt_u64(sfx + 1, (uint64_t)getpid());
+        at_fmt_u64(sfx + 1, (uint64_t)at_raw_getpid());
         if (insert_suffix(o->base, cap, sfx) < 0)
             goto too_long;
     }

@@ -34,10 +34,11 @@ typedef struct sr_range {
     uintptr_t lo, hi;
 } sr_range;
 
-static sr_range sr_ranges[SR_MAX_RANGES];
+static sr_range sr_ranges[SR_MAX_RANGES] AT_START_BSS; /* the start adds the loaded objects */
 static int sr_nranges AT_START_DATA;
 static uint64_t sr_syscalls;
-static uintptr_t sr_main_lo, sr_main_hi; /* the zone only the main thread's stack can occupy */
+/* the zone only the main thread's stack can occupy (set at start) */
+static uintptr_t sr_main_lo AT_START_DATA, sr_main_hi AT_START_DATA;
 static bool sr_denied; /* the kernel refused the copy itself (a seccomp filter): nothing was tried */
 
 void at_saferead_add_range(uintptr_t lo, uintptr_t hi)

@@ -10,7 +10,7 @@
 #include <string.h>
 #include "symrun_clr.h"
 
-bool at_symrun_clr;
+bool at_symrun_clr AT_START_DATA; /* set at every session start */
 
 static struct {
     at_event_type *t_module, *t_method;

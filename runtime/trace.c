@@ -16,7 +16,9 @@ AT_TLS int at_internal;
 
 char *at_command_line;
 static _Atomic int sess_state AT_FORK_DATA; /* 0 none, 1 running, 2 stopping */
-static pthread_once_t atfork_once AT_START_DATA = PTHREAD_ONCE_INIT;
+/* Set by the one thread that won sess_state in trace_start: a flag, not pthread_once (whose wake-up
+ * is a system call at every traced image's start). */
+static bool atfork_done AT_START_DATA;
 
 static const at_field pi_fields[] = {
     {"CommandLine", NT_TYPE_STRING},
@@ -162,7 +164,7 @@ static struct {
 
 /* The session waits for its first event that counts from now (a fork child's, or a new image's that
  * starts lazily): nothing recorded, nothing claimed, the buffers not yet this process's. */
-AT_FORK_TEXT static void pending_arm(void)
+static inline __attribute__((always_inline)) void pending_arm_inline(void)
 {
     child_fork_ts = at_ticks();
     child_prologue.type = NULL;
@@ -170,6 +172,11 @@ AT_FORK_TEXT static void pending_arm(void)
     atomic_store(&child_claim, 0);
     atomic_store(&child_recorded, 0);
     atomic_store(&at_sess_active, AT_SESS_PENDING);
+}
+/* a fork child's copy on the fork page; an image's start runs its own inline (start code) */
+AT_FORK_TEXT static void pending_arm(void)
+{
+    pending_arm_inline();
 }
 
 AT_FORK_TEXT static void fork_child(void)
@@ -365,7 +372,10 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     }
     at_tbuf_init_key();
     at_clock_select(o->clock);
-    pthread_once(&atfork_once, register_atfork);
+    if (!atfork_done) {
+        atfork_done = true;
+        register_atfork();
+    }
     if (!at_processinfo_type)
         at_processinfo_type = at_event_type_register(&pi_desc);
     at_symrun_on = !o->no_symbols;
@@ -391,7 +401,8 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     }
     /* the first session finds it zero: its 12 KiB of pages stay untouched but for what is set */
     static bool out_used AT_START_DATA;
-    if (out_used)
+    bool again = out_used;
+    if (again)
         memset(&at_out, 0, sizeof at_out);
     out_used = true;
     strcpy(at_out.pattern, o->path);
@@ -413,9 +424,10 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
             goto fail;
         atomic_store(&at_stat_files, 0);
         pthread_mutex_lock(&at_flush_lock);
-        at_lastthread_reset();
+        if (again) /* the first session finds it zero: its code is on the fork page */
+            at_lastthread_reset();
         atomic_fetch_add(&at_sess_gen, 1);
-        pending_arm();
+        pending_arm_inline();
         pthread_mutex_unlock(&at_flush_lock);
         return 0;
     }
@@ -486,7 +498,8 @@ void at_trace_stop(void)
     if (atomic_load(&at_sess_active) == AT_SESS_PENDING || !writer_mem) {
         AT_INTERNAL_BEGIN(); /* a file opened now is the shim's own work */
         pthread_mutex_lock(&at_flush_lock);
-        write = child_ready_for_exit();
+        /* no buffers: nothing recorded (read here, not on the fork page: a fault at every exit) */
+        write = writer_mem && child_ready_for_exit();
         pthread_mutex_unlock(&at_flush_lock);
         AT_INTERNAL_END();
         if (!write && (atomic_load(&at_sess_active) == AT_SESS_PENDING || !writer_mem)) {

@@ -26,8 +26,16 @@ struct at_event_type {
                                      * failed is cut off: its metadata must be written again) */
 };
 
-extern at_event_type *at_types[AT_MAX_TYPES];
 extern _Atomic uint32_t at_ntypes;
+/* The registry (event_type.c): index -> type; NULL for 0 and for indexes not registered yet. The
+ * table a start fills lies on the start data page; it moves to a full-size one past its size. */
+extern at_event_type **at_types_tab;
+static inline at_event_type *at_type_at(uint32_t i)
+{
+    if (i > atomic_load_explicit(&at_ntypes, memory_order_acquire))
+        return NULL;
+    return __atomic_load_n(&at_types_tab, __ATOMIC_ACQUIRE)[i];
+}
 /* Recompute every type's enabled flag for a level/keyword filter. */
 void at_event_type_apply_filter(uint8_t level, uint64_t keywords);
 void at_event_type_fork_prepare(void);

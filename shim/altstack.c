@@ -38,9 +38,17 @@
 
 #define AT_ALT_CHUNK (AT_ALT_GUARD + (size_t)AT_ALT_PER_CHUNK * AT_ALT_SLOT) /* links page first */
 
-static uint8_t *alt_chunks[AT_ALT_MAX_CHUNKS];
-static uint32_t alt_nchunks;
-static _Atomic uint64_t alt_free;     /* head: slot index + 1 (0: empty) | ABA counter << 32 */
+static uint8_t *alt_chunks[AT_ALT_MAX_CHUNKS]; /* [0] unused: alt_c0 */
+/* The first chunk's address, free-list links and guard flags, which every traced image's start
+ * writes: on the start data page, not a page of .bss and the chunk's own first page (a fault each,
+ * tens of microseconds under shadow paging). Later chunks keep theirs in their first page. */
+static struct {
+    uint8_t *base;
+    uint32_t next[AT_ALT_PER_CHUNK];
+    uint8_t made[AT_ALT_PER_CHUNK];
+} alt_c0 AT_START_DATA;
+static uint32_t alt_nchunks AT_START_DATA;
+static _Atomic uint64_t alt_free AT_START_DATA; /* head: slot index + 1 (0: empty) | ABA counter << 32 */
 static pthread_mutex_t alt_grow_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 
 /* Parked slots by the ending thread's descriptor: key 0 empty, 1 being written or taken, else the
@@ -61,24 +69,32 @@ static long raw_sigaltstack(const stack_t *ss, stack_t *old)
     return syscall(SYS_sigaltstack, ss, old);
 }
 
+static inline uint8_t *chunk_base(uint32_t k)
+{
+    return k ? alt_chunks[k] : alt_c0.base;
+}
+
 static inline uint8_t *slot_base(uint32_t i)
 {
-    return alt_chunks[i / AT_ALT_PER_CHUNK] + AT_ALT_GUARD +
+    return chunk_base(i / AT_ALT_PER_CHUNK) + AT_ALT_GUARD +
            (size_t)(i % AT_ALT_PER_CHUNK) * AT_ALT_SLOT;
 }
 
-/* The free-list link of slot i: in its chunk's first page. */
+/* The free-list link of slot i: in its chunk's first page (the first chunk's: alt_c0). */
 static inline uint32_t *slot_next(uint32_t i)
 {
+    if (i < AT_ALT_PER_CHUNK)
+        return &alt_c0.next[i];
     return (uint32_t *)alt_chunks[i / AT_ALT_PER_CHUNK] + i % AT_ALT_PER_CHUNK;
 }
 
-/* Slot i's guard page is made (in its chunk's first page, after the links): only its taker writes
- * it, and a slot has one taker at a time. */
+/* Slot i's guard page is made (in its chunk's first page, after the links; alt_c0 for the first
+ * chunk): only its taker writes it, and a slot has one taker at a time. */
 static void slot_guard(uint32_t i)
 {
-    uint8_t *made = (uint8_t *)alt_chunks[i / AT_ALT_PER_CHUNK] + 4 * AT_ALT_PER_CHUNK +
-                    i % AT_ALT_PER_CHUNK;
+    uint8_t *made = i < AT_ALT_PER_CHUNK ? &alt_c0.made[i]
+                                         : (uint8_t *)alt_chunks[i / AT_ALT_PER_CHUNK] +
+                                               4 * AT_ALT_PER_CHUNK + i % AT_ALT_PER_CHUNK;
     if (!*made && mprotect(slot_base(i), AT_ALT_GUARD, PROT_NONE) == 0)
         *made = 1;
 }
@@ -182,7 +198,10 @@ static bool grow(void)
     if (!c)
         goto out;
     uint32_t first = alt_nchunks * AT_ALT_PER_CHUNK;
-    alt_chunks[alt_nchunks] = c;
+    if (alt_nchunks)
+        alt_chunks[alt_nchunks] = c;
+    else
+        alt_c0.base = c;
     __atomic_store_n(&alt_nchunks, alt_nchunks + 1, __ATOMIC_RELEASE);
     for (uint32_t k = AT_ALT_PER_CHUNK; k-- > 0;)
         slot_push(first + k);

@@ -20,9 +20,23 @@
 at_config at_cfg __attribute__((aligned(4096)));
 pid_t at_pid AT_FORK_DATA;
 
+/* getenv by hand: libc's is a code page a plain start never maps (a fault, tens of microseconds
+ * under shadow paging), for the twenty-odd settings looked up at start. */
+const char *at_env(const char *name)
+{
+    for (char **e = environ; e && *e; e++) {
+        const char *a = *e, *b = name;
+        while (*b && *a == *b) /* not strncmp: another page of libc's */
+            a++, b++;
+        if (!*b && *a == '=')
+            return a + 1;
+    }
+    return NULL;
+}
+
 static const char *env_lookup(const char *name)
 {
-    return getenv(name);
+    return at_env(name);
 }
 
 extern int at_exec_generation;   /* process.c */
@@ -37,7 +51,7 @@ extern bool at_process_descendant; /* process.c */
  * Consumed here so the program never sees it. */
 static void exec_generation_read(void)
 {
-    const char *g = getenv("ACTTRACE_EXEC_GEN");
+    const char *g = at_env("ACTTRACE_EXEC_GEN");
     if (!g)
         return;
     long v[3] = {0, 0, 0};
@@ -67,17 +81,17 @@ static void exec_generation_read(void)
 /* The config file's [trace] settings, where the environment did not set the same thing. */
 static void hookconf_apply(const at_hookconf *hc, at_config *c)
 {
-    if (hc->output[0] && !getenv("ACTTRACE_OUTPUT"))
+    if (hc->output[0] && !at_env("ACTTRACE_OUTPUT"))
         snprintf(c->output, sizeof c->output, "%s", hc->output);
-    if (hc->buffer_bytes && !getenv("ACTTRACE_BUFFER_KB"))
+    if (hc->buffer_bytes && !at_env("ACTTRACE_BUFFER_KB"))
         c->buffer_bytes = hc->buffer_bytes;
-    if (hc->flush_ms && !getenv("ACTTRACE_FLUSH_MS"))
+    if (hc->flush_ms && !at_env("ACTTRACE_FLUSH_MS"))
         c->flush_ms = hc->flush_ms;
-    if (hc->clock && !getenv("ACTTRACE_CLOCK"))
+    if (hc->clock && !at_env("ACTTRACE_CLOCK"))
         c->clock = hc->clock - 1;
-    if (hc->file_mode && !getenv("ACTTRACE_FILE_MODE"))
+    if (hc->file_mode && !at_env("ACTTRACE_FILE_MODE"))
         c->file_mode = hc->file_mode;
-    if (hc->symbols && !getenv("ACTTRACE_SYMBOLS")) {
+    if (hc->symbols && !at_env("ACTTRACE_SYMBOLS")) {
         c->symbols = hc->symbols != 1;
         c->symbols_methods = hc->symbols == 3;
     }
@@ -95,7 +109,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     at_real_init();
     if (getauxval(AT_SECURE)) /* setuid/setgid/capabilities: never write files for such a program */
         goto out;
-    at_pid = getpid();
+    at_pid = at_raw_getpid(); /* not libc's getpid: a code page a plain start never maps */
     /* our own variables leave the environment first, whatever happens next */
     exec_generation_read();
     at_exec_env_init();
@@ -107,8 +121,8 @@ __attribute__((constructor)) static void at_preload_init(void)
     }
     static at_hookconf hc; /* lives as long as the hooks made from it */
     bool have_hc = false;
-    const char *check = getenv("ACTTRACE_CHECK");
-    const char *cfg_env = getenv("ACTTRACE_CONFIG"); /* not config_file[0]: a page of its own */
+    const char *check = at_env("ACTTRACE_CHECK");
+    const char *cfg_env = at_env("ACTTRACE_CONFIG"); /* not config_file[0]: a page of its own */
     if (cfg_env && *cfg_env && at_cfg.config_file[0]) {
         if (at_hookconf_load(at_cfg.config_file, &hc, err, sizeof err) != 0)
             fprintf(stderr, "acttrace: %s; no function is hooked\n", err);
@@ -164,7 +178,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         goto out;
     }
     at_process_fork_init(); /* after the writer's own fork handlers: see process.c */
-    at_thread_watch_leader();
+    at_thread_watch_leader_start();
     at_shim_stacks_init(!o.lazy);
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
         if (err[0])
@@ -188,7 +202,7 @@ __attribute__((destructor)) static void at_preload_fini(void)
         return;
     int e = errno;
     /* A vfork child that returned from main instead of calling _exit shares our memory: hands off. */
-    if (getpid() != at_pid)
+    if (at_raw_getpid() != at_pid)
         return;
     at_internal++; /* the writer closes its own file */
     at_trace_stop();

@@ -142,6 +142,7 @@ bool at_glib_own(const void *addr);
 /* The calling thread is the process's first (constructor; a fork child's forking thread): when it
  * leaves through pthread_exit, thrd_exit or cancellation, the process ends with its last thread. */
 void at_thread_watch_leader(void);
+void at_thread_watch_leader_start(void); /* the same, from the constructor */
 
 /* process.c */
 void at_signals_install(void);
@@ -153,6 +154,7 @@ void at_altstack_thread_end(void);
 /* Tell the safe reader which memory stays mapped (saferanges.c); before the hooks go in. */
 void at_saferanges_init(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
+const char *at_env(const char *name); /* getenv without libc's code (preload.c) */
 /* fdguard.c: the shim's own descriptors (the trace file's, at_trace_fd in the writer, and
  * libunwind's pipe) are hidden from the program's closes; a dup2/dup3 onto the trace's number moves
  * the trace first. */

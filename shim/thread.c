@@ -233,7 +233,9 @@ static int c11_trampoline(void *p)
  * return from main. glibc then goes on while other threads live and calls exit(0) after the last
  * one; the flusher, which glibc counts too, must take that over (lastthread.c). */
 static pthread_key_t leader_key AT_START_DATA;
-static pthread_once_t leader_once AT_START_DATA = PTHREAD_ONCE_INIT;
+/* Made once, by the constructor or a fork child's one thread, never two threads at a time: a flag,
+ * not pthread_once, whose wake-up is a system call at every traced image's start. */
+static bool leader_key_made AT_START_DATA;
 
 static void leader_left(void *unused)
 {
@@ -249,13 +251,27 @@ static void leader_key_create(void) { pthread_key_create(&leader_key, leader_lef
 
 static AT_TLS bool leader_watched; /* a fork child's thread keeps its parent thread's key value */
 
-AT_FORK_TEXT void at_thread_watch_leader(void)
+static inline __attribute__((always_inline)) void watch_leader(void)
 {
     if (leader_watched)
         return;
-    pthread_once(&leader_once, leader_key_create);
+    if (!leader_key_made) {
+        leader_key_create();
+        leader_key_made = true;
+    }
     pthread_setspecific(leader_key, &leader_key);
     leader_watched = true;
+}
+
+/* A fork child's, on the fork page; the start's own copy is start code (a fault less per image) */
+AT_FORK_TEXT void at_thread_watch_leader(void)
+{
+    watch_leader();
+}
+
+void at_thread_watch_leader_start(void)
+{
+    watch_leader();
 }
 
 const char *at_object_name(const void *addr)

@@ -771,6 +771,43 @@ START_TEST(metadata_lazy_and_once)
 }
 END_TEST
 
+/* The registry's first table (on the start data page) holds 32 types; past it every type moves to
+ * the full one: types registered before and after are found again, and their events and metadata
+ * are written under their own ids. */
+START_TEST(types_past_first_table)
+{
+    mkdir_tmp();
+    at_trace_options o = {0};
+    start("many.nettrace", &o);
+    at_event_type *t[80];
+    char name[16];
+    for (int i = 0; i < 80; i++) {
+        snprintf(name, sizeof name, "T%d", i);
+        t[i] = type_plain(name);
+    }
+    for (int i = 0; i < 80; i++) {
+        snprintf(name, sizeof name, "T%d", i);
+        ck_assert(type_plain(name) == t[i]); /* the same type, found in the table */
+    }
+    at_event_write(t[0], NULL, NULL, NULL, 0, NULL, 0);
+    at_event_write(t[79], NULL, NULL, NULL, 0, NULL, 0);
+    at_trace_stop();
+    char p[512];
+    path_of(p, sizeof p, "many.nettrace");
+    walk w;
+    ck_assert_msg(walk_file(&w, p) == 0, "%s", w.err);
+    ck_assert_int_eq(w.nmeta, 3); /* ProcessInfo, T0, T79 */
+    ck_assert_int_eq(count_meta(&w, t[0]->index), 1);
+    ck_assert_int_eq(count_meta(&w, t[79]->index), 1);
+    ck_assert_int_gt(t[79]->index, 32);
+    size_t seen = 0;
+    for (size_t i = 0; i < w.nev; i++)
+        seen += w.ev[i].meta == t[0]->index || w.ev[i].meta == t[79]->index;
+    ck_assert_int_eq(seen, 2);
+    walk_free(&w);
+}
+END_TEST
+
 START_TEST(path_patterns)
 {
     mkdir_tmp();
@@ -1278,6 +1315,7 @@ static Suite *suite(void)
     tcase_add_test(tc, exact_blob_bytes);
     tcase_add_test(tc, filter_sets_enabled);
     tcase_add_test(tc, metadata_lazy_and_once);
+    tcase_add_test(tc, types_past_first_table);
     tcase_add_test(tc, path_patterns);
     tcase_add_test(tc, rotate_mode);
     tcase_add_test(tc, circular_mode);
