@@ -95,6 +95,7 @@ static void handler(ffi_cif *cif, void *ret, void **args, void *user)
 int at_ffi_make(at_hook *h, char *why, size_t n)
 {
     const at_sig *s = h->sig;
+    at_stub_main_bounds(); /* which frames a longjmp left is told on the thread's own stack */
     for (int i = 0; i < s->nparams; i++)
         h->atypes[i] = at_ctype_ffi(s->p[i].type);
     if (ffi_prep_cif(&h->cif, FFI_DEFAULT_ABI, (unsigned)s->nparams, at_ctype_ffi(s->ret),

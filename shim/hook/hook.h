@@ -119,6 +119,8 @@ int at_stub_make(at_hook *h);
  * listed deeper than a new one is abandoned only then: on another stack (a coroutine's) it may be
  * alive. */
 bool at_stub_own_stack(uintptr_t a, uintptr_t b);
+/* Learn the first thread's stack (when hooks are installed, before any runs). */
+void at_stub_main_bounds(void);
 void at_stub_thread_start(uintptr_t lo, uintptr_t hi);
 void at_stub_thread_exit(void);
 /* The bits of the double equal to the float of bits f (integer arithmetic only). */

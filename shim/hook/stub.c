@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -196,31 +197,26 @@ static inline void ret_done(uint32_t k)
     }
 }
 
-/* The first thread's stack: from the top of its initial stack down to its size limit (the kernel
- * keeps that much room below the stack free of other mappings, 128 MiB at least). */
-static void ret_main_bounds(void)
+/* The first thread's stack: from the top of its initial stack (where the kernel put the program's
+ * file name, above every frame) down to its size limit (the kernel keeps that much room below the
+ * stack free of other mappings, 128 MiB at least). Learned when hooks are installed. */
+void at_stub_main_bounds(void)
 {
-    extern void *__libc_stack_end;
     struct rlimit rl;
-    uintptr_t hi = (uintptr_t)__libc_stack_end;
-    /* the system call itself: the hook's code calls no libc function that may use vector
-     * registers (test_harm_stub) */
-    if (!hi || syscall(SYS_prlimit64, 0, RLIMIT_STACK, NULL, &rl) != 0)
+    uintptr_t hi = (uintptr_t)getauxval(AT_EXECFN);
+    if (!hi || main_hi || getrlimit(RLIMIT_STACK, &rl) != 0)
         return;
     uintptr_t room = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (128u << 20) ? (128u << 20)
                                                                                   : rl.rlim_cur;
     main_lo = hi > room ? hi - room : 0;
-    main_hi = hi + 1;
+    main_hi = hi;
 }
 
 bool at_stub_own_stack(uintptr_t a, uintptr_t b)
 {
     uintptr_t lo = rt_lo, hi = rt_hi;
-    if (!hi) {
-        if (!main_hi)
-            ret_main_bounds();
+    if (!hi)
         lo = main_lo, hi = main_hi;
-    }
     return hi && a >= lo && a < hi && b >= lo && b < hi;
 }
 
@@ -274,7 +270,7 @@ int at_stub_make(at_hook *h)
     __atomic_store_n(&at_stub_table[i], h, __ATOMIC_RELEASE);
     h->wrapper = at_stub_tramps + 16 * i;
     if (i == 0) {
-        ret_main_bounds();
+        at_stub_main_bounds();
         at_stack_set_trampolines((uintptr_t)at_ret_pool, (uintptr_t)(at_ret_pool_end - at_ret_pool),
                                  RET_CODE, at_ret_ra);
     }
