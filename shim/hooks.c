@@ -417,7 +417,7 @@ static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
     int *errp = errno_ptr(), err = *errp;
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
-    at_activity *a = at_activity_start_held(pr->r->kind, NULL, 0, NULL, 0);
+    at_activity *a = at_activity_start_held_plain(pr->r->kind);
     if (a) {
         c->act = a;
         c->started = 2;
@@ -565,7 +565,7 @@ static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
     }
     if (started) {
         uint32_t st = (uint32_t)status;
-        if (!at_activity_stop_held(c->act, &st, 4, NULL, 0))
+        if (!at_activity_stop_held_u32(c->act, st))
             stop_shared(r, c->act, (const uint8_t *)&st, 4, NULL, 0);
     }
     AT_INTERNAL_END();
