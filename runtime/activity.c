@@ -625,10 +625,77 @@ AT_HOT_FN at_activity *at_activity_start_held(at_activity_kind *k, const void *e
     return start(k, extra, extra_len, ips, nips, true);
 }
 
-/* The same body with no fields and no stack made constants: what a plain hooked call runs. */
-AT_HOT_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
+/* --- the plain shape: a Start with no fields, a Stop with one 32-bit field, no stack ---
+ * What a plain hooked call runs. The common case goes in one pass that makes no call (a leaf: no
+ * register to save and restore around it); anything else (the engine or the thread not set up, a
+ * block of numbers or the allocation cache to refill, a borrowed or stopped current activity, a
+ * namesake to stop first, the depth limit, a long path, a record the fast writer does not take)
+ * goes through the general body, each way out a tail call of a function of its own. */
+
+static AT_NOINLINE at_activity *start_plain_general(at_activity_kind *k)
 {
     return start(k, NULL, 0, NULL, 0, true);
+}
+
+/* The fast Start's record by the general writer, and what follows it. */
+static AT_NOINLINE at_activity *start_plain_written_general(at_activity *a,
+                                                            const at_guid *related)
+{
+    at_tbuf_write_act_general(a->kind->start_ev, &a->id, related, a->unique, NULL, 0);
+    at_act_cur = a;
+    return a;
+}
+
+AT_HOT_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
+{
+    at_act_tls *s = &at_act_t;
+    at_activity *parent = s->cur, *a = s->free_list;
+    uint32_t pid = __atomic_load_n(&g_pid, __ATOMIC_ACQUIRE); /* 0: ensure_init has not run */
+    if (AT_UNLIKELY(!k || !a || !pid || s->borrowed || s->unique_next == s->unique_end))
+        return start_plain_general(k);
+    const at_guid *related;
+    if (parent) {
+        /* start()'s tests for a live current activity (the parent then): the depth limit, a path
+         * that may need the general encoder, a namesake on the chain when not recursive */
+        if (AT_UNLIKELY(!is_live(parent) || parent->level >= AT_ACTIVITY_MAX_DEPTH ||
+                        (unsigned)parent->path_end > 7))
+            return start_plain_general(k);
+        if (!(k->flags & AT_ACT_RECURSIVE))
+            for (at_activity *same = parent; same; same = same->creator)
+                if (same->kind == k && is_live(same))
+                    return start_plain_general(k);
+        related = &parent->id;
+    } else {
+        if (AT_UNLIKELY(!s->root_left || (unsigned)g_root_off > 7))
+            return start_plain_general(k);
+        related = g_have_process_parent ? &g_process_parent : NULL;
+    }
+    /* from here on as start() and make_id() do it */
+    s->free_list = a->creator;
+    s->free_count--;
+    a->refs = 2; /* the thread's and the caller's: only this thread can reach it so far */
+    a->stopped = ACT_LIVE;
+    a->last_child = 0;
+    a->kind = k;
+    a->unique = s->unique_next++;
+    if (parent) {
+        a->level = (uint16_t)(parent->level + 1);
+        uint32_t n = __atomic_add_fetch(&parent->last_child, 1, __ATOMIC_RELAXED);
+        a->path_end = (int8_t)at_actpath_child_near(&a->id, &parent->id, parent->path_end, n, pid);
+    } else {
+        a->level = 0;
+        s->root_left--;
+        uint32_t n = s->root_next++;
+        a->path_end = (int8_t)at_actpath_child_near(&a->id, &g_root_prefix, g_root_off, n, pid);
+    }
+    a->creator = parent; /* the thread's reference on it becomes a's */
+    const at_event_type *t = k->start_ev;
+    if (at_event_enabled(t) &&
+        AT_UNLIKELY(!at_tbuf_try_put_act(t, &a->id, true, related, related != NULL, a->unique,
+                                         NULL, 0)))
+        return start_plain_written_general(a, related);
+    s->cur = a;
+    return a;
 }
 
 static inline __attribute__((always_inline)) bool stop_held(at_activity *a, const void *extra,
@@ -664,9 +731,49 @@ bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len
     return stop_held(a, extra, extra_len, ips, nips);
 }
 
-AT_HOT_FN bool at_activity_stop_held_u32(at_activity *a, uint32_t v)
+static AT_NOINLINE bool stop_u32_general(at_activity *a, uint32_t v)
 {
     return stop_held(a, &v, sizeof v, NULL, 0);
+}
+
+/* The fast Stop's record by the general writer, and what follows it. */
+static AT_NOINLINE bool stop_u32_written_general(at_activity *a, uint32_t v)
+{
+    at_tbuf_write_act_general(a->kind->stop_ev, &a->id, NULL, a->unique, &v, sizeof v);
+    act_free(a);
+    return true;
+}
+
+static AT_NOINLINE bool stop_u32_free_general(at_activity *a)
+{
+    act_free(a);
+    return true;
+}
+
+AT_HOT_FN bool at_activity_stop_held_u32(at_activity *a, uint32_t v)
+{
+    at_act_tls *s = &at_act_t;
+    /* stop_held()'s tests: current, live, held by the thread and the caller alone (the flow
+     * caches then hold none), its creator live */
+    if (AT_UNLIKELY(!a || a != s->cur || s->borrowed || !is_live(a) ||
+                    __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2 ||
+                    (a->creator && !is_live(a->creator))))
+        return stop_u32_general(a, v);
+    __atomic_store_n(&a->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
+    /* a's reference on its creator becomes the thread's. Before the record (stop_held() makes it
+     * after): a signal handler in between sees the creator current either way (a is stopped), and
+     * a stays off the allocation cache until its record is written. */
+    s->cur = a->creator;
+    const at_event_type *t = a->kind->stop_ev;
+    if (at_event_enabled(t) &&
+        AT_UNLIKELY(!at_tbuf_try_put_act(t, &a->id, true, NULL, false, a->unique, &v, sizeof v)))
+        return stop_u32_written_general(a, v);
+    if (AT_UNLIKELY(s->free_count >= CACHE_MAX || !s->registered))
+        return stop_u32_free_general(a);
+    a->creator = s->free_list; /* act_free() */
+    s->free_list = a;
+    s->free_count++;
+    return true;
 }
 
 bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,

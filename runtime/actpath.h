@@ -27,6 +27,8 @@ int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n);
  * so nothing can overflow, no byte is tested against the end, and the checksum is summed once from
  * the words (no byte stores read back: a wide load of narrow stores stalls store forwarding, ~5 ns
  * per id). The bytes after the path are zero (a path only grows), so new bytes are ORed in. */
+static inline int at_actpath_child_near(at_guid *out, const at_guid *parent, int where,
+                                        uint32_t id, uint32_t pid);
 static inline int at_actpath_child(at_guid *out, const at_guid *parent, int where, uint32_t id,
                                    uint32_t pid)
 {
@@ -34,6 +36,13 @@ static inline int at_actpath_child(at_guid *out, const at_guid *parent, int wher
         *out = *parent;
         return at_actpath_add_id(out, where, id, false, pid);
     }
+    return at_actpath_child_near(out, parent, where, id, pid);
+}
+
+/* at_actpath_child for where <= 7, without a call. */
+static inline int at_actpath_child_near(at_guid *out, const at_guid *parent, int where,
+                                        uint32_t id, uint32_t pid)
+{
     uint64_t lo, hi;
     __builtin_memcpy(&lo, parent->b, 8);
     __builtin_memcpy(&hi, parent->b + 8, 8);

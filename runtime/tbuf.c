@@ -33,6 +33,7 @@ _Atomic uint64_t at_drops_retired AT_FORK_DATA;
 _Atomic uint64_t at_drops_damaged AT_FORK_DATA;
 
 AT_TLS at_thr at_tbuf_thr; /* tbuf_hot.h */
+static AT_TLS int32_t no_cpu = -1; /* at_tbuf_cpu_now's word when glibc registered no rseq */
 #define thr at_tbuf_thr
 #define seq_next at_tbuf_seq_next
 #define clock_announced at_tbuf_clock_announced
@@ -309,8 +310,13 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     uint32_t n = (uint32_t)(cap / AT_CHUNK_SIZE);
     unsigned a, b, c, d;
     at_rt_hot.prefetchw = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
-    /* struct rseq's cpu_id (offset 4) is 32-byte aligned: offset + 4 is never 0 */
-    at_rt_hot.rseq_cpu = &__rseq_size && &__rseq_offset && __rseq_size >= 8 ? (long)__rseq_offset + 4 : 0;
+    /* struct rseq's cpu_id (offset 4), or without rseq a word of this thread's that reads as no CPU
+     * (the same offset in every thread: initial-exec TLS) */
+    uintptr_t tp;
+    __asm__("mov %%fs:0, %0" : "=r"(tp));
+    at_rt_hot.rseq_cpu = &__rseq_size && &__rseq_offset && __rseq_size >= 8
+                             ? (long)__rseq_offset + 4
+                             : (long)((uintptr_t)&no_cpu - tp);
     /* a new session with the same cap reuses the mapping (shrunk to a limit or not: a new one
      * would come after main, beside the program's allocations) */
     static uint32_t asked;
@@ -456,6 +462,7 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
     }
     thr.ring = r;
     thr.gen = gen;
+    thr.live = 1 | (uint64_t)gen << 32; /* at_rt_hot.sess_word in the running session */
     AT_INTERNAL_BEGIN();
     if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
         at_xs_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */

@@ -18,6 +18,8 @@ typedef struct at_thr {
     uint64_t tid;
     uint64_t last_ts;
     uint8_t busy; /* inside a write: a signal handler writing now must not interleave */
+    uint64_t live; /* at_rt_hot.sess_word as it reads while ring is this thread's in a running
+                    * session (sess_active 1, sess_gen gen), set with ring */
 } at_thr;
 extern AT_TLS at_thr at_tbuf_thr;
 
@@ -57,12 +59,11 @@ static inline uint64_t at_tbuf_clock_announced(at_ring *r, uint64_t floor, bool 
 }
 
 /* The CPU this thread runs on, from the rseq area the kernel keeps current (one load, no syscall);
- * AT_REC_CPU_NONE when glibc registered no rseq for the thread (-1, -2) or the number does not fit. */
+ * AT_REC_CPU_NONE when glibc registered no rseq for the process (a word of -1 is read instead) or
+ * the thread (-1, -2), or the number does not fit. */
 static inline uint32_t at_tbuf_cpu_now(void)
 {
     long off = at_rt_hot.rseq_cpu;
-    if (AT_UNLIKELY(!off))
-        return AT_REC_CPU_NONE;
     int32_t c;
     __asm__ volatile("movl %%fs:(%1), %0" : "=r"(c) : "r"(off));
     return (uint32_t)c < AT_REC_CPU_NONE ? (uint32_t)c : AT_REC_CPU_NONE;
@@ -94,53 +95,57 @@ static inline void at_tbuf_count_drop(at_ring *r, uint32_t seq)
 }
 
 /* An activity event without a stack: at_event_write_head's record (head8, then payload), written in
- * one pass while the thread has its ring in the running session and is not inside a write of its
- * own; anything else goes through the general writer. has_act/has_rel say whether activity/related
- * are present and not zero: callers that know it pass constants. busy is set before the ring is
- * looked at: a handler that interrupts from then on drops its event (as it would inside the general
- * path), so nothing it does can move the ring under this write. */
-static inline __attribute__((always_inline)) int at_tbuf_put_act(const at_event_type *t,
-                                                                 const at_guid *activity,
-                                                                 bool has_act,
-                                                                 const at_guid *related,
-                                                                 bool has_rel, uint64_t head8,
-                                                                 const void *payload,
-                                                                 uint32_t payload_len)
+ * one pass while the thread has its ring in the running session with room in its chunk and is not
+ * inside a write of its own. Otherwise false, with nothing done: the caller writes it with the
+ * general writer (at_tbuf_write_act_general), which also chains a new chunk. No call either way, so
+ * that a caller with no other can keep to the registers a call may clobber. has_act/has_rel say
+ * whether activity/related are present and not zero: callers that know it pass constants. busy is
+ * set before the ring is looked at: a handler that interrupts from then on drops its event (as it
+ * would inside the general path), so nothing it does can move the ring under this write. */
+static inline __attribute__((always_inline)) bool at_tbuf_try_put_act(const at_event_type *t,
+                                                                      const at_guid *activity,
+                                                                      bool has_act,
+                                                                      const at_guid *related,
+                                                                      bool has_rel, uint64_t head8,
+                                                                      const void *payload,
+                                                                      uint32_t payload_len)
 {
     at_thr *th = &at_tbuf_thr;
     if (AT_UNLIKELY(th->busy))
-        return at_tbuf_write_act_general(t, activity, related, head8, payload, payload_len);
-    th->busy = 1;
-    atomic_signal_fence(memory_order_seq_cst);
-    at_ring *r = th->ring;
-    if (AT_UNLIKELY(!r || th->gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed) ||
-                    atomic_load_explicit(&at_sess_active, memory_order_relaxed) != 1 ||
-                    payload_len > AT_MAX_PAYLOAD - 8u || (payload_len && !payload))) {
-        atomic_signal_fence(memory_order_seq_cst);
-        th->busy = 0;
-        return at_tbuf_write_act_general(t, activity, related, head8, payload, payload_len);
-    }
+        return false;
     uint32_t plen = payload_len + 8;
     uint32_t size = (uint32_t)(sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0) + plen + 7)
                     & ~7u;
-    /* the header's first word but for the CPU (at_rec: size, type_index, flags) */
-    uint64_t w0 = size | (uint64_t)(uint16_t)t->index << 32 |
-                  (uint64_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0)) << 48;
-    uint64_t outer = atomic_load_explicit(&r->pending, memory_order_relaxed);
-    uint64_t ts = at_tbuf_clock_announced(r, 0, false);
-    uint32_t seq = at_tbuf_seq_next();
-    int rc = -1;
-    if (AT_UNLIKELY(r->wpos + size > AT_CHUNK_SIZE) && !at_tbuf_next_chunk(r)) {
-        at_tbuf_count_drop(r, seq);
-        goto out;
+    th->busy = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    at_ring *r = th->ring;
+    if (AT_UNLIKELY(!r || th->live != __atomic_load_n(&at_rt_hot.sess_word, __ATOMIC_RELAXED) ||
+                    r->wpos + size > AT_CHUNK_SIZE || payload_len > AT_MAX_PAYLOAD - 8u ||
+                    (payload_len && !payload) ||
+                    !__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))) {
+        atomic_signal_fence(memory_order_seq_cst);
+        th->busy = 0;
+        return false;
     }
+    uint64_t outer = atomic_load_explicit(&r->pending, memory_order_relaxed);
+    /* at_tbuf_clock_announced() with the TSC (the other clock is a call: the general writer's) */
+    atomic_store_explicit(&r->pending, AT_PENDING_CLOCK, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    uint32_t tlo, thi;
+    __asm__ volatile("rdtsc" : "=a"(tlo), "=d"(thi));
+    uint64_t ts = (uint64_t)thi << 32 | tlo;
+    atomic_store_explicit(&r->pending, ts, memory_order_relaxed);
+    uint32_t seq = at_tbuf_seq_next();
     uint32_t wpos = r->wpos;
     at_chunk *c = at_wchunk(r->wchunk);
     uint8_t *p = (uint8_t *)c + wpos;
     if (AT_UNLIKELY(ts < th->last_ts)) /* a handler's event overtook this clock read */
         ts = th->last_ts;
     th->last_ts = ts;
-    w0 |= (uint64_t)at_tbuf_cpu_now() << (48 + AT_REC_CPU_SHIFT);
+    /* the header's first word: size, type_index, flags (ids present, CPU) */
+    uint64_t w0 = size | (uint64_t)(uint16_t)t->index << 32 |
+                  (uint64_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0)) << 48 |
+                  (uint64_t)at_tbuf_cpu_now() << (48 + AT_REC_CPU_SHIFT);
     uint64_t w2 = seq | (uint64_t)plen << 32; /* seq, payload_len, nips = 0 */
     __builtin_memcpy(p, &w0, 8);
     __builtin_memcpy(p + 8, &ts, 8);
@@ -169,13 +174,26 @@ static inline __attribute__((always_inline)) int at_tbuf_put_act(const at_event_
             at_tbuf_prefetch_write(nx + AT_PREFETCH_AHEAD - 64);
         at_tbuf_prefetch_write(nx + AT_PREFETCH_AHEAD);
     }
-    rc = 0;
-out:
     atomic_store_explicit(&r->seq_pub, th->seq, memory_order_release);
     atomic_signal_fence(memory_order_seq_cst);
     th->busy = 0;
     atomic_store_explicit(&r->pending, outer, memory_order_release);
-    return rc;
+    return true;
+}
+
+/* The record, by the general writer when the fast one cannot: 0, or -1 when dropped. */
+static inline __attribute__((always_inline)) int at_tbuf_put_act(const at_event_type *t,
+                                                                 const at_guid *activity,
+                                                                 bool has_act,
+                                                                 const at_guid *related,
+                                                                 bool has_rel, uint64_t head8,
+                                                                 const void *payload,
+                                                                 uint32_t payload_len)
+{
+    if (AT_LIKELY(at_tbuf_try_put_act(t, activity, has_act, related, has_rel, head8, payload,
+                                      payload_len)))
+        return 0;
+    return at_tbuf_write_act_general(t, activity, related, head8, payload, payload_len);
 }
 
 #endif
