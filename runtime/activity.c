@@ -731,26 +731,40 @@ bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len
     return stop_held(a, extra, extra_len, ips, nips);
 }
 
-static AT_NOINLINE bool stop_u32_general(at_activity *a, uint32_t v)
+/* The held Stop when stop_held() refuses it: a is no longer the thread's alone (or current). */
+static AT_NOINLINE void end_held_shared(at_activity *a, const void *extra, uint32_t extra_len)
 {
-    return stop_held(a, &v, sizeof v, NULL, 0);
+    if (at_activity_current() == a) {
+        /* still current, so the thread's reference keeps it alive without ours, and the Stop by
+         * kind takes its fast path (current, sole reference) */
+        at_activity_kind *k = a->kind;
+        at_activity_unref(a);
+        at_activity_stop(k, extra, extra_len, NULL, 0);
+        return;
+    }
+    at_activity_stop_ref(a, extra, extra_len, NULL, 0);
+    at_activity_unref(a);
+}
+
+static AT_NOINLINE void end_u32_general(at_activity *a, uint32_t v)
+{
+    if (!stop_held(a, &v, sizeof v, NULL, 0))
+        end_held_shared(a, &v, sizeof v);
 }
 
 /* The fast Stop's record by the general writer, and what follows it. */
-static AT_NOINLINE bool stop_u32_written_general(at_activity *a, uint32_t v)
+static AT_NOINLINE void end_u32_written_general(at_activity *a, uint32_t v)
 {
     at_tbuf_write_act_general(a->kind->stop_ev, &a->id, NULL, a->unique, &v, sizeof v);
     act_free(a);
-    return true;
 }
 
-static AT_NOINLINE bool stop_u32_free_general(at_activity *a)
+static AT_NOINLINE void end_u32_free_general(at_activity *a)
 {
     act_free(a);
-    return true;
 }
 
-AT_HOT_FN bool at_activity_stop_held_u32(at_activity *a, uint32_t v)
+AT_HOT_FN void at_activity_end_held_u32(at_activity *a, uint32_t v)
 {
     at_act_tls *s = &at_act_t;
     /* stop_held()'s tests: current, live, held by the thread and the caller alone (the flow
@@ -758,7 +772,7 @@ AT_HOT_FN bool at_activity_stop_held_u32(at_activity *a, uint32_t v)
     if (AT_UNLIKELY(!a || a != s->cur || s->borrowed || !is_live(a) ||
                     __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2 ||
                     (a->creator && !is_live(a->creator))))
-        return stop_u32_general(a, v);
+        return end_u32_general(a, v);
     __atomic_store_n(&a->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
     /* a's reference on its creator becomes the thread's. Before the record (stop_held() makes it
      * after): a signal handler in between sees the creator current either way (a is stopped), and
@@ -767,13 +781,12 @@ AT_HOT_FN bool at_activity_stop_held_u32(at_activity *a, uint32_t v)
     const at_event_type *t = a->kind->stop_ev;
     if (at_event_enabled(t) &&
         AT_UNLIKELY(!at_tbuf_try_put_act(t, &a->id, true, NULL, false, a->unique, &v, sizeof v)))
-        return stop_u32_written_general(a, v);
+        return end_u32_written_general(a, v);
     if (AT_UNLIKELY(s->free_count >= CACHE_MAX || !s->registered))
-        return stop_u32_free_general(a);
+        return end_u32_free_general(a);
     a->creator = s->free_list; /* act_free() */
     s->free_list = a;
     s->free_count++;
-    return true;
 }
 
 bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,

@@ -19,7 +19,8 @@ typedef struct at_thr {
     uint64_t last_ts;
     uint8_t busy; /* inside a write: a signal handler writing now must not interleave */
     uint64_t live; /* at_rt_hot.sess_word as it reads while ring is this thread's in a running
-                    * session (sess_active 1, sess_gen gen), set with ring */
+                    * session (sess_active 1, sess_gen gen), set with ring; a value it never takes
+                    * when the event clock is not the TSC (chosen before a session starts) */
 } at_thr;
 extern AT_TLS at_thr at_tbuf_thr;
 
@@ -121,8 +122,7 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put_act(const at_e
     at_ring *r = th->ring;
     if (AT_UNLIKELY(!r || th->live != __atomic_load_n(&at_rt_hot.sess_word, __ATOMIC_RELAXED) ||
                     r->wpos + size > AT_CHUNK_SIZE || payload_len > AT_MAX_PAYLOAD - 8u ||
-                    (payload_len && !payload) ||
-                    !__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))) {
+                    (payload_len && !payload))) {
         atomic_signal_fence(memory_order_seq_cst);
         th->busy = 0;
         return false;
@@ -142,14 +142,16 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put_act(const at_e
     if (AT_UNLIKELY(ts < th->last_ts)) /* a handler's event overtook this clock read */
         ts = th->last_ts;
     th->last_ts = ts;
-    /* the header's first word: size, type_index, flags (ids present, CPU) */
-    uint64_t w0 = size | (uint64_t)(uint16_t)t->index << 32 |
-                  (uint64_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0)) << 48 |
-                  (uint64_t)at_tbuf_cpu_now() << (48 + AT_REC_CPU_SHIFT);
-    uint64_t w2 = seq | (uint64_t)plen << 32; /* seq, payload_len, nips = 0 */
-    __builtin_memcpy(p, &w0, 8);
+    /* at_rec: size; type_index and flags (ids present, CPU); ts; seq; payload_len and nips (0) */
+    uint32_t w1 = (uint16_t)t->index |
+                  ((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0) |
+                   at_tbuf_cpu_now() << AT_REC_CPU_SHIFT) << 16;
+    uint32_t w5 = plen;
+    __builtin_memcpy(p, &size, 4);
+    __builtin_memcpy(p + 4, &w1, 4);
     __builtin_memcpy(p + 8, &ts, 8);
-    __builtin_memcpy(p + 16, &w2, 8);
+    __builtin_memcpy(p + 16, &seq, 4);
+    __builtin_memcpy(p + 20, &w5, 4);
     p += sizeof(at_rec);
     if (has_act) {
         __builtin_memcpy(p, activity, 16);
