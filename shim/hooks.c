@@ -447,17 +447,32 @@ static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint6
 
 /* The plain rule's path and the others' are functions of their own: the others' frame (payload and
  * stack buffers, many live values) is not set up for the plain one. */
-void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
+static inline void enter_rule(at_hook *h, at_hook_call *c, uint64_t *args)
 {
-    /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
-     * without recording: close in libelf, malloc in libunwind as a stack is taken */
-    if (!at_on() || at_internal)
-        return;
     probe *pr = h->user;
     if (AT_LIKELY(pr->r->plain))
         plain_enter(pr, c);
     else
         hook_enter(pr, h, c, args);
+}
+
+/* The shim not simply on (a clone(CLONE_VM) child may run on this thread's TLS): a function of its
+ * own, so that the entry points below keep no frame. */
+static AT_NOINLINE void enter_unsure(at_hook *h, at_hook_call *c, uint64_t *args)
+{
+    if (at_on())
+        enter_rule(h, c, args);
+}
+
+void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
+{
+    /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
+     * without recording: close in libelf, malloc in libunwind as a stack is taken */
+    if (at_internal)
+        return;
+    if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
+        return enter_unsure(h, c, args);
+    enter_rule(h, c, args);
 }
 
 static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
@@ -601,15 +616,30 @@ static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
 static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status);
 
-void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+static inline void exit_rule(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret,
+                             int status)
 {
-    if ((!at_on() && !c->started) || at_internal)
-        return;
     probe *pr = h->user;
     if (AT_LIKELY(pr->r->plain))
         plain_exit(pr->r, c, status);
     else
         hook_exit(pr, h, c, args, ret, status);
+}
+
+static AT_NOINLINE void exit_unsure(at_hook *h, at_hook_call *c, const uint64_t *args,
+                                    uint64_t ret, int status)
+{
+    if (at_on() || c->started) /* what a call started is stopped, whatever came since */
+        exit_rule(h, c, args, ret, status);
+}
+
+void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+{
+    if (at_internal)
+        return;
+    if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
+        return exit_unsure(h, c, args, ret, status);
+    exit_rule(h, c, args, ret, status);
 }
 
 static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
