@@ -690,10 +690,13 @@ AT_HOT_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
     }
     a->creator = parent; /* the thread's reference on it becomes a's */
     const at_event_type *t = k->start_ev;
-    if (at_event_enabled(t) &&
-        AT_UNLIKELY(!at_tbuf_try_put_act(t, &a->id, true, related, related != NULL, a->unique,
-                                         NULL, 0)))
-        return start_plain_written_general(a, related);
+    if (at_event_enabled(t)) {
+        /* the record's shape made constant both ways */
+        bool put = related ? at_tbuf_try_put_act(t, &a->id, true, related, true, a->unique, NULL, 0)
+                           : at_tbuf_try_put_act(t, &a->id, true, NULL, false, a->unique, NULL, 0);
+        if (AT_UNLIKELY(!put))
+            return start_plain_written_general(a, related);
+    }
     s->cur = a;
     return a;
 }

@@ -120,6 +120,7 @@ typedef struct rule {
 
 typedef struct probe {
     rule *r;
+    at_activity_kind *plain_kind; /* r->kind when r->plain (set at install): one load on the call */
     int role; /* index into e->probe */
     const at_hc_probe *p;
     at_hook hook;
@@ -428,7 +429,7 @@ static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
     int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
-    at_activity *a = at_activity_start_held_plain(pr->r->kind);
+    at_activity *a = at_activity_start_held_plain(pr->plain_kind);
     if (a) {
         c->act = a;
         c->started = 2;
@@ -450,7 +451,7 @@ static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint6
 static inline void enter_rule(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     probe *pr = h->user;
-    if (AT_LIKELY(pr->r->plain))
+    if (AT_LIKELY(pr->plain_kind))
         plain_enter(pr, c);
     else
         hook_enter(pr, h, c, args);
@@ -620,7 +621,7 @@ static inline void exit_rule(at_hook *h, at_hook_call *c, const uint64_t *args, 
                              int status)
 {
     probe *pr = h->user;
-    if (AT_LIKELY(pr->r->plain))
+    if (AT_LIKELY(pr->plain_kind))
         plain_exit(pr->r, c, status);
     else
         hook_exit(pr, h, c, args, ret, status);
@@ -760,6 +761,7 @@ static const char *hook_version(const at_resolved *r)
 static void install(probe *pr)
 {
     at_hook *h = &pr->hook;
+    pr->plain_kind = pr->r->plain ? pr->r->kind : NULL;
     char why[256] = "";
     if (at_resolve(h->spec, &h->res, why, sizeof why) < 0) {
         pr->pending = true;
