@@ -649,9 +649,9 @@ static AT_NOINLINE at_activity *start_plain_written_general(at_activity *a,
 AT_HOT_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
 {
     at_act_tls *s = &at_act_t;
-    at_activity *parent = s->cur, *a = s->free_list;
+    at_activity *parent = s->cur;
     uint32_t pid = __atomic_load_n(&g_pid, __ATOMIC_ACQUIRE); /* 0: ensure_init has not run */
-    if (AT_UNLIKELY(!k || !a || !pid || s->borrowed || s->unique_next == s->unique_end))
+    if (AT_UNLIKELY(!k || !pid || s->borrowed))
         return start_plain_general(k);
     const at_guid *related;
     if (parent) {
@@ -666,11 +666,15 @@ AT_HOT_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
                     return start_plain_general(k);
         related = &parent->id;
     } else {
-        if (AT_UNLIKELY(!s->root_left || (unsigned)g_root_off > 7))
+        if (AT_UNLIKELY((unsigned)g_root_off > 7))
             return start_plain_general(k);
         related = g_have_process_parent ? &g_process_parent : NULL;
     }
-    /* from here on as start() and make_id() do it */
+    /* The thread's caches, tested right before they are used, as start() and make_id() do (a
+     * signal handler's Start in between could empty them). From here on as they do it. */
+    at_activity *a = s->free_list;
+    if (AT_UNLIKELY(!a || s->unique_next == s->unique_end || (!parent && !s->root_left)))
+        return start_plain_general(k);
     s->free_list = a->creator;
     s->free_count--;
     a->refs = 2; /* the thread's and the caller's: only this thread can reach it so far */
