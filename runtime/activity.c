@@ -20,6 +20,7 @@
 
 #include "activity_int.h"
 #include "actpath.h"
+#include "tbuf_hot.h"
 #include "xstate.h"
 
 #include <errno.h>
@@ -55,25 +56,21 @@ static pthread_key_t g_thread_key AT_START_DATA;
 /* --- per-thread state --- */
 #define UNIQUE_BLOCK 1024u
 #define CACHE_MAX 256u
-AT_TLS at_activity *at_act_cur; /* holds a reference, unless at_act_borrowed (activity_inline.h) */
-AT_TLS bool at_act_borrowed;
-AT_TLS at_activity *at_pre_act;
-AT_TLS uint32_t at_pre_n;
-AT_TLS at_activity *at_rel_act;
-AT_TLS uint32_t at_rel_n;
-AT_TLS uint32_t at_refc_busy;
+AT_TLS at_act_tls at_act_t; /* activity_inline.h */
 #define REFC_EXITED 0x10000u /* at_refc_busy after the thread's exit: no caching any more */
-static AT_TLS at_activity *at_free_list;    /* freed activities, linked through creator */
-static AT_TLS uint32_t at_free_count;
-static AT_TLS uint64_t at_unique_next, at_unique_end;
+#define at_free_list (at_act_t.free_list)
+#define at_free_count (at_act_t.free_count)
+#define at_unique_next (at_act_t.unique_next)
+#define at_unique_end (at_act_t.unique_end)
 /* Root numbers come in per-thread blocks of g_root_next (one locked add costs ~6 ns, a tenth of a
  * hooked call): 1, 2, 4 ... up to ROOT_BLOCK_MAX numbers per refill, so a thread that starts one
  * root takes one number and a thread that starts millions takes a locked add per 64. Numbers stay
  * unique in the process; only their order across threads no longer follows time. */
 #define ROOT_BLOCK_MAX_LOG2 6
-static AT_TLS uint32_t at_root_next, at_root_left;
-static AT_TLS uint8_t at_root_grow;
-static AT_TLS bool at_thread_registered;
+#define at_root_next (at_act_t.root_next)
+#define at_root_left (at_act_t.root_left)
+#define at_root_grow (at_act_t.root_grow)
+#define at_thread_registered (at_act_t.registered)
 
 static void thread_exit(void *unused);
 
@@ -254,8 +251,12 @@ static inline bool refc_holds(const at_activity *a)
  * are only made from references). */
 static inline bool sole_ref(at_activity *a)
 {
-    if (AT_UNLIKELY(refc_holds(a)))
-        refc_settle(a);
+    /* the flow caches' references are counted in refs: with 1, they hold none */
+    if (AT_LIKELY(__atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) == 1))
+        return true;
+    if (!refc_holds(a))
+        return false;
+    refc_settle(a);
     return __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) == 1;
 }
 
@@ -395,6 +396,26 @@ static inline void write_activity_event(const at_event_type *t, const at_guid *i
         write_activity_event_slow(t, id, related, unique, extra, extra_len, ips, nips);
 }
 
+/* The Start or Stop of an activity made here, its record inline (a hooked call writes two): the
+ * activity's id is never zero (a path's first byte holds the AppDomain's code), nor is a related id
+ * given (a parent's, or the process parent's, which is set only when not zero). */
+static inline __attribute__((always_inline)) void write_own_event(const at_event_type *t,
+                                                                  const at_guid *id,
+                                                                  const at_guid *related,
+                                                                  uint64_t unique,
+                                                                  const void *extra,
+                                                                  uint32_t extra_len,
+                                                                  const uintptr_t *ips,
+                                                                  uint32_t nips)
+{
+    if (!at_event_enabled(t))
+        return;
+    if (AT_LIKELY(nips == 0 && extra_len <= EXTRA_MAX))
+        at_tbuf_put_act(t, id, true, related, related != NULL, unique, extra, extra_len);
+    else
+        write_activity_event_slow(t, id, related, unique, extra, extra_len, ips, nips);
+}
+
 /* --- ids --- */
 
 /* inline in the Start: a hooked call's Start is the common caller */
@@ -519,7 +540,7 @@ static inline __attribute__((always_inline)) at_activity *start(at_activity_kind
     a->unique = next_unique();
     make_id(a, parent);
     a->creator = parent;
-    write_activity_event(k->start_ev, &a->id, related, a->unique, extra, extra_len, ips, nips);
+    write_own_event(k->start_ev, &a->id, related, a->unique, extra, extra_len, ips, nips);
     /* The child's creator reference on parent replaces the thread's reference on cur when they are
      * the same activity (the common case): no atomic operation. */
     at_act_cur = a;
@@ -604,26 +625,175 @@ AT_HOT_FN at_activity *at_activity_start_held(at_activity_kind *k, const void *e
     return start(k, extra, extra_len, ips, nips, true);
 }
 
-bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len,
-                           const uintptr_t *ips, uint32_t nips)
+/* --- the plain shape: a Start with no fields, a Stop with one 32-bit field, no stack ---
+ * What a plain hooked call runs. The common case goes in one pass that makes no call (a leaf: no
+ * register to save and restore around it); anything else (the engine or the thread not set up, a
+ * block of numbers or the allocation cache to refill, a borrowed or stopped current activity, a
+ * namesake to stop first, the depth limit, a long path, a record the fast writer does not take)
+ * goes through the general body, each way out a tail call of a function of its own. */
+
+static AT_NOINLINE at_activity *start_plain_general(at_activity_kind *k)
+{
+    return start(k, NULL, 0, NULL, 0, true);
+}
+
+/* The fast Start's record by the general writer, and what follows it. */
+static AT_NOINLINE at_activity *start_plain_written_general(at_activity *a,
+                                                            const at_guid *related)
+{
+    at_tbuf_write_act_general(a->kind->start_ev, &a->id, related, a->unique, NULL, 0);
+    at_act_cur = a;
+    return a;
+}
+
+AT_HOT_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
+{
+    at_act_tls *s = &at_act_t;
+    at_activity *parent = s->cur;
+    uint32_t pid = __atomic_load_n(&g_pid, __ATOMIC_ACQUIRE); /* 0: ensure_init has not run */
+    if (AT_UNLIKELY(!k || !pid || s->borrowed))
+        return start_plain_general(k);
+    const at_guid *related;
+    if (parent) {
+        /* start()'s tests for a live current activity (the parent then): the depth limit, a path
+         * that may need the general encoder, a namesake on the chain when not recursive */
+        if (AT_UNLIKELY(!is_live(parent) || parent->level >= AT_ACTIVITY_MAX_DEPTH ||
+                        (unsigned)parent->path_end > 7))
+            return start_plain_general(k);
+        if (!(k->flags & AT_ACT_RECURSIVE))
+            for (at_activity *same = parent; same; same = same->creator)
+                if (same->kind == k && is_live(same))
+                    return start_plain_general(k);
+        related = &parent->id;
+    } else {
+        if (AT_UNLIKELY((unsigned)g_root_off > 7))
+            return start_plain_general(k);
+        related = g_have_process_parent ? &g_process_parent : NULL;
+    }
+    /* The thread's caches, tested right before they are used, as start() and make_id() do (a
+     * signal handler's Start in between could empty them). From here on as they do it. */
+    at_activity *a = s->free_list;
+    if (AT_UNLIKELY(!a || s->unique_next == s->unique_end || (!parent && !s->root_left)))
+        return start_plain_general(k);
+    s->free_list = a->creator;
+    s->free_count--;
+    a->refs = 2; /* the thread's and the caller's: only this thread can reach it so far */
+    a->stopped = ACT_LIVE;
+    a->last_child = 0;
+    a->kind = k;
+    a->unique = s->unique_next++;
+    if (parent) {
+        a->level = (uint16_t)(parent->level + 1);
+        uint32_t n = __atomic_add_fetch(&parent->last_child, 1, __ATOMIC_RELAXED);
+        a->path_end = (int8_t)at_actpath_child_near(&a->id, &parent->id, parent->path_end, n, pid);
+    } else {
+        a->level = 0;
+        s->root_left--;
+        uint32_t n = s->root_next++;
+        a->path_end = (int8_t)at_actpath_child_near(&a->id, &g_root_prefix, g_root_off, n, pid);
+    }
+    a->creator = parent; /* the thread's reference on it becomes a's */
+    const at_event_type *t = k->start_ev;
+    if (at_event_enabled(t)) {
+        /* the record's shape made constant both ways */
+        bool put = related ? at_tbuf_try_put_act(t, &a->id, true, related, true, a->unique, NULL, 0)
+                           : at_tbuf_try_put_act(t, &a->id, true, NULL, false, a->unique, NULL, 0);
+        if (AT_UNLIKELY(!put))
+            return start_plain_written_general(a, related);
+    }
+    s->cur = a;
+    return a;
+}
+
+static inline __attribute__((always_inline)) bool stop_held(at_activity *a, const void *extra,
+                                                            uint32_t extra_len,
+                                                            const uintptr_t *ips, uint32_t nips)
 {
     /* refs == 2: nobody but this thread (current) and the caller holds it, and no other thread can
      * take a reference without holding one: no one can stop, capture or free it meanwhile */
     if (!a || a != at_act_cur || at_act_borrowed || !is_live(a))
         return false;
-    if (AT_UNLIKELY(refc_holds(a)))
+    /* the flow caches' references are counted in refs: with 2, they hold none */
+    if (AT_UNLIKELY(__atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2)) {
+        if (!refc_holds(a))
+            return false;
         refc_settle(a);
-    if (__atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2)
-        return false;
+        if (__atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2)
+            return false;
+    }
     at_activity *next = live_from(a->creator);
     if (AT_UNLIKELY(next != a->creator))
         return false;
     __atomic_store_n(&a->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
-    write_activity_event(a->kind->stop_ev, &a->id, NULL, a->unique, extra, extra_len, ips, nips);
+    write_own_event(a->kind->stop_ev, &a->id, NULL, a->unique, extra, extra_len, ips, nips);
     /* a's reference on its creator becomes the thread's */
     at_act_cur = next;
     act_free(a);
     return true;
+}
+
+bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len,
+                           const uintptr_t *ips, uint32_t nips)
+{
+    return stop_held(a, extra, extra_len, ips, nips);
+}
+
+/* The held Stop when stop_held() refuses it: a is no longer the thread's alone (or current). */
+static AT_NOINLINE void end_held_shared(at_activity *a, const void *extra, uint32_t extra_len)
+{
+    if (at_activity_current() == a) {
+        /* still current, so the thread's reference keeps it alive without ours, and the Stop by
+         * kind takes its fast path (current, sole reference) */
+        at_activity_kind *k = a->kind;
+        at_activity_unref(a);
+        at_activity_stop(k, extra, extra_len, NULL, 0);
+        return;
+    }
+    at_activity_stop_ref(a, extra, extra_len, NULL, 0);
+    at_activity_unref(a);
+}
+
+static AT_NOINLINE void end_u32_general(at_activity *a, uint32_t v)
+{
+    if (!stop_held(a, &v, sizeof v, NULL, 0))
+        end_held_shared(a, &v, sizeof v);
+}
+
+/* The fast Stop's record by the general writer, and what follows it. */
+static AT_NOINLINE void end_u32_written_general(at_activity *a, uint32_t v)
+{
+    at_tbuf_write_act_general(a->kind->stop_ev, &a->id, NULL, a->unique, &v, sizeof v);
+    act_free(a);
+}
+
+static AT_NOINLINE void end_u32_free_general(at_activity *a)
+{
+    act_free(a);
+}
+
+AT_HOT_FN void at_activity_end_held_u32(at_activity *a, uint32_t v)
+{
+    at_act_tls *s = &at_act_t;
+    /* stop_held()'s tests: current, live, held by the thread and the caller alone (the flow
+     * caches then hold none), its creator live */
+    if (AT_UNLIKELY(!a || a != s->cur || s->borrowed || !is_live(a) ||
+                    __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2 ||
+                    (a->creator && !is_live(a->creator))))
+        return end_u32_general(a, v);
+    __atomic_store_n(&a->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
+    /* a's reference on its creator becomes the thread's. Before the record (stop_held() makes it
+     * after): a signal handler in between sees the creator current either way (a is stopped), and
+     * a stays off the allocation cache until its record is written. */
+    s->cur = a->creator;
+    const at_event_type *t = a->kind->stop_ev;
+    if (at_event_enabled(t) &&
+        AT_UNLIKELY(!at_tbuf_try_put_act(t, &a->id, true, NULL, false, a->unique, &v, sizeof v)))
+        return end_u32_written_general(a, v);
+    if (AT_UNLIKELY(s->free_count >= CACHE_MAX || !s->registered))
+        return end_u32_free_general(a);
+    a->creator = s->free_list; /* act_free() */
+    s->free_list = a;
+    s->free_count++;
 }
 
 bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,

@@ -50,6 +50,13 @@ at_activity *at_activity_start_held(at_activity_kind *k, const void *extra, uint
  * caller stops it by kind or with at_activity_stop_ref, then drops its reference). */
 bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len,
                            const uintptr_t *ips, uint32_t nips);
+/* The two for the commonest shape, a Start with no fields and a Stop with one 32-bit field, neither
+ * with a stack: the same work with the shape known when compiled (a hooked call of a plain rule).
+ * at_activity_end_held_u32 always ends the call's activity and drops the caller's reference: as
+ * at_activity_stop_held when it can, else by kind when a is still current (it was captured), else
+ * with at_activity_stop_ref (a child of it is current, or another thread stopped it). */
+at_activity *at_activity_start_held_plain(at_activity_kind *k);
+void at_activity_end_held_u32(at_activity *a, uint32_t v);
 
 /* Stop by name, EventSource rules: current is of this kind -> stop it, restore its creator; else the
  * newest live activity of this kind on the current chain is stopped and those passed over are killed

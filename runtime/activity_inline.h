@@ -18,9 +18,29 @@ struct at_activity {
     at_guid id;
 };
 
+/* The engine's per-thread state, one object: in a shared library each thread-local variable costs a
+ * load of its offset from the GOT, and a Start touched ten of them. The names below are its fields;
+ * the ones without a name here are activity.c's alone. */
+typedef struct at_act_tls {
+    at_activity *cur;       /* the current activity (a reference, unless borrowed) */
+    bool borrowed;          /* cur borrowed from a capture by at_flow_enter */
+    bool registered;        /* activity.c: the thread's exit releases what it holds */
+    uint8_t root_grow;      /* activity.c: log2 of the next block of root numbers */
+    uint32_t refc_busy;
+    at_activity *pre_act;
+    uint32_t pre_n;
+    uint32_t rel_n;
+    at_activity *rel_act;
+    at_activity *free_list; /* activity.c: freed activities, linked through creator */
+    uint32_t free_count;
+    uint32_t root_next, root_left; /* activity.c: this thread's block of root numbers */
+    uint64_t unique_next, unique_end; /* activity.c: this thread's block of <Name>Id values */
+} at_act_tls;
+extern AT_TLS at_act_tls at_act_t;
+
 /* The thread's current activity (a reference, unless borrowed from a capture by at_flow_enter). */
-extern AT_TLS at_activity *at_act_cur;
-extern AT_TLS bool at_act_borrowed;
+#define at_act_cur (at_act_t.cur)
+#define at_act_borrowed (at_act_t.borrowed)
 
 static inline bool at_act_is_live(const at_activity *a)
 {
@@ -45,11 +65,11 @@ static inline at_activity *at_act_live_from(at_activity *a)
  * and at thread exit. at_refc_busy is non-zero inside a cache update (a signal handler that captures
  * then goes straight to the atomics) and after the thread's exit. */
 #define AT_PREPAY 64u
-extern AT_TLS at_activity *at_pre_act; /* prepaid references on it: at_pre_n */
-extern AT_TLS uint32_t at_pre_n;
-extern AT_TLS at_activity *at_rel_act; /* releases owed to it: at_rel_n */
-extern AT_TLS uint32_t at_rel_n;
-extern AT_TLS uint32_t at_refc_busy;
+#define at_pre_act (at_act_t.pre_act) /* prepaid references on it: at_pre_n */
+#define at_pre_n (at_act_t.pre_n)
+#define at_rel_act (at_act_t.rel_act) /* releases owed to it: at_rel_n */
+#define at_rel_n (at_act_t.rel_n)
+#define at_refc_busy (at_act_t.refc_busy)
 at_activity *at_flow_capture_slow(at_activity *c);
 void at_flow_release_slow(at_activity *a);
 

@@ -227,15 +227,21 @@ static inline uint64_t at_now_ns(void)
 struct at_event_type;
 typedef struct at_rt_hot {
     int clock_tsc;                 /* clock.c: 1 when the event clock is the TSC */
-    _Atomic int sess_active;       /* tbuf.c: a session is writing */
-    _Atomic uint32_t sess_gen;     /* bumped at start/stop/fork: thread buffers go stale */
     _Atomic int flusher_armed;     /* flusher.c: it sleeps and wants a kick when buffers fill */
+    union {
+        struct {
+            _Atomic int sess_active;   /* tbuf.c: a session is writing */
+            _Atomic uint32_t sess_gen; /* bumped at start/stop/fork: thread buffers go stale */
+        };
+        uint64_t sess_word; /* both, read as one word by the record's fast path (tbuf_hot.h) */
+    };
     int transfer_ready;            /* activity.c: the transfer types are registered */
     struct at_event_type *send_ev, *recv_ev; /* activity.c: TransferSend / TransferReceive */
     uint8_t *chunks;               /* tbuf.c: the buffer pool's chunks (at_pool_g.chunks) */
     int prefetchw;                 /* tbuf.c: the CPU has PREFETCHW (CPUID 0x80000001 ECX bit 8) */
     long rseq_cpu;                 /* tbuf.c: offset of the thread's rseq cpu_id from the thread
-                                    * pointer (glibc registers rseq); 0: no rseq */
+                                    * pointer (glibc registers rseq), or of a word that reads as no
+                                    * CPU */
 } at_rt_hot_t;
 extern at_rt_hot_t at_rt_hot;
 #define at_clock_tsc (at_rt_hot.clock_tsc) /* 1: the event clock is the TSC */

@@ -14,11 +14,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <stdio.h>
-#include "trace_int.h"
+#include "tbuf_hot.h"
 #include "xstate.h"
 
 #define AT_DEFAULT_CAP (256u << 20) /* virtual; chunks are reused LIFO so RSS follows the backlog */
-#define AT_MAX_PAYLOAD (48u * 1024)
 #define AT_MAX_IPS 1024u           /* with the largest payload a record still fits one chunk */
 _Static_assert(AT_MAX_PAYLOAD <= UINT16_MAX && AT_MAX_IPS <= UINT16_MAX, "at_rec's 16-bit fields");
 
@@ -33,26 +32,15 @@ _Atomic uint64_t at_drops_noring AT_FORK_DATA; /* a fork child starts them again
 _Atomic uint64_t at_drops_retired AT_FORK_DATA;
 _Atomic uint64_t at_drops_damaged AT_FORK_DATA;
 
-typedef struct at_thr {
-    at_ring *ring;
-    uint32_t gen;
-    uint32_t seq; /* per-thread sequence number: +1 per event tried, written or dropped */
-    uint32_t seq_written; /* that of the last event written: seq != seq_written after a drop */
-    uint64_t tid;
-    uint64_t last_ts;
-    uint8_t busy; /* inside at_event_write: a signal handler writing now must not interleave */
-} at_thr;
-static AT_TLS at_thr thr;
-
-/* ++thr.seq as one instruction: a signal handler that writes an event between the load and the
- * store of a plain increment would lose its number (a drop without a gap). Not locked: only this
- * thread (and its signal handlers) touch it. */
-static inline uint32_t seq_next(void)
-{
-    uint32_t v = 1;
-    __asm__ volatile("xaddl %0, %1" : "+r"(v), "+m"(thr.seq));
-    return v + 1;
-}
+AT_TLS at_thr at_tbuf_thr; /* tbuf_hot.h */
+static AT_TLS int32_t no_cpu = -1; /* at_tbuf_cpu_now's word when glibc registered no rseq */
+#define thr at_tbuf_thr
+#define seq_next at_tbuf_seq_next
+#define clock_announced at_tbuf_clock_announced
+#define cpu_now at_tbuf_cpu_now
+#define prefetch_write at_tbuf_prefetch_write
+#define count_drop at_tbuf_count_drop
+#define next_chunk at_tbuf_next_chunk
 
 static pthread_key_t thr_key AT_START_DATA;
 static pthread_once_t key_once AT_START_DATA = PTHREAD_ONCE_INIT;
@@ -322,8 +310,13 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
     uint32_t n = (uint32_t)(cap / AT_CHUNK_SIZE);
     unsigned a, b, c, d;
     at_rt_hot.prefetchw = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
-    /* struct rseq's cpu_id (offset 4) is 32-byte aligned: offset + 4 is never 0 */
-    at_rt_hot.rseq_cpu = &__rseq_size && &__rseq_offset && __rseq_size >= 8 ? (long)__rseq_offset + 4 : 0;
+    /* struct rseq's cpu_id (offset 4), or without rseq a word of this thread's that reads as no CPU
+     * (the same offset in every thread: initial-exec TLS) */
+    uintptr_t tp;
+    __asm__("mov %%fs:0, %0" : "=r"(tp));
+    at_rt_hot.rseq_cpu = &__rseq_size && &__rseq_offset && __rseq_size >= 8
+                             ? (long)__rseq_offset + 4
+                             : (long)((uintptr_t)&no_cpu - tp);
     /* a new session with the same cap reuses the mapping (shrunk to a limit or not: a new one
      * would come after main, beside the program's allocations) */
     static uint32_t asked;
@@ -417,7 +410,6 @@ uint64_t at_tbuf_total_drops(void)
     return d;
 }
 
-static bool next_chunk(at_ring *r);
 
 /* Slow path of the first event of a thread (or after a new session/fork). A ring an ended thread
  * handed over comes first: this thread's owner record goes into it (the flusher then names what
@@ -470,6 +462,8 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
     }
     thr.ring = r;
     thr.gen = gen;
+    /* at_rt_hot.sess_word in the running session (tbuf_hot.h) */
+    thr.live = __atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) ? 1 | (uint64_t)gen << 32 : UINT64_MAX;
     AT_INTERNAL_BEGIN();
     if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
         at_xs_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */
@@ -477,8 +471,8 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
     return r;
 }
 
-/* The current chunk is full (or there is none): chain a new one. false when the cap is reached. */
-AT_HOT_FN static AT_NOINLINE bool next_chunk(at_ring *r)
+/* tbuf_hot.h */
+AT_HOT_FN AT_NOINLINE bool at_tbuf_next_chunk(at_ring *r)
 {
     int32_t n = chunk_pop();
     if (n < 0)
@@ -501,24 +495,6 @@ AT_HOT_FN static AT_NOINLINE bool next_chunk(at_ring *r)
                     (int32_t)at_pool_g.nchunks / 2))
         sched_yield();
     return true;
-}
-
-/* Fetch the line holding p ready for a store: PREFETCHW where CPUID says the CPU has it (AMD since
- * K8, Intel since Broadwell), else a plain prefetch (the line then comes shared if another core
- * holds it). A hint either way: it never faults. */
-static inline void prefetch_write(const void *p)
-{
-    if (AT_LIKELY(at_rt_hot.prefetchw))
-        __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
-    else
-        __builtin_prefetch(p, 1, 3);
-}
-
-static inline void count_drop(at_ring *r, uint32_t seq)
-{
-    atomic_store_explicit(&r->drops, atomic_load_explicit(&r->drops, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    atomic_store_explicit(&r->seq_pub, seq, memory_order_release);
 }
 
 static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool live, const at_event_type *t,
@@ -555,36 +531,7 @@ AT_HOT_FN int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_gu
     return rc;
 }
 
-/* The event clock read for an event about to be written, announced first on the thread's ring
- * (r->pending) so that the flusher, which reads the markers after a process-wide barrier
- * (at_rings_horizon), never writes a newer event before this one is published: a thread preempted
- * between its clock read and its publish holds the merge back instead of arriving late. */
-static inline uint64_t clock_announced(at_ring *r, uint64_t floor, bool ordered)
-{
-    if (AT_LIKELY(r != NULL))
-        atomic_store_explicit(&r->pending, AT_PENDING_CLOCK, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst);
-    uint64_t ts = ordered ? at_ticks_ordered() : at_ticks();
-    if (ts < floor)
-        ts = floor;
-    if (AT_LIKELY(r != NULL))
-        atomic_store_explicit(&r->pending, ts, memory_order_relaxed);
-    return ts;
-}
-
 /* One event's record into r at its write position (in a new chunk when it does not fit there). */
-/* The CPU this thread runs on, from the rseq area the kernel keeps current (one load, no syscall);
- * AT_REC_CPU_NONE when glibc registered no rseq for the thread (-1, -2) or the number does not fit. */
-static inline uint32_t cpu_now(void)
-{
-    long off = at_rt_hot.rseq_cpu;
-    if (AT_UNLIKELY(!off))
-        return AT_REC_CPU_NONE;
-    int32_t c;
-    __asm__ volatile("movl %%fs:(%1), %0" : "=r"(c) : "r"(off));
-    return (uint32_t)c < AT_REC_CPU_NONE ? (uint32_t)c : AT_REC_CPU_NONE;
-}
-
 static inline __attribute__((always_inline)) int put_record(at_ring *r, uint64_t ts, uint32_t seq,
                                                             const at_event_type *t,
                                                             const at_guid *activity,
@@ -648,13 +595,8 @@ static inline __attribute__((always_inline)) int put_record(at_ring *r, uint64_t
     r->wpos += size;
     atomic_store_explicit(&c->used, r->wpos, memory_order_release);
     thr.seq_written = seq;
-    /* The lines of the records a few events ahead, fetched for writing now (two per record: a record
-     * advances by less than two lines, so every line is fetched before it is written). A line from
-     * memory or from the flusher's core takes longer than one event: fetched only one record
-     * ahead, a hooked function called in a loop waited on every line (sustained stub: ~95 ns a call
-     * with 128 bytes ahead, ~66 ns with 512). Near the chunk's end nothing is fetched (the next
-     * records go to another chunk). */
-#define AT_PREFETCH_AHEAD 512u
+    /* the lines a few records ahead (tbuf_hot.h), two per record: a record of a stack or a long
+     * payload advances by more than a line */
     if (AT_LIKELY(r->wpos + AT_PREFETCH_AHEAD + 64 <= AT_CHUNK_SIZE)) {
         const uint8_t *nx = (const uint8_t *)c + r->wpos;
         prefetch_write(nx + AT_PREFETCH_AHEAD - 64);
@@ -813,91 +755,21 @@ AT_HOT_FN int at_event_write_head(const at_event_type *t, const at_guid *activit
                       head8);
 }
 
-/* at_event_write_act's way out, a call of its own six arguments: a jump, nothing kept around it */
-static AT_NOINLINE int write_act_general(const at_event_type *t, const at_guid *activity,
-                                         const at_guid *related, uint64_t head8,
-                                         const void *payload, uint32_t payload_len)
+/* tbuf_hot.h: an activity event the one-pass record does not take, a call of its own six arguments
+ * (a jump, nothing kept around it) */
+AT_NOINLINE int at_tbuf_write_act_general(const at_event_type *t, const at_guid *activity,
+                                          const at_guid *related, uint64_t head8,
+                                          const void *payload, uint32_t payload_len)
 {
     return at_event_write_head(t, activity, related, head8, payload, payload_len, NULL, 0);
 }
 
-/* An activity event without a stack (a hooked call's Start and Stop): at_event_write_head's record,
- * written in one pass while the thread has its ring in the running session and is not inside a
- * write of its own. Anything else (the thread's first event, a new session, a fork child's gate, a
- * signal handler interrupting a write, a payload too long) goes through at_event_write_head. busy
- * is set before the ring is looked at: a handler that interrupts from then on drops its event (as
- * it would inside the general path), so nothing it does can move the ring under this write. */
 AT_HOT_FN int at_event_write_act(const at_event_type *t, const at_guid *activity,
                                  const at_guid *related, uint64_t head8, const void *payload,
                                  uint32_t payload_len)
 {
-    if (AT_UNLIKELY(thr.busy))
-        return write_act_general(t, activity, related, head8, payload, payload_len);
-    thr.busy = 1;
-    atomic_signal_fence(memory_order_seq_cst);
-    at_ring *r = thr.ring;
-    if (AT_UNLIKELY(!r || thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed) ||
-                    atomic_load_explicit(&at_sess_active, memory_order_relaxed) != 1 ||
-                    payload_len > AT_MAX_PAYLOAD - 8u || (payload_len && !payload))) {
-        atomic_signal_fence(memory_order_seq_cst);
-        thr.busy = 0;
-        return write_act_general(t, activity, related, head8, payload, payload_len);
-    }
-    bool has_act = activity && !at_guid_is_zero(activity);
-    bool has_rel = related && !at_guid_is_zero(related);
-    uint32_t plen = payload_len + 8;
-    uint32_t size = (uint32_t)(sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0) + plen + 7)
-                    & ~7u;
-    /* the header's first word but for the CPU (at_rec: size, type_index, flags) */
-    uint64_t w0 = size | (uint64_t)(uint16_t)t->index << 32 |
-                  (uint64_t)((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0)) << 48;
-    uint64_t outer = atomic_load_explicit(&r->pending, memory_order_relaxed);
-    uint64_t ts = clock_announced(r, 0, false);
-    uint32_t seq = seq_next();
-    int rc = -1;
-    if (AT_UNLIKELY(r->wpos + size > AT_CHUNK_SIZE) && !next_chunk(r)) {
-        count_drop(r, seq);
-        goto out;
-    }
-    uint32_t wpos = r->wpos;
-    at_chunk *c = at_wchunk(r->wchunk);
-    uint8_t *p = (uint8_t *)c + wpos;
-    if (AT_UNLIKELY(ts < thr.last_ts)) /* a handler's event overtook this clock read */
-        ts = thr.last_ts;
-    thr.last_ts = ts;
-    w0 |= (uint64_t)cpu_now() << (48 + AT_REC_CPU_SHIFT);
-    uint64_t w2 = seq | (uint64_t)plen << 32; /* seq, payload_len, nips = 0 */
-    memcpy(p, &w0, 8);
-    memcpy(p + 8, &ts, 8);
-    memcpy(p + 16, &w2, 8);
-    p += sizeof(at_rec);
-    if (has_act) {
-        memcpy(p, activity, 16);
-        p += 16;
-    }
-    if (has_rel) {
-        memcpy(p, related, 16);
-        p += 16;
-    }
-    memcpy(p, &head8, 8);
-    if (payload_len)
-        at_copy_small(p + 8, payload, payload_len);
-    wpos += size;
-    r->wpos = wpos;
-    atomic_store_explicit(&c->used, wpos, memory_order_release);
-    thr.seq_written = seq;
-    if (AT_LIKELY(wpos + AT_PREFETCH_AHEAD + 64 <= AT_CHUNK_SIZE)) { /* as put_record */
-        const uint8_t *nx = (const uint8_t *)c + wpos;
-        prefetch_write(nx + AT_PREFETCH_AHEAD - 64);
-        prefetch_write(nx + AT_PREFETCH_AHEAD);
-    }
-    rc = 0;
-out:
-    atomic_store_explicit(&r->seq_pub, thr.seq, memory_order_release);
-    atomic_signal_fence(memory_order_seq_cst);
-    thr.busy = 0;
-    atomic_store_explicit(&r->pending, outer, memory_order_release);
-    return rc;
+    return at_tbuf_put_act(t, activity, activity && !at_guid_is_zero(activity), related,
+                           related && !at_guid_is_zero(related), head8, payload, payload_len);
 }
 
 uint64_t at_event_last_ts(void)

@@ -120,6 +120,7 @@ typedef struct rule {
 
 typedef struct probe {
     rule *r;
+    at_activity_kind *plain_kind; /* r->kind when r->plain (set at install): one load on the call */
     int role; /* index into e->probe */
     const at_hc_probe *p;
     at_hook hook;
@@ -147,11 +148,18 @@ typedef struct live {
     at_activity *a;
     probe *pr;
 } live;
-static AT_TLS live hk_live_in[LIVE_INLINE];
-static AT_TLS live *hk_live_more; /* LIVE_MAX - LIVE_INLINE entries, or NULL; unmapped when a thread
-                                   * the trampoline started ends (main and threads older than the
-                                   * shim keep theirs until the process ends) */
-static AT_TLS int hk_nlive;
+/* one thread-local object: each thread-local variable of a shared library costs a load of its
+ * offset from the GOT */
+static AT_TLS struct {
+    int nlive;
+    live *more; /* LIVE_MAX - LIVE_INLINE entries, or NULL; unmapped when a thread the trampoline
+                 * started ends (main and threads older than the shim keep theirs until the process
+                 * ends) */
+    live in[LIVE_INLINE];
+} hk_t;
+#define hk_nlive (hk_t.nlive)
+#define hk_live_in (hk_t.in)
+#define hk_live_more (hk_t.more)
 
 static inline live *live_at(int i)
 {
@@ -397,16 +405,20 @@ static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
     return p->key == AT_HC_RETURN ? ret : arg_of(p, args, p->key);
 }
 
-/* The thread's errno, found once: &errno is a call into libc, twice per hooked call otherwise.
- * (A clone(CLONE_VM) child without a thread pointer of its own shares the thread's TLS, errno
- * included, so the cached address is right for it too.) */
-static AT_TLS int *hk_errp;
-static inline int *errno_ptr(void)
+/* The thread's errno at its offset from the thread pointer, found once at install: &errno is a call
+ * into libc, twice per hooked call otherwise, and glibc's errno is initial-exec TLS, at the same
+ * offset in every thread. (A clone(CLONE_VM) child without a thread pointer of its own shares the
+ * thread's TLS, errno included, so the offset is right for it too.) */
+static long hk_errno_off;
+static inline int errno_get(void)
 {
-    int *p = hk_errp;
-    if (AT_UNLIKELY(!p))
-        p = hk_errp = &errno;
-    return p;
+    int v;
+    __asm__ volatile("movl %%fs:(%1), %0" : "=r"(v) : "r"(hk_errno_off));
+    return v;
+}
+static inline void errno_set(int v)
+{
+    __asm__ volatile("movl %0, %%fs:(%1)" : : "r"(v), "r"(hk_errno_off) : "memory");
 }
 
 /* The call of a plain rule's function (rule.plain): the Start with no fields, no stack and no test,
@@ -414,10 +426,10 @@ static inline int *errno_ptr(void)
 static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
 {
     AT_INTERNAL_BEGIN();
-    int *errp = errno_ptr(), err = *errp;
+    int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
-    at_activity *a = at_activity_start_held(pr->r->kind, NULL, 0, NULL, 0);
+    at_activity *a = at_activity_start_held_plain(pr->plain_kind);
     if (a) {
         c->act = a;
         c->started = 2;
@@ -429,24 +441,39 @@ static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
         }
     }
     AT_INTERNAL_END();
-    *errp = err;
+    errno_set(err);
 }
 
 static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args);
 
 /* The plain rule's path and the others' are functions of their own: the others' frame (payload and
  * stack buffers, many live values) is not set up for the plain one. */
+static inline void enter_rule(at_hook *h, at_hook_call *c, uint64_t *args)
+{
+    probe *pr = h->user;
+    if (AT_LIKELY(pr->plain_kind))
+        plain_enter(pr, c);
+    else
+        hook_enter(pr, h, c, args);
+}
+
+/* The shim not simply on (a clone(CLONE_VM) child may run on this thread's TLS): a function of its
+ * own, so that the entry points below keep no frame. */
+static AT_NOINLINE void enter_unsure(at_hook *h, at_hook_call *c, uint64_t *args)
+{
+    if (at_on())
+        enter_rule(h, c, args);
+}
+
 void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
      * without recording: close in libelf, malloc in libunwind as a stack is taken */
-    if (!at_on() || at_internal)
+    if (at_internal)
         return;
-    probe *pr = h->user;
-    if (AT_LIKELY(pr->r->plain))
-        plain_enter(pr, c);
-    else
-        hook_enter(pr, h, c, args);
+    if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
+        return enter_unsure(h, c, args);
+    enter_rule(h, c, args);
 }
 
 static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
@@ -455,7 +482,7 @@ static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint6
     rule *r = pr->r;
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
-    int *errp = errno_ptr(), err = *errp;
+    int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
     uint8_t buf[1024];
@@ -529,7 +556,7 @@ static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint6
         break;
     }
     AT_INTERNAL_END();
-    *errp = err;
+    errno_set(err);
 }
 
 /* A listed call is on top of the list now (deeper ones were dropped before): taken off. If it is
@@ -544,10 +571,10 @@ static inline bool unlist(const at_hook_call *c)
 }
 
 /* The return (or unwind) of a plain rule's function: its Stop with the Status. */
-static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
+static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int status)
 {
     AT_INTERNAL_BEGIN();
-    int *errp = errno_ptr(), err = *errp;
+    int err = errno_get();
     int n = hk_nlive;
     live *top = n > 0 ? live_at(n - 1) : NULL;
     if (AT_UNLIKELY(top && top->sp < c->sp)) { /* jumped_over, with the entry unlist needs */
@@ -563,27 +590,57 @@ static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
         else
             started = 0;
     }
-    if (started) {
-        uint32_t st = (uint32_t)status;
-        if (!at_activity_stop_held(c->act, &st, 4, NULL, 0))
-            stop_shared(r, c->act, (const uint8_t *)&st, 4, NULL, 0);
-    }
+    if (started)
+        at_activity_end_held_u32(c->act, (uint32_t)status);
     AT_INTERNAL_END();
-    *errp = err;
+    errno_set(err);
+    (void)r;
+}
+
+/* The common case first: the call is the innermost one listed (nothing jumped over it), in the
+ * thread's own entries. */
+static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
+{
+    int n = hk_nlive;
+    if (AT_UNLIKELY(c->started != 1 || n <= 0 || n > LIVE_INLINE ||
+                    hk_live_in[n - 1].sp != c->sp || hk_live_in[n - 1].a != c->act))
+        return plain_exit_slow(r, c, status);
+    AT_INTERNAL_BEGIN();
+    int err = errno_get();
+    hk_nlive = n - 1;
+    c->started = 0;
+    at_activity_end_held_u32(c->act, (uint32_t)status);
+    AT_INTERNAL_END();
+    errno_set(err);
 }
 
 static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status);
 
-void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+static inline void exit_rule(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret,
+                             int status)
 {
-    if ((!at_on() && !c->started) || at_internal)
-        return;
     probe *pr = h->user;
-    if (AT_LIKELY(pr->r->plain))
+    if (AT_LIKELY(pr->plain_kind))
         plain_exit(pr->r, c, status);
     else
         hook_exit(pr, h, c, args, ret, status);
+}
+
+static AT_NOINLINE void exit_unsure(at_hook *h, at_hook_call *c, const uint64_t *args,
+                                    uint64_t ret, int status)
+{
+    if (at_on() || c->started) /* what a call started is stopped, whatever came since */
+        exit_rule(h, c, args, ret, status);
+}
+
+void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+{
+    if (at_internal)
+        return;
+    if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
+        return exit_unsure(h, c, args, ret, status);
+    exit_rule(h, c, args, ret, status);
 }
 
 static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
@@ -593,7 +650,7 @@ static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const 
     const at_hc_entry *e = r->e;
     const at_hc_probe *p = pr->p;
     AT_INTERNAL_BEGIN();
-    int *errp = errno_ptr(), err = *errp;
+    int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, false))
         abandon_below(c->sp, false);
     uint8_t buf[1024];
@@ -672,7 +729,7 @@ static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const 
         break;
     }
     AT_INTERNAL_END();
-    *errp = err;
+    errno_set(err);
 }
 
 /* ---------------- installation ---------------- */
@@ -704,6 +761,7 @@ static const char *hook_version(const at_resolved *r)
 static void install(probe *pr)
 {
     at_hook *h = &pr->hook;
+    pr->plain_kind = pr->r->plain ? pr->r->kind : NULL;
     char why[256] = "";
     if (at_resolve(h->spec, &h->res, why, sizeof why) < 0) {
         pr->pending = true;
@@ -1179,6 +1237,9 @@ AT_FORK_TEXT static void hk_atfork_child(void)
 int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
 {
     hk_conf = hc;
+    uintptr_t tp;
+    __asm__("mov %%fs:0, %0" : "=r"(tp));
+    hk_errno_off = (long)((uintptr_t)&errno - tp); /* before any hook is installed */
     if (!hc->nentries)
         return 0;
     if (at_dynlib_load(err, n) < 0)

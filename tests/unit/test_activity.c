@@ -688,6 +688,154 @@ START_TEST(held_start_stop)
 }
 END_TEST
 
+/* The plain shape's entry points (a hooked call of a plain rule: at_activity_start_held_plain,
+ * at_activity_end_held_u32) write what the general held ones write, in each case their fast path
+ * hands to the general body: roots across blocks of root numbers and <Name>Ids and across chunks,
+ * nesting, a non-recursive namesake, a captured call, a child current at the end, a borrowed
+ * current activity, the depth limit, a process parent. The same script runs both ways in one
+ * trace; the two runs' events agree once root numbers and ids count from each run's first. */
+static at_activity_kind *P_call, *P_once, *P_inner, *P_job;
+
+static at_activity *p_start(at_activity_kind *k, bool plain)
+{
+    return plain ? at_activity_start_held_plain(k) : at_activity_start_held(k, NULL, 0, NULL, 0);
+}
+
+/* what the shim did before the plain entry points: the held Stop, else by kind or by reference */
+static void p_end(at_activity *a, uint32_t v, bool plain)
+{
+    if (plain) {
+        at_activity_end_held_u32(a, v);
+        return;
+    }
+    if (at_activity_stop_held(a, &v, sizeof v, NULL, 0))
+        return;
+    if (at_activity_current() == a) {
+        at_activity_kind *k = a->kind;
+        at_activity_unref(a);
+        at_activity_stop(k, &v, sizeof v, NULL, 0);
+        return;
+    }
+    at_activity_stop_ref(a, &v, sizeof v, NULL, 0);
+    at_activity_unref(a);
+}
+
+static void plain_script(bool plain)
+{
+    mark(plain ? 1 : 2);
+    for (uint32_t i = 0; i < 1200; i++) /* roots: blocks of numbers and ids, chunks */
+        p_end(p_start(P_call, plain), i, plain);
+    at_activity *a = p_start(P_call, plain), *b = p_start(P_call, plain);
+    p_end(b, 7, plain);
+    p_end(a, 8, plain);
+    /* not recursive: the second Once kills the first, whose end finds it stopped */
+    at_activity *o1 = p_start(P_once, plain), *o2 = p_start(P_once, plain);
+    p_end(o2, 9, plain);
+    p_end(o1, 10, plain);
+    /* captured while it runs: held by more than the thread and the caller */
+    at_activity *c = p_start(P_call, plain), *cap = at_flow_capture();
+    p_end(c, 11, plain);
+    at_activity *z = p_start(P_call, plain); /* the capture keeps c's memory from it */
+    ck_assert_ptr_ne(z, cap);
+    p_end(z, 15, plain);
+    ck_assert(at_activity_is_stopped(cap));
+    at_flow_release(cap);
+    /* a child of it is current at its end */
+    at_activity *d = p_start(P_call, plain);
+    at_activity_start(P_inner, NULL, 0, NULL, 0);
+    p_end(d, 12, plain);
+    at_activity_stop(P_inner, NULL, 0, NULL, 0);
+    /* the current activity is borrowed from a capture */
+    at_activity_start(P_job, NULL, 0, NULL, 0);
+    at_activity *jc = at_flow_capture();
+    at_activity_stop(P_job, NULL, 0, NULL, 0);
+    at_activity *prev = at_flow_enter(jc);
+    p_end(p_start(P_call, plain), 13, plain);
+    at_flow_leave(prev);
+    at_flow_release(jc);
+    /* past the depth limit */
+    at_activity *deep[AT_ACTIVITY_MAX_DEPTH + 5];
+    for (int i = 0; i < AT_ACTIVITY_MAX_DEPTH + 5; i++)
+        deep[i] = p_start(P_call, plain);
+    for (int i = AT_ACTIVITY_MAX_DEPTH + 4; i >= 0; i--)
+        p_end(deep[i], (uint32_t)i, plain);
+    /* roots with a process parent */
+    at_guid parent;
+    memset(&parent, 0x5a, sizeof parent);
+    at_activity_set_process_parent(&parent);
+    p_end(p_start(P_call, plain), 14, plain);
+    at_activity_set_process_parent(NULL);
+}
+
+/* e's path with its root numbered from base ("R3/1"), or as it stands */
+static void plain_norm(const char *path, unsigned base, char *out, size_t n)
+{
+    unsigned r;
+    int off;
+    if (sscanf(path, "//1/%u%n", &r, &off) == 1)
+        snprintf(out, n, "R%d%s", (int)(r - base), path + off);
+    else
+        snprintf(out, n, "%s", path);
+}
+
+START_TEST(plain_shape_as_general)
+{
+    begin("plain");
+    static const at_field st[] = {{"Status", NT_TYPE_UINT32}};
+    at_activity_kind_desc dc = {.name = "Call", .flags = AT_ACT_RECURSIVE, .nstop_fields = 1,
+                                .stop_fields = st};
+    at_activity_kind_desc d1 = {.name = "Once", .nstop_fields = 1, .stop_fields = st};
+    P_call = at_activity_kind_register(&dc);
+    P_once = at_activity_kind_register(&d1);
+    P_inner = kind("Inner", 0);
+    P_job = kind("Job", 0);
+    plain_script(false);
+    plain_script(true);
+    at_trace t;
+    end(&t);
+    long m[2] = {at_find(&t, NULL, "Mark", 0), -1};
+    ck_assert(m[0] >= 0);
+    m[1] = at_find(&t, NULL, "Mark", (size_t)m[0] + 1);
+    ck_assert(m[1] > m[0]);
+    size_t n = (size_t)(m[1] - m[0]);
+    ck_assert_uint_eq(t.n - (size_t)m[1], n); /* the same number of events each way */
+    unsigned base[2];
+    uint64_t id0[2];
+    for (int k = 0; k < 2; k++) {
+        const at_tev *f = &t.ev[m[k] + 1];
+        ck_assert_int_eq(sscanf(f->act_path, "//1/%u", &base[k]), 1);
+        id0[k] = strtoull(at_ev_field(f, "CallId"), NULL, 10);
+    }
+    for (size_t i = 1; i < n; i++) {
+        const at_tev *x = &t.ev[(size_t)m[0] + i], *y = &t.ev[(size_t)m[1] + i];
+        char xa[128], ya[128], xr[128], yr[128];
+        ck_assert_str_eq(x->name, y->name);
+        ck_assert_uint_eq(x->seq + (uint32_t)n, y->seq);
+        plain_norm(x->act_path, base[0], xa, sizeof xa);
+        plain_norm(y->act_path, base[1], ya, sizeof ya);
+        plain_norm(x->rel_path, base[0], xr, sizeof xr);
+        plain_norm(y->rel_path, base[1], yr, sizeof yr);
+        ck_assert_msg(strcmp(xa, ya) == 0, "event %zu %s: %s vs %s", i, x->name, xa, ya);
+        ck_assert_msg(strcmp(xr, yr) == 0, "event %zu %s: related %s vs %s", i, x->name, xr, yr);
+        ck_assert_uint_eq(x->nfields, y->nfields);
+        for (uint32_t j = 0; j < x->nfields; j++) {
+            const char *fx = x->fields[j].value, *fy = y->fields[j].value;
+            uint64_t vx = strtoull(fx, NULL, 10), vy = strtoull(fy, NULL, 10);
+            if (j == 0 && x->opcode != 0 && vx) /* <Name>Id: counted from each run's first */
+                ck_assert_msg(vx - id0[0] == vy - id0[1], "event %zu %s: id %s vs %s", i, x->name,
+                              fx, fy);
+            else
+                ck_assert_msg(strcmp(fx, fy) == 0, "event %zu %s: %s vs %s", i, x->name, fx, fy);
+        }
+    }
+    /* the script reached what it meant to: a Start past the depth limit (no id), a Once killed
+     * (its Stop missing), the process parent as a root's related id */
+    ck_assert(at_find_field(&t, "CallStop", "Status", "13", (size_t)m[1]) >= 0);
+    ck_assert(at_find_field(&t, "CallStop", "Status", "14", (size_t)m[1]) >= 0);
+    finish(&t);
+}
+END_TEST
+
 /* A process whose engine was never used forks (the shim's fork wrapper resets the child's engine):
  * the child's first root activity is still //1/1 for the child's pid. */
 START_TEST(fork_before_first_use)
@@ -1130,6 +1278,7 @@ int main(void)
     tcase_add_test(c, flow_into_live_and_stopped);
     tcase_add_test(c, stop_ref_from_another_thread);
     tcase_add_test(c, held_start_stop);
+    tcase_add_test(c, plain_shape_as_general);
     tcase_add_test(c, flow_reference_cache);
     tcase_add_test(c, flow_take_from_caches);
     tcase_add_test(c, fork_before_first_use);
