@@ -505,9 +505,10 @@ static inline __attribute__((always_inline)) at_activity *start(at_activity_kind
 
     if (parent) {
         if (AT_UNLIKELY(parent->level >= AT_ACTIVITY_MAX_DEPTH)) {
-            /* EventSource stops tracking: the Start is logged without an id and nothing changes. */
+            /* EventSource stops tracking: the Start is logged without an id and nothing changes.
+             * A held Start (a hooked call) says so, for its Stop to be logged without one too. */
             write_activity_event(k->start_ev, NULL, related, 0, extra, extra_len, ips, nips);
-            return NULL;
+            return held ? AT_ACTIVITY_UNTRACKED : NULL;
         }
         if (!(k->flags & AT_ACT_RECURSIVE)) {
             /* No recursion by default (section 5): a live activity of this kind on the chain is
@@ -769,6 +770,15 @@ static AT_NOINLINE void end_u32_written_general(at_activity *a, uint32_t v)
 static AT_NOINLINE void end_u32_free_general(at_activity *a)
 {
     act_free(a);
+}
+
+at_activity at_act_untracked;
+
+void at_activity_stop_untracked(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                                const uintptr_t *ips, uint32_t nips)
+{
+    if (k)
+        write_activity_event(k->stop_ev, NULL, NULL, 0, extra, extra_len, ips, nips);
 }
 
 AT_HOT_FN void at_activity_end_held_u32(at_activity *a, uint32_t v)

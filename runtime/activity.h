@@ -56,6 +56,14 @@ bool at_activity_stop_held(at_activity *a, const void *extra, uint32_t extra_len
  * at_activity_stop_held when it can, else by kind when a is still current (it was captured), else
  * with at_activity_stop_ref (a child of it is current, or another thread stopped it). */
 at_activity *at_activity_start_held_plain(at_activity_kind *k);
+/* What the held starts return when the Start was logged without an id, past
+ * AT_ACTIVITY_MAX_DEPTH (EventSource's rule): nothing is tracked, and the call's Stop is logged
+ * without an id too (at_activity_stop_untracked), as EventSource logs a Stop it cannot match.
+ * Never dereferenced. */
+extern at_activity at_act_untracked;
+#define AT_ACTIVITY_UNTRACKED (&at_act_untracked)
+void at_activity_stop_untracked(at_activity_kind *k, const void *extra, uint32_t extra_len,
+                                const uintptr_t *ips, uint32_t nips);
 void at_activity_end_held_u32(at_activity *a, uint32_t v);
 
 /* Stop by name, EventSource rules: current is of this kind -> stop it, restore its creator; else the

@@ -336,6 +336,20 @@ static void stop_single(const rule *r, const at_hook *h, at_activity *a, const a
         stop_shared(r, a, buf, (uint32_t)(pl.p - buf), ips, nips);
 }
 
+/* The Stop of a call whose Start had no id (past the depth limit): the same fields, no id. */
+static AT_NOINLINE void stop_untracked(const rule *r, const at_hook *h, const at_hc_probe *p,
+                                       const uint64_t *args, uint64_t ret, int status)
+{
+    uint8_t buf[1024];
+    at_payload pl;
+    at_payload_init(&pl, buf, sizeof buf);
+    put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
+    at_payload_u32(&pl, (uint32_t)status);
+    uintptr_t ips[AT_STACK_MAX_DEPTH];
+    uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
+    at_activity_stop_untracked(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
+}
+
 /* Calls deeper than sp (at the same depth, when a new call enters: a sibling that never
  * returned) that are still listed were jumped over. */
 static void abandon_below(uintptr_t sp, bool entering)
@@ -430,7 +444,9 @@ static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
     at_activity *a = at_activity_start_held_plain(pr->plain_kind);
-    if (a) {
+    if (AT_UNLIKELY(a == AT_ACTIVITY_UNTRACKED)) {
+        c->started = 3; /* its Start has no id: so will its Stop */
+    } else if (a) {
         c->act = a;
         c->started = 2;
         live *l = live_push_slot();
@@ -498,7 +514,9 @@ static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint6
             uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h) : 0;
             /* started with our reference on it, without an atomic operation */
             at_activity *a = at_activity_start_held(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
-            if (a) {
+            if (AT_UNLIKELY(a == AT_ACTIVITY_UNTRACKED)) {
+                c->started = 3; /* 3: its Start has no id (too deep), so will its Stop */
+            } else if (a) {
                 c->act = a;
                 c->started = 2; /* 2: not listed (the list is full); 1: listed */
                 live *l = live_push_slot();
@@ -590,8 +608,12 @@ static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int stat
         else
             started = 0;
     }
-    if (started)
+    if (started == 3) {
+        uint32_t v = (uint32_t)status;
+        at_activity_stop_untracked(r->kind, &v, sizeof v, NULL, 0);
+    } else if (started) {
         at_activity_end_held_u32(c->act, (uint32_t)status);
+    }
     AT_INTERNAL_END();
     errno_set(err);
     (void)r;
@@ -660,6 +682,11 @@ static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const 
         if (!e->paired) {
             if (!c->started)
                 break;
+            if (c->started == 3) {
+                c->started = 0;
+                stop_untracked(r, h, p, args, ret, status);
+                break;
+            }
             if (c->started == 1 && !unlist(c)) {
                 c->started = 0;
                 break;

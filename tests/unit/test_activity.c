@@ -704,6 +704,10 @@ static at_activity *p_start(at_activity_kind *k, bool plain)
 /* what the shim did before the plain entry points: the held Stop, else by kind or by reference */
 static void p_end(at_activity *a, uint32_t v, bool plain)
 {
+    if (a == AT_ACTIVITY_UNTRACKED) { /* past the depth limit: the Stop has no id either */
+        at_activity_stop_untracked(P_call, &v, sizeof v, NULL, 0);
+        return;
+    }
     if (plain) {
         at_activity_end_held_u32(a, v);
         return;
@@ -832,6 +836,19 @@ START_TEST(plain_shape_as_general)
      * (its Stop missing), the process parent as a root's related id */
     ck_assert(at_find_field(&t, "CallStop", "Status", "13", (size_t)m[1]) >= 0);
     ck_assert(at_find_field(&t, "CallStop", "Status", "14", (size_t)m[1]) >= 0);
+    /* the Starts past the depth limit, logged without an id, each with its Stop without one */
+    size_t idless_start = 0, idless_stop = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        const at_tev *e = &t.ev[i];
+        if (!at_guid_is_zero(&e->activity))
+            continue;
+        if (!strcmp(e->name, "CallStart"))
+            idless_start++;
+        else if (!strcmp(e->name, "CallStop"))
+            idless_stop++;
+    }
+    ck_assert_uint_eq(idless_start, 2 * 4); /* of the 105 nested, levels 0 to 100 are tracked */
+    ck_assert_uint_eq(idless_stop, idless_start);
     finish(&t);
 }
 END_TEST
