@@ -61,7 +61,8 @@ static void slots_plan(at_hook *h)
  * take and give records between any two instructions here: every list change is one store after
  * its reads, and a handler's own takes and gives balance before the interrupted code goes on; the
  * pruning and the process's list, which do not balance, are never entered twice. */
-extern char at_ret_pool[], at_ret_pool_end[];
+extern char at_ret_pool[] __attribute__((visibility("hidden")));
+extern char at_ret_pool_end[] __attribute__((visibility("hidden")));
 uint64_t at_ret_ra[AT_RET_MAX] __attribute__((visibility("hidden"), section(".bss.at_ret")));
 /* the function record k's call runs (C_k: call *at_ret_fn[k]) */
 void *at_ret_fn[AT_RET_MAX] __attribute__((visibility("hidden"), section(".bss.at_ret")));
@@ -356,6 +357,25 @@ void at_ret_exit(unsigned k, const uint64_t *rets)
 #define AT_STUB_LINKAGE
 #endif
 
+/* A typed hook's entry: its arguments read from the registers and stack slots the caller used. Out
+ * of line: the untyped call's path keeps a small frame. */
+static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook_regs *regs, uint64_t *caller_sp)
+{
+    const at_sig *s = h->sig;
+    uint64_t *args = r->args;
+    for (int i = 0; i < s->nparams; i++)
+        args[i] = from_slot(s->p[i].type, *param_slot(h, i, regs, caller_sp));
+    at_hook_enter(h, &r->c, args);
+    /* pointers the semantics replaced (a callback flow), in registers only: the original reads its
+     * stack arguments where the caller put them */
+    for (int i = 0; i < s->nparams; i++) {
+        uint64_t *p = param_slot(h, i, regs, caller_sp);
+        if (s->p[i].type == AT_CT_PTR && *p != args[i] && (uintptr_t)p >= (uintptr_t)regs &&
+            (uintptr_t)p < (uintptr_t)(regs + 1))
+            *p = args[i];
+    }
+}
+
 /* 1: the call is recorded, *jump is C_k; 0: *jump is the original, straight */
 AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
@@ -387,23 +407,10 @@ AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *
         c->sp = rt_rec[prev / RET_CODE].c.sp - 1;
     c->started = 0;
     c->done = 0;
-    const at_sig *s = h->sig;
-    if (!s) {
+    if (AT_LIKELY(!h->sig))
         at_hook_enter(h, c, NULL);
-    } else {
-        uint64_t *args = r->args;
-        for (int i = 0; i < s->nparams; i++)
-            args[i] = from_slot(s->p[i].type, *param_slot(h, i, regs, caller_sp));
-        at_hook_enter(h, c, args);
-        /* pointers the semantics replaced (a callback flow), in registers only: the original
-         * reads its stack arguments where the caller put them */
-        for (int i = 0; i < s->nparams; i++) {
-            uint64_t *p = param_slot(h, i, regs, caller_sp);
-            if (s->p[i].type == AT_CT_PTR && *p != args[i] && (uintptr_t)p >= (uintptr_t)regs &&
-                (uintptr_t)p < (uintptr_t)(regs + 1))
-                *p = args[i];
-        }
-    }
+    else
+        typed_enter(h, r, regs, caller_sp);
     /* the return comes back through R_k (the stack taken above saw the real caller) */
     at_ret_fn[k] = h->orig;
     at_ret_ra[k] = *slot;
