@@ -297,7 +297,12 @@ static int spawn_common(bool search, pid_t *pid, const char *path,
     char pbuf[sizeof AT_ENV_PARENT + 34], gbuf[sizeof AT_ENV_GEN + 32];
     char *const *env = exec_env(in, slots, n, pbuf, gbuf, false);
     pid_t child = 0;
+    /* glibc's child runs on a stack of its own but on this thread's thread-local storage until it
+     * execs: marked as the shim's own work, its calls of hooked functions (an entry-patched execve)
+     * go straight through, touching none of this thread's hook records */
+    AT_INTERNAL_BEGIN();
     int r = real(&child, path, fa, attr, argv, env);
+    AT_INTERNAL_END();
     if (pid)
         *pid = child;
     if (r == 0) {
