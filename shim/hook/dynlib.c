@@ -54,11 +54,10 @@ static const char *const lib_name[L_N] = {AT_SONAME_FFI, AT_SONAME_ELF, AT_SONAM
     X(20, L_ZYDIS, ZydisDecoderDecodeFull)                                                         \
     X(21, L_ZYDIS, ZydisDecoderInit)                                                               \
     X(22, L_ZYDIS, ZydisMnemonicGetString)                                                         \
-    X(23, L_GCC, _Unwind_GetGR)                                                                    \
+    X(23, L_GCC, _Unwind_GetIP)                                                                    \
     X(24, L_GCC, _Unwind_Resume)                                                                   \
-    X(25, L_GCC, __gcc_personality_v0)                                                             \
-    X(26, L_GCC, _Unwind_GetIP)
-#define AT_DYN_N 27
+    X(25, L_GCC, __gcc_personality_v0)
+#define AT_DYN_N 26
 
 /* the slots the trampolines jump through (read-mostly: written once, before any use) */
 __attribute__((used, visibility("hidden"))) void *at_dyn_slot[AT_DYN_N];

@@ -115,10 +115,6 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 int at_stub_make(at_hook *h);
 /* A new thread gives the bounds of its own stack (at_stub_thread_start: any range within it),
  * which tell a frame a longjmp left; at_stub_thread_exit gives its return records back. */
-/* Are both addresses on the running thread's own stack (as far as it knows its bounds)? A call
- * listed deeper than a new one is abandoned only then: on another stack (a coroutine's) it may be
- * alive. */
-bool at_stub_own_stack(uintptr_t a, uintptr_t b);
 /* Learn the first thread's stack (when hooks are installed, before any runs). */
 void at_stub_main_bounds(void);
 void at_stub_thread_start(uintptr_t lo, uintptr_t hi);

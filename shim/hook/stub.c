@@ -147,6 +147,8 @@ static inline void ret_free(uint32_t k)
 
 /* Records on top of the thread's stack whose calls are over: marked dead, or left by a longjmp
  * (slot at or below the new call's, both on the thread's own stack). */
+static bool own_stack(uintptr_t a, uintptr_t b);
+
 static AT_NOINLINE void ret_prune(uintptr_t slot)
 {
     if (rt_pruning)
@@ -156,7 +158,7 @@ static AT_NOINLINE void ret_prune(uintptr_t slot)
         ret_rec *r = &rt_rec[k];
         uintptr_t s = (uintptr_t)r->slot;
         /* at the same slot, a call still in progress made a tail call: its return point is there */
-        bool gone = at_stub_own_stack(s, slot) &&
+        bool gone = own_stack(s, slot) &&
                     (s < slot || (s == slot && *(const uint64_t *)slot != ret_point(k)));
         if (!r->dead && !gone)
             break;
@@ -213,7 +215,8 @@ void at_stub_main_bounds(void)
     main_hi = hi;
 }
 
-bool at_stub_own_stack(uintptr_t a, uintptr_t b)
+/* Are both addresses on the running thread's own stack (as far as it knows its bounds)? */
+static bool own_stack(uintptr_t a, uintptr_t b)
 {
     uintptr_t lo = rt_lo, hi = rt_hi;
     if (!hi)
@@ -233,19 +236,14 @@ void at_stub_thread_exit(void)
         return;
     /* the thread's calls are over: records on its own stack go back (a coroutine's, on another
      * stack, stay with their calls) */
-    uintptr_t lo = rt_lo, hi = rt_hi;
-    uint32_t keep = 0;
     for (uint32_t k = rt_top, n; k; k = n) {
         ret_rec *r = &rt_rec[k];
         n = r->next;
         uintptr_t s = (uintptr_t)r->slot;
-        if (r->dead || (hi && s >= lo && s < hi))
+        if (r->dead || (rt_hi && s >= rt_lo && s < rt_hi))
             ret_free(k);
-        else
-            r->next = keep, keep = k;
     }
     rt_top = 0;
-    (void)keep;
     int e = errno;
     bool taken = rt_free && g_take();
     errno = e;
