@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/platform/x86.h>
 #include <sys/syscall.h>
 #include "clock.h"
 #include "at_common.h"
@@ -116,12 +117,8 @@ static uint64_t freq_from(uint64_t tsc, uint64_t ns)
  * host keeps the TSC stable across vCPUs). */
 static bool tsc_trusted(void)
 {
-    uint32_t a, b, c, d;
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
-    if (a < 0x80000007u)
-        return false;
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
-    if (!(d & (1u << 8)))
+    /* the leaf glibc's loader read (sys/platform/x86.h): CPUID itself traps to a hypervisor */
+    if (!CPU_FEATURE_PRESENT(INVARIANT_TSC))
         return false;
     /* raw calls: libc's read and close would be the shim's interposed ones (a code page more) */
     static const char src[] = "/sys/devices/system/clocksource/clocksource0/current_clocksource";

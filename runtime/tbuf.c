@@ -5,7 +5,7 @@
  * so the flusher (the single consumer) never takes a lock either. When no chunk is free the event is
  * dropped and counted: the traced thread never waits. At thread exit a pthread key destructor marks
  * the descriptor retired; the flusher drains it and returns its chunks. */
-#include <cpuid.h>
+#include <sys/platform/x86.h>
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
@@ -308,8 +308,7 @@ int at_pool_init(size_t cap, char *err, size_t errlen)
         return -1;
     }
     uint32_t n = (uint32_t)(cap / AT_CHUNK_SIZE);
-    unsigned a, b, c, d;
-    at_rt_hot.prefetchw = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8));
+    at_rt_hot.prefetchw = CPU_FEATURE_PRESENT(PREFETCHW); /* glibc's copy of the leaf: no CPUID trap */
     /* struct rseq's cpu_id (offset 4), or without rseq a word of this thread's that reads as no CPU
      * (the same offset in every thread: initial-exec TLS) */
     uintptr_t tp;

@@ -4,6 +4,7 @@
 #include <cpuid.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/platform/x86.h>
 
 #include "at_common.h"
 #include "asroom.h"
@@ -14,22 +15,33 @@ enum { XS_UNKNOWN, XS_FX, XS_XSAVE, XS_XSAVEC };
 static int xs_kind AT_START_DATA;        /* written last, with release: the mask is set when it is read */
 static uint32_t xs_mask AT_START_DATA;
 
+/* What the CPU has, from the CPUID leaves glibc's loader read once for every process
+ * (sys/platform/x86.h), not from CPUID itself: under a hypervisor each CPUID instruction is a trap
+ * to the host, 1 to 15 us apiece, and reading these leaves directly cost a traced start about twelve
+ * of them. XGETBV is not trapped. */
 static AT_NOINLINE int xs_init(void)
 {
-    unsigned a, b, c, d;
     int kind = XS_FX;
     uint32_t mask = 0;
-    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE)) {
+    if (CPU_FEATURE_PRESENT(OSXSAVE)) {
         uint32_t lo, hi;
         __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
         mask = lo & 0xe7; /* x87 SSE AVX opmask ZMM_Hi256 Hi16_ZMM (not MPX, PKRU, AMX) */
-        for (int i = 7; i >= 2; i--)
-            if ((mask >> i & 1) && (!__get_cpuid_count(0xd, (unsigned)i, &a, &b, &c, &d) ||
-                                    (uint64_t)a + b > AT_XSTATE_SIZE))
-                mask &= ~(1u << i);
-        kind = XS_XSAVE;
-        if (__get_cpuid_count(0xd, 1, &a, &b, &c, &d) && (a & 2))
+        if (CPU_FEATURE_PRESENT(XSAVEC)) {
+            /* compacted: these components' sizes are fixed by the architecture (x87 and SSE in
+             * the 512-byte legacy area, the 64-byte header, then 256 + 64 + 512 + 1024 bytes, each
+             * at most 63 bytes of alignment apart), 2,621 bytes at most: they always fit */
             kind = XS_XSAVEC;
+        } else {
+            /* standard format: each component at the offset CPUID gives; only CPUs without
+             * XSAVEC (before 2015) come here */
+            unsigned a, b, c, d;
+            for (int i = 7; i >= 2; i--)
+                if ((mask >> i & 1) && (!__get_cpuid_count(0xd, (unsigned)i, &a, &b, &c, &d) ||
+                                        (uint64_t)a + b > AT_XSTATE_SIZE))
+                    mask &= ~(1u << i);
+            kind = XS_XSAVE;
+        }
     }
     xs_mask = mask;
     __atomic_store_n(&xs_kind, kind, __ATOMIC_RELEASE);
