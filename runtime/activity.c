@@ -303,8 +303,12 @@ static at_event_type *reg_event(const at_activity_kind_desc *d, const char *prov
                                 const at_field *extra)
 {
     size_t nl = strlen(d->name);
-    char *ename = malloc(nl + 6), *idname = malloc(nl + 3);
-    at_field *f = malloc(sizeof(at_field) * (1 + (size_t)nextra));
+    /* on the stack for the usual kinds (the shim's, a config's): no allocation at a start */
+    char ename_in[128], idname_in[128];
+    at_field f_in[16];
+    bool big = nl + 6 > sizeof ename_in || nextra + 1 > 16;
+    char *ename = big ? malloc(nl + 6) : ename_in, *idname = big ? malloc(nl + 3) : idname_in;
+    at_field *f = big ? malloc(sizeof(at_field) * (1 + (size_t)nextra)) : f_in;
     at_event_type *t = NULL;
     if (ename && idname && f) {
         memcpy(ename, d->name, nl);
@@ -326,9 +330,11 @@ static at_event_type *reg_event(const at_activity_kind_desc *d, const char *prov
         };
         t = at_event_type_register(&ed);
     }
-    free(ename);
-    free(idname);
-    free(f);
+    if (big) {
+        free(ename);
+        free(idname);
+        free(f);
+    }
     return t;
 }
 
@@ -346,19 +352,16 @@ at_activity_kind *at_activity_kind_register(const at_activity_kind_desc *d)
     for (k = g_kinds; k; k = k->next)
         if (strcmp(k->name, d->name) == 0 && strcmp(k->provider, provider) == 0)
             goto out;
-    k = calloc(1, sizeof *k);
+    k = at_reg_alloc(sizeof *k); /* the registry's memory: never freed, not the program's heap */
     if (!k)
         goto out;
-    k->provider = strdup(provider);
-    k->name = strdup(d->name);
+    k->provider = at_reg_strdup(provider);
+    k->name = at_reg_strdup(d->name);
     k->flags = d->flags;
     k->start_ev = reg_event(d, provider, "Start", NT_OPCODE_START, d->nstart_fields, d->start_fields);
     k->stop_ev = reg_event(d, provider, "Stop", NT_OPCODE_STOP, d->nstop_fields, d->stop_fields);
     if (!k->provider || !k->name || !k->start_ev || !k->stop_ev) {
-        free(k->provider);
-        free(k->name);
-        free(k);
-        k = NULL;
+        k = NULL; /* what was carved stays unused */
         errno = EINVAL;
         goto out;
     }

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
+
+#include "asroom.h"
 #include "trace_int.h"
 
 /* The types every start registers (the shim's, the writer's) fit the first table, on the start data
@@ -38,28 +41,93 @@ void at_event_type_apply_filter(uint8_t level, uint64_t keywords)
     pthread_mutex_unlock(&reg_lock);
 }
 
-/* Growable byte buffer used only while encoding metadata (registration is not on the hot path). */
+/* The registry's memory: types, their names and metadata live as long as the process, so they come
+ * from blocks carved in order and never given back, not from the program's malloc (whose heap a
+ * program that never allocates would otherwise get from the shim's start: two brk calls and pages
+ * written before main). The first block is static and holds what every start registers (the shim's
+ * and the writer's types, about 3 KiB); more blocks are mapped through asroom.c. */
+#define REG_FIRST 4096u
+#define REG_BLOCK (64u << 10)
+static uint8_t reg_first[REG_FIRST] __attribute__((aligned(16))) AT_START_BSS_1;
+static pthread_mutex_t mem_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *mem_cur AT_START_DATA = reg_first; /* under mem_lock */
+static size_t mem_left AT_START_DATA = REG_FIRST;
+
+/* n bytes, zeroed, 16-byte aligned, for the life of the process; NULL when out of memory. */
+void *at_reg_alloc(size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0 || n > REG_BLOCK)
+        return NULL;
+    pthread_mutex_lock(&mem_lock);
+    if (mem_left < n) {
+        size_t len = REG_BLOCK;
+        void *m = at_as_map("event types", &len, 0, 0, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (!m) {
+            pthread_mutex_unlock(&mem_lock);
+            return NULL;
+        }
+        mem_cur = m; /* the old block's tail stays unused */
+        mem_left = len;
+    }
+    void *p = mem_cur;
+    mem_cur += n;
+    mem_left -= n;
+    pthread_mutex_unlock(&mem_lock);
+    return p;
+}
+
+char *at_reg_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = at_reg_alloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+/* Byte buffer used only while encoding metadata (registration is not on the hot path): on the
+ * caller's stack, on the heap only past it (a type with dozens of fields). */
 typedef struct mbuf {
     uint8_t *p;
     size_t len, cap;
-    bool oom;
+    bool oom, heap;
+    uint8_t in[768];
 } mbuf;
+
+static void mb_init(mbuf *b)
+{
+    b->p = b->in;
+    b->len = 0;
+    b->cap = sizeof b->in;
+    b->oom = b->heap = false;
+}
+
+static void mb_done(mbuf *b)
+{
+    if (b->heap)
+        free(b->p);
+}
 
 static void mb_put(mbuf *b, const void *v, size_t n)
 {
     if (b->oom)
         return;
     if (b->len + n > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 256;
+        size_t nc = b->cap * 2;
         while (nc < b->len + n)
             nc *= 2;
-        uint8_t *np = realloc(b->p, nc);
+        uint8_t *np = b->heap ? realloc(b->p, nc) : malloc(nc);
         if (!np) {
             b->oom = true;
             return;
         }
+        if (!b->heap)
+            memcpy(np, b->p, b->len);
         b->p = np;
         b->cap = nc;
+        b->heap = true;
     }
     memcpy(b->p + b->len, v, n);
     b->len += n;
@@ -157,10 +225,11 @@ static void encode_meta(mbuf *b, uint32_t index, uint32_t event_id, const at_eve
 /* Is t what d describes (fields, level, keywords, opcode: everything its metadata says)? */
 static bool same_shape(const at_event_type *t, const at_event_desc *d)
 {
-    mbuf b = {0};
+    mbuf b;
+    mb_init(&b);
     encode_meta(&b, t->index, t->event_id, d);
     bool same = !b.oom && b.len == t->meta_len && memcmp(b.p, t->meta, b.len) == 0;
-    free(b.p);
+    mb_done(&b);
     return same;
 }
 
@@ -197,7 +266,7 @@ at_event_type *at_event_type_register(const at_event_desc *d)
         errno = ENOSPC;
         return NULL;
     }
-    at_event_type *t = calloc(1, sizeof *t);
+    at_event_type *t = at_reg_alloc(sizeof *t);
     if (!t)
         goto oom;
     t->index = n + 1;
@@ -205,17 +274,20 @@ at_event_type *at_event_type_register(const at_event_desc *d)
     t->level = d->level;
     t->keywords = d->keywords;
     t->version = d->version;
-    t->provider = strdup(d->provider);
-    t->name = strdup(d->name);
+    t->provider = at_reg_strdup(d->provider);
+    t->name = at_reg_strdup(d->name);
     if (!t->provider || !t->name)
         goto oom;
-    mbuf b = {0};
+    mbuf b;
+    mb_init(&b);
     encode_meta(&b, t->index, t->event_id, d);
-    if (b.oom) {
-        free(b.p);
-        goto oom;
-    }
-    t->meta = b.p;
+    uint8_t *meta = b.oom ? NULL : at_reg_alloc(b.len);
+    if (meta)
+        memcpy(meta, b.p, b.len);
+    mb_done(&b);
+    if (!meta)
+        goto oom; /* what was carved stays unused: the registry gives nothing back */
+    t->meta = meta;
     t->meta_len = (uint32_t)b.len;
     t->head.enabled = passes(t, filt_level, filt_keywords);
     if (t->index == AT_TYPES_FIRST) { /* readers holding the first table read only its entries */
@@ -227,17 +299,24 @@ at_event_type *at_event_type_register(const at_event_desc *d)
     pthread_mutex_unlock(&reg_lock);
     return t;
 oom:
-    if (t) {
-        free(t->provider);
-        free(t->name);
-        free(t);
-    }
     pthread_mutex_unlock(&reg_lock);
     errno = ENOMEM;
     return NULL;
 }
 
 /* fork: the child must not inherit the registry lock held by another thread */
-AT_FORK_TEXT void at_event_type_fork_prepare(void) { at_fork_lock(&reg_lock); }
-AT_FORK_TEXT void at_event_type_fork_parent(void) { at_fork_unlock(&reg_lock); }
-AT_FORK_TEXT void at_event_type_fork_child(void) { at_mutex_fork_reset(&reg_lock); }
+AT_FORK_TEXT void at_event_type_fork_prepare(void)
+{
+    at_fork_lock(&reg_lock);
+    at_fork_lock(&mem_lock);
+}
+AT_FORK_TEXT void at_event_type_fork_parent(void)
+{
+    at_fork_unlock(&mem_lock);
+    at_fork_unlock(&reg_lock);
+}
+AT_FORK_TEXT void at_event_type_fork_child(void)
+{
+    at_mutex_fork_reset(&mem_lock);
+    at_mutex_fork_reset(&reg_lock);
+}

@@ -38,6 +38,10 @@ static inline at_event_type *at_type_at(uint32_t i)
 }
 /* Recompute every type's enabled flag for a level/keyword filter. */
 void at_event_type_apply_filter(uint8_t level, uint64_t keywords);
+/* The registry's own memory (event types, activity kinds): zeroed, never freed, not the program's
+ * malloc. NULL when out of memory. */
+void *at_reg_alloc(size_t n);
+char *at_reg_strdup(const char *s);
 void at_event_type_fork_prepare(void);
 void at_event_type_fork_parent(void);
 void at_event_type_fork_child(void);
