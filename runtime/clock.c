@@ -192,6 +192,14 @@ enum at_clock_kind at_clock_select(enum at_clock_kind want)
     return want;
 }
 
+uint64_t at_clock_ticks_at_ns(uint64_t ns)
+{
+    if (!__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) || !C.based)
+        return ns;
+    return ns <= C.ns0 ? C.tsc0 - at_clock_ns_to_ticks(C.ns0 - ns)
+                       : C.tsc0 + at_clock_ns_to_ticks(ns - C.ns0);
+}
+
 uint64_t at_clock_freq(void)
 {
     return __atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED)

@@ -27,6 +27,9 @@ bool at_clock_ticks_upto(uint64_t ns, uint64_t hi, uint64_t *upto);
 /* A file's start time: now, through a pair taken for it (under at_flush_lock too). */
 uint64_t at_clock_file_now(void);
 uint64_t at_clock_ns_to_ticks(uint64_t ns);
+/* The event ticks at a CLOCK_MONOTONIC time (a time taken before the clock was chosen), through the
+ * base pair and the frequency: after at_clock_calibrate. */
+uint64_t at_clock_ticks_at_ns(uint64_t ns);
 /* Tests only: the file time base in TSC mode from two pairs of the caller's; a pair added as a
  * flush adds one (returns the cut at_clock_mark would). */
 void at_clock_test_reset(uint64_t tsc, uint64_t ns, uint64_t tsc2, uint64_t ns2);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include "symrun.h"
 #include "symrun_clr.h"
@@ -121,6 +123,7 @@ static void writer_pi_init(const char *given)
 
 static _Atomic int child_stage AT_FORK_DATA;    /* buffers: 0 the parent's, 1 being reset, 2 ours */
 
+
 AT_FORK_TEXT static void fork_prepare(void)
 {
     /* a thread is setting up the buffers of a session that waited for its first event: a child
@@ -162,11 +165,42 @@ static struct {
     uint8_t payload[16];
 } child_prologue AT_FORK_DATA;
 
+/* A new image's session that waits for its first event chooses its event clock there too: whether
+ * the TSC can be trusted is a file read in sysfs, and the first clock read through the vDSO faults
+ * its data pages in, about 100 us of a start under a hypervisor that an image recording nothing
+ * never needs. Until then the start's times are taken by system calls (CLOCK_MONOTONIC ns, the file
+ * time base) and converted to event ticks once the clock is chosen. */
+static bool clock_deferred AT_START_DATA;
+static enum at_clock_kind clock_want AT_START_DATA;
+static uint64_t child_fork_ns AT_START_DATA; /* the start, while the clock is deferred */
+
+static uint64_t raw_clock_ns(clockid_t id)
+{
+    struct timespec ts = {0, 0};
+    at_raw_syscall3(SYS_clock_gettime, id, (long)&ts, 0);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The first event that counts (one thread; the others wait at the gate): the clock, its
+ * calibration, and the start's time in its ticks, before any event is timed in it. */
+static void clock_resolve(void)
+{
+    if (!clock_deferred)
+        return;
+    at_clock_select(clock_want);
+    at_clock_calibrate();
+    child_fork_ts = at_clock_ticks_at_ns(child_fork_ns);
+    clock_deferred = false;
+}
+
 /* The session waits for its first event that counts from now (a fork child's, or a new image's that
  * starts lazily): nothing recorded, nothing claimed, the buffers not yet this process's. */
 static inline __attribute__((always_inline)) void pending_arm_inline(void)
 {
-    child_fork_ts = at_ticks();
+    if (AT_UNLIKELY(clock_deferred))
+        child_fork_ns = raw_clock_ns(CLOCK_MONOTONIC);
+    else
+        child_fork_ts = at_ticks();
     child_prologue.type = NULL;
     atomic_store(&child_stage, 0);
     atomic_store(&child_claim, 0);
@@ -227,6 +261,8 @@ static void child_buffers(void)
         return;
     }
     int e = errno;
+    if (clock_deferred) /* libc code (strcmp): inside the extended-state guard */
+        at_xs_call(clock_resolve);
     if (!writer_mem) {
         /* mappings and libc code: inside the extended-state guard, as child_begin */
         at_xs_call(writer_mem_gate);
@@ -345,6 +381,10 @@ static void register_atfork(void)
     pthread_atfork(NULL, NULL, fork_child_pause);
 }
 
+/* a session has started before: the first finds at_out zero, its 12 KiB of pages untouched but for
+ * what is set */
+static bool out_used AT_START_DATA;
+
 static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
 {
     char dummy[8];
@@ -371,7 +411,15 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         return -1;
     }
     at_tbuf_init_key();
-    at_clock_select(o->clock);
+    /* Under a finite RLIMIT_AS everything starts now, as without lazy: from main on, the program's
+     * VmSize holds the buffers and the flusher's stack and plans with it (asroom.c); and a flusher
+     * started from a program's thread that never allocated would give that thread a malloc arena
+     * of its own (pthread_create allocates), 64 MiB of the program's room */
+    bool lazy = o->lazy && !at_as_limited();
+    clock_deferred = lazy && !out_used; /* a later session keeps the clock the first one chose */
+    clock_want = o->clock;
+    if (!clock_deferred)
+        at_clock_select(o->clock);
     if (!atfork_done) {
         atfork_done = true;
         register_atfork();
@@ -388,19 +436,12 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     }
     sess_cap = o->buffer_cap;
     writer_mem = writer_pi = sess_forked = false;
-    /* Under a finite RLIMIT_AS everything starts now, as without lazy: from main on, the program's
-     * VmSize holds the buffers and the flusher's stack and plans with it (asroom.c); and a flusher
-     * started from a program's thread that never allocated would give that thread a malloc arena
-     * of its own (pthread_create allocates), 64 MiB of the program's room */
-    bool lazy = o->lazy && !at_as_limited();
     if (!lazy) {
         at_rings_barrier_init();
         if (writer_mem_init(errbuf, errlen) < 0)
             goto fail;
         writer_pi_init(o->command_line);
     }
-    /* the first session finds it zero: its 12 KiB of pages stay untouched but for what is set */
-    static bool out_used AT_START_DATA;
     bool again = out_used;
     if (again)
         memset(&at_out, 0, sizeof at_out);
@@ -411,9 +452,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     at_out.file_mode = o->file_mode;
     at_out.child_suffix = o->descendant;
     at_out.exec_gen = o->exec_generation;
-    struct timespec rt;
-    clock_gettime(CLOCK_REALTIME, &rt);
-    at_out.start_time_s = (uint64_t)rt.tv_sec;
+    at_out.start_time_s = raw_clock_ns(CLOCK_REALTIME) / 1000000000u; /* not the vDSO: see above */
     at_flush_interval_ms = o->flush_interval_ms ? o->flush_interval_ms : 100;
     at_event_type_apply_filter(o->level, o->keywords);
     if (lazy) {
