@@ -478,23 +478,19 @@ static void *src_tramp_for(void *src, const void *ret)
 {
     /* the source kinds of the GLib the caller reaches (lazy.c), which may be a plugin's own */
     static at_lazy_local tab[6][AT_LAZY_LOCAL];
-    static at_lazy idle = {"g_idle_funcs", NULL, tab[0], 0},
-                   timeout = {"g_timeout_funcs", NULL, tab[1], 0},
-                   io = {"g_io_watch_funcs", NULL, tab[2], 0},
-                   child = {"g_child_watch_funcs", NULL, tab[3], 0},
-                   usig = {"g_unix_signal_funcs", NULL, tab[4], 0},
-                   ufd = {"g_unix_fd_source_funcs", NULL, tab[5], 0};
+    static at_lazy idle, timeout, io, child, usig, ufd;
     const void *funcs = ((void *const *)src)[2];
     if (!funcs)
         return NULL;
-    if (funcs == at_lazy_get(&idle, ret, false) || funcs == at_lazy_get(&timeout, ret, false) ||
-        funcs == at_lazy_get(&usig, ret, false))
+    if (funcs == at_lazy_get(&idle, "g_idle_funcs", tab[0], ret, false) ||
+        funcs == at_lazy_get(&timeout, "g_timeout_funcs", tab[1], ret, false) ||
+        funcs == at_lazy_get(&usig, "g_unix_signal_funcs", tab[4], ret, false))
         return (void *)src_tramp;
-    if (funcs == at_lazy_get(&io, ret, false))
+    if (funcs == at_lazy_get(&io, "g_io_watch_funcs", tab[2], ret, false))
         return (void *)io_tramp;
-    if (funcs == at_lazy_get(&child, ret, false))
+    if (funcs == at_lazy_get(&child, "g_child_watch_funcs", tab[3], ret, false))
         return (void *)child_tramp;
-    if (funcs == at_lazy_get(&ufd, ret, false))
+    if (funcs == at_lazy_get(&ufd, "g_unix_fd_source_funcs", tab[5], ret, false))
         return (void *)unixfd_tramp;
     return NULL;
 }

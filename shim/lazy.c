@@ -158,13 +158,13 @@ AT_EXPORT int dlclose(void *h)
     return r;
 }
 
-static void cache_put(at_lazy *l, const void *ret, at_obj caller, void *fn)
+static void cache_put(at_lazy *l, at_lazy_local *tab, const void *ret, at_obj caller, void *fn)
 {
     unsigned long gen = __atomic_load_n(&at_lazy_unloads, __ATOMIC_ACQUIRE);
     unsigned i = __atomic_fetch_add(&l->claimed, 1, __ATOMIC_RELAXED);
     if (i >= AT_LAZY_LOCAL)
         return; /* full: later calls from that site find their module's entry (slower, still right) */
-    at_lazy_local *e = &l->local[i];
+    at_lazy_local *e = &tab[i];
     at_obj def = obj_of(fn);
     e->ret = ret;
     e->caller = caller.map;
@@ -192,56 +192,57 @@ static bool live(at_lazy_local *e)
     return true;
 }
 
-static void *found(at_lazy *l, void *f, const void *ret, bool need)
+static void *found(const char *sym, void *f, const void *ret, bool need)
 {
     if (f || !need)
         return f;
-    missing_name = l->sym;
+    missing_name = sym;
     missing_caller = ret;
     return (void *)missing;
 }
 
-static __attribute__((noinline)) void *resolve(at_lazy *l, const void *ret, bool need);
+static __attribute__((noinline)) void *resolve(at_lazy *l, const char *sym, at_lazy_local *tab,
+                                               const void *ret, bool need);
 
 /* A call site seen before, with nothing unloaded since: a short scan and no call (the rest, with
  * its look-ups, is out of line). */
-void *at_lazy_slow(at_lazy *l, const void *ret, bool need)
+void *at_lazy_slow(at_lazy *l, const char *sym, at_lazy_local *tab, const void *ret, bool need)
 {
     unsigned n = __atomic_load_n(&l->claimed, __ATOMIC_RELAXED);
     unsigned long gen = __atomic_load_n(&at_lazy_unloads, __ATOMIC_ACQUIRE);
     for (unsigned i = 0; i < n && i < AT_LAZY_LOCAL; i++) {
-        at_lazy_local *e = &l->local[i];
+        at_lazy_local *e = &tab[i];
         if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->ret == ret &&
             __atomic_load_n(&e->gen, __ATOMIC_RELAXED) == gen && (e->fn || !need))
             return e->fn;
     }
-    return resolve(l, ret, need);
+    return resolve(l, sym, tab, ret, need);
 }
 
-static void *resolve(at_lazy *l, const void *ret, bool need)
+static void *resolve(at_lazy *l, const char *sym, at_lazy_local *tab, const void *ret, bool need)
 {
     /* by call site first: one look-up of the definition's module, none of the caller's */
     unsigned n = __atomic_load_n(&l->claimed, __ATOMIC_RELAXED);
     if (n > AT_LAZY_LOCAL)
         n = AT_LAZY_LOCAL;
     for (unsigned i = 0; i < n; i++) {
-        at_lazy_local *e = &l->local[i];
+        at_lazy_local *e = &tab[i];
         if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->ret == ret && live(e))
-            return found(l, e->fn, ret, need);
+            return found(sym, e->fn, ret, need);
     }
     /* then by the calling module: another call site of it */
     at_obj caller = obj_of(ret);
     for (unsigned i = 0; i < n; i++) {
-        at_lazy_local *e = &l->local[i];
+        at_lazy_local *e = &tab[i];
         if (__atomic_load_n(&e->ready, __ATOMIC_ACQUIRE) && e->caller == caller.map &&
             e->caller_base == caller.base && live(e)) {
-            cache_put(l, ret, caller, e->fn);
-            return found(l, e->fn, ret, need);
+            cache_put(l, tab, ret, caller, e->fn);
+            return found(sym, e->fn, ret, need);
         }
     }
 
     int err = errno;
-    void *f = dlsym(RTLD_NEXT, l->sym);
+    void *f = dlsym(RTLD_NEXT, sym);
     if (f) {
         __atomic_store_n(&l->global, f, __ATOMIC_RELEASE);
         errno = err;
@@ -249,13 +250,13 @@ static void *resolve(at_lazy *l, const void *ret, bool need)
     }
     struct link_map *lm = (struct link_map *)caller.map;
     if (lm && lm != self_map() && lm->l_name && lm->l_name[0])
-        f = lookup_in(lm->l_name, l->sym, false);
+        f = lookup_in(lm->l_name, sym, false);
     if (!f)
-        f = lookup_any(l->sym);
+        f = lookup_any(sym);
     errno = err;
     /* an absent optional symbol is remembered too; an absent required one is not: the call that
      * needs it ends the process */
     if (f || !need)
-        cache_put(l, ret, caller, f);
-    return found(l, f, ret, need);
+        cache_put(l, tab, ret, caller, f);
+    return found(sym, f, ret, need);
 }

@@ -33,47 +33,48 @@ typedef struct at_lazy_local {
     unsigned long gen;  /* atomic: at_lazy_unloads when fn was last seen loaded */
     int ready;          /* atomic: the entry is filled in */
 } at_lazy_local;
-/* The hot part, a few words in .data, packed with the other symbols' as the bare pointers they
- * replace were; the per-caller table (1 KiB, touched only for local-scope callers) lies apart. */
+/* The hot part, two words in .bss: no pointer in its initial value, so the loader relocates
+ * nothing there (a page of relocated .data is a copy-on-write fault at every start). The name and
+ * the per-caller table (1 KiB, touched only for local-scope callers) come with each slow call. */
 typedef struct at_lazy {
-    const char *sym;
     void *global;          /* atomic: the global scope's definition (every caller binds to it) */
-    at_lazy_local *local;  /* AT_LAZY_LOCAL entries */
-    unsigned claimed;      /* atomic: entries of local taken */
+    unsigned claimed;      /* atomic: entries of the table taken */
 } at_lazy;
-void *at_lazy_slow(at_lazy *l, const void *ret, bool need);
+void *at_lazy_slow(at_lazy *l, const char *sym, at_lazy_local *tab, const void *ret, bool need);
 
-static inline __attribute__((always_inline)) void *at_lazy_get(at_lazy *l, const void *ret,
+static inline __attribute__((always_inline)) void *at_lazy_get(at_lazy *l, const char *sym,
+                                                               at_lazy_local *tab, const void *ret,
                                                                bool need)
 {
     void *f = __atomic_load_n(&l->global, __ATOMIC_ACQUIRE);
-    return AT_LIKELY(f != NULL) ? f : at_lazy_slow(l, ret, need);
+    return AT_LIKELY(f != NULL) ? f : at_lazy_slow(l, sym, tab, ret, need);
 }
 
 /* The return address is taken on the slow side only: the global case reads nothing more. */
-#define AT_LAZY_HERE(l, need)                                                                      \
+#define AT_LAZY_HERE(l, sym, tab, need)                                                            \
     __extension__({                                                                                \
         void *f_ = __atomic_load_n(&(l)->global, __ATOMIC_ACQUIRE);                                \
-        AT_LIKELY(f_ != NULL) ? f_ : at_lazy_slow((l), __builtin_return_address(0), (need));       \
+        AT_LIKELY(f_ != NULL) ? f_                                                                 \
+                              : at_lazy_slow((l), (sym), (tab), __builtin_return_address(0), (need)); \
     })
 
 #define AT_LAZY_REAL(name, ret, args)                                                              \
     typedef ret(*name##_fn) args;                                                                  \
     static at_lazy_local at_lazy_tab_##name[AT_LAZY_LOCAL];                                        \
-    static at_lazy at_lazy_##name = {.sym = #name, .local = at_lazy_tab_##name};                   \
+    static at_lazy at_lazy_##name;                                                                 \
     static inline __attribute__((always_inline, unused)) name##_fn real_##name##_from(             \
         const void *ret_)                                                                          \
     {                                                                                              \
-        return (name##_fn)at_lazy_get(&at_lazy_##name, ret_, true);                                \
+        return (name##_fn)at_lazy_get(&at_lazy_##name, #name, at_lazy_tab_##name, ret_, true);     \
     }                                                                                              \
     /* always inlined: the return address is the wrapper's own caller's */                        \
     static inline __attribute__((always_inline, unused)) name##_fn real_##name(void)               \
     {                                                                                              \
-        return (name##_fn)AT_LAZY_HERE(&at_lazy_##name, true);                                     \
+        return (name##_fn)AT_LAZY_HERE(&at_lazy_##name, #name, at_lazy_tab_##name, true);          \
     }                                                                                              \
     static inline __attribute__((always_inline, unused)) name##_fn real_##name##_opt(void)         \
     {                                                                                              \
-        return (name##_fn)AT_LAZY_HERE(&at_lazy_##name, false);                                    \
+        return (name##_fn)AT_LAZY_HERE(&at_lazy_##name, #name, at_lazy_tab_##name, false);         \
     }
 
 /* clonevm.c: is the caller a clone(CLONE_VM) child running on its parent's thread-local storage? */
