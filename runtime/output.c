@@ -463,12 +463,63 @@ int at_output_open_first(at_output *o, char *err, size_t errlen)
     return 0;
 }
 
+/* A relative pattern made absolute in the pattern itself: the working directory read into it, the
+ * name (short, as names are) kept on the stack meanwhile. Leaves base alone: at a start whose file
+ * waits for its first event, base is a page nothing else writes. false: not done (a long name, a
+ * directory that a '%' would have to be escaped in): resolve_dir does it. */
+static bool resolve_dir_inplace(at_output *o)
+{
+    const char *p = o->pattern;
+    if (p[0] == '/')
+        return true;
+    if (p[0] == '.' && p[1] == '/')
+        p += 2;
+    char name[256];
+    size_t pl = strlen(p);
+    if (pl >= sizeof name)
+        return false;
+    memcpy(name, p, pl + 1);
+    if (!getcwd(o->pattern, sizeof o->pattern) || o->pattern[0] != '/' ||
+        strchr(o->pattern, '%')) {
+        memcpy(o->pattern, name, pl + 1); /* as it was, but for the "./" resolve_dir drops too */
+        return false;
+    }
+    size_t n = strlen(o->pattern);
+    if (n > 1)
+        o->pattern[n++] = '/';
+    if (n + pl >= sizeof o->pattern) {
+        memcpy(o->pattern, name, pl + 1);
+        return false;
+    }
+    memcpy(o->pattern + n, name, pl + 1);
+    return true;
+}
+
+/* The pattern's '%' sequences are those expand() knows, and its folder has none: the folder is
+ * the pattern's own, checked without expanding into base. */
+static bool pattern_plain_dir(const at_output *o)
+{
+    const char *slash = strrchr(o->pattern, '/');
+    for (const char *c = o->pattern; *c; c++)
+        if (*c == '%') {
+            if (slash && c < slash)
+                return false;
+            if (c[1] != 'p' && c[1] != 't' && c[1] != '%')
+                return false; /* expand() says which */
+            c++;
+        }
+    /* the longest expansion of a name this short fits base: expand() would not refuse it */
+    return strlen(o->pattern) + 64 < sizeof o->base;
+}
+
 int at_output_prepare(at_output *o, char *err, size_t errlen)
 {
-    if (resolve_dir(o, err, errlen) < 0 || expand(o, err, errlen) < 0)
-        return -1;
     uint64_t seg = o->mode == AT_OUTPUT_ROTATE ? o->mode_size
                  : o->mode == AT_OUTPUT_CIRCULAR ? o->mode_size / 4 : 4096;
+    /* the usual pattern is checked in place, the unusual one expanded as the open will */
+    bool plain = resolve_dir_inplace(o) && pattern_plain_dir(o);
+    if (!plain && (resolve_dir(o, err, errlen) < 0 || expand(o, err, errlen) < 0))
+        return -1;
     if (seg < 4096) { /* as at_output_open_first would say it */
         if (err)
             snprintf(err, errlen, "%s size %llu is too small (at least %u bytes per file)",
@@ -478,21 +529,26 @@ int at_output_prepare(at_output *o, char *err, size_t errlen)
     }
     /* a folder that cannot take the file is said now, while the program can still run untraced
      * with one line, rather than at its first event */
-    /* the folder: base cut at its last '/' for the call (no 4 KiB copy on the stack) */
-    char *slash = strrchr(o->base, '/');
+    /* the folder: the name cut at its last '/' for the call (no 4 KiB copy on the stack) */
+    char *name = plain ? o->pattern : o->base;
+    char *slash = strrchr(name, '/');
     int rc;
     if (!slash)
         rc = access(".", W_OK | X_OK);
-    else if (slash == o->base)
+    else if (slash == name)
         rc = access("/", W_OK | X_OK);
     else {
         *slash = 0;
-        rc = access(o->base, W_OK | X_OK);
+        rc = access(name, W_OK | X_OK);
         *slash = '/';
     }
     if (rc != 0) {
-        if (err)
-            snprintf(err, errlen, "cannot create %s: %s", o->base, strerror(errno));
+        if (err) {
+            int e = errno;
+            if (plain) /* the message names the file as the open would have */
+                (void)expand(o, NULL, 0);
+            snprintf(err, errlen, "cannot create %s: %s", o->base, strerror(e));
+        }
         return -1;
     }
     return 0;
