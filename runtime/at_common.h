@@ -36,6 +36,11 @@
  * and the next one (which crtstuff's exit flag shares), instead of a page each in .bss. Only the
  * head of each is written at start; the rest stays untouched. */
 #define AT_START_BSS __attribute__((section(".bss.at_start")))
+/* The same, placed in this order before the others (shim/start.ld): the registry's first block,
+ * written nearly whole, then tables whose heads then share its last page. */
+#define AT_START_BSS_1 __attribute__((section(".bss.at_start.1")))
+#define AT_START_BSS_2 __attribute__((section(".bss.at_start.2")))
+#define AT_START_BSS_3 __attribute__((section(".bss.at_start.3")))
 
 /* A fork child's copy of a lock that a thread of the parent may have held: made afresh only when it
  * is not as initialised, so a lock that was free costs the child no copied page (such locks go on
