@@ -7,6 +7,9 @@
  *   - the first event from a second thread, from a signal handler, from a hooked function: the
  *     file reads to its end, passes acttrace verify, and holds ProcessInfo, the event with its
  *     stack and the symbols that name it;
+ *   - the event clock, chosen at the first event: the file's start is the process's, before main,
+ *     and the first events lie between the program's own clock reads around them, with the
+ *     clock chosen automatically, the TSC forced and CLOCK_MONOTONIC forced;
  *   - an exec'd image and a system() child are named as when every image opened its file at
  *     start: the image "t-exec1", the shell's child "t-<pid>", an image the shell execs
  *     "t-<pid>-exec1", and the program's own file stays "t". */
@@ -17,6 +20,7 @@
 
 #include "at_harmcmp.h"
 #include "at_testlib.h"
+#include "at_tracegen.h"
 
 #define DEADLINE_S 120
 
@@ -158,6 +162,45 @@ START_TEST(test_late_first_event)
 }
 END_TEST
 
+/* The clock is chosen at the first event, the start's time taken before it by a system call: in
+ * every clock the file's times are CLOCK_MONOTONIC ns, the sync time precedes main, and the first
+ * event lies between the program's reads around it. */
+static const char *const clocks[] = {NULL, "ACTTRACE_CLOCK=tsc", "ACTTRACE_CLOCK=monotonic"};
+
+START_TEST(test_deferred_clock)
+{
+    const char *extra[] = {clocks[_i], NULL};
+    at_run_result r;
+    char *dir;
+    run_traced("timed", extra, &r, &dir);
+    char d[512];
+    ck_assert_msg(r.exited && r.status == 0, "%s", at_run_describe(&r, d, sizeof d));
+    unsigned long long t0, t1, t2;
+    ck_assert_msg(sscanf(r.out, "t0 %llu\nt1 %llu\nt2 %llu", &t0, &t1, &t2) == 3, "'%s'", r.out);
+    char *path = in_dir(dir, "t.nettrace");
+    uint64_t sync = at_gen_sync_time(path);
+    ck_assert_msg(sync > 0 && sync <= t0 && t0 - sync < 2000000000ull,
+                  "%s: sync %llu, main at %llu", clocks[_i] ? clocks[_i] : "auto",
+                  (unsigned long long)sync, t0);
+    at_trace t;
+    ck_assert_msg(at_trace_load(path, &t) == 0 && t.complete, "%s", t.err);
+    long s = at_find(&t, NULL, "TimedStart", 0), e = at_find(&t, NULL, "TimedStop", 0);
+    ck_assert(s >= 0 && e >= 0);
+    ck_assert_msg(t.ev[s].timestamp >= t1 && t.ev[s].timestamp <= t.ev[e].timestamp &&
+                      t.ev[e].timestamp <= t2,
+                  "%s: Start %llu Stop %llu, program's reads %llu .. %llu",
+                  clocks[_i] ? clocks[_i] : "auto", (unsigned long long)t.ev[s].timestamp,
+                  (unsigned long long)t.ev[e].timestamp, t1, t2);
+    const char *v = at_harm_verify(path);
+    ck_assert_msg(v == NULL, "verify: %s", v);
+    at_trace_free(&t);
+    free(path);
+    at_run_result_free(&r);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* The file of dir holding the Child event, its name (static) */
 static const char *child_file(const char *dir)
 {
@@ -232,6 +275,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_records_nothing);
     tcase_add_loop_test(tc, test_late_first_event, 0, sizeof late / sizeof late[0]);
+    tcase_add_loop_test(tc, test_deferred_clock, 0, sizeof clocks / sizeof clocks[0]);
     tcase_add_test(tc, test_exec_and_system_names);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
