@@ -71,6 +71,82 @@ START_TEST(test_output_setting)
 }
 END_TEST
 
+/* The output pattern as given, made absolute at the start (a relative one in the folder the program
+ * started in): the usual forms are checked in place, the rest expanded as the open will; a folder
+ * that cannot take the file is one line naming the file, and the program runs untraced. */
+static const struct {
+    const char *cwd;     /* under the test's folder */
+    const char *pattern; /* ACTTRACE_OUTPUT; NULL: a relative name of over 256 bytes */
+    const char *file;    /* expected, relative to cwd ("%d": the pid); NULL: none */
+    const char *err;     /* expected in the one "acttrace:" line ("%s": the cwd, "%d": the pid) */
+} forms[] = {
+    {"plain", "t-%p.nettrace", "t-%d.nettrace", NULL},
+    {"plain", "./t.nettrace", "t.nettrace", NULL},
+    {"per%cent", "t-%p.nettrace", "t-%d.nettrace", NULL},
+    {"long", NULL, NULL, NULL},
+    {"plain", "nosub/t.nettrace", NULL, "cannot create %s/nosub/t.nettrace"},
+    {"plain", "d%p/t.nettrace", NULL, "cannot create %s/d%d/t.nettrace"},
+};
+
+START_TEST(test_output_folder_forms)
+{
+    char *top = at_tmpdir("outforms");
+    char cwd[4096], pat[4096], want[8400], d[512];
+    snprintf(cwd, sizeof cwd, "%s/%s", top, forms[_i].cwd);
+    ck_assert_int_eq(mkdir(cwd, 0755), 0);
+    if (forms[_i].pattern) {
+        snprintf(pat, sizeof pat, "ACTTRACE_OUTPUT=%s", forms[_i].pattern);
+    } else { /* 30 folders of 10 bytes: a relative name longer than the start keeps on its stack */
+        size_t n = (size_t)snprintf(pat, sizeof pat, "ACTTRACE_OUTPUT=");
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", cwd);
+        for (int k = 0; k < 30; k++) {
+            n += (size_t)snprintf(pat + n, sizeof pat - n, "folder%03d/", k);
+            snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/folder%03d", k);
+            ck_assert_int_eq(mkdir(dir, 0755), 0);
+        }
+        snprintf(pat + n, sizeof pat - n, "t.nettrace");
+    }
+    const char *argv[] = {at_fixture_path("exit_paths"), "return", "2", NULL};
+    const char *env[] = {pat, NULL};
+    at_run_opts o = {.argv = argv, .env = env, .cwd = cwd, .deadline_s = 60};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&o, &r), 0);
+    ck_assert_msg(r.exited && r.status == 3, "%s", at_run_describe(&r, d, sizeof d));
+    ck_assert_str_eq(r.out, "before return\n");
+    if (forms[_i].err) {
+        char msg[4200];
+        if (strstr(forms[_i].err, "%d"))
+            snprintf(msg, sizeof msg, forms[_i].err, cwd, (int)r.pid);
+        else
+            snprintf(msg, sizeof msg, forms[_i].err, cwd);
+        ck_assert_int_eq(count_lines_with(r.err, "acttrace:"), 1);
+        ck_assert_msg(strstr(r.err, msg) && strstr(r.err, "untraced"), "want '%s' in: %s", msg,
+                      r.err);
+        char **files = at_trace_files(cwd);
+        ck_assert_uint_eq(at_strv_len(files), 0);
+        at_strv_free(files);
+    } else {
+        ck_assert_msg(r.err[0] == 0, "stderr: %s", r.err);
+        if (forms[_i].file) {
+            char f[256];
+            snprintf(f, sizeof f, forms[_i].file, (int)r.pid);
+            snprintf(want, sizeof want, "%s/%s", cwd, f);
+        } else {
+            snprintf(want, sizeof want, "%s/%s", cwd, pat + strlen("ACTTRACE_OUTPUT="));
+        }
+        at_trace t;
+        ck_assert_msg(at_trace_load(want, &t) == 0 && t.complete, "%s: %s", want, t.err);
+        ck_assert_int_eq(t.pid, r.pid);
+        at_trace_free(&t);
+    }
+    free((char *)argv[0]);
+    at_run_result_free(&r);
+    at_rmtree(top);
+    free(top);
+}
+END_TEST
+
 START_TEST(test_config_file_missing)
 {
     at_session s;
@@ -375,6 +451,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_same_output_and_status);
+    tcase_add_loop_test(tc, test_output_folder_forms, 0, sizeof forms / sizeof forms[0]);
     tcase_add_test(tc, test_secure_execution_untouched);
     tcase_add_test(tc, test_api_names_by_content);
     tcase_add_test(tc, test_default_file_in_cwd);
