@@ -36,8 +36,9 @@
  * and the next one (which crtstuff's exit flag shares), instead of a page each in .bss. Only the
  * head of each is written at start; the rest stays untouched. */
 #define AT_START_BSS __attribute__((section(".bss.at_start")))
-/* The same, placed in this order before the others (shim/start.ld): the registry's first block,
- * written nearly whole, then tables whose heads then share its last page. */
+/* The same, placed in this order before the others (shim/start.ld): the settings (their head on
+ * the start data's page), the event registry's first block (a page of its own, written nearly
+ * whole), the safe-read ranges (their head on the rest of that page). */
 #define AT_START_BSS_1 __attribute__((section(".bss.at_start.1")))
 #define AT_START_BSS_2 __attribute__((section(".bss.at_start.2")))
 #define AT_START_BSS_3 __attribute__((section(".bss.at_start.3")))

@@ -45,10 +45,11 @@ void at_event_type_apply_filter(uint8_t level, uint64_t keywords)
  * from blocks carved in order and never given back, not from the program's malloc (whose heap a
  * program that never allocates would otherwise get from the shim's start: two brk calls and pages
  * written before main). The first block is static and holds what every start registers (the shim's
- * and the writer's types, about 3 KiB); more blocks are mapped through asroom.c. */
-#define REG_FIRST 4096u
+ * and the writer's types, 3,984 bytes: one page with the safe-read ranges' first entries after
+ * it, shim/start.ld); more blocks are mapped through asroom.c. */
+#define REG_FIRST (4096u - 64u) /* page-aligned; the safe-read ranges' head fills the page */
 #define REG_BLOCK (64u << 10)
-static uint8_t reg_first[REG_FIRST] __attribute__((aligned(16))) AT_START_BSS_1;
+static uint8_t reg_first[REG_FIRST] __attribute__((aligned(16))) AT_START_BSS_2; /* page-aligned: shim/start.ld */
 static pthread_mutex_t mem_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *mem_cur AT_START_DATA = reg_first; /* under mem_lock */
 static size_t mem_left AT_START_DATA = REG_FIRST;

@@ -34,7 +34,7 @@ typedef struct sr_range {
     uintptr_t lo, hi;
 } sr_range;
 
-static sr_range sr_ranges[SR_MAX_RANGES] AT_START_BSS_2; /* the start adds the loaded objects */
+static sr_range sr_ranges[SR_MAX_RANGES] AT_START_BSS_3; /* the start adds the loaded objects */
 static int sr_nranges AT_START_DATA;
 static uint64_t sr_syscalls;
 /* the zone only the main thread's stack can occupy (set at start) */

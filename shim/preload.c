@@ -18,7 +18,7 @@
 /* The start writes its head only (the settings, the output pattern) and, without ACTTRACE_CONFIG,
  * nothing past it: each page an image touches at start is a fault, tens of microseconds under
  * shadow paging (at_common.h). */
-at_config at_cfg AT_START_BSS_3;
+at_config at_cfg AT_START_BSS_1;
 pid_t at_pid AT_FORK_DATA;
 
 /* getenv by hand: libc's is a code page a plain start never maps (a fault, tens of microseconds
