@@ -209,6 +209,8 @@ static uint32_t ring_next[AT_MAX_THREADS];
 static _Atomic uint64_t ring_head;
 static _Atomic uint32_t ring_fresh; /* rings from here up were never handed out */
 
+static bool rings_denied; /* tests only: at_tbuf_test_deny_rings */
+
 static at_ring *ring_pop(void)
 {
     int32_t i = istack_pop(&ring_head, ring_next);
@@ -416,6 +418,8 @@ uint64_t at_tbuf_total_drops(void)
  * records stay in time order for the merge. */
 AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
 {
+    if (AT_UNLIKELY(rings_denied))
+        return NULL;
     if (thr.tid == 0)
         thr.tid = (uint64_t)at_tid();
     at_ring *r = ring_pop_warm();
@@ -637,6 +641,9 @@ static inline __attribute__((always_inline)) int write_event(uint64_t ts, bool l
             thr.seq = seq = 1;
             thr.seq_written = 0;
             thr.gen = gen; /* once: a drop for want of a buffer keeps counting on */
+            /* the earlier session's ring is not this thread's any more (another thread may hold it
+             * now): if no ring can be had, none is written to */
+            thr.ring = NULL;
         }
         r = ring_acquire(gen);
         if (!r)
@@ -776,6 +783,12 @@ uint64_t at_event_last_ts(void)
     return thr.last_ts;
 }
 
+
+/* Tests only: every ring taken from now on is refused (as when all are held), or no longer. */
+void at_tbuf_test_deny_rings(bool deny)
+{
+    rings_denied = deny;
+}
 
 /* Tests only: place the calling thread's sequence counter (e.g. just before the 2^32 wrap) in the
  * current session (its first event there would otherwise start the numbers again at 1). The reader

@@ -200,6 +200,8 @@ uint32_t at_chunks_cooling(void);
 void at_tbuf_init_key(void);
 uint64_t at_tbuf_total_drops(void);
 void at_tbuf_test_set_seq(uint32_t seq);
+/* Tests only: every ring taken from now on is refused (as when all are held), or no longer. */
+void at_tbuf_test_deny_rings(bool deny);
 
 /* ---- output (output.c) ---- */
 typedef struct at_output {

@@ -1073,6 +1073,42 @@ static void *tiny_thread(void *a)
     return NULL;
 }
 
+/* A thread whose ring belonged to an earlier session, in a session where it can get none: its
+ * events are dropped and counted, and once rings can be had its next one takes a ring of this
+ * session: it is not written into the earlier session's ring (which another thread may hold now,
+ * and no flusher reads for this thread). */
+START_TEST(no_stale_ring_after_refused_acquire)
+{
+    mkdir_tmp();
+    at_trace_options o1 = {0};
+    start("s1.nettrace", &o1);
+    at_event_type *t = type_plain("Stale");
+    ck_assert_int_eq(at_event_write(t, NULL, NULL, NULL, 0, NULL, 0), 0); /* this thread's ring */
+    at_trace_stop();
+    at_trace_options o2 = {0};
+    start("s2.nettrace", &o2);
+    at_tbuf_test_deny_rings(true);
+    ck_assert_int_eq(at_event_write(t, NULL, NULL, NULL, 0, NULL, 0), -1);
+    ck_assert_int_eq(at_event_write(t, NULL, NULL, NULL, 0, NULL, 0), -1);
+    at_tbuf_test_deny_rings(false);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(at_event_write(t, NULL, NULL, NULL, 0, NULL, 0), 0);
+    at_trace_stop();
+    at_trace_stats st;
+    at_trace_get_stats(&st);
+    ck_assert_int_eq(st.events_written, 3);
+    ck_assert_int_eq(st.events_dropped, 2);
+    char p[512];
+    path_of(p, sizeof p, "s2.nettrace");
+    walk w;
+    ck_assert_msg(walk_file(&w, p) == 0, "%s", w.err);
+    ck_assert_int_eq(w.nev - 1, 3); /* ProcessInfo, then the three */
+    /* the two dropped ones are the gap before the first written: numbers 1, 2 lost, 3.. written */
+    ck_assert_int_eq(w.ev[1].seq, 3);
+    ck_assert_int_eq(w.ev[3].seq, 5);
+}
+END_TEST
+
 START_TEST(tiny_cap_drops_exact)
 {
     mkdir_tmp();
@@ -1323,6 +1359,7 @@ static Suite *suite(void)
     tcase_add_test(tc, write_error_counts_drops);
     tcase_add_test(tc, sigkill_leaves_readable_file);
     tcase_add_test(tc, tiny_cap_drops_exact);
+    tcase_add_test(tc, no_stale_ring_after_refused_acquire);
     tcase_add_test(tc, cooling_follows_retire_rate);
     tcase_add_test(tc, stress_default_cap);
     tcase_add_test(tc, stacks_across_sps);
