@@ -1106,6 +1106,7 @@ START_TEST(no_stale_ring_after_refused_acquire)
     /* the two dropped ones are the gap before the first written: numbers 1, 2 lost, 3.. written */
     ck_assert_int_eq(w.ev[1].seq, 3);
     ck_assert_int_eq(w.ev[3].seq, 5);
+    walk_free(&w);
 }
 END_TEST
 
