@@ -17,16 +17,12 @@
 #include "at_testlib.h"
 
 #define SPAWNS "40"
-/* Page faults per image the shim may add. Measured: 16 (an empty preloaded library alone adds 7-9
- * here: the loader's pages, the library's first code and data pages); 22-23 while the event types
- * came from the program's malloc (its heap made, two pages), the clock was chosen at the start (the
- * vDSO's data pages), lazily resolved functions' state was relocated .data and the output's
- * expanded name took a page of its own; 28-30 while the clock's pair, the safe-read ranges, the
- * event-type table and the alternate stack's links took a page each, the start and exit ran code on
- * the fork page and libc's getenv and snprintf; 41-42 when the start's variables lay one page each
- * across .bss, the settings and output names took three pages each and the start's code was spread
- * over every 64 KiB window of the library's code. Where the loader places libc moves a run by a
- * fault or two (its code is mapped by 64 KiB windows). */
+/* Page faults per image the shim may add. Measured: 15-16 (an empty preloaded library alone adds
+ * 5-9 here: the loader's pages, the library's first code and data pages). Each page the start
+ * writes or reads for the first time adds one: the event types made in the program's heap, the
+ * clock chosen at the start (the vDSO's data pages), relocated .data, a second page of output names,
+ * a table of the start's own on a page of its own each. Where the loader places libc moves a run by
+ * a fault or two (its code is mapped by 64 KiB windows). */
 #define EXTRA_FAULTS 19.0
 
 static double minflt(const at_run_result *r)
