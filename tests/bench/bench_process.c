@@ -5,7 +5,8 @@
  * by one, traced and untraced in turn (which goes first alternates), and reports the CPU time per
  * start of the parent and its children, every thread (wall time swings by milliseconds on a loaded
  * machine; CPU time does not); a row is the median over rounds of each round's difference, beside
- * the two sides' own medians and the traced side's median wall time per start. Prints rows
+ * the two sides' own medians, the median of each round's ratio and the traced side's median wall
+ * time per start. Prints rows
  * "metric<TAB>measured<TAB>target"; never fails on a time. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,9 +54,15 @@ static void measure(const char *mode, const char *n, const char *metric, const c
         printf("%s\tfailed to run\t%s\n", metric, target);
         return;
     }
-    printf("%s\t%+.3f ms CPU (median of %d rounds of %s; untraced %.3f ms, traced %.3f ms; traced wall "
-           "%.3f ms)\t%s\n", metric, fx_median(diff, k) / 1000, k, n, fx_median(base, k) / 1000,
-           fx_median(traced, k) / 1000, fx_median(wall, k) / 1000, target);
+    /* the ratio beside the difference: a host that slows every start moves the difference with
+     * it, the ratio much less */
+    double ratio[ROUNDS];
+    for (int i = 0; i < k; i++)
+        ratio[i] = base[i] > 0 ? traced[i] / base[i] : 0;
+    printf("%s\t%+.3f ms CPU, x%.2f (median of %d rounds of %s; untraced %.3f ms, traced %.3f ms; "
+           "traced wall %.3f ms)\t%s\n", metric, fx_median(diff, k) / 1000, fx_median(ratio, k), k,
+           n, fx_median(base, k) / 1000, fx_median(traced, k) / 1000, fx_median(wall, k) / 1000,
+           target);
 }
 
 int main(void)
