@@ -281,6 +281,25 @@ void *at_as_map(const char *what, size_t *len, size_t min, unsigned share, int p
     return p;
 }
 
+void *at_as_carve(at_as_carver *c, size_t n, size_t block, const char *what)
+{
+    if (n > block)
+        return NULL;
+    if (c->left < n) {
+        size_t len = block;
+        void *m = at_as_map(what, &len, 0, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                            -1, 0);
+        if (!m)
+            return NULL;
+        c->cur = m; /* the old block's tail stays unused */
+        c->left = len;
+    }
+    void *p = c->cur;
+    c->cur += n;
+    c->left -= n;
+    return p;
+}
+
 void at_as_unmap(void *p, size_t len)
 {
     if (!p || !len)

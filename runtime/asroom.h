@@ -12,6 +12,16 @@
  * the limit (0: the default share). Returns NULL (errno ENOMEM) when skipped. */
 void *at_as_map(const char *what, size_t *len, size_t min, unsigned share, int prot, int flags,
                 int fd, off_t off);
+/* Objects carved in order out of blocks mapped through at_as_map and never given back (the
+ * shim's small objects, the event registry). */
+typedef struct at_as_carver {
+    unsigned char *cur; /* the block being carved */
+    size_t left;
+} at_as_carver;
+/* n bytes from c's block, or from a new one of `block` bytes mapped as `what` when fewer than n are
+ * left there (the old block's tail stays unused); NULL when none can be mapped. Not thread-safe: the
+ * caller serialises. */
+void *at_as_carve(at_as_carver *c, size_t n, size_t block, const char *what);
 /* Give back a mapping at_as_map made (the exact address and the length it returned). */
 void at_as_unmap(void *p, size_t len);
 /* The shim's start begins: under a finite limit, reserve the range later mappings come from (first,

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 
 #include "asroom.h"
 #include "trace_int.h"
@@ -49,10 +48,10 @@ void at_event_type_apply_filter(uint8_t level, uint64_t keywords)
  * it, shim/start.ld); more blocks are mapped through asroom.c. */
 #define REG_FIRST (4096u - 64u) /* page-aligned; the safe-read ranges' head fills the page */
 #define REG_BLOCK (64u << 10)
-static uint8_t reg_first[REG_FIRST] __attribute__((aligned(16))) AT_START_BSS_2; /* page-aligned: shim/start.ld */
+/* page-aligned by shim/start.ld */
+static uint8_t reg_first[REG_FIRST] __attribute__((aligned(16))) AT_START_BSS_2;
 static pthread_mutex_t mem_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t *mem_cur AT_START_DATA = reg_first; /* under mem_lock */
-static size_t mem_left AT_START_DATA = REG_FIRST;
+static at_as_carver reg_mem AT_START_DATA = {reg_first, REG_FIRST}; /* under mem_lock */
 
 /* n bytes, zeroed, 16-byte aligned, for the life of the process; NULL when out of memory. */
 void *at_reg_alloc(size_t n)
@@ -61,20 +60,7 @@ void *at_reg_alloc(size_t n)
     if (n == 0 || n > REG_BLOCK)
         return NULL;
     pthread_mutex_lock(&mem_lock);
-    if (mem_left < n) {
-        size_t len = REG_BLOCK;
-        void *m = at_as_map("event types", &len, 0, 0, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (!m) {
-            pthread_mutex_unlock(&mem_lock);
-            return NULL;
-        }
-        mem_cur = m; /* the old block's tail stays unused */
-        mem_left = len;
-    }
-    void *p = mem_cur;
-    mem_cur += n;
-    mem_left -= n;
+    void *p = at_as_carve(&reg_mem, n, REG_BLOCK, "event types");
     pthread_mutex_unlock(&mem_lock);
     return p;
 }

@@ -8,7 +8,6 @@
  * Never given back to the system. */
 #include <pthread.h>
 #include <stdint.h>
-#include <sys/mman.h>
 
 #include "trace_int.h"
 #include "smalloc.h"
@@ -24,8 +23,7 @@ typedef struct sm_free {
 
 static pthread_mutex_t sm_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 static sm_free *sm_list[SM_CLASSES]; /* under sm_lock */
-static uint8_t *sm_cur;              /* under sm_lock: the slab being carved */
-static size_t sm_left;
+static at_as_carver sm_slab;         /* under sm_lock: the slab being carved */
 static pthread_once_t sm_once = PTHREAD_ONCE_INIT;
 
 /* A fork child is one thread: another thread of the parent may have held the lock. */
@@ -53,20 +51,11 @@ void *at_sm_alloc(size_t n)
     if (p) {
         sm_list[c] = sm_list[c]->next;
     } else {
-        if (sm_left < sz) {
-            size_t len = SM_SLAB;
-            void *s = at_as_map("small objects", &len, 0, 0, PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (!s) {
-                pthread_mutex_unlock(&sm_lock);
-                return NULL;
-            }
-            sm_cur = s; /* the old slab's tail stays unused */
-            sm_left = len;
+        p = at_as_carve(&sm_slab, sz, SM_SLAB, "small objects");
+        if (!p) {
+            pthread_mutex_unlock(&sm_lock);
+            return NULL;
         }
-        p = sm_cur;
-        sm_cur += sz;
-        sm_left -= sz;
     }
     pthread_mutex_unlock(&sm_lock);
     *(uint64_t *)p = c;
