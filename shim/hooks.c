@@ -321,6 +321,8 @@ static AT_NOINLINE void stop_shared(const rule *r, at_activity *a, const uint8_t
     at_activity_unref(a);
 }
 
+/* The Stop of call activity a; a NULL for a call whose Start had no id (past the depth limit): the
+ * same fields, no id. */
 static void stop_single(const rule *r, const at_hook *h, at_activity *a, const at_hc_probe *p,
                         const uint64_t *args, uint64_t ret, int status)
 {
@@ -331,23 +333,12 @@ static void stop_single(const rule *r, const at_hook *h, at_activity *a, const a
     at_payload_u32(&pl, (uint32_t)status);
     uintptr_t ips[AT_STACK_MAX_DEPTH];
     uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
+    uint32_t len = (uint32_t)(pl.p - buf);
+    if (AT_UNLIKELY(!a))
+        at_activity_stop_untracked(r->kind, buf, len, ips, nips);
     /* the common case: still current and held by the thread and us alone: no atomic operation */
-    if (!at_activity_stop_held(a, buf, (uint32_t)(pl.p - buf), ips, nips))
-        stop_shared(r, a, buf, (uint32_t)(pl.p - buf), ips, nips);
-}
-
-/* The Stop of a call whose Start had no id (past the depth limit): the same fields, no id. */
-static AT_NOINLINE void stop_untracked(const rule *r, const at_hook *h, const at_hc_probe *p,
-                                       const uint64_t *args, uint64_t ret, int status)
-{
-    uint8_t buf[1024];
-    at_payload pl;
-    at_payload_init(&pl, buf, sizeof buf);
-    put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
-    at_payload_u32(&pl, (uint32_t)status);
-    uintptr_t ips[AT_STACK_MAX_DEPTH];
-    uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
-    at_activity_stop_untracked(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
+    else if (!at_activity_stop_held(a, buf, len, ips, nips))
+        stop_shared(r, a, buf, len, ips, nips);
 }
 
 /* Calls deeper than sp (at the same depth, when a new call enters: a sibling that never
@@ -684,7 +675,7 @@ static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const 
                 break;
             if (c->started == 3) {
                 c->started = 0;
-                stop_untracked(r, h, p, args, ret, status);
+                stop_single(r, h, NULL, p, args, ret, status);
                 break;
             }
             if (c->started == 1 && !unlist(c)) {
