@@ -16,6 +16,36 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The provider's GUID as TraceEvent gives it: the EventSource hash of the name, except for the .NET
+ * runtime's providers that had GUIDs before that convention (EventPipeMetadata's legacy table), so
+ * that counts by GUID agree with it. */
+static void provider_guid(const char *name, at_guid *out)
+{
+    static const struct {
+        const char *name;
+        uint8_t le[16]; /* the GUID's bytes as stored (Data1-3 little-endian) */
+    } legacy[] = {
+        {"System.Threading.Tasks.TplEventSource",
+         {0x47, 0xba, 0x5d, 0x2e, 0xd2, 0xa3, 0x16, 0x4d, 0x8e, 0xe0, 0x66, 0x71, 0xff, 0xdc, 0xd7, 0xb5}},
+        {"Microsoft-Windows-DotNETRuntime",
+         {0x23, 0x0d, 0x3c, 0xe1, 0xbc, 0xcc, 0x12, 0x4e, 0x93, 0x1b, 0xd9, 0xcc, 0x2e, 0xee, 0x27, 0xe4}},
+        {"Microsoft-Windows-DotNETRuntimePrivate",
+         {0x54, 0xd7, 0x3f, 0x76, 0x86, 0x70, 0xfe, 0x4d, 0x95, 0xeb, 0xc0, 0x1a, 0x46, 0xfa, 0xf4, 0xca}},
+        {"Microsoft-Windows-DotNETRuntimeRundown",
+         {0x1c, 0x02, 0x69, 0xa6, 0x50, 0xc4, 0x09, 0x46, 0xa0, 0x35, 0x5a, 0xf5, 0x9a, 0xf4, 0xdf, 0x18}},
+        {"Microsoft-Windows-DotNETRuntimeStress",
+         {0xba, 0xcb, 0x2b, 0xcc, 0xb6, 0x16, 0xf3, 0x4c, 0x89, 0x90, 0xd7, 0x4c, 0x2e, 0x8a, 0xf5, 0x00}},
+        {"Microsoft-DotNETCore-SampleProfiler",
+         {0x44, 0x0d, 0x53, 0x3c, 0xae, 0x97, 0x3a, 0x51, 0x1e, 0x6d, 0x78, 0x3e, 0x8f, 0x8e, 0x03, 0xa9}},
+    };
+    for (size_t i = 0; i < sizeof legacy / sizeof legacy[0]; i++)
+        if (!strcmp(name, legacy[i].name)) {
+            memcpy(out->b, legacy[i].le, 16);
+            return;
+        }
+    at_guid_from_provider_name(name, out);
+}
+
 #define NT_STREAM_BUF (256 * 1024)
 #define NT_GROW_STEP (4u << 20)       /* a block buffer grows at most this far ahead of the data read */
 #define NT_MAX_READ_BLOCK (256u << 20) /* writers use 100 KiB blocks; far larger is a corrupt size */
@@ -657,7 +687,7 @@ static int parse_metadata(nt_reader *r, const uint8_t *p, uint32_t len, uint64_t
     md->keywords = (uint64_t)kw;
     md->version = (uint32_t)ver;
     md->level = (uint32_t)lvl;
-    at_guid_from_provider_name(md->provider, &md->provider_guid);
+    provider_guid(md->provider, &md->provider_guid);
     if (id <= 0) {
         meta_free(md);
         return fail(r, off, "metadata id %d is not positive", id);
