@@ -164,6 +164,11 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
             c->file_mode = m;
         }
     }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_SAMPLE_HZ")) && *v) {
+        rc = parse_uint("ACTTRACE_SAMPLE_HZ", v, AT_SAMPLE_HZ_MAX, &x, err, errlen);
+        if (rc == 0)
+            c->sample_hz = (unsigned)x;
+    }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_STACK_DEPTH")) && *v) {
         rc = parse_uint("ACTTRACE_STACK_DEPTH", v, 256, &x, err, errlen);
         if (rc == 0)

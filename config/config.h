@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #define AT_CONFIG_PATH_MAX 4096
+#define AT_SAMPLE_HZ_MAX 10000u
 
 /* Which events of an activity carry a stack (ACTTRACE_STACKS; a config file's 'stacks' key
  * overrides it per activity). */
@@ -35,6 +36,9 @@ typedef struct at_config {
                                umask (0 = the default, 0600) */
     bool symbols;           /* ACTTRACE_SYMBOLS=0|1|methods: symbol rundown in the file (default 1,
                                Universal.System events; 0 none) */
+    unsigned sample_hz;     /* ACTTRACE_SAMPLE_HZ: CPU samples per second of each thread's CPU time,
+                               with its stack and current activity (0 = off, the default; at most
+                               10000, and the kernel's tick bounds the rate it delivers) */
     bool symbols_methods;   /* ACTTRACE_SYMBOLS=methods: the rundown as .NET runtime method events,
                                which keep PerfView's "Thread Time (with StartStop Activities)" view */
     /* The paths last: a process that sets neither touches only the first page of a static

@@ -547,6 +547,10 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
     } else if (!strcmp(key, "file_mode")) {
         if (at_config_parse_file_mode(v, &c->file_mode) != 0 || c->file_mode == 0)
             return fail(p, vpos, "'%s': expected octal permissions such as 0600 or 0640", v);
+    } else if (!strcmp(key, "sample_hz")) {
+        if (parse_u64(p, &r, AT_SAMPLE_HZ_MAX, &x) < 0)
+            return -1;
+        c->sample_hz = (int)x;
     } else if (!strcmp(key, "level")) {
         uint8_t l;
         if (parse_level(p, &r, &l) < 0)
@@ -558,7 +562,7 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         c->has_keywords = true;
     } else
         return fail(p, kpos, "unknown key '%s' in [trace]; expected provider, output, mode, "
-                             "buffer, flush_ms, clock, symbols, file_mode, level or keywords", key);
+                             "buffer, flush_ms, clock, symbols, file_mode, sample_hz, level or keywords", key);
     return 0;
 }
 
@@ -760,6 +764,7 @@ int at_hookconf_parse(const char *path, const char *text, at_hookconf *c, char *
     memset(c, 0, sizeof *c);
     snprintf(c->path, sizeof c->path, "%s", path);
     c->level = -1;
+    c->sample_hz = -1;
     parser *p = calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, errlen, "%s: out of memory", path);

@@ -89,6 +89,7 @@ typedef struct at_hookconf {
     int clock;           /* enum at_clock_kind + 1; 0 = not set */
     unsigned file_mode;  /* trace files' permissions; 0 = not set */
     int symbols;         /* 1 off, 2 on (Universal.System), 3 methods; 0 = not set */
+    int sample_hz;       /* CPU samples per second of thread CPU time (0 off); -1 = not set */
     int level;           /* -1 = not set */
     uint64_t keywords;
     bool has_keywords;

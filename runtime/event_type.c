@@ -257,7 +257,7 @@ at_event_type *at_event_type_register(const at_event_desc *d)
     if (!t)
         goto oom;
     t->index = n + 1;
-    t->event_id = d->event_id ? d->event_id : max_id + 1;
+    t->event_id = d->event_id || d->id_given ? d->event_id : max_id + 1;
     t->level = d->level;
     t->keywords = d->keywords;
     t->version = d->version;

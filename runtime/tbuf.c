@@ -68,6 +68,11 @@ static void make_key(void) { pthread_key_create(&thr_key, thr_exit); }
 
 /* The end of a thread that its creator's trampoline manages (at_thread_managed): what thr_exit does
  * for the others. */
+bool at_trace_thread_writing(void)
+{
+    return at_tbuf_thr.busy != 0;
+}
+
 void at_tbuf_thread_exit(void)
 {
     thr_exit(thr.ring);

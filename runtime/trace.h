@@ -24,7 +24,9 @@ typedef struct at_field {
 
 typedef struct at_event_desc {
     const char *provider; /* provider name; readers derive the GUID from it (EventSource name hash) */
-    uint32_t event_id;    /* 0: the next free id of that provider, starting at 1 */
+    uint32_t event_id;    /* 0: the next free id of that provider, starting at 1 (unless id_given) */
+    bool id_given;        /* event_id as it is, 0 included (another writer's event, such as the
+                           * .NET runtime's SampleProfiler ThreadSample, id 0) */
     const char *name;     /* e.g. "RequestStart" */
     uint8_t version;
     uint8_t level;        /* NT_LEVEL_* */
@@ -92,6 +94,8 @@ int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activi
 /* The end of a thread with at_thread_managed set: its buffer goes to the flusher now (what the
  * thread key's destructor does for other threads). Events written after it take a new buffer. */
 void at_tbuf_thread_exit(void);
+/* The calling thread is inside a write of its own (a signal handler's event now would be dropped). */
+bool at_trace_thread_writing(void);
 /* The timestamp the calling thread's last written event got (a caller's ts is raised to keep each
  * thread's events in order). */
 uint64_t at_event_last_ts(void);

@@ -92,6 +92,8 @@ static void hookconf_apply(const at_hookconf *hc, at_config *c)
         c->clock = hc->clock - 1;
     if (hc->file_mode && !at_env("ACTTRACE_FILE_MODE"))
         c->file_mode = hc->file_mode;
+    if (hc->sample_hz >= 0 && !at_env("ACTTRACE_SAMPLE_HZ"))
+        c->sample_hz = (unsigned)hc->sample_hz;
     if (hc->symbols && !at_env("ACTTRACE_SYMBOLS")) {
         c->symbols = hc->symbols != 1;
         c->symbols_methods = hc->symbols == 3;
@@ -173,7 +175,7 @@ __attribute__((constructor)) static void at_preload_init(void)
      * handler that interrupted malloc or the loader, where starting the writer thread or loading
      * libunwind could deadlock; with hooks everything starts here. The shim's other first events
      * (a thread's creation, fork, exec, a callback's flow, the API) come from ordinary calls. */
-    o.lazy = !(have_hc && at_hooks_any());
+    o.lazy = !(have_hc && at_hooks_any()) && !at_cfg.sample_hz; /* samples: from a handler */
     if (at_trace_start(&o, err, sizeof err) != 0) {
         at_preload_fail("cannot start the trace", err);
         goto out;
@@ -181,6 +183,8 @@ __attribute__((constructor)) static void at_preload_init(void)
     at_process_fork_init(); /* after the writer's own fork handlers: see process.c */
     at_thread_watch_leader_start();
     at_shim_stacks_init(!o.lazy);
+    if (at_cfg.sample_hz && at_cfg.stacks != AT_CFG_STACKS_NONE && at_cfg.stack_depth)
+        at_shim_stacks_setup(); /* the first sample's stack is taken in a signal handler */
     if (at_cfg.fdflow && at_fdflow_init(err, sizeof err) != 0) {
         if (err[0])
             fprintf(stderr, "acttrace: fd hand-off disabled: %s\n", err);
@@ -190,6 +194,8 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_signals_install();
         at_altstack_init();
     }
+    if (at_sampler_init(at_cfg.sample_hz, err, sizeof err) != 0)
+        fprintf(stderr, "acttrace: sampling off: %s\n", err);
     at_as_start_done(); /* what the shim maps from now on comes out of room reserved here */
     __atomic_store_n(&at_hot.shim_on, 1, __ATOMIC_RELEASE);
 out:

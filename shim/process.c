@@ -171,14 +171,18 @@ static void exec_before(const char *path)
     const char *slots_[ok_ ? n_ + 3 : 1];                                                          \
     char pbuf_[sizeof AT_ENV_PARENT + 34], gbuf_[sizeof AT_ENV_GEN + 32];                          \
     char *const *env = ok_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_) : env_;               \
-    if (ok_ && !vf_)                                                                               \
-        exec_before(path);
+    if (ok_ && !vf_) {                                                                             \
+        exec_before(path);                                                                         \
+        at_sampler_exec_before();                                                                  \
+    }
 /* The real exec: it returns only when it failed, and the program goes on traced. */
 #define AT_EXEC_RETURN(call)                                                                       \
     do {                                                                                           \
         int r_ = (call);                                                                           \
-        if (ok_ && !vf_)                                                                           \
+        if (ok_ && !vf_) {                                                                         \
             at_trace_exec_failed();                                                                \
+            at_sampler_exec_failed();                                                              \
+        }                                                                                          \
         return r_;                                                                                 \
     } while (0)
 
@@ -445,6 +449,8 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
     at_process_descendant = true;
     at_activity_after_fork_child();
     at_thread_watch_leader(); /* the child's first thread, whichever thread of ours forked */
+    if (at_sample_sig)
+        at_sampler_fork_child();
     if (fork_child_type) {
         const at_activity *cur = at_activity_current();
         at_trace_child_prologue(fork_child_type, cur ? at_activity_id(cur) : NULL, &parent, 4);
@@ -646,8 +652,10 @@ void at_signals_install(void)
 
 AT_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
+    if (AT_UNLIKELY(sig == at_sample_sig && sig) && at_on())
+        return at_sampler_sigaction(sig, act, old);
     if (!at_on() || !at_cfg.fatal_signals || !watched(sig))
-        return AT_REAL(sigaction)(sig, act, old);
+        return at_sampler_sigaction(sig, act, old);
     struct sigaction ours, prev;
     const struct sigaction *use = act;
     if (act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL) {
@@ -665,7 +673,7 @@ AT_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 
 AT_EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
-    if (!at_on() || !at_cfg.fatal_signals || !watched(sig))
+    if ((!at_on() || !at_cfg.fatal_signals || !watched(sig)) && !(sig == at_sample_sig && sig))
         return AT_REAL(signal)(sig, h);
     /* glibc's signal(): BSD semantics, the signal blocked in its own handler */
     struct sigaction sa, old;

@@ -117,6 +117,7 @@ extern at_shim_events at_ev;
  * an event of kind which (AT_CFG_STACKS_START or _STOP) when the settings ask for one. skip: frames of
  * the shim above the caller's own to drop. Returns the number of frames (0: no stack). */
 void at_shim_stacks_init(bool now);
+void at_shim_stacks_setup(void); /* the walker ready now, whatever the settings (samples) */
 uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip);
 /* The calling thread's stack with every run of the shim's frames dropped (wherever hooks nest), at
  * most depth of the program's frames, into ips (room for AT_STACK_MAX_DEPTH - 1 entries, the
@@ -152,6 +153,19 @@ void at_signals_install(void);
 void at_altstack_init(void);
 void at_altstack_thread_start(void);
 void at_altstack_thread_end(void);
+/* sampler.c: CPU samples of each thread (ACTTRACE_SAMPLE_HZ): set up after the writer and the stack
+ * walker (0, or -1 with why it is off); a timer per thread; the program's sigaction of the signal
+ * and its masks. */
+extern int at_sample_sig;
+int at_sampler_init(unsigned hz, char *why, size_t n);
+bool at_sampler_on(void);
+void at_sampler_thread_start(bool vblock);
+void at_sampler_thread_end(void);
+bool at_sampler_vblocked(void);
+void at_sampler_exec_before(void);
+void at_sampler_exec_failed(void);
+void at_sampler_fork_child(void);
+int at_sampler_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 /* Tell the safe reader which memory stays mapped (saferanges.c); before the hooks go in. */
 void at_saferanges_init(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */

@@ -163,6 +163,11 @@ AT_NOINLINE uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t sk
     return n;
 }
 
+void at_shim_stacks_setup(void)
+{
+    (void)stacks_first();
+}
+
 /* now: set the walker up here, in the constructor (a process whose first event may come from a
  * signal handler); otherwise when the first stack is taken (at_shim_capture) */
 void at_shim_stacks_init(bool now)

@@ -33,6 +33,7 @@ typedef struct at_thread_start {
     uintptr_t stk_top; /* the program's own stack for the thread (its top), or 0 */
     size_t stk_size;   /* the thread's stack size (0: unknown) */
     uint32_t busy;     /* START_BUSY until the new thread has copied it; START_MALLOC: it frees it */
+    bool samp_vblock;  /* the creator has the sampling signal blocked, as the program sees it */
 } __attribute__((aligned(64))) at_thread_start;
 enum { START_FREE = 0, START_BUSY = 1, START_MALLOC = 2 };
 
@@ -122,6 +123,7 @@ AT_HOT_FN static void thread_begin(at_thread_start *s)
 {
     at_thread_managed = true; /* thread_end does the writer's and the engine's exit work */
     at_altstack_thread_start();
+    at_sampler_thread_start(s->samp_vblock);
     at_thread_cap = s->cap;
     at_thread_prev = at_flow_enter(s->cap);
     at_thread_ours = true;
@@ -138,6 +140,7 @@ AT_HOT_FN static void thread_begin(at_thread_start *s)
 AT_HOT_FN static void thread_end(uint32_t kind)
 {
     at_trace_thread_ending(); /* after the first thread has left, the last one ends the process */
+    at_sampler_thread_end();
     at_altstack_thread_end();
     if (!at_thread_ours)
         return;
@@ -345,6 +348,7 @@ static at_thread_start *start_new(void *(*fn)(void *), void *arg)
         s->cap = NULL;
     }
     s->parent = (uint64_t)at_tid();
+    s->samp_vblock = at_sampler_vblocked();
     s->stk_top = 0;
     s->stk_size = 0;
     return s;

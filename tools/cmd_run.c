@@ -23,11 +23,13 @@
 
 static void run_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace run [-c CONFIG] [-o OUTPUT] -- PROGRAM [ARGS...]\n"
+    fprintf(f, "usage: acttrace run [-c CONFIG] [-o OUTPUT] [--sample HZ] -- PROGRAM [ARGS...]\n"
                "  Runs PROGRAM under the shim and exits with its status. Then names the trace files.\n"
-               "  -c CONFIG   the config file (ACTTRACE_CONFIG)\n"
-               "  -o OUTPUT   the trace path pattern (ACTTRACE_OUTPUT; %%p = pid, %%t = start time;\n"
-               "              default %s)\n", RUN_DEFAULT_OUTPUT);
+               "  -c CONFIG     the config file (ACTTRACE_CONFIG)\n"
+               "  -o OUTPUT     the trace path pattern (ACTTRACE_OUTPUT; %%p = pid, %%t = start time;\n"
+               "                default %s)\n"
+               "  --sample HZ   CPU samples per second of each thread's CPU time, with its stack and\n"
+               "                activity (ACTTRACE_SAMPLE_HZ; 0 = off, at most 10000)\n", RUN_DEFAULT_OUTPUT);
 }
 
 /* The shim beside this executable, or in ../lib (make install). */
@@ -130,7 +132,7 @@ static void report_files(const char *pattern, long pid, time_t since)
 
 int at_cmd_run(int argc, char **argv)
 {
-    const char *config = NULL, *output = NULL;
+    const char *config = NULL, *output = NULL, *sample = NULL;
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -144,6 +146,16 @@ int at_cmd_run(int argc, char **argv)
             config = argv[++i];
         } else if (!strcmp(a, "-o") && i + 1 < argc) {
             output = argv[++i];
+        } else if ((!strcmp(a, "--sample") && i + 1 < argc) || !strncmp(a, "--sample=", 9)) {
+            const char *v = a[8] == '=' ? a + 9 : argv[++i];
+            char *end;
+            errno = 0;
+            unsigned long hz = strtoul(v, &end, 10);
+            if (!*v || *end || errno || hz > 10000 || v[0] == '-') {
+                fprintf(stderr, "acttrace run: --sample %s: expected a rate from 0 to 10000 (per second)\n", v);
+                return 2;
+            }
+            sample = v;
         } else if (a[0] == '-') {
             fprintf(stderr, "acttrace run: unknown option '%s'\n", a);
             run_usage(stderr);
@@ -170,6 +182,7 @@ int at_cmd_run(int argc, char **argv)
         setenv("ACTTRACE_CONFIG", cfg, 1);
     }
     if (output) setenv("ACTTRACE_OUTPUT", output, 1);
+    if (sample) setenv("ACTTRACE_SAMPLE_HZ", sample, 1);
     const char *pattern = output ? output : getenv("ACTTRACE_OUTPUT");
     if (!pattern || !*pattern) pattern = RUN_DEFAULT_OUTPUT;
     const char *old = getenv("LD_PRELOAD");

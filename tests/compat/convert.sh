@@ -11,8 +11,9 @@
 # What the converter keeps (dotnet/diagnostics TraceFileFormatConverter.ConvertFromNetTrace): it runs
 # TraceEvent's SampleProfilerThreadTimeComputer with IncludeEventSourceEvents = false, so its output
 # holds samples only (SampleProfiler ThreadSample, GC allocation ticks, TPL task events); activities
-# appear as "Activity <Name>(<path>)" frames above the samples taken inside them. acttrace writes no
-# samples: the JSON holds no profile events, and so no activity frame either.
+# appear as "Activity <Name>(<path>)" frames above the samples taken inside them. acttrace writes
+# samples when sampling is on (ACTTRACE_SAMPLE_HZ): then every activity that holds a sample must be
+# such a frame, with its path; a trace without samples converts to no activity frame.
 set -u
 build=$(cd "$1" && pwd); shift
 version=${DOTNET_TRACE_VERSION:-10.0.750501}
@@ -46,6 +47,7 @@ passed=0; failed=0
 for f in "${files[@]}"; do
   base=$(basename "$f" .nettrace); base=${base//./_} # the tool replaces what follows the last dot
   "$build/acttrace" tree "$f" >"$out/$base.tree" 2>&1
+  "$build/acttrace" dump --no-stacks "$f" >"$out/$base.dump" 2>&1
   for fmt in Speedscope Chromium; do
     log="$out/$base.$fmt.log"
     json="$out/$base.${fmt,,}.json" # the tool puts its own extension on -o
@@ -54,9 +56,13 @@ for f in "${files[@]}"; do
     if [ $rc -ne 0 ] || ! grep -q "Conversion complete" "$log" || grep -qE "Exception|potentially broken" "$log" || [ ! -s "$json" ]; then
       echo "FAIL convert $fmt $f: exit $rc; see $log"; failed=$((failed + 1)); continue
     fi
-    if msg=$(python3 - "$fmt" "$json" "$out/$base.tree" <<'EOF'
+    if msg=$(python3 - "$fmt" "$json" "$out/$base.tree" "$out/$base.dump" <<'EOF'
 import json, re, sys
-fmt, path, tree = sys.argv[1:]
+fmt, path, tree, dump = sys.argv[1:]
+sampled = set()
+for line in open(dump, errors="replace"):
+    m = re.search(r'SampleProfiler/.* act=\S+ (//[0-9/]+) ', line)
+    if m: sampled.add(m.group(1))
 doc = json.load(open(path))
 names = set()
 for line in open(tree):
@@ -77,10 +83,15 @@ else:
         if "sf" in e: assert str(e["sf"]) in sf, "event frame %r missing" % e["sf"]
     count = len(doc["traceEvents"])
 acts = [n for n in frames if n.startswith("Activity ")]
+paths = set()
 for a in acts:
     task = a[len("Activity "):].split("(")[0]
     assert task in names, "activity frame %r names no activity of acttrace tree" % a
-print("%d frames, %d samples/events, %d activity frames; acttrace lists %d activity names" % (len(frames), count, len(acts), len(names)))
+    m = re.search(r'\(/#\d+((?:/\d+)+)/\)$', a)
+    if m: paths.add("/" + m.group(1))
+missing = sorted(sampled - paths)
+assert not missing, "%d activities hold samples but are no activity frame: %s" % (len(missing), " ".join(missing[:5]))
+print("%d frames, %d samples/events, %d activity frames (%d activities with samples); acttrace lists %d activity names" % (len(frames), count, len(acts), len(sampled), len(names)))
 EOF
     ); then
       passed=$((passed + 1)); echo "ok convert $fmt $base: $msg" >>"$out/summary.log"

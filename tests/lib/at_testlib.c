@@ -481,6 +481,8 @@ int at_trace_load(const char *path, at_trace *t)
         e->activity = ev.activity;
         e->related = ev.related;
         e->nframes = ev.nframes;
+        e->payload_len = ev.payload_len;
+        memcpy(e->head, ev.payload, ev.payload_len < sizeof e->head ? ev.payload_len : sizeof e->head);
         format_id(&ev.activity, e->act_path, sizeof e->act_path, &e->act_pid);
         format_id(&ev.related, e->rel_path, sizeof e->rel_path, &e->rel_pid);
         e->nfields = m->nfields;

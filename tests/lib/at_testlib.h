@@ -96,6 +96,8 @@ typedef struct at_tev {
     uint32_t nfields;
     at_tfield *fields;
     uint32_t nframes;
+    uint32_t payload_len;
+    uint8_t head[16];         /* the payload's first bytes (fields the metadata does not declare) */
 } at_tev;
 
 typedef struct at_trace {
