@@ -211,6 +211,7 @@ __attribute__((destructor)) static void at_preload_fini(void)
     /* A vfork child that returned from main instead of calling _exit shares our memory: hands off. */
     if (at_raw_getpid() != at_pid)
         return;
+    at_sampler_stop(); /* before the writer stops: no sample meets a closing file */
     at_internal++; /* the writer closes its own file */
     at_trace_stop();
     at_internal--;

@@ -274,6 +274,40 @@ static inline void bit_clear(sigset_t *s, int sig)
     ((unsigned long *)(void *)s)[0] &= ~(1ul << (sig - 1));
 }
 
+/* glibc's other ways to set a disposition call its sigaction from inside, past the one above: the
+ * signal is the program's from then on all the same (sampling stops first). */
+static sighandler_t as_program_sees(sighandler_t prev)
+{
+    return (void *)prev == (void *)samp_handler ? SIG_DFL : prev;
+}
+
+AT_LAZY_REAL(sysv_signal, sighandler_t, (int, sighandler_t))
+AT_LAZY_REAL(bsd_signal, sighandler_t, (int, sighandler_t))
+AT_LAZY_REAL(sigset, sighandler_t, (int, sighandler_t))
+
+AT_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
+{
+    if (sig == at_sample_sig && sig)
+        stop_all();
+    return as_program_sees(real_sysv_signal()(sig, h));
+}
+
+AT_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
+{
+    if (sig == at_sample_sig && sig)
+        stop_all();
+    return as_program_sees(real_bsd_signal()(sig, h));
+}
+
+AT_EXPORT sighandler_t sigset(int sig, sighandler_t h)
+{
+    if (sig == at_sample_sig && sig)
+        stop_all();
+    return as_program_sees(real_sigset()(sig, h));
+}
+
+void at_sampler_stop(void) { stop_all(); }
+
 /* pthread_sigmask as glibc makes it (its two internal signals never blocked, the error returned),
  * with the sampling signal kept out of the mask while sampling and reported as the program set it. */
 static int mask_call(int how, const sigset_t *set, sigset_t *old)

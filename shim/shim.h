@@ -166,6 +166,7 @@ void at_sampler_exec_before(void);
 void at_sampler_exec_failed(void);
 void at_sampler_fork_child(void);
 int at_sampler_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+void at_sampler_stop(void); /* no more samples in the process (its end) */
 /* Tell the safe reader which memory stays mapped (saferanges.c); before the hooks go in. */
 void at_saferanges_init(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */

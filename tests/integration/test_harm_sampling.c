@@ -3,8 +3,9 @@
  * same output, while the trace shows that samples were really taken:
  *   eintr    poll, read, nanosleep and sem_timedwait that block between bursts of CPU: none ends
  *            with EINTR (the timer's signal is raised in user mode only);
- *   owner    the program asks what SIGRTMAX-3 holds (the default), takes it and receives its own
- *            five sigqueue values, each once, with their code;
+ *   owner    the program asks what SIGRTMAX-3 holds (the default), takes it (with sigaction,
+ *            signal, sigset, sysv_signal or bsd_signal) and receives its own five sigqueue values,
+ *            each once, with their code, and nothing else;
  *   mask     all signals blocked: the mask reads back with SIGRTMAX-3 in it, in a thread it starts
  *            too; its own kill of that signal waits for its sigwaitinfo;
  *   default  SIGRTMAX-3 raised under the default action ends the process by that signal. */
@@ -17,17 +18,17 @@
 #include "at_harmcmp.h"
 #include "at_testlib.h"
 
-static void same_as_untraced(const char *mode, bool want_samples)
+static void same_as_untraced_how(const char *mode, const char *how, bool want_samples)
 {
-    const char *argv[] = {"samples", mode, NULL};
+    const char *argv[] = {"samples", mode, how, NULL};
     const char *env[] = {"ACTTRACE_SAMPLE_HZ=1000", NULL};
     char tag[64];
-    snprintf(tag, sizeof tag, "hsamp-%s", mode);
+    snprintf(tag, sizeof tag, "hsamp-%s%s", mode, how ? how : "");
     at_session s;
     ck_assert_int_eq(at_session_run_deadline(&s, tag, argv, env, 300), 0);
     at_run_result u;
     char *udir;
-    snprintf(tag, sizeof tag, "hsamp-%s-u", mode);
+    snprintf(tag, sizeof tag, "hsamp-%s%s-u", mode, how ? how : "");
     ck_assert_int_eq(at_harm_untraced(tag, argv, NULL, &u, &udir), 0);
     at_rmtree(udir);
     free(udir);
@@ -51,6 +52,11 @@ static void same_as_untraced(const char *mode, bool want_samples)
     at_session_free(&s);
 }
 
+static void same_as_untraced(const char *mode, bool want_samples)
+{
+    same_as_untraced_how(mode, NULL, want_samples);
+}
+
 START_TEST(test_no_eintr)
 {
     same_as_untraced("eintr", true);
@@ -59,7 +65,11 @@ END_TEST
 
 START_TEST(test_program_takes_the_signal)
 {
-    same_as_untraced("owner", true);
+    static const char *const how[] = {"sigaction", "signal", "sigset", "sysv_signal", "bsd_signal"};
+    /* sysv_signal's handler is reset after the first signal: the second ends the process, by a
+     * signal the shim does not flush on, so that trace holds no event to count */
+    for (size_t i = 0; i < sizeof how / sizeof how[0]; i++)
+        same_as_untraced_how("owner", how[i], strcmp(how[i], "sysv_signal") != 0);
 }
 END_TEST
 
