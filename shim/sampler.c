@@ -250,6 +250,15 @@ static void samp_handler(int sig, siginfo_t *si, void *ucv)
  * default. */
 int at_sampler_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
+    /* the default, set while the default is what the program sees (bash sets each signal to
+     * SIG_DFL and back to learn what it held): nothing changes, sampling goes on */
+    if (act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL && at_sampler_on()) {
+        if (old) {
+            memset(old, 0, sizeof *old);
+            old->sa_handler = SIG_DFL;
+        }
+        return 0;
+    }
     if (act)
         stop_all();
     struct sigaction prev;
@@ -287,6 +296,8 @@ AT_LAZY_REAL(sigset, sighandler_t, (int, sighandler_t))
 
 AT_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
 {
+    if (sig == at_sample_sig && sig && h == SIG_DFL && at_sampler_on())
+        return SIG_DFL; /* the default, as the program sees it already */
     if (sig == at_sample_sig && sig)
         stop_all();
     return as_program_sees(real_sysv_signal()(sig, h));
@@ -294,6 +305,8 @@ AT_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
 
 AT_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 {
+    if (sig == at_sample_sig && sig && h == SIG_DFL && at_sampler_on())
+        return SIG_DFL;
     if (sig == at_sample_sig && sig)
         stop_all();
     return as_program_sees(real_bsd_signal()(sig, h));
@@ -301,6 +314,11 @@ AT_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 
 AT_EXPORT sighandler_t sigset(int sig, sighandler_t h)
 {
+    if (sig == at_sample_sig && sig && h == SIG_DFL && at_sampler_on()) {
+        sighandler_t was = samp_vblock ? SIG_HOLD : SIG_DFL;
+        samp_vblock = false; /* sigset unblocks what it sets */
+        return was;
+    }
     if (sig == at_sample_sig && sig)
         stop_all();
     return as_program_sees(real_sigset()(sig, h));

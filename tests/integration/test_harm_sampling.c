@@ -8,6 +8,8 @@
  *            each once, with their code, and nothing else;
  *   mask     all signals blocked: the mask reads back with SIGRTMAX-3 in it, in a thread it starts
  *            too; its own kill of that signal waits for its sigwaitinfo;
+ *   dfl      setting SIGRTMAX-3 to its default (as bash does for every signal) reads back the
+ *            default and leaves sampling on: the activity after it holds samples;
  *   default  SIGRTMAX-3 raised under the default action ends the process by that signal. */
 #include <check.h>
 #include <signal.h>
@@ -79,6 +81,24 @@ START_TEST(test_masks_read_back)
 }
 END_TEST
 
+START_TEST(test_default_set_again)
+{
+    same_as_untraced("dfl", true);
+    const char *argv[] = {"samples", "dfl", NULL};
+    const char *env[] = {"ACTTRACE_SAMPLE_HZ=1000", NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run_deadline(&s, "hsamp-dfl2", argv, env, 300), 0);
+    long st = at_find(&s.t, NULL, "AfterDflStart", 0);
+    ck_assert_msg(st >= 0, "no AfterDflStart");
+    size_t in = 0;
+    for (size_t i = 0; i < s.t.n; i++)
+        in += !strcmp(s.t.ev[i].provider, "Microsoft-DotNETCore-SampleProfiler") &&
+              !strcmp(s.t.ev[i].act_path, s.t.ev[st].act_path);
+    ck_assert_msg(in >= 5, "%zu samples in the activity after SIG_DFL was set", in);
+    at_session_free(&s);
+}
+END_TEST
+
 START_TEST(test_default_action)
 {
     same_as_untraced("default", false);
@@ -93,6 +113,7 @@ int main(void)
     tcase_add_test(tc, test_no_eintr);
     tcase_add_test(tc, test_program_takes_the_signal);
     tcase_add_test(tc, test_masks_read_back);
+    tcase_add_test(tc, test_default_set_again);
     tcase_add_test(tc, test_default_action);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
