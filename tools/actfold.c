@@ -143,8 +143,12 @@ bool am_fold_key(char *buf, size_t n, const am_activity *a, const char *from_nam
         if (by_activity && (!put(buf, n, &len, " ") || !put(buf, n, &len, path))) return false;
     }
     char sb[512];
+    bool sample = nt_event_cpu_sample(ev, NULL); /* a sample's leaf is the instruction itself */
     for (uint32_t i = ev->nframes; i-- > 0;) {
-        nt_sym_format(sym, ev->frames[i], sb, sizeof sb);
+        if (i == 0 && sample)
+            nt_sym_format_exact(sym, ev->frames[i], sb, sizeof sb);
+        else
+            nt_sym_format(sym, ev->frames[i], sb, sizeof sb);
         if (!sep(buf, n, &len) || !put(buf, n, &len, sb)) return false;
     }
     return true;

@@ -140,8 +140,11 @@ static void print_event(FILE *f, const nt_trace_info *in, const nt_event *ev, bo
     if (stacks && ev->nframes) {
         fprintf(f, " stack=[");
         /* frames named from the trace's own Universal.System events (addresses when it has none) */
+        bool sample = nt_event_cpu_sample(ev, NULL); /* its leaf is the instruction itself */
         for (uint32_t i = 0; i < ev->nframes; i++)
-            fprintf(f, "%s%s", i ? "," : "", nt_sym_format(sym, ev->frames[i], buf, buflen));
+            fprintf(f, "%s%s", i ? "," : "",
+                    i == 0 && sample ? nt_sym_format_exact(sym, ev->frames[i], buf, buflen)
+                                     : nt_sym_format(sym, ev->frames[i], buf, buflen));
         fputc(']', f);
     }
     if (nt_clr_is_symbol_event(ev)) { /* the .NET runtime's layout: decoded as the symbolizer reads it */

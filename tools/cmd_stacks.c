@@ -11,7 +11,7 @@ typedef struct sk_ctx {
     am_fold *fold;
     nt_symbolizer **sym; /* one per file */
     const char *name;
-    bool by_activity, all, offsets;
+    bool by_activity, all, offsets, samples;
     char key[65536];
 } sk_ctx;
 
@@ -26,7 +26,11 @@ static void stacks_usage(FILE *f)
                "  --name NAME     only events inside an activity NAME; stacks start at that activity\n"
                "  --by-activity   one stack per activity (\"Name //1/5\") rather than per name\n"
                "  --all           also events outside any activity, under \"(no activity)\"\n"
-               "  --offsets       frames with their offset (\"module!function+0x1a\"): one per call site\n");
+               "  --offsets       frames with their offset (\"module!function+0x1a\"): one per call site\n"
+               "  --samples       CPU samples instead (ACTTRACE_SAMPLE_HZ): the count is microseconds of\n"
+               "                  CPU, so a frame's width is the CPU time spent under it in each activity\n"
+               "                  (a sample that does not say its CPU time counts 1 ms, the .NET runtime's\n"
+               "                  period)\n");
 }
 
 static void on_event(void *vc, const am_event *e)
@@ -34,9 +38,13 @@ static void on_event(void *vc, const am_event *e)
     sk_ctx *c = vc;
     nt_sym_observe(c->sym[e->file], e->ev);
     if (!e->ev->nframes || nt_sym_is_symbol_event(e->ev)) return;
+    uint64_t cpu_ns = 0;
+    bool sample = nt_event_cpu_sample(e->ev, &cpu_ns);
+    if (sample != c->samples) return; /* samples weigh CPU time, events count: never one sum */
     if (!e->act && (!c->all || c->name)) return;
+    uint64_t w = !sample ? 1 : cpu_ns ? (cpu_ns + 500) / 1000 : 1000;
     if (am_fold_key(c->key, sizeof c->key, e->act, c->name, c->by_activity, e->ev, c->sym[e->file]))
-        am_fold_add(c->fold, c->key, 1);
+        am_fold_add(c->fold, c->key, w);
 }
 
 static void print_line(void *ctx, const char *key, uint64_t n)
@@ -68,6 +76,8 @@ int at_cmd_stacks(int argc, char **argv)
             c->all = true;
         } else if (!strcmp(a, "--offsets")) {
             c->offsets = true;
+        } else if (!strcmp(a, "--samples")) {
+            c->samples = true;
         } else if (a[0] == '-' && a[1]) {
             am_errorf("stacks", "unknown option '%s'", a);
             stacks_usage(stderr);

@@ -1509,3 +1509,16 @@ const char *nt_type_name(uint32_t t)
     if (t < AT_ARRAY_LEN(names) && names[t]) return names[t];
     return "unknown";
 }
+
+bool nt_event_cpu_sample(const nt_event *ev, uint64_t *cpu_ns)
+{
+    const nt_metadata *m = ev->meta;
+    if (!m || m->event_id != 0 || !m->provider || strcmp(m->provider, "Microsoft-DotNETCore-SampleProfiler") != 0)
+        return false;
+    uint64_t v = 0;
+    if (ev->payload_len >= 12 && ev->payload)
+        memcpy(&v, ev->payload + 4, 8);
+    if (cpu_ns)
+        *cpu_ns = v;
+    return true;
+}

@@ -146,6 +146,11 @@ uint64_t nt_offset(const nt_reader *r);
 uint64_t nt_problem_count(const nt_reader *r);
 /* "Info", "Start", "Stop", ... or NULL for an unnamed opcode. */
 const char *nt_opcode_name(uint8_t opcode);
+/* A CPU sample: the .NET runtime's Microsoft-DotNETCore-SampleProfiler ThreadSample (event 0), as
+ * the runtime and the shim's sampler write it; its first frame is the interrupted instruction.
+ * *cpu_ns: the CPU time it stands for (the shim's CpuNs after the runtime's Type), 0 when the file
+ * does not say (the runtime's own samples, one per sampling period). */
+bool nt_event_cpu_sample(const nt_event *ev, uint64_t *cpu_ns);
 /* Name of a field type code ("int32", "string", ...). */
 const char *nt_type_name(uint32_t type);
 

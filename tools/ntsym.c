@@ -428,7 +428,19 @@ static const char *src_line(nt_symbolizer *s, sym_map *m, uint64_t ip, int *line
     return f && *line > 0 ? f : NULL;
 }
 
+static const char *format_at(nt_symbolizer *s, uint64_t ip, bool exact, char *buf, size_t n);
+
 const char *nt_sym_format(nt_symbolizer *s, uint64_t ip, char *buf, size_t n)
+{
+    return format_at(s, ip, false, buf, n);
+}
+
+const char *nt_sym_format_exact(nt_symbolizer *s, uint64_t ip, char *buf, size_t n)
+{
+    return format_at(s, ip, true, buf, n);
+}
+
+static const char *format_at(nt_symbolizer *s, uint64_t ip, bool exact, char *buf, size_t n)
 {
     if (!s || n == 0) {
         if (n)
@@ -438,7 +450,7 @@ const char *nt_sym_format(nt_symbolizer *s, uint64_t ip, char *buf, size_t n)
     /* Older files hold return addresses: the call is the byte before (it may end its function).
      * The shim now stores call sites (the call's last byte) and a hooked function's entry + 1, for
      * which the byte before lies in the same function: one look-up serves both. */
-    uint64_t q = ip ? ip - 1 : ip;
+    uint64_t q = ip && !exact ? ip - 1 : ip;
     sym_ent *e = sym_lookup(s, q);
     if (!e)
         e = sym_lookup(s, ip);

@@ -23,6 +23,9 @@ void nt_sym_observe(nt_symbolizer *s, const nt_event *ev);
 bool nt_sym_is_symbol_event(const nt_event *ev);
 /* Format one address of process pid (the trace's pid). Returns buf. */
 const char *nt_sym_format(nt_symbolizer *s, uint64_t ip, char *buf, size_t n);
+/* The same for an address that is the instruction itself, not a call site or return address: a CPU
+ * sample's leaf (nt_event_cpu_sample), which may be a function's first byte. */
+const char *nt_sym_format_exact(nt_symbolizer *s, uint64_t ip, char *buf, size_t n);
 void nt_sym_free(nt_symbolizer *s);
 
 #endif

@@ -6,7 +6,9 @@
  *   - the CPU the samples stand for (their CpuNs) adds up, per thread, to what the thread measured
  *     inside its Burns, within a quarter (the kernel samples at its tick);
  *   - the sleeping Nap gets at most one sample;
- *   - the samples' stacks go through burn_cpu, named by acttrace dump. */
+ *   - the samples' stacks go through burn_cpu, named by acttrace dump;
+ *   - acttrace stacks --samples folds them under their activity, weighed in CPU microseconds that
+ *     add up to what the threads measured (within a quarter), with burn_cpu in the Burn stacks. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +122,28 @@ START_TEST(test_samples_in_activities)
     }
     ck_assert_msg(lines >= 60 && named >= lines * 9 / 10, "%zu of %zu samples in activities name burn_cpu",
                   named, lines);
+    at_run_result_free(&r);
+    const char *sargs[] = {"stacks", "--samples", t->path, NULL};
+    ck_assert_int_eq(at_tool_run(&r, sargs), 0);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    double burn_us = 0, burn_cpu_us = 0;
+    for (char *l = r.out; l && *l;) {
+        char *nl = strchr(l, '\n');
+        if (nl)
+            *nl = 0;
+        char *sp_ = strrchr(l, ' ');
+        ck_assert_msg(sp_ && (!strncmp(l, "Burn;", 5) || !strncmp(l, "Nap;", 4)), "line %s", l);
+        double us = atof(sp_ + 1);
+        if (!strncmp(l, "Burn;", 5)) {
+            burn_us += us;
+            if (strstr(l, ";samples!burn_cpu"))
+                burn_cpu_us += us;
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    ck_assert_msg(burn_us > measured * 750 && burn_us < measured * 1250,
+                  "stacks --samples: %.0f us under Burn, the threads measured %.1f ms", burn_us, measured);
+    ck_assert_msg(burn_cpu_us >= burn_us * 0.9, "%.0f of %.0f us under burn_cpu", burn_cpu_us, burn_us);
     at_run_result_free(&r);
     const char *bad = at_harm_verify(t->path);
     ck_assert_msg(!bad, "%s", bad);
