@@ -413,7 +413,7 @@ START_TEST(dump_of_a_sample)
     ck_assert(strstr(out, "pid            9832\n"));
     ck_assert(strstr(out, "pointer size   8\n"));
     ck_assert(strstr(out, "cpus           8\n"));
-    ck_assert(strstr(out, "meta 1: Microsoft-Windows-DotNETRuntimeRundown {2c91fe84-562d-57f9-d653-8dc3ac4f9ede} "
+    ck_assert(strstr(out, "meta 1: Microsoft-Windows-DotNETRuntimeRundown {a669021c-c450-4609-a035-5af59af4df18} "
                           "event 300 \"\" opcode Info level 4 keywords 0x0 version 0 fields ()\n"));
     ck_assert(strstr(out, " 1753.790600 ms  tid 25112  Microsoft-Windows-DotNETRuntimeRundown/(unnamed)  Info act=- "
                           "rel=- payload=34 bytes\n"));
