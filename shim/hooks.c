@@ -811,11 +811,15 @@ static void install(probe *pr)
         pr->pending = pr->alias_of != NULL; /* a module loaded later may */
         return;
     }
-    /* An alias's signature is derived (a fortified variant's extra size): the register-saving stub
-     * passes every register on as the caller set it, whatever the real parameter list is. */
-    bool ffi = got && h->sig && !pr->alias_of;
-    if (!h->wrapper) {
-        if (ffi ? at_ffi_make(h, why, sizeof why) : at_stub_make(h)) {
+    /* The register-saving stub serves GOT slots too, typed or not: it reads a typed call's arguments
+     * from the registers and stack slots the caller used, and its code and data are a few pages that
+     * a server's hooked calls share, where a libffi closure walked its trampoline, libffi's closure and
+     * call code and the call interface on pages of their own at every call (between two system calls
+     * of a real server all of them cold: about three times the stub's cost per call). libffi serves
+     * a typed GOT hook only when the stubs run out. */
+    if (!h->wrapper && at_stub_make(h) != 0) {
+        bool ffi = got && h->sig && !pr->alias_of;
+        if (!ffi || at_ffi_make(h, why, sizeof why) != 0) {
             snprintf(h->why, sizeof h->why, "%s", ffi ? why : "no stub left (512 hooks at most)");
             return;
         }

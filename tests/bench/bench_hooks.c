@@ -1,7 +1,7 @@
 /* bench_hooks: what a configured hook adds to a call (issue 5). tests/fixtures/hk_bench times a
  * hooked function against an identical unhooked one in one process, interleaved; the row is the
  * difference. Runs it under the shim with tests/data/hooks/bench.conf (the signature-less stub, and
- * a libffi wrapper on a GOT slot and the typed stub of an entry patch, each capturing three
+ * the typed stub on a GOT slot and the typed stub of an entry patch, each capturing three
  * arguments), untraced, and under uftrace patching the same
  * function dynamically (-P, the fixture is built with -fpatchable-function-entry) when uftrace is
  * installed. Best of three runs each. The calls go in bursts of 10000 with untimed 2 ms pauses, so the
@@ -104,7 +104,7 @@ int main(void)
     if (have_sh) {
         printf("hooked call via stub, Start+Stop, no payload (ns added)\t%.1f (%.1f vs %.1f)\t<= 80\n",
                sh.stub - sh.plain, sh.stub, sh.plain);
-        printf("hooked call via libffi wrapper (GOT), 3 args captured (ns added)\t%.1f (%.1f vs "
+        printf("hooked call via typed stub (GOT slot), 3 args captured (ns added)\t%.1f (%.1f vs "
                "%.1f)\t<= 200\n", sh.ffi - sh.ffi_plain, sh.ffi, sh.ffi_plain);
         printf("hooked call via typed stub (entry), 3 args captured (ns added)\t%.1f (%.1f vs "
                "%.1f)\t-\n", sh.typed - sh.plain3, sh.typed, sh.plain3);
@@ -112,7 +112,7 @@ int main(void)
         printf("hooked call via stub (ns added)\tfailed to run\t<= 80\n");
     if (have_sus) {
         printf("  sustained, no pauses: stub (ns added)\t%.1f\t<= 40\n", sus.stub - sus.plain);
-        printf("  sustained, no pauses: libffi wrapper, 3 args (ns added)\t%.1f\t-\n",
+        printf("  sustained, no pauses: typed stub (GOT slot), 3 args (ns added)\t%.1f\t-\n",
                sus.ffi - sus.ffi_plain);
         /* what the flusher costs: its CPU on whichever core it runs (the other one, or the
          * program's, when the scheduler puts it there), per hooked call of the three functions */
@@ -137,7 +137,7 @@ int main(void)
     if (best_of(argv, fenv, true, dir, &fl)) {
         printf("  of the above, stub + hook logic with no event written (ns)\t%.1f\t-\n",
                fl.stub - fl.plain);
-        printf("  of the above, libffi wrapper + hook logic, no event (ns)\t%.1f\t-\n",
+        printf("  of the above, typed stub (GOT slot) + hook logic, no event (ns)\t%.1f\t-\n",
                fl.ffi - fl.ffi_plain);
         printf("  of the above, typed stub + hook logic, no event (ns)\t%.1f\t-\n",
                fl.typed - fl.plain3);
