@@ -164,6 +164,11 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
             c->file_mode = m;
         }
     }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_HOOK_WRAPPER")) && *v) {
+        rc = parse_word("ACTTRACE_HOOK_WRAPPER", v, "stub|ffi", &w, err, errlen);
+        if (rc == 0)
+            c->hook_wrapper_ffi = w == 1;
+    }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_SAMPLE_HZ")) && *v) {
         rc = parse_uint("ACTTRACE_SAMPLE_HZ", v, AT_SAMPLE_HZ_MAX, &x, err, errlen);
         if (rc == 0)

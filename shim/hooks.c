@@ -797,10 +797,6 @@ static void install(probe *pr)
             return;
         }
     }
-    /* GOT slots are reached by ABI-conforming calls from other modules: the libffi closure serves
-     * them. Entry-patched functions may be called by their own file with the stack unaligned
-     * (-fipa-stack-alignment), which libffi's closures do not survive: the register-saving stub
-     * realigns and reads typed arguments from the registers it saved. */
     /* an alias is hooked where modules import it, never by patching: the function's own entry is
      * patched already, or its other names' GOT slots are */
     int tier = pr->alias_of ? AT_HC_TIER_GOT : pr->r->e->tier;
@@ -817,8 +813,9 @@ static void install(probe *pr)
      * call code and the call interface on pages of their own at every call (between two system calls
      * of a real server all of them cold: about three times the stub's cost per call). libffi serves
      * a typed GOT hook only when the stubs run out. */
-    if (!h->wrapper && at_stub_make(h) != 0) {
-        bool ffi = got && h->sig && !pr->alias_of;
+    bool ffi = got && h->sig && !pr->alias_of;
+    if (!h->wrapper && (!ffi || !at_cfg.hook_wrapper_ffi || at_ffi_make(h, why, sizeof why) != 0) &&
+        at_stub_make(h) != 0) {
         if (!ffi || at_ffi_make(h, why, sizeof why) != 0) {
             snprintf(h->why, sizeof h->why, "%s", ffi ? why : "no stub left (512 hooks at most)");
             return;
@@ -1432,7 +1429,6 @@ int at_hooks_check(const at_hookconf *hc, FILE *out)
                 continue;
             }
             const char *wrap = !p->has_sig ? "signature-less stub"
-                               : slots > 0 ? "typed wrapper (libffi)"
                                            : "typed stub (arguments from the saved registers)";
             if (slots > 0) {
                 fprintf(out, "hooked by GOT (%d slot%s), %s\n", slots, slots > 1 ? "s" : "", wrap);

@@ -345,10 +345,12 @@ START_TEST(test_reentrant_libc_hooks)
 }
 END_TEST
 
-/* A callback flow hooked through the GOT (libffi wrapper): the job deferred inside Submit and run
- * from inside Other (nested in Submit) is Submit's child, not Other's. */
+/* A callback flow hooked through the GOT (the typed stub, then a libffi closure as
+ * ACTTRACE_HOOK_WRAPPER=ffi makes it): the job deferred inside Submit and run from inside Other
+ * (nested in Submit) is Submit's child, not Other's. */
 START_TEST(test_callback_flow_got)
 {
+    setenv("ACTTRACE_HOOK_WRAPPER", _i ? "ffi" : "stub", 1);
     at_session s;
     char *conf = data_path("defer.conf");
     run_hk(&s, "hk_calls", conf);
@@ -698,6 +700,7 @@ END_TEST
 
 START_TEST(test_cxx_exception)
 {
+    setenv("ACTTRACE_HOOK_WRAPPER", _i ? "ffi" : "stub", 1); /* the typed GOT hook's two wrappers */
     at_session s;
     char *conf = data_path("throw.conf");
     char env0[4200];
@@ -721,7 +724,7 @@ START_TEST(test_cxx_exception)
     expect_field(stop_of(t, ty, "TypedStop"), "Status", "1");
     const at_tev *ty0 = find_ev(t, "TypedStart", "x", "0");
     expect_field(stop_of(t, ty0, "TypedStop"), "Return", "1");
-    /* the libffi wrapper of a GOT slot: returned (Return 1), then unwound; the typed_thrower
+    /* the wrapper of a GOT slot: returned (Return 1), then unwound; the typed_thrower
      * inside it ran in its activity */
     const at_tev *c0 = find_ev(t, "CallStart", "x", "0");
     expect_field(stop_of(t, c0, "CallStop"), "Return", "1");
@@ -865,10 +868,10 @@ int main(void)
     tcase_add_test(tc, test_level_filter);
     tcase_add_test(tc, test_reentrant_libc_hooks);
     tcase_add_test(tc, test_child_summary_quiet);
-    tcase_add_test(tc, test_callback_flow_got);
+    tcase_add_loop_test(tc, test_callback_flow_got, 0, 2);
     tcase_add_test(tc, test_tier_setting);
     tcase_add_test(tc, test_stripped_offset);
-    tcase_add_test(tc, test_cxx_exception);
+    tcase_add_loop_test(tc, test_cxx_exception, 0, 2);
     tcase_add_test(tc, test_flow_rules);
     tcase_add_test(tc, test_mhd_thread_per_connection);
     tcase_add_test(tc, test_mhd_thread_pool);
