@@ -17,7 +17,7 @@
 #define AT_NOINLINE __attribute__((noinline))
 /* Code on the path of every interposed system call: the compiler groups it (.text.hot), so the calls
  * between two system calls (whose kernel may empty the TLB each time) touch few code pages. */
-#define AT_HOT_FN __attribute__((hot))
+#define AT_HOT_FN __attribute__((hot, section("at_path_text"))) /* see AT_PATH_TEXT */
 #define AT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 /* What a fork runs and writes, gathered on as few pages as possible. A fork child maps afresh each
  * code page it runs (the kernel copies no page table of file-backed code) and copies each data page
@@ -25,6 +25,10 @@
  * or takes a fault to reclaim it (the child has gone). With shadow paging each such fault costs tens
  * of microseconds. Sections the default linker script does not name are kept whole by the linker. */
 #define AT_FORK_TEXT __attribute__((section("at_fork_text"), noinline))
+/* The code of a hooked call's path (stub, hook logic, payload, activity and event write) on pages of
+ * its own, together (shim/start.ld): between two system calls of a server that flush the TLB, each
+ * page the path touches is a miss; spread over the library it touched a dozen pages. */
+#define AT_PATH_TEXT __attribute__((section("at_path_text")))
 #define AT_FORK_DATA __attribute__((section("at_fork_data")))
 /* Small variables an image's start writes (settings, event types, one-time flags), together on one
  * page instead of a page each wherever the linker put them in .bss: with shadow paging the first

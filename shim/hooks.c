@@ -60,7 +60,7 @@ static int kt_init(keytab *t)
 }
 
 /* Put a (the table's reference); returns what the key held before (a reference) or NULL. */
-static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
+AT_PATH_TEXT static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
 {
     if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], a, __ATOMIC_ACQ_REL);
@@ -83,7 +83,7 @@ static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
     return old;
 }
 
-static at_activity *kt_take(keytab *t, uint64_t key)
+AT_PATH_TEXT static at_activity *kt_take(keytab *t, uint64_t key)
 {
     if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], NULL, __ATOMIC_ACQ_REL);
@@ -255,7 +255,7 @@ static inline uint64_t arg_of(const at_hc_probe *p, const uint64_t *args, int id
     return args && (!p->has_sig || idx < p->sig.nparams) ? args[idx] : 0;
 }
 
-static AT_NOINLINE void put_captures_slow(at_payload *pl, const at_hc_probe *p,
+AT_PATH_TEXT static AT_NOINLINE void put_captures_slow(at_payload *pl, const at_hc_probe *p,
                                           const uint64_t *args, uint64_t ret, bool have_ret,
                                           int which)
 {
@@ -278,7 +278,7 @@ static inline void put_captures(at_payload *pl, const at_hc_probe *p, const uint
         put_captures_slow(pl, p, args, ret, have_ret, which);
 }
 
-static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
+AT_PATH_TEXT static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
 {
     if (!p->has_when)
         return true;
@@ -323,7 +323,7 @@ static AT_NOINLINE void stop_shared(const rule *r, at_activity *a, const uint8_t
 
 /* The Stop of call activity a; a NULL for a call whose Start had no id (past the depth limit): the
  * same fields, no id. */
-static void stop_single(const rule *r, const at_hook *h, at_activity *a, const at_hc_probe *p,
+AT_PATH_TEXT static void stop_single(const rule *r, const at_hook *h, at_activity *a, const at_hc_probe *p,
                         const uint64_t *args, uint64_t ret, int status)
 {
     uint8_t buf[1024];
@@ -405,7 +405,7 @@ static void *cb_run(void *p)
     return r;
 }
 
-static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
+AT_PATH_TEXT static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
 {
     return p->key == AT_HC_RETURN ? ret : arg_of(p, args, p->key);
 }
@@ -428,7 +428,7 @@ static inline void errno_set(int v)
 
 /* The call of a plain rule's function (rule.plain): the Start with no fields, no stack and no test,
  * listed for its Stop. What at_hook_enter does for such a rule, without what it does not need. */
-static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
+AT_PATH_TEXT static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
 {
     AT_INTERNAL_BEGIN();
     int err = errno_get();
@@ -472,7 +472,7 @@ static AT_NOINLINE void enter_unsure(at_hook *h, at_hook_call *c, uint64_t *args
         enter_rule(h, c, args);
 }
 
-void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
+AT_PATH_TEXT void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
      * without recording: close in libelf, malloc in libunwind as a stack is taken */
@@ -483,7 +483,7 @@ void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
     enter_rule(h, c, args);
 }
 
-static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
+AT_PATH_TEXT static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
 {
     AT_INTERNAL_BEGIN();
     rule *r = pr->r;
@@ -580,7 +580,7 @@ static inline bool unlist(const at_hook_call *c)
 }
 
 /* The return (or unwind) of a plain rule's function: its Stop with the Status. */
-static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int status)
+AT_PATH_TEXT static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int status)
 {
     AT_INTERNAL_BEGIN();
     int err = errno_get();
@@ -612,7 +612,7 @@ static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int stat
 
 /* The common case first: the call is the innermost one listed (nothing jumped over it), in the
  * thread's own entries. */
-static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
+AT_PATH_TEXT static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
 {
     int n = hk_nlive;
     if (AT_UNLIKELY(c->started != 1 || n <= 0 || n > LIVE_INLINE ||
@@ -647,7 +647,7 @@ static AT_NOINLINE void exit_unsure(at_hook *h, at_hook_call *c, const uint64_t 
         exit_rule(h, c, args, ret, status);
 }
 
-void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+AT_PATH_TEXT void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
 {
     if (at_internal)
         return;
@@ -656,7 +656,7 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
     exit_rule(h, c, args, ret, status);
 }
 
-static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
+AT_PATH_TEXT static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status)
 {
     rule *r = pr->r;

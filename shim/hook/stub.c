@@ -300,7 +300,7 @@ uint64_t at_stub_f32_bits_to_f64(uint32_t f)
 
 /* A value of type t from a 64-bit register or stack slot (upper bits of narrow integers are
  * undefined in the ABI: extend them here), as hook.h's 64-bit argument form. */
-static uint64_t from_slot(at_ctype t, uint64_t v)
+AT_PATH_TEXT static uint64_t from_slot(at_ctype t, uint64_t v)
 {
     switch (t) {
     case AT_CT_I8: return (uint64_t)(int64_t)(int8_t)v;
@@ -357,7 +357,7 @@ void at_ret_exit(unsigned k, const uint64_t *rets)
 
 /* A typed hook's entry: its arguments read from the registers and stack slots the caller used. Out
  * of line: the untyped call's path keeps a small frame. */
-static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook_regs *regs, uint64_t *caller_sp)
+AT_PATH_TEXT static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook_regs *regs, uint64_t *caller_sp)
 {
     const at_sig *s = h->sig;
     uint64_t *args = r->args;
@@ -375,7 +375,7 @@ static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook_regs *regs, 
 }
 
 /* 1: the call is recorded, *jump is C_k; 0: *jump is the original, straight */
-AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
+AT_PATH_TEXT AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
     at_hook *h = at_stub_table[index];
     /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
@@ -417,7 +417,7 @@ AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *
     return 1;
 }
 
-AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets)
+AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets)
 {
     ret_rec *r = &rt_rec[k];
     at_hook_call *c = &r->c;

@@ -85,7 +85,8 @@
     movq R11(%rsp), %r11
 .endm
 
-    .text
+    /* with the C of the hooked call's path (AT_PATH_TEXT, runtime/at_common.h) */
+    .section at_path_text,"ax",@progbits
     .p2align 4
     .globl at_stub_tramps
     .hidden at_stub_tramps
@@ -220,6 +221,7 @@ at_ret_pool:
     .hidden at_ret_pool_end
 at_ret_pool_end:
 
+    .section at_path_text,"ax",@progbits
     .p2align 4
     .globl at_ret_common
     .hidden at_ret_common
