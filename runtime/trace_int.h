@@ -294,6 +294,14 @@ bool at_flusher_is_stuck(void); /* it did not stop within its deadline: left alo
 bool at_rings_filling(void);
 #define at_flusher_armed (at_rt_hot.flusher_armed)
 void at_flusher_kick(void);
+/* Wake the flusher whether it sleeps or not (async-signal-safe): a file is wanted. */
+void at_flusher_wake(void);
+/* trace.c, for the flusher: the session's file waits for its first event that counts (buffers
+ * filling are no reason to flush then); one counted and the file is to be opened, which
+ * at_trace_file_open_locked does under at_flush_lock. */
+bool at_trace_file_waits(void);
+bool at_trace_file_wanted(void);
+void at_trace_file_open_locked(void);
 uint32_t at_ring_sp_seq(at_ring *r);
 /* lastthread.c, for the flusher: while at_last_thread_watch, look whether it is alone when due or
  * kicked and return when to look next (ending the process when it is alone). */

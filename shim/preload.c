@@ -176,6 +176,7 @@ __attribute__((constructor)) static void at_preload_init(void)
      * libunwind could deadlock; with hooks everything starts here. The shim's other first events
      * (a thread's creation, fork, exec, a callback's flow, the API) come from ordinary calls. */
     o.lazy = !(have_hc && at_hooks_any()) && !at_cfg.sample_hz; /* samples: from a handler */
+    o.defer_file = !o.lazy; /* either way a process that records nothing leaves no file */
     if (at_trace_start(&o, err, sizeof err) != 0) {
         at_preload_fail("cannot start the trace", err);
         goto out;
