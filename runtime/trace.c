@@ -483,6 +483,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     at_out.child_suffix = o->descendant;
     at_out.exec_gen = o->exec_generation;
     at_out.start_time_s = raw_clock_ns(CLOCK_REALTIME) / 1000000000u; /* not the vDSO: see above */
+    at_output_manifest = o->manifest;
     at_flush_interval_ms = o->flush_interval_ms ? o->flush_interval_ms : 100;
     at_event_type_apply_filter(o->level, o->keywords);
     if (lazy) {

@@ -181,6 +181,8 @@ typedef struct at_trace_options {
     bool defer_file;           /* without lazy: the buffers and the flusher start now, the file waits
                                   for the first event that counts, which the flusher then opens (the
                                   event may come in a signal handler); none without one */
+    const char *manifest;      /* a file to which the path of each trace file created (by this process
+                                  and its fork children) is appended, one line each; NULL: none */
 } at_trace_options;
 
 /* Start the session: open the output, write header and ProcessInfo, start the flusher thread.

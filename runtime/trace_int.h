@@ -231,6 +231,7 @@ typedef struct at_output {
 } at_output;
 
 int at_output_open_first(at_output *o, char *err, size_t errlen);
+extern const char *at_output_manifest; /* at_trace_options.manifest */
 /* At a session's start, when the file waits for the first event: the pattern made absolute (once)
  * and checked; 0 or -1 with a message. */
 int at_output_prepare(at_output *o, char *err, size_t errlen);

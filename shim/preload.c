@@ -155,6 +155,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         .exec_generation = (unsigned)at_exec_generation,
         .descendant = at_process_descendant,
         .file_mode = at_cfg.file_mode,
+        .manifest = at_manifest_path,
     };
     if (have_hc) {
         if (hc.mode)

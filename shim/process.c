@@ -23,12 +23,20 @@ extern char **environ;
 
 #define AT_ENV_PARENT "ACTTRACE_PARENT_ACTIVITY"
 #define AT_ENV_GEN "ACTTRACE_EXEC_GEN"
+#define AT_ENV_MANIFEST "ACTTRACE_MANIFEST"
 /* Environments larger than this are passed through unchanged (the link is then lost, not the exec). */
 #define AT_ENV_MAX 8192
 
 int at_exec_generation AT_FORK_DATA; /* how many execs of this pid precede this image (preload.c) */
 bool at_process_descendant AT_FORK_DATA; /* this pid began as a fork child of a traced process */
 static at_guid at_process_parent;  /* the activity of the process that exec'd us, or zero */
+
+/* ACTTRACE_MANIFEST=<file> (acttrace run): each process of the run appends the path of every trace
+ * file it creates to that file (runtime/output.c). The variable leaves the program's environment
+ * at start and is given back to the images and children that are traced; kept here whole, as the
+ * environment entry exec_env passes on. */
+static char manifest_entry[sizeof AT_ENV_MANIFEST + 4096];
+const char *at_manifest_path; /* in manifest_entry, or NULL */
 
 /* ---------------- the activity link carried through exec ---------------- */
 
@@ -54,6 +62,16 @@ static bool parse_hex_guid(const char *s, at_guid *g)
 void at_exec_env_init(void)
 {
     at_activity_set_exec_generation((uint32_t)at_exec_generation); /* ids unique across images */
+    const char *m = at_env(AT_ENV_MANIFEST);
+    if (m) {
+        size_t n = strlen(m);
+        if (*m && n + sizeof AT_ENV_MANIFEST + 1 <= sizeof manifest_entry) {
+            memcpy(manifest_entry, AT_ENV_MANIFEST "=", sizeof AT_ENV_MANIFEST);
+            memcpy(manifest_entry + sizeof AT_ENV_MANIFEST, m, n + 1);
+            at_manifest_path = manifest_entry + sizeof AT_ENV_MANIFEST;
+        }
+        unsetenv(AT_ENV_MANIFEST);
+    }
     const char *v = at_env(AT_ENV_PARENT);
     if (!v)
         return;
@@ -73,8 +91,19 @@ static bool in_vfork_child(void)
     return (pid_t)syscall(SYS_getpid) != at_pid;
 }
 
-/* Fill out (n+3 slots) with envp minus our variables plus the current link and the exec generation.
- * Only the stack: this runs in vfork children. Returns out. */
+static bool env_is(const char *e, const char *name, size_t namesz)
+{
+    return !strncmp(e, name, namesz - 1) && e[namesz - 1] == '=';
+}
+#define ENV_IS(e, name) env_is(e, name, sizeof name)
+
+static bool env_ours(const char *e)
+{
+    return ENV_IS(e, AT_ENV_PARENT) || ENV_IS(e, AT_ENV_GEN) || ENV_IS(e, AT_ENV_MANIFEST);
+}
+
+/* Fill out (n+4 slots) with envp minus our variables plus the current link, the exec generation and
+ * the manifest. Only the stack: this runs in vfork children. Returns out. */
 static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
                              char *gbuf, bool same_pid)
 {
@@ -84,11 +113,12 @@ static char *const *exec_env(char *const envp[], const char **out, size_t n, cha
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const char *e = envp[i];
-        if (!strncmp(e, AT_ENV_PARENT "=", sizeof AT_ENV_PARENT) ||
-            !strncmp(e, AT_ENV_GEN "=", sizeof AT_ENV_GEN))
+        if (env_ours(e))
             continue;
         out[k++] = e;
     }
+    if (at_manifest_path)
+        out[k++] = manifest_entry;
     if (!at_guid_is_zero(id)) {
         char *p = pbuf;
         memcpy(p, AT_ENV_PARENT "=", sizeof AT_ENV_PARENT);
@@ -168,7 +198,7 @@ static void exec_before(const char *path)
     size_t n_ = env_count(env_);                                                                   \
     bool ok_ = at_on() && n_ <= AT_ENV_MAX;                                                        \
     bool vf_ = ok_ && in_vfork_child();                                                            \
-    const char *slots_[ok_ ? n_ + 3 : 1];                                                          \
+    const char *slots_[ok_ ? n_ + 4 : 1];                                                          \
     char pbuf_[sizeof AT_ENV_PARENT + 34], gbuf_[sizeof AT_ENV_GEN + 32];                          \
     char *const *env = ok_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_) : env_;               \
     if (ok_ && !vf_) {                                                                             \
@@ -297,7 +327,7 @@ static int spawn_common(bool search, pid_t *pid, const char *path,
     size_t n = env_count(in);
     if (n > AT_ENV_MAX)
         return real(pid, path, fa, attr, argv, envp);
-    const char *slots[n + 3];
+    const char *slots[n + 4];
     char pbuf[sizeof AT_ENV_PARENT + 34], gbuf[sizeof AT_ENV_GEN + 32];
     char *const *env = exec_env(in, slots, n, pbuf, gbuf, false);
     pid_t child = 0;
