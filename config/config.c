@@ -150,6 +150,11 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         if (rc == 0)
             c->stack_walker = (enum at_cfg_walker)w;
     }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_FOLLOW")) && *v) {
+        rc = parse_word("ACTTRACE_FOLLOW", v, "all|exec|none", &w, err, errlen);
+        if (rc == 0)
+            c->follow = (enum at_cfg_follow)w;
+    }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_CLOCK")) && *v) {
         rc = parse_word("ACTTRACE_CLOCK", v, "auto|monotonic|tsc", &w, err, errlen);
         if (rc == 0)

@@ -24,6 +24,7 @@ extern char **environ;
 #define AT_ENV_PARENT "ACTTRACE_PARENT_ACTIVITY"
 #define AT_ENV_GEN "ACTTRACE_EXEC_GEN"
 #define AT_ENV_MANIFEST "ACTTRACE_MANIFEST"
+#define AT_ENV_PRELOAD "LD_PRELOAD"
 /* Environments larger than this are passed through unchanged (the link is then lost, not the exec). */
 #define AT_ENV_MAX 8192
 
@@ -37,6 +38,11 @@ static at_guid at_process_parent;  /* the activity of the process that exec'd us
  * environment entry exec_env passes on. */
 static char manifest_entry[sizeof AT_ENV_MANIFEST + 4096];
 const char *at_manifest_path; /* in manifest_entry, or NULL */
+
+/* ACTTRACE_FOLLOW=exec|none: this process is a fork child left untraced (the shim is off in it),
+ * whose own children and images get an environment without the shim either. */
+static bool at_untraced AT_FORK_DATA;
+static int fork_follow AT_FORK_DATA; /* at_cfg.follow, on the fork data page */
 
 /* ---------------- the activity link carried through exec ---------------- */
 
@@ -100,6 +106,71 @@ static bool env_is(const char *e, const char *name, size_t namesz)
 static bool env_ours(const char *e)
 {
     return ENV_IS(e, AT_ENV_PARENT) || ENV_IS(e, AT_ENV_GEN) || ENV_IS(e, AT_ENV_MANIFEST);
+}
+
+/* Whether the process an exec or a spawn starts is traced (ACTTRACE_FOLLOW): same_pid, an exec of
+ * this process's own; otherwise a new process (posix_spawn, a vfork child's exec). */
+static bool child_traced(bool same_pid)
+{
+    if (at_untraced || at_cfg.follow == AT_CFG_FOLLOW_NONE)
+        return false;
+    return at_cfg.follow == AT_CFG_FOLLOW_ALL || same_pid;
+}
+
+/* The length of envp's LD_PRELOAD entry (0: none), for the stack buffer of untraced_env. */
+static size_t preload_len(char *const envp[], size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ENV_IS(envp[i], AT_ENV_PRELOAD))
+            return strlen(envp[i]);
+    return 0;
+}
+
+/* An LD_PRELOAD entry (separated by ':' or ' ', as ld.so reads them) that names this library. */
+static bool preload_is_shim(const char *w, size_t n)
+{
+    static const char lib[] = "libacttrace.so";
+    size_t l = sizeof lib - 1;
+    return n >= l && !memcmp(w + n - l, lib, l) && (n == l || w[n - l - 1] == '/');
+}
+
+/* Fill out (n+1 slots) with envp for a process that runs untraced: none of our variables, and
+ * LD_PRELOAD without the shim (left out when nothing else is in it; buf: room for the entry). Only
+ * the stack: this runs in vfork children. */
+static char *const *untraced_env(char *const envp[], const char **out, size_t n, char *buf)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = envp[i];
+        if (env_ours(e))
+            continue;
+        if (ENV_IS(e, AT_ENV_PRELOAD)) {
+            char *p = buf;
+            memcpy(p, AT_ENV_PRELOAD "=", sizeof AT_ENV_PRELOAD);
+            p += sizeof AT_ENV_PRELOAD;
+            bool any = false;
+            for (const char *w = e + sizeof AT_ENV_PRELOAD; *w;) {
+                size_t len = strcspn(w, ": ");
+                if (len && !preload_is_shim(w, len)) {
+                    if (any)
+                        *p++ = ':';
+                    memcpy(p, w, len);
+                    p += len;
+                    any = true;
+                }
+                w += len;
+                if (*w)
+                    w++;
+            }
+            *p = 0;
+            if (!any)
+                continue;
+            e = buf;
+        }
+        out[k++] = e;
+    }
+    out[k] = NULL;
+    return (char *const *)out;
 }
 
 /* Fill out (n+4 slots) with envp minus our variables plus the current link, the exec generation and
@@ -192,16 +263,23 @@ static void exec_before(const char *path)
     errno = e;
 }
 
-/* Declares the stack buffers and computes `env` for an exec wrapper. */
+/* Declares the stack buffers and computes `env` for an exec wrapper: the link and the rest for a
+ * traced image, or an environment without the shim for an untraced one (ACTTRACE_FOLLOW). */
 #define AT_EXEC_ENV(envp_in, path)                                                                 \
     char *const *env_ = (envp_in);                                                                 \
     size_t n_ = env_count(env_);                                                                   \
-    bool ok_ = at_on() && n_ <= AT_ENV_MAX;                                                        \
+    bool on_ = at_on();                                                                            \
+    bool ok_ = (on_ || at_untraced) && n_ <= AT_ENV_MAX;                                           \
     bool vf_ = ok_ && in_vfork_child();                                                            \
+    bool tr_ = ok_ && child_traced(!vf_);                                                          \
+    bool rec_ = on_ && ok_ && !vf_; /* this image records the exec */                              \
     const char *slots_[ok_ ? n_ + 4 : 1];                                                          \
     char pbuf_[sizeof AT_ENV_PARENT + 34], gbuf_[sizeof AT_ENV_GEN + 32];                          \
-    char *const *env = ok_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_) : env_;               \
-    if (ok_ && !vf_) {                                                                             \
+    char ldbuf_[ok_ && !tr_ ? preload_len(env_, n_) + 1 : 1];                                      \
+    char *const *env = !ok_ ? env_                                                                 \
+                       : tr_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_)                      \
+                             : untraced_env(env_, slots_, n_, ldbuf_);                             \
+    if (rec_) {                                                                                    \
         exec_before(path);                                                                         \
         at_sampler_exec_before();                                                                  \
     }
@@ -209,7 +287,7 @@ static void exec_before(const char *path)
 #define AT_EXEC_RETURN(call)                                                                       \
     do {                                                                                           \
         int r_ = (call);                                                                           \
-        if (ok_ && !vf_) {                                                                         \
+        if (rec_) {                                                                                \
             at_trace_exec_failed();                                                                \
             at_sampler_exec_failed();                                                              \
         }                                                                                          \
@@ -321,7 +399,8 @@ static int spawn_common(bool search, pid_t *pid, const char *path,
                         char *const argv[], char *const envp[])
 {
     __typeof__(posix_spawn) *real = search ? AT_REAL(posix_spawnp) : AT_REAL(posix_spawn);
-    if (!at_on() || in_vfork_child())
+    bool on = at_on();
+    if ((!on && !at_untraced) || in_vfork_child())
         return real(pid, path, fa, attr, argv, envp);
     char *const *in = envp ? envp : environ;
     size_t n = env_count(in);
@@ -329,7 +408,11 @@ static int spawn_common(bool search, pid_t *pid, const char *path,
         return real(pid, path, fa, attr, argv, envp);
     const char *slots[n + 4];
     char pbuf[sizeof AT_ENV_PARENT + 34], gbuf[sizeof AT_ENV_GEN + 32];
-    char *const *env = exec_env(in, slots, n, pbuf, gbuf, false);
+    bool traced = child_traced(false);
+    char ldbuf[traced ? 1 : preload_len(in, n) + 1];
+    char *const *env = traced ? exec_env(in, slots, n, pbuf, gbuf, false) : untraced_env(in, slots, n, ldbuf);
+    if (!on)
+        return real(pid, path, fa, attr, argv, env);
     pid_t child = 0;
     /* glibc's child runs on a stack of its own but on this thread's thread-local storage until it
      * execs: marked as the shim's own work, its calls of hooked functions (an entry-patched execve)
@@ -487,6 +570,25 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
     }
 }
 
+static void signals_untrace(void);
+
+/* ACTTRACE_FOLLOW=exec|none: a fork child runs untraced. The shim cannot leave its memory, so it
+ * goes quiet there as if it had never started: every wrapper and hook passes straight through, no
+ * file is made, the signal dispositions and the alternate stack the shim set go back to what the
+ * program would find untraced, and the programs the child execs or spawns get an environment without
+ * the shim (exec_env). */
+static void fork_child_untraced(void)
+{
+    int e = errno;
+    at_pid = at_raw_getpid();
+    at_untraced = true;
+    __atomic_store_n(&at_hot.shim_on, 0, __ATOMIC_RELEASE);
+    signals_untrace();
+    at_sampler_untrace();
+    at_altstack_untrace();
+    errno = e;
+}
+
 /* The child's side of every fork, fork() below and those glibc makes itself (daemon() calls it
  * without the PLT): registered after the writer's handlers (which make the child's session wait for
  * its first event), before any the program registers later, whose events then find the child's own
@@ -494,15 +596,22 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
 AT_FORK_TEXT static void fork_child_handler(void)
 {
     if (at_on()) {
+        if (fork_follow != AT_CFG_FOLLOW_ALL) {
+            fork_child_untraced();
+            return;
+        }
         /* nothing here sets errno (whose look-up would map a page of libc's code more) */
         at_internal++; /* on the page the kernel writes in every child (rseq): no fault more */
         fork_child_fixup(at_pid); /* still the parent's */
         at_internal--;
+    } else if (at_untraced) {
+        at_pid = at_raw_getpid(); /* a fork of an untraced child: its execs are told apart from a vfork's */
     }
 }
 
 void at_process_fork_init(void)
 {
+    fork_follow = (int)at_cfg.follow;
     fork_child_type = at_ev.fork_child;
     fork_real_exit = AT_REAL(_exit);
     fork_real_Exit = AT_REAL(_Exit);
@@ -603,6 +712,18 @@ static void as_default(struct sigaction *sa)
     memset(sa, 0, sizeof *sa);
     sa->sa_handler = SIG_DFL;
     sigemptyset(&sa->sa_mask);
+}
+
+/* An untraced fork child: our handler goes, the default comes back (what the program saw all along). */
+static void signals_untrace(void)
+{
+    for (size_t i = 0; i < AT_ARRAY_LEN(at_fatal_sigs); i++) {
+        struct sigaction cur;
+        if (AT_REAL(sigaction)(at_fatal_sigs[i], NULL, &cur) == 0 && is_ours(&cur)) {
+            as_default(&cur);
+            AT_REAL(sigaction)(at_fatal_sigs[i], &cur, NULL);
+        }
+    }
 }
 
 static void at_fatal_handler(int sig, siginfo_t *si, void *uc)
