@@ -115,6 +115,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         {"ACTTRACE_ACCEPT_ACTIVITY", offsetof(at_config, accept_activity)},
         {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
         {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},
+        {"ACTTRACE_QUIET", offsetof(at_config, quiet)},
     };
     for (size_t i = 0; i < sizeof bools / sizeof bools[0] && rc == 0; i++)
         if ((v = getenv_fn(bools[i].name)) && *v)

@@ -47,6 +47,8 @@ typedef struct at_config {
                                are traced (default all: every descendant; exec: the images the
                                program execs, not the processes it forks or spawns; none: only this
                                image) */
+    bool quiet;             /* ACTTRACE_QUIET=0|1: no start-up line (what was hooked); errors still
+                               print (default 0) */
     /* The paths last: a process that sets neither touches only the first page of a static
      * at_config (the scalars and the start of the default output pattern). */
     char output[AT_CONFIG_PATH_MAX]; /* ACTTRACE_OUTPUT; pattern with %p/%t (default acttrace-%p.nettrace) */
