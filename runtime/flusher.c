@@ -22,7 +22,7 @@ unsigned at_flush_interval_ms = 100;
 
 AT_TLS int at_rt_own_thread;
 static pthread_t flusher;
-static bool flusher_running AT_FORK_DATA;
+bool at_flusher_up AT_FORK_DATA; /* trace_int.h: at_flusher_is_running */
 static _Atomic int flusher_stop;
 static sem_t flusher_ready;
 /* The flusher sleeps until its interval is due, or until a writer taking a chunk finds the buffers
@@ -494,7 +494,7 @@ int at_flusher_start(void)
     }
     while (sem_wait(&flusher_ready) < 0 && errno == EINTR)
         ;
-    __atomic_store_n(&flusher_running, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&at_flusher_up, true, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -504,7 +504,7 @@ int at_flusher_start(void)
 
 void at_flusher_stop(void)
 {
-    if (!flusher_running)
+    if (!at_flusher_up)
         return;
     atomic_store(&flusher_stop, 1);
     sem_post(&flusher_wake);
@@ -522,7 +522,7 @@ void at_flusher_stop(void)
     } else {
         pthread_detach(flusher);
     }
-    flusher_running = false;
+    __atomic_store_n(&at_flusher_up, false, __ATOMIC_RELEASE);
 }
 
 bool at_flusher_is_stuck(void) { return flusher_stuck; }
@@ -541,11 +541,9 @@ void at_flusher_kick(void)
 /* In a fork child the parent's flusher does not exist. */
 AT_FORK_TEXT void at_flusher_forget(void)
 {
-    flusher_running = false;
+    __atomic_store_n(&at_flusher_up, false, __ATOMIC_RELEASE);
     flusher_stuck = false;
 }
-
-bool at_flusher_is_running(void) { return __atomic_load_n(&flusher_running, __ATOMIC_ACQUIRE); }
 
 void at_flusher_wake(void)
 {

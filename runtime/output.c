@@ -66,7 +66,7 @@ int at_fd_move_high(int fd)
 
 /* at_trace_options.manifest: each file created is named there, for `acttrace run` to say exactly
  * which files the run wrote (and not an earlier run's beside them). */
-const char *at_output_manifest;
+const char *at_output_manifest AT_START_DATA;
 
 /* One whole line in one O_APPEND write, so the lines of processes writing at once never mix; the
  * file opened and closed around it (no descriptor kept), by system calls (async-signal-safe, and no

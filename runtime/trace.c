@@ -16,6 +16,9 @@
 
 AT_TLS int at_internal;
 
+/* Not start code (shim/start.ld takes this object's .text into the start's whole) */
+#define AT_COLD_RT __attribute__((cold, noinline))
+
 char *at_command_line;
 static _Atomic int sess_state AT_FORK_DATA; /* 0 none, 1 running, 2 stopping */
 /* Set by the one thread that won sess_state in trace_start: a flag, not pthread_once (whose wake-up
@@ -361,13 +364,13 @@ AT_NOINLINE bool at_trace_child_gate(void)
 }
 
 /* The flusher, under at_flush_lock: the file an event that counts asked for (at_trace_child_gate). */
-bool at_trace_file_wanted(void)
+AT_COLD_RT bool at_trace_file_wanted(void)
 {
     return atomic_load_explicit(&at_sess_active, memory_order_relaxed) == AT_SESS_PENDING &&
            atomic_load(&child_recorded) && atomic_load(&child_stage) == 2;
 }
 
-void at_trace_file_open_locked(void)
+AT_COLD_RT void at_trace_file_open_locked(void)
 {
     if (atomic_load(&sess_state) == 1 && at_trace_file_wanted() && child_open(false) == 0)
         atomic_store(&at_sess_active, 1);
@@ -761,7 +764,7 @@ void at_trace_open_now(void)
     open_pending();
 }
 
-static void writer_thread_now(void)
+AT_COLD_RT static void writer_thread_now(void)
 {
     AT_INTERNAL_BEGIN();
     pthread_mutex_lock(&at_flush_lock);
@@ -771,7 +774,7 @@ static void writer_thread_now(void)
     AT_INTERNAL_END();
 }
 
-void at_trace_writer_now(void)
+AT_COLD_RT void at_trace_writer_now(void)
 {
     if (atomic_load_explicit(&at_sess_active, memory_order_relaxed) != AT_SESS_PENDING ||
         atomic_load(&sess_state) != 1 || at_flusher_is_running() || at_trace_thread_done)

@@ -289,7 +289,10 @@ bool at_ntw_ready(void);
 int at_flusher_start(void);
 void at_flusher_stop(void);
 void at_flusher_forget(void);
-bool at_flusher_is_running(void);
+/* The writer's thread runs: a load on the fork data page (the exit of a process that recorded
+ * nothing asks, and maps no code page of the flusher's for it) */
+extern bool at_flusher_up;
+static inline bool at_flusher_is_running(void) { return __atomic_load_n(&at_flusher_up, __ATOMIC_ACQUIRE); }
 bool at_flusher_is_stuck(void); /* it did not stop within its deadline: left alone */
 /* Writers: the buffers are filling (a quarter of the chunks, at most 64, in use); wake the flusher. */
 bool at_rings_filling(void);

@@ -21,6 +21,11 @@
 
 extern char **environ;
 
+/* Code an image's start never runs (exec, spawn, a process left untraced): out of
+ * the start's code, which shim/start.ld takes this object's .text into whole; the start then maps
+ * one 64 KiB window of code fewer */
+#define AT_COLD __attribute__((cold, noinline))
+
 #define AT_ENV_PARENT "ACTTRACE_PARENT_ACTIVITY"
 #define AT_ENV_GEN "ACTTRACE_EXEC_GEN"
 #define AT_ENV_MANIFEST "ACTTRACE_MANIFEST"
@@ -37,7 +42,7 @@ static at_guid at_process_parent;  /* the activity of the process that exec'd us
  * at start and is given back to the images and children that are traced; kept here whole, as the
  * environment entry exec_env passes on. */
 static char manifest_entry[sizeof AT_ENV_MANIFEST + 4096];
-const char *at_manifest_path; /* in manifest_entry, or NULL */
+const char *at_manifest_path AT_START_DATA; /* in manifest_entry, or NULL */
 
 /* ACTTRACE_FOLLOW=exec|none: this process is a fork child left untraced (the shim is off in it),
  * whose own children and images get an environment without the shim either. */
@@ -118,7 +123,7 @@ static bool child_traced(bool same_pid)
 }
 
 /* The length of envp's LD_PRELOAD entry (0: none), for the stack buffer of untraced_env. */
-static size_t preload_len(char *const envp[], size_t n)
+AT_COLD static size_t preload_len(char *const envp[], size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (ENV_IS(envp[i], AT_ENV_PRELOAD))
@@ -127,7 +132,7 @@ static size_t preload_len(char *const envp[], size_t n)
 }
 
 /* An LD_PRELOAD entry (separated by ':' or ' ', as ld.so reads them) that names this library. */
-static bool preload_is_shim(const char *w, size_t n)
+AT_COLD static bool preload_is_shim(const char *w, size_t n)
 {
     static const char lib[] = "libacttrace.so";
     size_t l = sizeof lib - 1;
@@ -137,7 +142,7 @@ static bool preload_is_shim(const char *w, size_t n)
 /* Fill out (n+1 slots) with envp for a process that runs untraced: none of our variables, and
  * LD_PRELOAD without the shim (left out when nothing else is in it; buf: room for the entry). Only
  * the stack: this runs in vfork children. */
-static char *const *untraced_env(char *const envp[], const char **out, size_t n, char *buf)
+AT_COLD static char *const *untraced_env(char *const envp[], const char **out, size_t n, char *buf)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -175,7 +180,7 @@ static char *const *untraced_env(char *const envp[], const char **out, size_t n,
 
 /* Fill out (n+4 slots) with envp minus our variables plus the current link, the exec generation and
  * the manifest. Only the stack: this runs in vfork children. Returns out. */
-static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
+AT_COLD static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
                              char *gbuf, bool same_pid)
 {
     const at_activity *cur = at_activity_current();
@@ -243,7 +248,7 @@ static size_t env_count(char *const envp[])
 
 /* Before the image is replaced: record the exec and make the file durable (not in a vfork child,
  * whose memory and flusher are the parent's). */
-static void exec_before(const char *path)
+AT_COLD static void exec_before(const char *path)
 {
     int e = errno;
     uint8_t buf[512];
@@ -294,37 +299,37 @@ static void exec_before(const char *path)
         return r_;                                                                                 \
     } while (0)
 
-AT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+AT_COLD AT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, path);
     AT_EXEC_RETURN(AT_REAL(execve)(path, argv, env));
 }
 
-AT_EXPORT int execv(const char *path, char *const argv[])
+AT_COLD AT_EXPORT int execv(const char *path, char *const argv[])
 {
     AT_EXEC_ENV(environ, path);
     AT_EXEC_RETURN(AT_REAL(execve)(path, argv, env));
 }
 
-AT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+AT_COLD AT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, file);
     AT_EXEC_RETURN(AT_REAL(execvpe)(file, argv, env));
 }
 
-AT_EXPORT int execvp(const char *file, char *const argv[])
+AT_COLD AT_EXPORT int execvp(const char *file, char *const argv[])
 {
     AT_EXEC_ENV(environ, file);
     AT_EXEC_RETURN(AT_REAL(execvpe)(file, argv, env));
 }
 
-AT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
+AT_COLD AT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
 {
     AT_EXEC_ENV(envp, path);
     AT_EXEC_RETURN(AT_REAL(execveat)(dirfd, path, argv, env, flags));
 }
 
-AT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+AT_COLD AT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, "(fd)");
     AT_EXEC_RETURN(AT_REAL(fexecve)(fd, argv, env));
@@ -345,7 +350,7 @@ AT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
         argv[i_] = va_arg(ap, const char *);                                                       \
     envp_out
 
-AT_EXPORT int execl(const char *path, const char *arg, ...)
+AT_COLD AT_EXPORT int execl(const char *path, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
@@ -354,7 +359,7 @@ AT_EXPORT int execl(const char *path, const char *arg, ...)
     return execv(path, (char *const *)argv);
 }
 
-AT_EXPORT int execlp(const char *file, const char *arg, ...)
+AT_COLD AT_EXPORT int execlp(const char *file, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
@@ -363,7 +368,7 @@ AT_EXPORT int execlp(const char *file, const char *arg, ...)
     return execvp(file, (char *const *)argv);
 }
 
-AT_EXPORT int execle(const char *path, const char *arg, ...)
+AT_COLD AT_EXPORT int execle(const char *path, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
@@ -394,7 +399,7 @@ static void parent_event(const at_event_type *t, const void *payload, uint32_t l
 
 /* posix_spawn: the parent adds the link to the child's environment; the child itself (a CLONE_VM
  * child inside glibc) is never touched. */
-static int spawn_common(bool search, pid_t *pid, const char *path,
+AT_COLD static int spawn_common(bool search, pid_t *pid, const char *path,
                         const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
                         char *const argv[], char *const envp[])
 {
@@ -435,13 +440,13 @@ static int spawn_common(bool search, pid_t *pid, const char *path,
     return r;
 }
 
-AT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+AT_COLD AT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                           const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
     return spawn_common(false, pid, path, fa, attr, argv, envp);
 }
 
-AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+AT_COLD AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
     return spawn_common(true, pid, file, fa, attr, argv, envp);
@@ -570,14 +575,14 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
     }
 }
 
-static void signals_untrace(void);
+AT_COLD static void signals_untrace(void);
 
 /* ACTTRACE_FOLLOW=exec|none: a fork child runs untraced. The shim cannot leave its memory, so it
  * goes quiet there as if it had never started: every wrapper and hook passes straight through, no
  * file is made, the signal dispositions and the alternate stack the shim set go back to what the
  * program would find untraced, and the programs the child execs or spawns get an environment without
  * the shim (exec_env). */
-static void fork_child_untraced(void)
+AT_COLD static void fork_child_untraced(void)
 {
     int e = errno;
     at_pid = at_raw_getpid();
@@ -715,7 +720,7 @@ static void as_default(struct sigaction *sa)
 }
 
 /* An untraced fork child: our handler goes, the default comes back (what the program saw all along). */
-static void signals_untrace(void)
+AT_COLD static void signals_untrace(void)
 {
     for (size_t i = 0; i < AT_ARRAY_LEN(at_fatal_sigs); i++) {
         struct sigaction cur;
