@@ -774,6 +774,8 @@ AT_COLD_RT static void writer_thread_now(void)
     AT_INTERNAL_END();
 }
 
+AT_COLD_RT int at_trace_writer_threads(void) { return at_flusher_is_running() ? 1 : 0; }
+
 AT_COLD_RT void at_trace_writer_now(void)
 {
     if (atomic_load_explicit(&at_sess_active, memory_order_relaxed) != AT_SESS_PENDING ||

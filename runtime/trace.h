@@ -231,6 +231,8 @@ void at_trace_open_now(void);
  * otherwise map them and start the writer there: see shim/thread.c. One load when there is nothing
  * to start. */
 void at_trace_writer_now(void);
+/* The threads of the writer's in the process now (0 or 1), for a caller counting the program's. */
+int at_trace_writer_threads(void);
 void at_trace_flusher_pause(void);
 void at_trace_flusher_resume(void);
 

@@ -6,6 +6,7 @@
  * there, and the exec path builds the new environment on the stack only. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,7 +22,7 @@
 
 extern char **environ;
 
-/* Code an image's start never runs (exec, spawn, a process left untraced): out of
+/* Code an image's start never runs (exec, spawn, system, popen, a process left untraced): out of
  * the start's code, which shim/start.ld takes this object's .text into whole; the start then maps
  * one 64 KiB window of code fewer */
 #define AT_COLD __attribute__((cold, noinline))
@@ -452,30 +453,79 @@ AT_COLD AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spa
     return spawn_common(true, pid, file, fa, attr, argv, envp);
 }
 
-/* system() and popen(): glibc starts the shell itself, with nothing of ours in its environment, so
- * with a pattern without %p it names its file like ours, and the first to open takes the plain name.
- * Ours opens first (it does not wait for its first event then), so the shell and what it runs take
- * "-<pid>" as they always have. */
-AT_LAZY_REAL(system, int, (const char *))
-AT_EXPORT int system(const char *cmd)
+/* system() and popen(): glibc starts the shell itself, through its internal posix_spawn, with
+ * environ as it is: nothing of ours (the link, the manifest, a shim-less LD_PRELOAD for an untraced
+ * child) unless environ is the environment exec_env makes for the call's length. That is done only
+ * when no other thread of the program exists to see it (the writer's aside): otherwise the shell gets
+ * what environ holds, its root activities link to nothing, its files are not named in the manifest,
+ * and it is traced whatever ACTTRACE_FOLLOW says. With a pattern without %p the shell would then name
+ * its file like ours, and the first to open takes the plain name: ours opens first (it does not wait
+ * for its first event then), so the shell and what it runs take "-<pid>" as they always have. */
+AT_COLD static bool program_alone(void)
 {
-    if (cmd && at_on() && !at_internal && !in_vfork_child()) {
+    char b[512];
+    AT_INTERNAL_BEGIN(); /* the shim's own reads: no hook sees them */
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, b, sizeof b - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    AT_INTERNAL_END();
+    if (n <= 0)
+        return false;
+    b[n] = 0;
+    const char *p = strrchr(b, ')'); /* the name may hold anything; the fields follow its ')' */
+    for (int f = 3; p && f <= 20; f++) /* to the space before field 20, num_threads */
+        p = strchr(p + 1, ' ');
+    return p && strtol(p + 1, NULL, 10) - at_trace_writer_threads() == 1;
+}
+
+/* Declares the stack buffers and puts the child's environment in environ (undone by
+ * SPAWN_ENV_END) when the program has no other thread to see it. */
+#define SPAWN_ENV_BEGIN(use)                                                                       \
+    char **saved_env_ = environ;                                                                   \
+    size_t sn_ = env_count(environ);                                                               \
+    bool sw_ = (use) && (at_on() || at_untraced) && sn_ <= AT_ENV_MAX && program_alone();          \
+    bool str_ = sw_ && child_traced(false);                                                        \
+    const char *sslots_[sw_ ? sn_ + 4 : 1];                                                        \
+    char spbuf_[sizeof AT_ENV_PARENT + 34], sgbuf_[sizeof AT_ENV_GEN + 32];                        \
+    char sldbuf_[sw_ && !str_ ? preload_len(environ, sn_) + 1 : 1];                                \
+    if (sw_)                                                                                       \
+        environ = (char **)(str_ ? exec_env(saved_env_, sslots_, sn_, spbuf_, sgbuf_, false)       \
+                                 : untraced_env(saved_env_, sslots_, sn_, sldbuf_));
+#define SPAWN_ENV_END()                                                                            \
+    do {                                                                                           \
+        if (sw_ && environ == (char **)sslots_)                                                    \
+            environ = saved_env_;                                                                  \
+    } while (0)
+
+AT_LAZY_REAL(system, int, (const char *))
+AT_COLD AT_EXPORT int system(const char *cmd)
+{
+    bool use = cmd && !at_internal && !in_vfork_child();
+    if (use && at_on()) {
         int e = errno;
         at_trace_open_now();
         errno = e;
     }
-    return real_system()(cmd);
+    SPAWN_ENV_BEGIN(use);
+    int r = real_system()(cmd);
+    SPAWN_ENV_END();
+    return r;
 }
 
 AT_LAZY_REAL(popen, FILE *, (const char *, const char *))
-AT_EXPORT FILE *popen(const char *cmd, const char *mode)
+AT_COLD AT_EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-    if (at_on() && !at_internal && !in_vfork_child()) {
+    bool use = !at_internal && !in_vfork_child();
+    if (use && at_on()) {
         int e = errno;
         at_trace_open_now();
         errno = e;
     }
-    return real_popen()(cmd, mode);
+    SPAWN_ENV_BEGIN(use);
+    FILE *r = real_popen()(cmd, mode);
+    SPAWN_ENV_END();
+    return r;
 }
 
 /* ---------------- calls that must meet the program's threads only ---------------- */

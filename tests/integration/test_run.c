@@ -8,7 +8,8 @@
  *     ended (no orphan); ^C typed at a terminal reaches the program once too (the terminal sends it
  *     to both);
  *   - --follow exec and none: the children run untraced, with no file, and print and write what
- *     they do untraced (dispositions and alternate stack as the kernel holds them);
+ *     they do untraced (dispositions and alternate stack as the kernel holds them); the shells
+ *     system() starts are named by run, and left untraced by --follow none, too;
  *   - with hooks or samples (the writer started whole), an image that records nothing of its own
  *     (a shell that only execs) writes no file, the one it execs does;
  *   - -q and ACTTRACE_QUIET=1: no start-up line and no closing lines, errors still said. */
@@ -375,6 +376,35 @@ START_TEST(test_follow_none)
 }
 END_TEST
 
+/* The shells of system() (glibc spawns them itself) follow the same rules, for a program with no
+ * other thread: named by run, untraced under --follow none. */
+START_TEST(test_system_children)
+{
+    SKIP_UNDER_ASAN();
+    char *fx = at_fixture_path("proc_chain");
+    const char *const *which[] = {(const char *const[]){"run", "--", fx, "system", NULL},
+                                  (const char *const[]){"run", "--follow", "none", "--", fx, "system", NULL}};
+    for (int k = 0; k < 2; k++) {
+        char *dir = at_tmpdir("run-system");
+        at_run_result r;
+        tool(&r, dir, NULL, which[k]);
+        ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+        char **files = at_trace_files(dir), **named = named_files(r.err, dir);
+        /* the parent's and each leaf's (twice system()), or the parent's alone */
+        size_t want = k == 0 ? 3 : 1;
+        ck_assert_msg(at_strv_len(files) == want && at_strv_len(named) == want, "%s", r.err);
+        for (size_t i = 0; i < want; i++)
+            ck_assert_str_eq(files[i], named[i]);
+        at_strv_free(files);
+        at_strv_free(named);
+        at_run_result_free(&r);
+        at_rmtree(dir);
+        free(dir);
+    }
+    free(fx);
+}
+END_TEST
+
 /* The default traces them all: the children find the shim's handlers and alternate stack in place
  * (the control of the cases above) and the leaves run under the shim. */
 START_TEST(test_follow_all)
@@ -538,6 +568,7 @@ int main(void)
     tcase_add_test(tc, test_follow_exec);
     tcase_add_test(tc, test_follow_none);
     tcase_add_test(tc, test_follow_all);
+    tcase_add_test(tc, test_system_children);
     tcase_add_test(tc, test_wrapper_no_file_hooks);
     tcase_add_test(tc, test_wrapper_no_file_samples);
     tcase_add_test(tc, test_quiet);
