@@ -860,8 +860,11 @@ AT_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 {
     if (AT_UNLIKELY(sig == at_sample_sig && sig) && at_on())
         return at_sampler_sigaction(sig, act, old);
+    /* any other signal is no concern of sampling's (setting one's handler, as bash does for
+     * SIGCHLD, must not stop it) */
     if (!at_on() || !at_cfg.fatal_signals || !watched(sig))
-        return at_sampler_sigaction(sig, act, old);
+        return sig == at_sample_sig && sig ? at_sampler_sigaction(sig, act, old)
+                                           : AT_REAL(sigaction)(sig, act, old);
     struct sigaction ours, prev;
     const struct sigaction *use = act;
     if (act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL) {
