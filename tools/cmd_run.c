@@ -36,8 +36,8 @@ static void run_usage(FILE *f)
                "  -q, --quiet           no start-up line from the shim and no closing lines; errors\n"
                "                        still print (ACTTRACE_QUIET)\n"
                "  -h, --help            this text\n"
-               "  SIGINT, SIGTERM and SIGHUP sent to acttrace run go to the program, whose end it waits\n"
-               "  for.\n");
+               "  SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to acttrace run go to the program, whose end\n"
+               "  it waits for (a terminal's ^C reaches the program once).\n");
 }
 
 /* One line naming the mistake, then the usage: exit status 2. */
