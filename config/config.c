@@ -115,6 +115,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         {"ACTTRACE_ACCEPT_ACTIVITY", offsetof(at_config, accept_activity)},
         {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
         {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},
+        {"ACTTRACE_QUIET", offsetof(at_config, quiet)},
     };
     for (size_t i = 0; i < sizeof bools / sizeof bools[0] && rc == 0; i++)
         if ((v = getenv_fn(bools[i].name)) && *v)
@@ -149,6 +150,11 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         rc = parse_word("ACTTRACE_STACK_WALKER", v, "shared|libunwind|fp", &w, err, errlen);
         if (rc == 0)
             c->stack_walker = (enum at_cfg_walker)w;
+    }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_FOLLOW")) && *v) {
+        rc = parse_word("ACTTRACE_FOLLOW", v, "all|exec|none", &w, err, errlen);
+        if (rc == 0)
+            c->follow = (enum at_cfg_follow)w;
     }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_CLOCK")) && *v) {
         rc = parse_word("ACTTRACE_CLOCK", v, "auto|monotonic|tsc", &w, err, errlen);

@@ -16,6 +16,8 @@
 enum at_cfg_stacks { AT_CFG_STACKS_START = 0, AT_CFG_STACKS_STOP, AT_CFG_STACKS_BOTH, AT_CFG_STACKS_NONE };
 /* The stack walker (ACTTRACE_STACK_WALKER); same order as runtime/stack.h's at_stack_mode. */
 enum at_cfg_walker { AT_CFG_WALKER_SHARED = 0, AT_CFG_WALKER_LIBUNWIND, AT_CFG_WALKER_FP };
+/* Which processes started from a traced one are traced too (ACTTRACE_FOLLOW). */
+enum at_cfg_follow { AT_CFG_FOLLOW_ALL = 0, AT_CFG_FOLLOW_EXEC, AT_CFG_FOLLOW_NONE };
 
 typedef struct at_config {
     bool fdflow;            /* ACTTRACE_FDFLOW=0|1: fd-keyed hand-off (default 1) */
@@ -43,6 +45,12 @@ typedef struct at_config {
                                10000, and the kernel's tick bounds the rate it delivers) */
     bool symbols_methods;   /* ACTTRACE_SYMBOLS=methods: the rundown as .NET runtime method events,
                                which keep PerfView's "Thread Time (with StartStop Activities)" view */
+    enum at_cfg_follow follow; /* ACTTRACE_FOLLOW=all|exec|none: which processes the program starts
+                               are traced (default all: every descendant; exec: the images the
+                               program execs, not the processes it forks or spawns; none: only this
+                               image) */
+    bool quiet;             /* ACTTRACE_QUIET=0|1: no start-up line (what was hooked); errors still
+                               print (default 0) */
     /* The paths last: a process that sets neither touches only the first page of a static
      * at_config (the scalars and the start of the default output pattern). */
     char output[AT_CONFIG_PATH_MAX]; /* ACTTRACE_OUTPUT; pattern with %p/%t (default acttrace-%p.nettrace) */

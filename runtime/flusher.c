@@ -22,7 +22,7 @@ unsigned at_flush_interval_ms = 100;
 
 AT_TLS int at_rt_own_thread;
 static pthread_t flusher;
-static bool flusher_running AT_FORK_DATA;
+bool at_flusher_up AT_FORK_DATA; /* trace_int.h: at_flusher_is_running */
 static _Atomic int flusher_stop;
 static sem_t flusher_ready;
 /* The flusher sleeps until its interval is due, or until a writer taking a chunk finds the buffers
@@ -400,6 +400,13 @@ bool at_rings_filling(void)
     return used >= thr;
 }
 
+/* Filling buffers want a flush, unless the file waits for its first event that counts: the events
+ * stay where they are until then (what does not fit is dropped and counted). */
+static bool filling(void)
+{
+    return at_rings_filling() && !at_trace_file_waits();
+}
+
 static void *flusher_main(void *arg)
 {
     (void)arg;
@@ -412,6 +419,11 @@ static void *flusher_main(void *arg)
     pthread_setname_np(pthread_self(), "acttrace-flush");
     uint64_t last = at_now_ns();
     while (!atomic_load(&flusher_stop)) {
+        if (AT_UNLIKELY(at_trace_file_wanted())) {
+            pthread_mutex_lock(&at_flush_lock);
+            at_trace_file_open_locked();
+            pthread_mutex_unlock(&at_flush_lock);
+        }
         uint64_t now = at_now_ns();
         uint64_t due = last + (uint64_t)at_flush_interval_ms * 1000000u;
         /* the program's first thread has left: the process ends when no other is alive */
@@ -421,11 +433,12 @@ static void *flusher_main(void *arg)
             if (look < wake)
                 wake = look;
         }
-        if (now < due && !at_rings_filling()) {
+        if (now < due && !filling()) {
             atomic_store(&at_flusher_armed, 1);
-            /* a writer that found the buffers filling (or a thread that ended) before we armed did
-             * not post: look again */
-            if (!at_rings_filling() && !atomic_load(&flusher_stop) && !at_lastthread_kicked()) {
+            /* a writer that found the buffers filling (or a thread that ended, or the first event
+             * that counts) before we armed did not post: look again */
+            if (!filling() && !atomic_load(&flusher_stop) && !at_lastthread_kicked() &&
+                !at_trace_file_wanted()) {
                 struct timespec ts = {(time_t)(wake / 1000000000u), (long)(wake % 1000000000u)};
                 while (sem_clockwait(&flusher_wake, CLOCK_MONOTONIC, &ts) < 0 && errno == EINTR)
                     ;
@@ -441,7 +454,7 @@ static void *flusher_main(void *arg)
         last = now;
         /* the hold-back leaves the last millisecond: when the buffers were filling, come back
          * soon rather than a whole interval later */
-        if (at_rings_filling() && !atomic_load(&flusher_stop)) {
+        if (filling() && !atomic_load(&flusher_stop)) {
             struct timespec d = {0, 1000000};
             nanosleep(&d, NULL);
         }
@@ -481,7 +494,7 @@ int at_flusher_start(void)
     }
     while (sem_wait(&flusher_ready) < 0 && errno == EINTR)
         ;
-    flusher_running = true;
+    __atomic_store_n(&at_flusher_up, true, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -491,7 +504,7 @@ int at_flusher_start(void)
 
 void at_flusher_stop(void)
 {
-    if (!flusher_running)
+    if (!at_flusher_up)
         return;
     atomic_store(&flusher_stop, 1);
     sem_post(&flusher_wake);
@@ -509,7 +522,7 @@ void at_flusher_stop(void)
     } else {
         pthread_detach(flusher);
     }
-    flusher_running = false;
+    __atomic_store_n(&at_flusher_up, false, __ATOMIC_RELEASE);
 }
 
 bool at_flusher_is_stuck(void) { return flusher_stuck; }
@@ -528,8 +541,15 @@ void at_flusher_kick(void)
 /* In a fork child the parent's flusher does not exist. */
 AT_FORK_TEXT void at_flusher_forget(void)
 {
-    flusher_running = false;
+    __atomic_store_n(&at_flusher_up, false, __ATOMIC_RELEASE);
     flusher_stuck = false;
 }
 
-bool at_flusher_is_running(void) { return flusher_running; }
+void at_flusher_wake(void)
+{
+    if (!at_flusher_is_running())
+        return;
+    AT_INTERNAL_BEGIN(); /* sem_post may be a hooked function */
+    sem_post(&flusher_wake);
+    AT_INTERNAL_END();
+}

@@ -64,6 +64,33 @@ int at_fd_move_high(int fd)
     return hi;
 }
 
+/* at_trace_options.manifest: each file created is named there, for `acttrace run` to say exactly
+ * which files the run wrote (and not an earlier run's beside them). */
+const char *at_output_manifest AT_START_DATA;
+
+/* One whole line in one O_APPEND write, so the lines of processes writing at once never mix; the
+ * file opened and closed around it (no descriptor kept), by system calls (async-signal-safe, and no
+ * hook or the preload library's close sees them). Failures are ignored: the trace goes on. */
+static void manifest_note(const char *path)
+{
+    const char *m = at_output_manifest;
+    if (!m || !*m)
+        return;
+    char line[sizeof at_out.path + 1];
+    size_t n = strlen(path);
+    if (n + 1 > sizeof line)
+        return;
+    memcpy(line, path, n);
+    line[n] = '\n';
+    int e = errno;
+    long fd = syscall(SYS_openat, AT_FDCWD, m, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+    if (fd >= 0) {
+        (void)syscall(SYS_write, (int)fd, line, n + 1);
+        (void)syscall(SYS_close, (int)fd);
+    }
+    errno = e;
+}
+
 static void remember(at_output *o, int fd)
 {
     struct stat st;
@@ -371,6 +398,7 @@ static int open_index(at_output *o, unsigned k)
     remember(o, at_fd_move_high(fd));
     o->pos = 0;
     atomic_fetch_add(&at_stat_files, 1);
+    manifest_note(o->path);
     return 0;
 }
 

@@ -60,6 +60,10 @@ static void thr_exit(void *p)
         } else {
             atomic_store_explicit(&r->state, AT_RING_RETIRED, memory_order_release);
         }
+        /* an event written after this (the exit(0) glibc's last thread makes, its atexit handlers)
+         * comes in another ring, numbered from 1 as a new thread's: the file numbers it on from
+         * this ring's last, as it does for a reused thread id */
+        thr.seq = thr.seq_written = 0;
     }
     thr.ring = NULL; /* an event written after this (a later destructor) claims a new descriptor */
 }

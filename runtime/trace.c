@@ -16,6 +16,9 @@
 
 AT_TLS int at_internal;
 
+/* Not start code (shim/start.ld takes this object's .text into the start's whole) */
+#define AT_COLD_RT __attribute__((cold, noinline))
+
 char *at_command_line;
 static _Atomic int sess_state AT_FORK_DATA; /* 0 none, 1 running, 2 stopping */
 /* Set by the one thread that won sess_state in trace_start: a flag, not pthread_once (whose wake-up
@@ -155,6 +158,7 @@ AT_FORK_TEXT static void fork_parent(void)
  * here lies on the fork data page (AT_FORK_DATA). */
 #define AT_SESS_PENDING 2
 AT_TLS int at_trace_quiet;
+AT_TLS bool at_trace_thread_done;
 static _Atomic int child_claim AT_FORK_DATA;    /* a thread has taken the job of opening the file */
 static _Atomic int child_recorded AT_FORK_DATA; /* an event that counts was written */
 static uint64_t child_fork_ts AT_FORK_DATA;     /* the file's sync time: its first events are the fork's */
@@ -307,7 +311,7 @@ static int child_open(bool flusher)
      * events then stay in the buffers until exit, as when a paused flusher cannot come back.
      * Started first (it waits for the lock held here): ProcessInfo is written under its thread id,
      * which the symbol rundown's events number on from */
-    if (flusher)
+    if (flusher && !at_flusher_is_running())
         (void)at_flusher_start();
     /* the fork's time through a pair taken now, not extrapolated from the parent's last one */
     at_clock_mark();
@@ -342,11 +346,40 @@ AT_NOINLINE bool at_trace_child_gate(void)
     child_buffers();
     if (!atomic_load(&at_sess_active))
         return false; /* no buffers could be had */
+    if (at_trace_quiet == 3)
+        return true; /* kept for the file the first event that counts makes; none by itself */
     atomic_store(&child_recorded, 1);
+    if (at_trace_thread_done && !at_flusher_is_running())
+        return true; /* the exit path opens the file (or a live thread's next event does) */
     int expect = 0;
-    if (at_trace_quiet == 0 && atomic_compare_exchange_strong(&child_claim, &expect, 1))
-        at_xs_call(child_begin);
+    if (at_trace_quiet == 0 && atomic_compare_exchange_strong(&child_claim, &expect, 1)) {
+        /* a writer's thread is there (a start with hooks or samples, whose first event may come in
+         * a signal handler): it opens the file, not the thread that recorded */
+        if (at_flusher_is_running())
+            at_flusher_wake();
+        else
+            at_xs_call(child_begin);
+    }
     return true;
+}
+
+/* The flusher, under at_flush_lock: the file an event that counts asked for (at_trace_child_gate). */
+AT_COLD_RT bool at_trace_file_wanted(void)
+{
+    return atomic_load_explicit(&at_sess_active, memory_order_relaxed) == AT_SESS_PENDING &&
+           atomic_load(&child_recorded) && atomic_load(&child_stage) == 2;
+}
+
+AT_COLD_RT void at_trace_file_open_locked(void)
+{
+    if (atomic_load(&sess_state) == 1 && at_trace_file_wanted() && child_open(false) == 0)
+        atomic_store(&at_sess_active, 1);
+}
+
+/* The file waits for its first event that counts: buffers filling meanwhile are no reason to flush. */
+bool at_trace_file_waits(void)
+{
+    return atomic_load_explicit(&at_sess_active, memory_order_relaxed) == AT_SESS_PENDING;
 }
 
 /* Exit paths, under at_flush_lock: true when there is a file to flush to (opening a pending child's
@@ -453,6 +486,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     at_out.child_suffix = o->descendant;
     at_out.exec_gen = o->exec_generation;
     at_out.start_time_s = raw_clock_ns(CLOCK_REALTIME) / 1000000000u; /* not the vDSO: see above */
+    at_output_manifest = o->manifest;
     at_flush_interval_ms = o->flush_interval_ms ? o->flush_interval_ms : 100;
     at_event_type_apply_filter(o->level, o->keywords);
     if (lazy) {
@@ -470,12 +504,20 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         pthread_mutex_unlock(&at_flush_lock);
         return 0;
     }
-    if (at_output_open_first(&at_out, errbuf, errlen) < 0)
+    if (o->defer_file) {
+        /* everything but the file starts now; the flusher opens it at the first event that counts,
+         * and a process that records none (a wrapper script that execs, a shell that forks) leaves
+         * no file. The name is fixed now, as in a lazy start. */
+        at_out.fd = -1;
+        if (at_output_prepare(&at_out, errbuf, errlen) < 0)
+            goto fail;
+    } else if (at_output_open_first(&at_out, errbuf, errlen) < 0) {
         goto fail;
+    }
     atomic_store(&at_stat_written, 0);
     atomic_store(&at_stat_dropped_io, 0);
     atomic_store(&at_stat_bytes, 0);
-    atomic_store(&at_stat_files, 1);
+    atomic_store(&at_stat_files, o->defer_file ? 0 : 1);
     atomic_store(&at_drops_noring, 0);
     atomic_store(&at_drops_retired, 0);
     atomic_store(&at_drops_damaged, 0);
@@ -487,6 +529,13 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
         snprintf(errbuf, errlen, "cannot start the flusher thread: %s", strerror(errno));
         at_output_close(&at_out);
         goto fail;
+    }
+    if (o->defer_file) {
+        atomic_fetch_add(&at_sess_gen, 1);
+        pending_arm_inline();
+        atomic_store(&child_stage, 2); /* the buffers are this process's already */
+        pthread_mutex_unlock(&at_flush_lock);
+        return 0;
     }
     if (at_ntw_file_begin(at_clock_file_now()) < 0) {
         pthread_mutex_unlock(&at_flush_lock);
@@ -542,8 +591,13 @@ void at_trace_stop(void)
         pthread_mutex_unlock(&at_flush_lock);
         AT_INTERNAL_END();
         if (!write && (atomic_load(&at_sess_active) == AT_SESS_PENDING || !writer_mem)) {
-            /* a fork child that recorded nothing: no file, no flusher, nothing to touch */
+            /* a process that recorded nothing: no file; a writer's thread waiting for one goes */
             atomic_store(&at_sess_active, 0);
+            if (at_flusher_is_running()) {
+                AT_INTERNAL_BEGIN();
+                at_flusher_stop();
+                AT_INTERNAL_END();
+            }
             atomic_store(&sess_state, 0);
             return;
         }
@@ -710,12 +764,26 @@ void at_trace_open_now(void)
     open_pending();
 }
 
-void at_trace_open_pending(void)
+AT_COLD_RT static void writer_thread_now(void)
+{
+    AT_INTERNAL_BEGIN();
+    pthread_mutex_lock(&at_flush_lock);
+    if (atomic_load(&at_sess_active) == AT_SESS_PENDING && !at_flusher_is_running())
+        (void)at_flusher_start(); /* refused: the file is opened by whoever records first */
+    pthread_mutex_unlock(&at_flush_lock);
+    AT_INTERNAL_END();
+}
+
+AT_COLD_RT int at_trace_writer_threads(void) { return at_flusher_is_running() ? 1 : 0; }
+
+AT_COLD_RT void at_trace_writer_now(void)
 {
     if (atomic_load_explicit(&at_sess_active, memory_order_relaxed) != AT_SESS_PENDING ||
-        atomic_load(&sess_state) != 1)
+        atomic_load(&sess_state) != 1 || at_flusher_is_running() || at_trace_thread_done)
         return;
     int e = errno;
-    open_pending();
+    child_buffers();
+    if (atomic_load(&at_sess_active) == AT_SESS_PENDING)
+        at_xs_call(writer_thread_now);
     errno = e;
 }

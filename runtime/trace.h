@@ -178,6 +178,11 @@ typedef struct at_trace_options {
     bool lazy;                 /* the file, the flusher and the buffers wait for the first event that
                                   counts (see at_trace_quiet), as a fork child's do: a process that
                                   records nothing writes no file and starts no thread */
+    bool defer_file;           /* without lazy: the buffers and the flusher start now, the file waits
+                                  for the first event that counts, which the flusher then opens (the
+                                  event may come in a signal handler); none without one */
+    const char *manifest;      /* a file to which the path of each trace file created (by this process
+                                  and its fork children) is appended, one line each; NULL: none */
 } at_trace_options;
 
 /* Start the session: open the output, write header and ProcessInfo, start the flusher thread.
@@ -221,9 +226,13 @@ bool at_trace_pid_named(void);
  * before the program starts a child that carries nothing of ours (system(), popen()) and would
  * otherwise take the plain name first. */
 void at_trace_open_now(void);
-/* The same whatever the name, for a caller about to make the process's first event happen on a new
- * thread (its ThreadBegin): see shim/thread.c. One load when there is nothing to open. */
-void at_trace_open_pending(void);
+/* A session whose file waits for its first event that counts gets its buffers and its writer's
+ * thread now (the file still waits), for a caller about to start a thread whose ThreadBegin would
+ * otherwise map them and start the writer there: see shim/thread.c. One load when there is nothing
+ * to start. */
+void at_trace_writer_now(void);
+/* The threads of the writer's in the process now (0 or 1), for a caller counting the program's. */
+int at_trace_writer_threads(void);
 void at_trace_flusher_pause(void);
 void at_trace_flusher_resume(void);
 
@@ -246,9 +255,17 @@ static inline void at_trace_thread_ending(void)
  * before the extension) and no exec generation (the child is the first image of its pid), its own
  * flusher, and none of the parent's buffered events. The file and the flusher wait for the child's
  * first event that is not quiet: set at_trace_quiet around an event the shim writes on the child's
- * behalf, 1 for one that alone does not make a file (ProcessForked, the exit), 2 for one that does
- * but must start no thread (a fatal signal: the emergency flush then opens the file itself). */
+ * behalf, 1 for one that alone does not make a file and is left out before one that does
+ * (ProcessForked, the exit), 2 for one that does but must start no thread (a fatal signal: the
+ * emergency flush then opens the file itself), 3 for one kept in the buffers that alone makes no
+ * file (ThreadBegin/ThreadEnd: written with the first event that counts, dropped with the buffers
+ * when none comes). */
 extern AT_TLS int at_trace_quiet;
+/* Set by the shim on a thread whose program part is over (its start routine returned, pthread_exit,
+ * the process's first thread left): glibc no longer counts it, and when it was the last it goes on
+ * into exit(0). A writer's thread started from there would be counted alone and end the process
+ * again when it stops, so a file the thread's events ask for is opened by the exit path instead. */
+extern AT_TLS bool at_trace_thread_done;
 /* In a fork child, at the fork: the event that opens the child's part (ProcessForked, at most 16
  * bytes of payload), written with the fork's time before the child's first event that counts (if
  * enabled then), and never if there is none. */

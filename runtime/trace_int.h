@@ -231,6 +231,7 @@ typedef struct at_output {
 } at_output;
 
 int at_output_open_first(at_output *o, char *err, size_t errlen);
+extern const char *at_output_manifest; /* at_trace_options.manifest */
 /* At a session's start, when the file waits for the first event: the pattern made absolute (once)
  * and checked; 0 or -1 with a message. */
 int at_output_prepare(at_output *o, char *err, size_t errlen);
@@ -288,12 +289,23 @@ bool at_ntw_ready(void);
 int at_flusher_start(void);
 void at_flusher_stop(void);
 void at_flusher_forget(void);
-bool at_flusher_is_running(void);
+/* The writer's thread runs: a load on the fork data page (the exit of a process that recorded
+ * nothing asks, and maps no code page of the flusher's for it) */
+extern bool at_flusher_up;
+static inline bool at_flusher_is_running(void) { return __atomic_load_n(&at_flusher_up, __ATOMIC_ACQUIRE); }
 bool at_flusher_is_stuck(void); /* it did not stop within its deadline: left alone */
 /* Writers: the buffers are filling (a quarter of the chunks, at most 64, in use); wake the flusher. */
 bool at_rings_filling(void);
 #define at_flusher_armed (at_rt_hot.flusher_armed)
 void at_flusher_kick(void);
+/* Wake the flusher whether it sleeps or not (async-signal-safe): a file is wanted. */
+void at_flusher_wake(void);
+/* trace.c, for the flusher: the session's file waits for its first event that counts (buffers
+ * filling are no reason to flush then); one counted and the file is to be opened, which
+ * at_trace_file_open_locked does under at_flush_lock. */
+bool at_trace_file_waits(void);
+bool at_trace_file_wanted(void);
+void at_trace_file_open_locked(void);
 uint32_t at_ring_sp_seq(at_ring *r);
 /* lastthread.c, for the flusher: while at_last_thread_watch, look whether it is alone when due or
  * kicked and return when to look next (ending the process when it is alone). */

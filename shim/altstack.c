@@ -274,6 +274,18 @@ AT_FORK_TEXT static void alt_atfork_child(void)
     at_mutex_fork_reset(&alt_grow_lock);
 }
 
+/* A fork child left untraced (ACTTRACE_FOLLOW): the thread has no alternate stack, as untraced; the
+ * slot is left as it is (the child's copy of the parent's). */
+void at_altstack_untrace(void)
+{
+    if (alt_ours) {
+        stack_t off = {.ss_flags = SS_DISABLE};
+        if (raw_sigaltstack(&off, NULL) == 0)
+            alt_ours = false;
+    }
+    alt_slot = 0;
+}
+
 void at_altstack_init(void)
 {
     pthread_atfork(NULL, NULL, alt_atfork_child);

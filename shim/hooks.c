@@ -896,6 +896,9 @@ static void summary(void)
      * image's line said what the config hooks. */
     if (missing == skipped && (at_exec_generation > 0 || parent_traced()))
         return;
+    /* ACTTRACE_QUIET: only a function found and refused is worth the line */
+    if (at_cfg.quiet && missing == skipped)
+        return;
     /* and, on the same line, the other names of libc functions hooked with them */
     char al[2048] = "";
     size_t aoff = 0;
@@ -1190,7 +1193,7 @@ static void hk_rescan(const char *file)
             h->nslots += at_got_patch(h->res.sym, hook_version(&h->res), h->wrapper, NULL, 0);
         else if (h->tier == 0 && hk_probes[i].pending) {
             install(&hk_probes[i]);
-            if (!hk_probes[i].pending && !hk_probes[i].alias_of)
+            if (!hk_probes[i].pending && !hk_probes[i].alias_of && !(at_cfg.quiet && h->tier))
                 fprintf(stderr, "acttrace: %s %s after dlopen(%s)%s%s\n", h->spec,
                         h->tier == 1 ? "hooked (GOT)" : h->tier == 2 ? "hooked (entry)" : "not hooked",
                         file, h->tier ? "" : ": ", h->tier ? "" : h->why);

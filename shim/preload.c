@@ -155,6 +155,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         .exec_generation = (unsigned)at_exec_generation,
         .descendant = at_process_descendant,
         .file_mode = at_cfg.file_mode,
+        .manifest = at_manifest_path,
     };
     if (have_hc) {
         if (hc.mode)
@@ -176,6 +177,7 @@ __attribute__((constructor)) static void at_preload_init(void)
      * libunwind could deadlock; with hooks everything starts here. The shim's other first events
      * (a thread's creation, fork, exec, a callback's flow, the API) come from ordinary calls. */
     o.lazy = !(have_hc && at_hooks_any()) && !at_cfg.sample_hz; /* samples: from a handler */
+    o.defer_file = !o.lazy; /* either way a process that records nothing leaves no file */
     if (at_trace_start(&o, err, sizeof err) != 0) {
         at_preload_fail("cannot start the trace", err);
         goto out;

@@ -6,6 +6,7 @@
  * there, and the exec path builds the new environment on the stack only. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,14 +22,33 @@
 
 extern char **environ;
 
+/* Code an image's start never runs (exec, spawn, system, popen, a process left untraced): out of
+ * the start's code, which shim/start.ld takes this object's .text into whole; the start then maps
+ * one 64 KiB window of code fewer */
+#define AT_COLD __attribute__((cold, noinline))
+
 #define AT_ENV_PARENT "ACTTRACE_PARENT_ACTIVITY"
 #define AT_ENV_GEN "ACTTRACE_EXEC_GEN"
+#define AT_ENV_MANIFEST "ACTTRACE_MANIFEST"
+#define AT_ENV_PRELOAD "LD_PRELOAD"
 /* Environments larger than this are passed through unchanged (the link is then lost, not the exec). */
 #define AT_ENV_MAX 8192
 
 int at_exec_generation AT_FORK_DATA; /* how many execs of this pid precede this image (preload.c) */
 bool at_process_descendant AT_FORK_DATA; /* this pid began as a fork child of a traced process */
 static at_guid at_process_parent;  /* the activity of the process that exec'd us, or zero */
+
+/* ACTTRACE_MANIFEST=<file> (acttrace run): each process of the run appends the path of every trace
+ * file it creates to that file (runtime/output.c). The variable leaves the program's environment
+ * at start and is given back to the images and children that are traced; kept here whole, as the
+ * environment entry exec_env passes on. */
+static char manifest_entry[sizeof AT_ENV_MANIFEST + 4096];
+const char *at_manifest_path AT_START_DATA; /* in manifest_entry, or NULL */
+
+/* ACTTRACE_FOLLOW=exec|none: this process is a fork child left untraced (the shim is off in it),
+ * whose own children and images get an environment without the shim either. */
+static bool at_untraced AT_FORK_DATA;
+static int fork_follow AT_FORK_DATA; /* at_cfg.follow, on the fork data page */
 
 /* ---------------- the activity link carried through exec ---------------- */
 
@@ -54,6 +74,16 @@ static bool parse_hex_guid(const char *s, at_guid *g)
 void at_exec_env_init(void)
 {
     at_activity_set_exec_generation((uint32_t)at_exec_generation); /* ids unique across images */
+    const char *m = at_env(AT_ENV_MANIFEST);
+    if (m) {
+        size_t n = strlen(m);
+        if (*m && n + sizeof AT_ENV_MANIFEST + 1 <= sizeof manifest_entry) {
+            memcpy(manifest_entry, AT_ENV_MANIFEST "=", sizeof AT_ENV_MANIFEST);
+            memcpy(manifest_entry + sizeof AT_ENV_MANIFEST, m, n + 1);
+            at_manifest_path = manifest_entry + sizeof AT_ENV_MANIFEST;
+        }
+        unsetenv(AT_ENV_MANIFEST);
+    }
     const char *v = at_env(AT_ENV_PARENT);
     if (!v)
         return;
@@ -73,9 +103,85 @@ static bool in_vfork_child(void)
     return (pid_t)syscall(SYS_getpid) != at_pid;
 }
 
-/* Fill out (n+3 slots) with envp minus our variables plus the current link and the exec generation.
- * Only the stack: this runs in vfork children. Returns out. */
-static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
+static bool env_is(const char *e, const char *name, size_t namesz)
+{
+    return !strncmp(e, name, namesz - 1) && e[namesz - 1] == '=';
+}
+#define ENV_IS(e, name) env_is(e, name, sizeof name)
+
+static bool env_ours(const char *e)
+{
+    return ENV_IS(e, AT_ENV_PARENT) || ENV_IS(e, AT_ENV_GEN) || ENV_IS(e, AT_ENV_MANIFEST);
+}
+
+/* Whether the process an exec or a spawn starts is traced (ACTTRACE_FOLLOW): same_pid, an exec of
+ * this process's own; otherwise a new process (posix_spawn, a vfork child's exec). */
+static bool child_traced(bool same_pid)
+{
+    if (at_untraced || at_cfg.follow == AT_CFG_FOLLOW_NONE)
+        return false;
+    return at_cfg.follow == AT_CFG_FOLLOW_ALL || same_pid;
+}
+
+/* The length of envp's LD_PRELOAD entry (0: none), for the stack buffer of untraced_env. */
+AT_COLD static size_t preload_len(char *const envp[], size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ENV_IS(envp[i], AT_ENV_PRELOAD))
+            return strlen(envp[i]);
+    return 0;
+}
+
+/* An LD_PRELOAD entry (separated by ':' or ' ', as ld.so reads them) that names this library. */
+AT_COLD static bool preload_is_shim(const char *w, size_t n)
+{
+    static const char lib[] = "libacttrace.so";
+    size_t l = sizeof lib - 1;
+    return n >= l && !memcmp(w + n - l, lib, l) && (n == l || w[n - l - 1] == '/');
+}
+
+/* Fill out (n+1 slots) with envp for a process that runs untraced: none of our variables, and
+ * LD_PRELOAD without the shim (left out when nothing else is in it; buf: room for the entry). Only
+ * the stack: this runs in vfork children. */
+AT_COLD static char *const *untraced_env(char *const envp[], const char **out, size_t n, char *buf)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = envp[i];
+        if (env_ours(e))
+            continue;
+        if (ENV_IS(e, AT_ENV_PRELOAD)) {
+            char *p = buf;
+            memcpy(p, AT_ENV_PRELOAD "=", sizeof AT_ENV_PRELOAD);
+            p += sizeof AT_ENV_PRELOAD;
+            bool any = false;
+            for (const char *w = e + sizeof AT_ENV_PRELOAD; *w;) {
+                size_t len = strcspn(w, ": ");
+                if (len && !preload_is_shim(w, len)) {
+                    if (any)
+                        *p++ = ':';
+                    memcpy(p, w, len);
+                    p += len;
+                    any = true;
+                }
+                w += len;
+                if (*w)
+                    w++;
+            }
+            *p = 0;
+            if (!any)
+                continue;
+            e = buf;
+        }
+        out[k++] = e;
+    }
+    out[k] = NULL;
+    return (char *const *)out;
+}
+
+/* Fill out (n+4 slots) with envp minus our variables plus the current link, the exec generation and
+ * the manifest. Only the stack: this runs in vfork children. Returns out. */
+AT_COLD static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
                              char *gbuf, bool same_pid)
 {
     const at_activity *cur = at_activity_current();
@@ -84,11 +190,12 @@ static char *const *exec_env(char *const envp[], const char **out, size_t n, cha
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const char *e = envp[i];
-        if (!strncmp(e, AT_ENV_PARENT "=", sizeof AT_ENV_PARENT) ||
-            !strncmp(e, AT_ENV_GEN "=", sizeof AT_ENV_GEN))
+        if (env_ours(e))
             continue;
         out[k++] = e;
     }
+    if (at_manifest_path)
+        out[k++] = manifest_entry;
     if (!at_guid_is_zero(id)) {
         char *p = pbuf;
         memcpy(p, AT_ENV_PARENT "=", sizeof AT_ENV_PARENT);
@@ -142,7 +249,7 @@ static size_t env_count(char *const envp[])
 
 /* Before the image is replaced: record the exec and make the file durable (not in a vfork child,
  * whose memory and flusher are the parent's). */
-static void exec_before(const char *path)
+AT_COLD static void exec_before(const char *path)
 {
     int e = errno;
     uint8_t buf[512];
@@ -162,16 +269,23 @@ static void exec_before(const char *path)
     errno = e;
 }
 
-/* Declares the stack buffers and computes `env` for an exec wrapper. */
+/* Declares the stack buffers and computes `env` for an exec wrapper: the link and the rest for a
+ * traced image, or an environment without the shim for an untraced one (ACTTRACE_FOLLOW). */
 #define AT_EXEC_ENV(envp_in, path)                                                                 \
     char *const *env_ = (envp_in);                                                                 \
     size_t n_ = env_count(env_);                                                                   \
-    bool ok_ = at_on() && n_ <= AT_ENV_MAX;                                                        \
+    bool on_ = at_on();                                                                            \
+    bool ok_ = (on_ || at_untraced) && n_ <= AT_ENV_MAX;                                           \
     bool vf_ = ok_ && in_vfork_child();                                                            \
-    const char *slots_[ok_ ? n_ + 3 : 1];                                                          \
+    bool tr_ = ok_ && child_traced(!vf_);                                                          \
+    bool rec_ = on_ && ok_ && !vf_; /* this image records the exec */                              \
+    const char *slots_[ok_ ? n_ + 4 : 1];                                                          \
     char pbuf_[sizeof AT_ENV_PARENT + 34], gbuf_[sizeof AT_ENV_GEN + 32];                          \
-    char *const *env = ok_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_) : env_;               \
-    if (ok_ && !vf_) {                                                                             \
+    char ldbuf_[ok_ && !tr_ ? preload_len(env_, n_) + 1 : 1];                                      \
+    char *const *env = !ok_ ? env_                                                                 \
+                       : tr_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_)                      \
+                             : untraced_env(env_, slots_, n_, ldbuf_);                             \
+    if (rec_) {                                                                                    \
         exec_before(path);                                                                         \
         at_sampler_exec_before();                                                                  \
     }
@@ -179,44 +293,44 @@ static void exec_before(const char *path)
 #define AT_EXEC_RETURN(call)                                                                       \
     do {                                                                                           \
         int r_ = (call);                                                                           \
-        if (ok_ && !vf_) {                                                                         \
+        if (rec_) {                                                                                \
             at_trace_exec_failed();                                                                \
             at_sampler_exec_failed();                                                              \
         }                                                                                          \
         return r_;                                                                                 \
     } while (0)
 
-AT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+AT_COLD AT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, path);
     AT_EXEC_RETURN(AT_REAL(execve)(path, argv, env));
 }
 
-AT_EXPORT int execv(const char *path, char *const argv[])
+AT_COLD AT_EXPORT int execv(const char *path, char *const argv[])
 {
     AT_EXEC_ENV(environ, path);
     AT_EXEC_RETURN(AT_REAL(execve)(path, argv, env));
 }
 
-AT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+AT_COLD AT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, file);
     AT_EXEC_RETURN(AT_REAL(execvpe)(file, argv, env));
 }
 
-AT_EXPORT int execvp(const char *file, char *const argv[])
+AT_COLD AT_EXPORT int execvp(const char *file, char *const argv[])
 {
     AT_EXEC_ENV(environ, file);
     AT_EXEC_RETURN(AT_REAL(execvpe)(file, argv, env));
 }
 
-AT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
+AT_COLD AT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
 {
     AT_EXEC_ENV(envp, path);
     AT_EXEC_RETURN(AT_REAL(execveat)(dirfd, path, argv, env, flags));
 }
 
-AT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+AT_COLD AT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
     AT_EXEC_ENV(envp, "(fd)");
     AT_EXEC_RETURN(AT_REAL(fexecve)(fd, argv, env));
@@ -237,7 +351,7 @@ AT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
         argv[i_] = va_arg(ap, const char *);                                                       \
     envp_out
 
-AT_EXPORT int execl(const char *path, const char *arg, ...)
+AT_COLD AT_EXPORT int execl(const char *path, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
@@ -246,7 +360,7 @@ AT_EXPORT int execl(const char *path, const char *arg, ...)
     return execv(path, (char *const *)argv);
 }
 
-AT_EXPORT int execlp(const char *file, const char *arg, ...)
+AT_COLD AT_EXPORT int execlp(const char *file, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
@@ -255,7 +369,7 @@ AT_EXPORT int execlp(const char *file, const char *arg, ...)
     return execvp(file, (char *const *)argv);
 }
 
-AT_EXPORT int execle(const char *path, const char *arg, ...)
+AT_COLD AT_EXPORT int execle(const char *path, const char *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
@@ -286,20 +400,25 @@ static void parent_event(const at_event_type *t, const void *payload, uint32_t l
 
 /* posix_spawn: the parent adds the link to the child's environment; the child itself (a CLONE_VM
  * child inside glibc) is never touched. */
-static int spawn_common(bool search, pid_t *pid, const char *path,
+AT_COLD static int spawn_common(bool search, pid_t *pid, const char *path,
                         const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
                         char *const argv[], char *const envp[])
 {
     __typeof__(posix_spawn) *real = search ? AT_REAL(posix_spawnp) : AT_REAL(posix_spawn);
-    if (!at_on() || in_vfork_child())
+    bool on = at_on();
+    if ((!on && !at_untraced) || in_vfork_child())
         return real(pid, path, fa, attr, argv, envp);
     char *const *in = envp ? envp : environ;
     size_t n = env_count(in);
     if (n > AT_ENV_MAX)
         return real(pid, path, fa, attr, argv, envp);
-    const char *slots[n + 3];
+    const char *slots[n + 4];
     char pbuf[sizeof AT_ENV_PARENT + 34], gbuf[sizeof AT_ENV_GEN + 32];
-    char *const *env = exec_env(in, slots, n, pbuf, gbuf, false);
+    bool traced = child_traced(false);
+    char ldbuf[traced ? 1 : preload_len(in, n) + 1];
+    char *const *env = traced ? exec_env(in, slots, n, pbuf, gbuf, false) : untraced_env(in, slots, n, ldbuf);
+    if (!on)
+        return real(pid, path, fa, attr, argv, env);
     pid_t child = 0;
     /* glibc's child runs on a stack of its own but on this thread's thread-local storage until it
      * execs: marked as the shim's own work, its calls of hooked functions (an entry-patched execve)
@@ -322,42 +441,91 @@ static int spawn_common(bool search, pid_t *pid, const char *path,
     return r;
 }
 
-AT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+AT_COLD AT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                           const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
     return spawn_common(false, pid, path, fa, attr, argv, envp);
 }
 
-AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+AT_COLD AT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
     return spawn_common(true, pid, file, fa, attr, argv, envp);
 }
 
-/* system() and popen(): glibc starts the shell itself, with nothing of ours in its environment, so
- * with a pattern without %p it names its file like ours, and the first to open takes the plain name.
- * Ours opens first (it does not wait for its first event then), so the shell and what it runs take
- * "-<pid>" as they always have. */
-AT_LAZY_REAL(system, int, (const char *))
-AT_EXPORT int system(const char *cmd)
+/* system() and popen(): glibc starts the shell itself, through its internal posix_spawn, with
+ * environ as it is: nothing of ours (the link, the manifest, a shim-less LD_PRELOAD for an untraced
+ * child) unless environ is the environment exec_env makes for the call's length. That is done only
+ * when no other thread of the program exists to see it (the writer's aside): otherwise the shell gets
+ * what environ holds, its root activities link to nothing, its files are not named in the manifest,
+ * and it is traced whatever ACTTRACE_FOLLOW says. With a pattern without %p the shell would then name
+ * its file like ours, and the first to open takes the plain name: ours opens first (it does not wait
+ * for its first event then), so the shell and what it runs take "-<pid>" as they always have. */
+AT_COLD static bool program_alone(void)
 {
-    if (cmd && at_on() && !at_internal && !in_vfork_child()) {
+    char b[512];
+    AT_INTERNAL_BEGIN(); /* the shim's own reads: no hook sees them */
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, b, sizeof b - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    AT_INTERNAL_END();
+    if (n <= 0)
+        return false;
+    b[n] = 0;
+    const char *p = strrchr(b, ')'); /* the name may hold anything; the fields follow its ')' */
+    for (int f = 3; p && f <= 20; f++) /* to the space before field 20, num_threads */
+        p = strchr(p + 1, ' ');
+    return p && strtol(p + 1, NULL, 10) - at_trace_writer_threads() == 1;
+}
+
+/* Declares the stack buffers and puts the child's environment in environ (undone by
+ * SPAWN_ENV_END) when the program has no other thread to see it. */
+#define SPAWN_ENV_BEGIN(use)                                                                       \
+    char **saved_env_ = environ;                                                                   \
+    size_t sn_ = env_count(environ);                                                               \
+    bool sw_ = (use) && (at_on() || at_untraced) && sn_ <= AT_ENV_MAX && program_alone();          \
+    bool str_ = sw_ && child_traced(false);                                                        \
+    const char *sslots_[sw_ ? sn_ + 4 : 1];                                                        \
+    char spbuf_[sizeof AT_ENV_PARENT + 34], sgbuf_[sizeof AT_ENV_GEN + 32];                        \
+    char sldbuf_[sw_ && !str_ ? preload_len(environ, sn_) + 1 : 1];                                \
+    if (sw_)                                                                                       \
+        environ = (char **)(str_ ? exec_env(saved_env_, sslots_, sn_, spbuf_, sgbuf_, false)       \
+                                 : untraced_env(saved_env_, sslots_, sn_, sldbuf_));
+#define SPAWN_ENV_END()                                                                            \
+    do {                                                                                           \
+        if (sw_ && environ == (char **)sslots_)                                                    \
+            environ = saved_env_;                                                                  \
+    } while (0)
+
+AT_LAZY_REAL(system, int, (const char *))
+AT_COLD AT_EXPORT int system(const char *cmd)
+{
+    bool use = cmd && !at_internal && !in_vfork_child();
+    if (use && at_on()) {
         int e = errno;
         at_trace_open_now();
         errno = e;
     }
-    return real_system()(cmd);
+    SPAWN_ENV_BEGIN(use);
+    int r = real_system()(cmd);
+    SPAWN_ENV_END();
+    return r;
 }
 
 AT_LAZY_REAL(popen, FILE *, (const char *, const char *))
-AT_EXPORT FILE *popen(const char *cmd, const char *mode)
+AT_COLD AT_EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-    if (at_on() && !at_internal && !in_vfork_child()) {
+    bool use = !at_internal && !in_vfork_child();
+    if (use && at_on()) {
         int e = errno;
         at_trace_open_now();
         errno = e;
     }
-    return real_popen()(cmd, mode);
+    SPAWN_ENV_BEGIN(use);
+    FILE *r = real_popen()(cmd, mode);
+    SPAWN_ENV_END();
+    return r;
 }
 
 /* ---------------- calls that must meet the program's threads only ---------------- */
@@ -457,6 +625,25 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
     }
 }
 
+AT_COLD static void signals_untrace(void);
+
+/* ACTTRACE_FOLLOW=exec|none: a fork child runs untraced. The shim cannot leave its memory, so it
+ * goes quiet there as if it had never started: every wrapper and hook passes straight through, no
+ * file is made, the signal dispositions and the alternate stack the shim set go back to what the
+ * program would find untraced, and the programs the child execs or spawns get an environment without
+ * the shim (exec_env). */
+AT_COLD static void fork_child_untraced(void)
+{
+    int e = errno;
+    at_pid = at_raw_getpid();
+    at_untraced = true;
+    __atomic_store_n(&at_hot.shim_on, 0, __ATOMIC_RELEASE);
+    signals_untrace();
+    at_sampler_untrace();
+    at_altstack_untrace();
+    errno = e;
+}
+
 /* The child's side of every fork, fork() below and those glibc makes itself (daemon() calls it
  * without the PLT): registered after the writer's handlers (which make the child's session wait for
  * its first event), before any the program registers later, whose events then find the child's own
@@ -464,15 +651,22 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
 AT_FORK_TEXT static void fork_child_handler(void)
 {
     if (at_on()) {
+        if (fork_follow != AT_CFG_FOLLOW_ALL) {
+            fork_child_untraced();
+            return;
+        }
         /* nothing here sets errno (whose look-up would map a page of libc's code more) */
         at_internal++; /* on the page the kernel writes in every child (rseq): no fault more */
         fork_child_fixup(at_pid); /* still the parent's */
         at_internal--;
+    } else if (at_untraced) {
+        at_pid = at_raw_getpid(); /* a fork of an untraced child: its execs are told apart from a vfork's */
     }
 }
 
 void at_process_fork_init(void)
 {
+    fork_follow = (int)at_cfg.follow;
     fork_child_type = at_ev.fork_child;
     fork_real_exit = AT_REAL(_exit);
     fork_real_Exit = AT_REAL(_Exit);
@@ -575,6 +769,18 @@ static void as_default(struct sigaction *sa)
     sigemptyset(&sa->sa_mask);
 }
 
+/* An untraced fork child: our handler goes, the default comes back (what the program saw all along). */
+AT_COLD static void signals_untrace(void)
+{
+    for (size_t i = 0; i < AT_ARRAY_LEN(at_fatal_sigs); i++) {
+        struct sigaction cur;
+        if (AT_REAL(sigaction)(at_fatal_sigs[i], NULL, &cur) == 0 && is_ours(&cur)) {
+            as_default(&cur);
+            AT_REAL(sigaction)(at_fatal_sigs[i], &cur, NULL);
+        }
+    }
+}
+
 static void at_fatal_handler(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
@@ -654,8 +860,11 @@ AT_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 {
     if (AT_UNLIKELY(sig == at_sample_sig && sig) && at_on())
         return at_sampler_sigaction(sig, act, old);
+    /* any other signal is no concern of sampling's (setting one's handler, as bash does for
+     * SIGCHLD, must not stop it) */
     if (!at_on() || !at_cfg.fatal_signals || !watched(sig))
-        return at_sampler_sigaction(sig, act, old);
+        return sig == at_sample_sig && sig ? at_sampler_sigaction(sig, act, old)
+                                           : AT_REAL(sigaction)(sig, act, old);
     struct sigaction ours, prev;
     const struct sigaction *use = act;
     if (act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL) {

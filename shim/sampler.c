@@ -173,6 +173,29 @@ void at_sampler_fork_child(void)
     timer_make();
 }
 
+/* A fork child left untraced (ACTTRACE_FOLLOW): the signal goes back to the default, as the program
+ * would find it, and is an ordinary signal for the wrappers from now on. */
+static void samp_handler(int sig, siginfo_t *si, void *ucv);
+
+void at_sampler_untrace(void)
+{
+    if (!at_sample_sig)
+        return;
+    atomic_store_explicit(&samp_state, SAMP_GONE, memory_order_relaxed);
+    for (uint32_t i = 0; i < SAMP_SLOTS; i++) /* the parent's timers, not this process's */
+        if (atomic_load_explicit(&samp_ids[i], memory_order_relaxed))
+            atomic_store_explicit(&samp_ids[i], 0, memory_order_relaxed);
+    samp_slot = 0;
+    struct sigaction cur;
+    if (AT_REAL(sigaction)(at_sample_sig, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_sigaction == samp_handler) {
+        memset(&cur, 0, sizeof cur);
+        cur.sa_handler = SIG_DFL;
+        AT_REAL(sigaction)(at_sample_sig, &cur, NULL);
+    }
+    at_sample_sig = 0;
+}
+
 /* --- the handler --- */
 
 /* The interrupted frame first, exact: the walk from here crosses the handler's frames and the signal

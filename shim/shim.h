@@ -165,6 +165,9 @@ bool at_sampler_vblocked(void);
 void at_sampler_exec_before(void);
 void at_sampler_exec_failed(void);
 void at_sampler_fork_child(void);
+void at_sampler_untrace(void);  /* a fork child left untraced: the signal is the program's again */
+void at_altstack_untrace(void); /* the same for the thread's alternate stack */
+extern const char *at_manifest_path; /* ACTTRACE_MANIFEST, taken out of environ (process.c) */
 int at_sampler_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 void at_sampler_stop(void); /* no more samples in the process (its end) */
 /* Tell the safe reader which memory stays mapped (saferanges.c); before the hooks go in. */

@@ -133,7 +133,10 @@ AT_HOT_FN static void thread_begin(at_thread_start *s)
         at_payload_init(&pl, buf, sizeof buf);
         at_payload_u64(&pl, s->parent);
         at_payload_u64(&pl, (uint64_t)(uintptr_t)s->fn.posix);
+        int q = at_trace_quiet;
+        at_trace_quiet = 3; /* written with the process's file; none for it alone */
         at_shim_event(at_ev.thread_begin, buf, (uint32_t)(pl.p - buf));
+        at_trace_quiet = q;
     }
 }
 
@@ -155,7 +158,10 @@ AT_HOT_FN static void thread_end(uint32_t kind)
         at_payload pl;
         at_payload_init(&pl, buf, sizeof buf);
         at_payload_u32(&pl, kind);
+        int q = at_trace_quiet;
+        at_trace_quiet = 3;
         at_shim_event(at_ev.thread_end, buf, (uint32_t)(pl.p - buf));
+        at_trace_quiet = q;
     }
     at_flow_leave(at_thread_prev);
     at_flow_release(at_thread_cap);
@@ -165,6 +171,7 @@ AT_HOT_FN static void thread_end(uint32_t kind)
     at_activity_thread_exit();
     at_tbuf_thread_exit();
     at_thread_managed = false;
+    at_trace_thread_done = true;
 }
 
 /* A cancelled thread unwinds through its cleanup handlers only: end it there (pthread_exit has
@@ -246,6 +253,7 @@ static void leader_left(void *unused)
     int e = errno;
     sigset_t mask;
     pthread_sigmask(SIG_BLOCK, NULL, &mask);
+    at_trace_thread_done = true;
     at_trace_exit_with_last_thread(&mask);
     errno = e;
 }
@@ -392,15 +400,15 @@ static void start_abandon(at_thread_start *s)
     errno = e;
 }
 
-/* The new thread's ThreadBegin would be the process's first event (its file waits for one): the file
- * and the writer's thread are started here, by the creating thread, which its own pthread_create
- * makes allocate anyway. Started by the new thread, the writer's thread descriptor would be that
- * thread's first allocation, and give it a malloc arena of its own (64 MiB of address space, and a
- * lock page every later fork copies in the parent). */
+/* The new thread's ThreadBegin would be the process's first event (its file waits for one that
+ * counts): the buffers and the writer's thread are started here, by the creating thread, which its
+ * own pthread_create makes allocate anyway; the file still waits. Started by whichever thread records
+ * first, the writer's thread descriptor could be that thread's first allocation, and give it a malloc
+ * arena of its own (64 MiB of address space, and a lock page every later fork copies in the parent). */
 static inline void open_for_thread(void)
 {
     if (at_cfg.thread_events && at_ev.thread_begin && at_event_enabled(at_ev.thread_begin))
-        at_trace_open_pending();
+        at_trace_writer_now();
 }
 
 AT_HOT_FN AT_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)

@@ -1,13 +1,15 @@
-/* cmd_run.c: `acttrace run [-c CONFIG] [-o OUTPUT] -- PROGRAM ARGS`: runs a program under the shim
- * (LD_PRELOAD=<folder of this acttrace>/libacttrace.so, or ../lib/ for an installed layout) with
- * ACTTRACE_CONFIG and ACTTRACE_OUTPUT set, passes its exit status through (128+N for a signal, as
- * shells do) and says on stderr which trace files it left, as `strace -o` and `uftrace record` do. */
+/* cmd_run.c: `acttrace run [OPTIONS] [--] PROGRAM ARGS`: runs a program under the shim
+ * (LD_PRELOAD=<folder of this acttrace>/libacttrace.so, or ../lib/ for an installed layout) with the
+ * settings its options give, passes its exit status through (128+N for a signal, as shells do) and
+ * says on stderr which trace files the run wrote, as `strace -o` and `uftrace record` do. The shim
+ * names them: every traced process appends the path of each file it creates to a manifest in a
+ * private folder (ACTTRACE_MANIFEST), read once the program has ended. */
 #include "cmds.h"
 #include "ntreader.h"
 
 #include <errno.h>
-#include <fnmatch.h>
-#include <glob.h>
+#include <fcntl.h>
+#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -16,20 +18,36 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-#define RUN_DEFAULT_OUTPUT "acttrace-%p.nettrace" /* the shim's default (config/config.h) */
 
 static void run_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace run [-c CONFIG] [-o OUTPUT] [--sample HZ] -- PROGRAM [ARGS...]\n"
-               "  Runs PROGRAM under the shim and exits with its status. Then names the trace files.\n"
-               "  -c CONFIG     the config file (ACTTRACE_CONFIG)\n"
-               "  -o OUTPUT     the trace path pattern (ACTTRACE_OUTPUT; %%p = pid, %%t = start time;\n"
-               "                default %s)\n"
-               "  --sample HZ   CPU samples per second of each thread's CPU time, with its stack and\n"
-               "                activity (ACTTRACE_SAMPLE_HZ; 0 = off, at most 10000)\n", RUN_DEFAULT_OUTPUT);
+    fprintf(f, "usage: acttrace run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+               "  Runs PROGRAM under the shim and exits with its status, then names the trace files\n"
+               "  the run wrote.\n"
+               "  -c, --config FILE     the config file of functions to hook (ACTTRACE_CONFIG)\n"
+               "  -o, --output PATTERN  the trace path pattern (ACTTRACE_OUTPUT; %%p = pid, %%t = start\n"
+               "                        time; default acttrace-%%p.nettrace)\n"
+               "      --sample HZ       CPU samples per second of each thread's CPU time, with its stack\n"
+               "                        and activity (ACTTRACE_SAMPLE_HZ; 0 = off, at most 10000)\n"
+               "      --follow WHICH    which processes the program starts are traced: all (default),\n"
+               "                        exec (the images it execs, not its children), none (only\n"
+               "                        PROGRAM itself) (ACTTRACE_FOLLOW)\n"
+               "  -q, --quiet           no start-up line from the shim and no closing lines; errors\n"
+               "                        still print (ACTTRACE_QUIET)\n"
+               "  -h, --help            this text\n"
+               "  SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to acttrace run go to the program, whose end\n"
+               "  it waits for (a terminal's ^C reaches the program once).\n");
+}
+
+/* One line naming the mistake, then the usage: exit status 2. */
+static int run_usage_error(const char *fmt, const char *what)
+{
+    fputs("acttrace run: ", stderr);
+    fprintf(stderr, fmt, what);
+    fputc('\n', stderr);
+    run_usage(stderr);
+    return 2;
 }
 
 /* The shim beside this executable, or in ../lib (make install). */
@@ -50,37 +68,70 @@ static bool find_shim(char *out, size_t n)
     return false;
 }
 
-/* pattern with %p -> pid (or '*' when pid is 0), %t -> '*', %% -> %; glob-escaped otherwise. */
-static void pattern_glob(const char *pat, long pid, char *out, size_t n)
+/* The output pattern can take the files: its folder exists, is a folder and can be written; a name
+ * without %p or %t is not something else already (the shim creates its files anew and never writes
+ * through a link or into a device: it would take another name beside it). false with one line said. */
+static bool output_ok(const char *pat)
 {
-    size_t k = 0;
-    for (const char *s = pat; *s && k + 24 < n; s++) {
-        if (s[0] == '%' && s[1] == 'p') {
-            k += pid ? (size_t)snprintf(out + k, n - k, "%ld", pid) : (size_t)snprintf(out + k, n - k, "*");
-            s++;
-        } else if (s[0] == '%' && s[1] == 't') {
-            out[k++] = '*';
-            s++;
-        } else if (s[0] == '%' && s[1] == '%') {
-            out[k++] = '%';
-            s++;
-        } else {
-            if (strchr("*?[\\", *s)) out[k++] = '\\';
-            out[k++] = *s;
+    if (!*pat) {
+        fprintf(stderr, "acttrace run: -o: the pattern is empty\n");
+        return false;
+    }
+    size_t n = strlen(pat);
+    if (pat[n - 1] == '/') {
+        fprintf(stderr, "acttrace run: -o %s: names a folder; give a file name pattern such as "
+                        "%sacttrace-%%p.nettrace\n", pat, pat);
+        return false;
+    }
+    char dir[PATH_MAX];
+    const char *slash = strrchr(pat, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == pat) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - pat), pat);
+    struct stat st;
+    if (!strchr(dir, '%')) { /* a folder with %p or %t in it is the shim's to make sense of */
+        if (stat(dir, &st) != 0) {
+            fprintf(stderr, "acttrace run: -o %s: the folder %s %s\n", pat, dir,
+                    errno == ENOENT ? "does not exist" : strerror(errno));
+            return false;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "acttrace run: -o %s: %s is not a folder\n", pat, dir);
+            return false;
+        }
+        if (access(dir, W_OK | X_OK) != 0) {
+            fprintf(stderr, "acttrace run: -o %s: the folder %s %s\n", pat, dir,
+                    errno == EROFS ? "is on a read-only file system" : errno == EACCES ? "is not writable" : strerror(errno));
+            return false;
         }
     }
-    out[k] = 0;
+    bool fixed = true;
+    for (const char *p = pat; *p; p++)
+        if (p[0] == '%' && p[1]) {
+            fixed &= p[1] == '%';
+            p++;
+        }
+    if (fixed && lstat(pat, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "acttrace run: -o %s: %s, not a file the trace can replace (it writes new "
+                        "regular files only)\n", pat,
+                S_ISDIR(st.st_mode) ? "is a folder" : S_ISLNK(st.st_mode) ? "is a symbolic link"
+                : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "is a device" : S_ISFIFO(st.st_mode) ? "is a FIFO"
+                : "is not a regular file");
+        return false;
+    }
+    return true;
 }
 
-/* What a file holds, as its readers will see it: events, events lost, damage. */
-static void file_summary(const char *path, char *out, size_t n)
+/* What a file holds, as its readers will see it: events, events lost, damage. false: it cannot be
+ * read or is damaged (worth saying even under --quiet). */
+static bool file_summary(const char *path, char *out, size_t n)
 {
     char err[512];
     nt_options o = {.skip_events = true};
     nt_reader *r = nt_open_ex(path, &o, err, sizeof err);
     if (!r) {
         snprintf(out, n, "unreadable (%s)", err);
-        return;
+        return false;
     }
     nt_event ev;
     while (nt_next(r, &ev) == 1) {}
@@ -91,83 +142,139 @@ static void file_summary(const char *path, char *out, size_t n)
     if (d && k > 0 && (size_t)k < n)
         snprintf(out + k, n - (size_t)k, "; %s", d->text);
     nt_close(r);
+    return !d;
 }
 
-/* Name the files the run left: the program's own, then those of its children (forks get
- * "-<pid>" or their own %p, exec'ed images "-exec<n>"), written since the run started. */
-static void report_files(const char *pattern, long pid, time_t since)
+/* The private folder of the run's manifest: made at the start, removed at the end. */
+typedef struct run_manifest {
+    char dir[PATH_MAX];
+    char path[PATH_MAX + 16];
+} run_manifest;
+
+static bool manifest_make(run_manifest *m)
 {
-    char g[3][PATH_MAX + 64];
-    pattern_glob(pattern, pid, g[0], PATH_MAX);
-    pattern_glob(pattern, 0, g[1], PATH_MAX);
-    /* stem-<anything>.ext for forks/exec images of a pattern without %p */
-    const char *dot = strrchr(g[1], '.'), *sl = strrchr(g[1], '/');
-    if (dot && (!sl || dot > sl)) snprintf(g[2], sizeof g[2], "%.*s-*%.32s", (int)(dot - g[1]) & 0xfff, g[1], dot);
-    else snprintf(g[2], sizeof g[2], "%.4000s-*", g[1]);
-    glob_t gl;
-    memset(&gl, 0, sizeof gl);
-    for (int i = 0; i < 3; i++) glob(g[i], i ? GLOB_APPEND : 0, NULL, &gl);
-    int shown = 0;
-    for (int pass = 0; pass < 2; pass++) /* the program's own file first, then its children's */
-        for (size_t i = 0; i < gl.gl_pathc; i++) {
-            struct stat st;
-            const char *p = gl.gl_pathv[i];
-            bool dup = false;
-            for (size_t j = 0; j < i; j++) dup |= !strcmp(gl.gl_pathv[j], p);
-            if (dup || stat(p, &st) != 0 || !S_ISREG(st.st_mode) || st.st_mtime < since) continue;
-            if ((fnmatch(g[0], p, 0) == 0) != (pass == 0)) continue;
-            char what[700];
-            file_summary(p, what, sizeof what);
-            fprintf(stderr, "acttrace: trace written to %s%s: %s\n", p, pass ? " (a child process or an exec'ed image)" : "",
-                    what);
-            shown++;
-        }
-    /* the shim opens a process's file at its first event: no file is what a run that recorded
-     * nothing leaves (a failure to trace is said by the shim's own "acttrace:" line) */
-    if (!shown)
-        fprintf(stderr, "acttrace: the program recorded no event, so no trace file was written (none matches %s)\n",
-                g[0]);
-    globfree(&gl);
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || tmp[0] != '/') tmp = "/tmp";
+    snprintf(m->dir, sizeof m->dir, "%s/acttrace-run-XXXXXX", tmp);
+    if (!mkdtemp(m->dir)) { /* mode 0700: only this user's processes name their files there */
+        fprintf(stderr, "acttrace run: cannot make a folder in %s: %s\n", tmp, strerror(errno));
+        return false;
+    }
+    snprintf(m->path, sizeof m->path, "%s/files", m->dir);
+    int fd = open(m->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "acttrace run: cannot create %s: %s\n", m->path, strerror(errno));
+        rmdir(m->dir);
+        return false;
+    }
+    close(fd);
+    return true;
+}
+
+/* Name the files the run wrote, in the order they were created, each once; then the folder goes. */
+static void manifest_report(run_manifest *m, bool quiet)
+{
+    FILE *f = fopen(m->path, "re");
+    char cwd[PATH_MAX];
+    size_t cl = getcwd(cwd, sizeof cwd) ? strlen(cwd) : 0;
+    char **seen = NULL;
+    size_t nseen = 0;
+    char line[PATH_MAX + 8];
+    while (f && fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        if (!n || line[n - 1] != '\n') continue; /* a torn line: a process killed while writing it */
+        line[n - 1] = 0;
+        bool dup = false;
+        for (size_t i = 0; i < nseen && !dup; i++) dup = !strcmp(seen[i], line);
+        struct stat st;
+        if (dup || lstat(line, &st) != 0 || !S_ISREG(st.st_mode)) continue; /* a circular segment gone */
+        char **ns = realloc(seen, (nseen + 1) * sizeof *seen);
+        if (!ns) break;
+        seen = ns;
+        seen[nseen++] = strdup(line);
+        char what[700];
+        bool sound = file_summary(line, what, sizeof what);
+        /* under the working folder: named from there, as the pattern named it */
+        const char *shown = line;
+        if (cl > 1 && !strncmp(line, cwd, cl) && line[cl] == '/') shown = line + cl + 1;
+        if (!quiet || !sound) fprintf(stderr, "acttrace: trace written to %s: %s\n", shown, what);
+    }
+    /* the shim opens a process's file at its first event of the program's own: no file is what a
+     * run that recorded nothing leaves (a failure to trace is said by the shim's own line) */
+    if (!nseen && !quiet) fprintf(stderr, "acttrace: the program recorded no event, so no trace file was written\n");
+    for (size_t i = 0; i < nseen; i++) free(seen[i]);
+    free(seen);
+    if (f) fclose(f);
+    unlink(m->path);
+    rmdir(m->dir);
+}
+
+/* Signals sent to acttrace run go to the program. The terminal's (^C, ^\, a hangup) reach the
+ * whole foreground process group, the program with us: those (si_code SI_KERNEL) are not sent again.
+ * A signal a process sends to our pid is passed on; one it sends to the whole group reaches the
+ * program twice (nothing tells the two apart). */
+static volatile sig_atomic_t run_child;
+static const int run_forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+static void run_forward(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    int e = errno;
+    if (run_child > 0 && (!si || si->si_code != SI_KERNEL)) kill((pid_t)run_child, sig);
+    errno = e;
+}
+
+/* The option getopt stopped at, as the user wrote it: "--name" whole, or the letter of a cluster. */
+static const char *opt_named(const char *arg, int opt)
+{
+    static char o[3];
+    if (!strncmp(arg, "--", 2) || opt <= 0 || opt > 255) return arg;
+    o[0] = '-', o[1] = (char)opt, o[2] = 0;
+    return o;
 }
 
 int at_cmd_run(int argc, char **argv)
 {
-    const char *config = NULL, *output = NULL, *sample = NULL;
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--")) {
-            i++;
-            break;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            run_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-c") && i + 1 < argc) {
-            config = argv[++i];
-        } else if (!strcmp(a, "-o") && i + 1 < argc) {
-            output = argv[++i];
-        } else if ((!strcmp(a, "--sample") && i + 1 < argc) || !strncmp(a, "--sample=", 9)) {
-            const char *v = a[8] == '=' ? a + 9 : argv[++i];
+    const char *config = NULL, *output = NULL, *sample = NULL, *follow = NULL;
+    bool quiet = false;
+    enum { OPT_SAMPLE = 256, OPT_FOLLOW };
+    static const struct option longs[] = {
+        {"config", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
+        {"sample", required_argument, NULL, OPT_SAMPLE}, {"follow", required_argument, NULL, OPT_FOLLOW},
+        {"quiet", no_argument, NULL, 'q'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    optind = 0; /* glibc: start afresh */
+    int c;
+    /* '+': the options end at the program, whose own options are its own */
+    while ((c = getopt_long(argc, argv, "+:c:o:qh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'c': config = optarg; break;
+        case 'o': output = optarg; break;
+        case 'q': quiet = true; break;
+        case 'h': run_usage(stdout); return 0;
+        case OPT_SAMPLE: {
             char *end;
             errno = 0;
-            unsigned long hz = strtoul(v, &end, 10);
-            if (!*v || *end || errno || hz > 10000 || v[0] == '-') {
-                fprintf(stderr, "acttrace run: --sample %s: expected a rate from 0 to 10000 (per second)\n", v);
-                return 2;
-            }
-            sample = v;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "acttrace run: unknown option '%s'\n", a);
-            run_usage(stderr);
-            return 2;
-        } else {
+            unsigned long hz = strtoul(optarg, &end, 10);
+            if (!*optarg || *end || errno || hz > 10000 || optarg[0] == '-')
+                return run_usage_error("--sample %s: expected a rate from 0 to 10000 (per second)", optarg);
+            sample = optarg;
             break;
         }
+        case OPT_FOLLOW:
+            if (strcmp(optarg, "all") && strcmp(optarg, "exec") && strcmp(optarg, "none"))
+                return run_usage_error("--follow %s: expected all, exec or none", optarg);
+            follow = optarg;
+            break;
+        case ':':
+            return run_usage_error("option '%s' needs a value", opt_named(argv[optind - 1], optopt));
+        default:
+            return run_usage_error("unknown option '%s'", opt_named(argv[optind - 1], optopt));
+        }
     }
-    if (i >= argc) {
-        run_usage(stderr);
-        return 2;
-    }
+    if (optind >= argc) return run_usage_error("%s", "no program to run");
+    char **prog = argv + optind;
     char shim[PATH_MAX + 32];
     if (!find_shim(shim, sizeof shim)) {
         fprintf(stderr, "acttrace run: %s not found (build it with make, or install with make install)\n", shim);
@@ -181,39 +288,57 @@ int at_cmd_run(int argc, char **argv)
         }
         setenv("ACTTRACE_CONFIG", cfg, 1);
     }
+    if (output && !output_ok(output)) return 2;
     if (output) setenv("ACTTRACE_OUTPUT", output, 1);
     if (sample) setenv("ACTTRACE_SAMPLE_HZ", sample, 1);
-    const char *pattern = output ? output : getenv("ACTTRACE_OUTPUT");
-    if (!pattern || !*pattern) pattern = RUN_DEFAULT_OUTPUT;
+    if (follow) setenv("ACTTRACE_FOLLOW", follow, 1);
+    if (quiet) setenv("ACTTRACE_QUIET", "1", 1);
+    run_manifest m;
+    if (!manifest_make(&m)) return 1;
     const char *old = getenv("LD_PRELOAD");
     char *pre = NULL;
     if (asprintf(&pre, "%s%s%s", shim, old && *old ? ":" : "", old && *old ? old : "") < 0) return 1;
-    time_t since = time(NULL);
+    /* the handlers are in place before the program exists, the signals held until its pid is known */
+    sigset_t hold, saved;
+    sigemptyset(&hold);
+    struct sigaction fwd = {.sa_sigaction = run_forward, .sa_flags = SA_SIGINFO | SA_RESTART}, was[4];
+    sigemptyset(&fwd.sa_mask);
+    for (size_t k = 0; k < sizeof run_forwarded / sizeof run_forwarded[0]; k++) {
+        sigaddset(&hold, run_forwarded[k]);
+        sigaddset(&fwd.sa_mask, run_forwarded[k]);
+    }
+    sigprocmask(SIG_BLOCK, &hold, &saved);
+    for (size_t k = 0; k < sizeof run_forwarded / sizeof run_forwarded[0]; k++) {
+        sigaction(run_forwarded[k], NULL, &was[k]);
+        if (was[k].sa_handler != SIG_IGN) sigaction(run_forwarded[k], &fwd, NULL); /* nohup stays nohup */
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "acttrace run: fork: %s\n", strerror(errno));
         free(pre);
+        manifest_report(&m, true);
         return 1;
     }
     if (pid == 0) {
+        for (size_t k = 0; k < sizeof run_forwarded / sizeof run_forwarded[0]; k++)
+            sigaction(run_forwarded[k], &was[k], NULL);
+        sigprocmask(SIG_SETMASK, &saved, NULL);
         setenv("LD_PRELOAD", pre, 1);
-        execvp(argv[i], argv + i);
-        fprintf(stderr, "acttrace run: cannot run %s: %s\n", argv[i], strerror(errno));
+        setenv("ACTTRACE_MANIFEST", m.path, 1);
+        execvp(prog[0], prog);
+        fprintf(stderr, "acttrace run: cannot run %s: %s\n", prog[0], strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
     }
     free(pre);
-    /* like system(): the terminal's ^C and ^\ are for the program; we wait for it */
-    struct sigaction ign = {.sa_handler = SIG_IGN}, oint, oquit;
-    sigaction(SIGINT, &ign, &oint);
-    sigaction(SIGQUIT, &ign, &oquit);
-    int st;
+    run_child = pid;
+    sigprocmask(SIG_SETMASK, &saved, NULL);
+    int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    sigaction(SIGINT, &oint, NULL);
-    sigaction(SIGQUIT, &oquit, NULL);
+    run_child = 0;
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-    if (WIFSIGNALED(st))
-        fprintf(stderr, "acttrace: %s was killed by signal %d (%s)\n", argv[i], WTERMSIG(st), strsignal(WTERMSIG(st)));
-    report_files(pattern, (long)pid, since);
+    if (WIFSIGNALED(st) && !quiet)
+        fprintf(stderr, "acttrace: %s was killed by signal %d (%s)\n", prog[0], WTERMSIG(st), strsignal(WTERMSIG(st)));
+    manifest_report(&m, quiet);
     return code;
 }

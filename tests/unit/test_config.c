@@ -42,6 +42,8 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c.stack_depth, 32);
     ck_assert(c.symbols);
     ck_assert_int_eq(c.clock, AT_CLOCK_AUTO);
+    ck_assert_int_eq(c.follow, AT_CFG_FOLLOW_ALL);
+    ck_assert(!c.quiet);
 }
 END_TEST
 
@@ -82,8 +84,10 @@ START_TEST(test_overrides)
                          "ACTTRACE_FDFLOW=0", "ACTTRACE_ACCEPT_ACTIVITY=yes",
                          "ACTTRACE_THREAD_EVENTS=off", "ACTTRACE_SIGNALS=false",
                          "ACTTRACE_BUFFER_KB=512", "ACTTRACE_FLUSH_MS=20",
-                         "ACTTRACE_FILE_MODE=0640", NULL};
+                         "ACTTRACE_FILE_MODE=0640", "ACTTRACE_FOLLOW=exec", "ACTTRACE_QUIET=1", NULL};
     ck_assert_int_eq(load(&c, env, err, sizeof err), 0);
+    ck_assert_int_eq(c.follow, AT_CFG_FOLLOW_EXEC);
+    ck_assert(c.quiet);
     ck_assert_uint_eq(c.file_mode, 0640);
     ck_assert_str_eq(c.output, "/tmp/x-%p.nettrace");
     ck_assert_str_eq(c.config_file, "/etc/a.conf");
@@ -118,6 +122,8 @@ static const struct {
     {"ACTTRACE_FLUSH_MS=99999999", "ACTTRACE_FLUSH_MS=99999999: expected a number from 0 to 3600000"},
     {"ACTTRACE_FILE_MODE=0999", "ACTTRACE_FILE_MODE=0999: expected octal permissions such as 0600 or 0640"},
     {"ACTTRACE_FILE_MODE=01777", "ACTTRACE_FILE_MODE=01777: expected octal permissions such as 0600 or 0640"},
+    {"ACTTRACE_FOLLOW=children", "ACTTRACE_FOLLOW=children: expected one of all|exec|none"},
+    {"ACTTRACE_QUIET=very", "ACTTRACE_QUIET=very: expected 0 or 1"},
 };
 
 START_TEST(test_bad_values)
