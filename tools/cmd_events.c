@@ -1,6 +1,6 @@
 /* cmd_events.c: `acttrace events FILE...`: PerfView's Events view in a terminal: one line per event
  * in time order (several files merge by time) with time, thread, provider/event, activity path,
- * related activity, DURATION_MSEC on Stops and the payload; filters by event name, activity path
+ * related activity, the duration on Stops and the payload; filters by event name, activity path
  * prefix, thread and time range. Streams: memory holds only the activities still open. */
 #include "actmodel.h"
 #include "cmds.h"
@@ -39,7 +39,8 @@ static void events_usage(FILE *f)
 {
     fprintf(f, "usage: acttrace events [options] FILE...\n"
                "  Lists every event in time order (several files are merged by time):\n"
-               "  TIME_MSEC THREAD PROVIDER/EVENT ACTIVITY RELATED [DURATION_MSEC] PAYLOAD\n"
+               "  TIME_MSEC THREAD PROVIDER/EVENT ACTIVITY RELATED [DURATION=] PAYLOAD\n"
+               "  A Stop's DURATION shows in us below 1 ms, in ms below 1 s, else in s.\n"
                "  --name NAME      only events named NAME, or NAMEStart/NAMEStop\n"
                "  --activity PATH  only events whose activity is PATH or below it (e.g. //1/5)\n"
                "  --thread TID     only events of that thread\n"
@@ -130,8 +131,8 @@ static void on_event(void *vc, const am_event *e)
     am_buf_str(f, "  ");
     am_buf_str(f, rel[0] ? rel : "-");
     if (e->stopped) {
-        am_buf_str(f, "  DURATION_MSEC=");
-        am_buf_ms(f, e->stopped->stop - e->stopped->start, 0);
+        am_buf_str(f, "  DURATION=");
+        am_buf_dur(f, e->stopped->stop - e->stopped->start, 0);
     }
     uint32_t off = 0;
     for (uint32_t i = 0; i < m->nfields; i++) {

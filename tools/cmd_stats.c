@@ -26,8 +26,9 @@ typedef struct st_ctx {
 static void stats_usage(FILE *f)
 {
     fprintf(f, "usage: acttrace stats FILE...\n"
-               "  Per activity name: COUNT, P50/P90/P99/MAX duration (ms, stopped activities), THREADS\n"
-               "  (distinct threads visited), EVENTS (events inside them), NEVER_STOPPED.\n");
+               "  Per activity name: COUNT, P50/P90/P99/MAX duration (stopped activities; in us below 1 ms,\n"
+               "  in ms below 1 s, else in s), THREADS (distinct threads visited), EVENTS (events inside\n"
+               "  them), NEVER_STOPPED.\n");
 }
 
 static st_name *st_get(st_ctx *c, const char *name)
@@ -114,14 +115,17 @@ int at_cmd_stats(int argc, char **argv)
     am_run(m, err, sizeof err); /* a damaged file: what was read before the damage, then the damage */
     {
         if (c.n) qsort(c.v, c.n, sizeof *c.v, by_name);
-        printf("%-24s %8s %10s %10s %10s %10s %7s %8s %13s\n", "NAME", "COUNT", "P50_MS", "P90_MS", "P99_MS",
-               "MAX_MS", "THREADS", "EVENTS", "NEVER_STOPPED");
+        printf("%-24s %8s %10s %10s %10s %10s %7s %8s %13s\n", "NAME", "COUNT", "P50", "P90", "P99", "MAX",
+               "THREADS", "EVENTS", "NEVER_STOPPED");
         for (size_t i = 0; i < c.n; i++) {
             st_name *s = &c.v[i];
-            printf("%-24s %8llu %10.3f %10.3f %10.3f %10.3f %7u %8llu %13llu\n", s->name,
-                   (unsigned long long)s->count, am_dist_pct(&s->d, 50) / 1e6, am_dist_pct(&s->d, 90) / 1e6,
-                   am_dist_pct(&s->d, 99) / 1e6, (double)s->d.max / 1e6, s->ntids,
-                   (unsigned long long)s->events, (unsigned long long)s->never);
+            char p50[AM_DUR_MAX], p90[AM_DUR_MAX], p99[AM_DUR_MAX], max[AM_DUR_MAX];
+            am_fmt_dur(p50, am_dist_pct(&s->d, 50));
+            am_fmt_dur(p90, am_dist_pct(&s->d, 90));
+            am_fmt_dur(p99, am_dist_pct(&s->d, 99));
+            am_fmt_dur(max, s->d.max);
+            printf("%-24s %8llu %10s %10s %10s %10s %7u %8llu %13llu\n", s->name, (unsigned long long)s->count,
+                   p50, p90, p99, max, s->ntids, (unsigned long long)s->events, (unsigned long long)s->never);
         }
     }
     fflush(stdout);

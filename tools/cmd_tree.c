@@ -27,8 +27,9 @@ typedef struct tree_ctx {
 static void tree_usage(FILE *f)
 {
     fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--tsv] FILE...\n"
-               "  Prints the activity tree: name, path, start and duration (ms), threads visited and\n"
-               "  the transfers between them, children indented below their parent. Activities never\n"
+               "  Prints the activity tree: name, path, start (ms from the trace start), duration, threads\n"
+               "  visited and the transfers between them (from->to@ms), children indented below their\n"
+               "  parent. Durations show in us below 1 ms, in ms below 1 s, else in s. Activities never\n"
                "  stopped show as such. Several files (parent and child processes) merge into one tree.\n"
                "  --name NAME   only activities named NAME (with their ancestors and descendants)\n"
                "  --min-ms MS   only activities lasting at least MS (with their ancestors)\n"
@@ -83,8 +84,8 @@ static void print_node(tree_ctx *c, const am_activity *a, int indent, bool insid
     am_buf *f = &c->out;
     print_head(c, a, indent);
     am_buf_str(f, a->stopped ? "  duration " : "  NEVER STOPPED (open ");
-    am_buf_ms(f, a->stop - a->start, 0);
-    am_buf_str(f, a->stopped ? " ms" : " ms at the end)");
+    am_buf_dur(f, a->stop - a->start, 0);
+    if (!a->stopped) am_buf_str(f, " at the end)");
     am_buf_str(f, "  threads ");
     for (uint32_t i = 0, n = am_nvisits(a); i < n; i++) {
         if (i) am_buf_chr(f, ',');
