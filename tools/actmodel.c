@@ -6,7 +6,6 @@
 #include "actpath.h"
 #include "guid.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,16 +110,6 @@ bool am_path_within(const char *path, const char *prefix)
     size_t l = strlen(prefix);
     if (l && prefix[l - 1] == '/') l--;
     return strncmp(path, prefix, l) == 0 && (path[l] == 0 || path[l] == '/');
-}
-
-bool am_parse_ms(const char *s, int64_t *ns)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno) return false;
-    *ns = (int64_t)(v * 1e6);
-    return true;
 }
 
 int am_visit_index(const am_activity *a, uint64_t tid)

@@ -192,8 +192,6 @@ void am_activity_name(const char *event_name, char *out, size_t n);
 void am_format_id(const at_guid *g, uint32_t pid, char *out, size_t n);
 /* Is path equal to prefix or below it ("//1/5/1" within "//1/5")? */
 bool am_path_within(const char *path, const char *prefix);
-/* Parse "12.5" (ms) into ns; false if not a number. */
-bool am_parse_ms(const char *s, int64_t *ns);
 /* Find the index of a thread in a's visits (-1 if none). */
 int am_visit_index(const am_activity *a, uint64_t tid);
 /* Peak bytes the model allocated for activities, their table, names and rare fields (the files'

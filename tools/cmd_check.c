@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cliopt.h"
 #include "cmds.h"
 #include "hookconf.h"
 #include "sigcheck.h"
@@ -26,9 +27,10 @@ static void usage(FILE *f)
                "Each declared signature is compared with the function's DWARF prototype when debug\n"
                "info is found (the module's own, or under /usr/lib/debug by build-id or\n"
                ".gnu_debuglink); a line says when it is not.\n"
+
+               "The shim is $ACTTRACE_SHIM, else libacttrace.so beside this program or in ../lib.\n"
                "Exit status: 0 every function can be hooked and no signature contradicts its\n"
-               "prototype, 1 otherwise (or a config error), 2 usage. The shim is $ACTTRACE_SHIM, else libacttrace.so beside this program or in\n"
-               "../lib.\n");
+               "prototype; 1 otherwise (or a config error); 2 usage error.\n");
 }
 
 /* libacttrace.so beside the acttrace executable, or in ../lib of it */
@@ -87,26 +89,34 @@ static int check_signatures(const at_hookconf *hc, const char *path)
 
 int at_cmd_check(int argc, char **argv)
 {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
-        return 0;
+    /* the operands before "--" (the CONFIG), counted before getopt moves them */
+    int dashes = 0, before = 0;
+    for (int i = 1; i < argc && !dashes; i++) {
+        if (!strcmp(argv[i], "--")) dashes = i;
+        else if (argv[i][0] != '-' || !argv[i][1]) before++;
     }
-    if (argc < 4 || strcmp(argv[2], "--")) {
-        usage(stderr);
-        return 2;
-    }
-    const char *conf = argv[1];
+    at_cli cli;
+    at_cli_init(&cli, "check", usage, "", NULL, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {}
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nops;
+    char **ops = at_cli_operands(&cli, &nops);
+    if (!dashes || before != 1 || nops < 2)
+        return at_cli_usage_error(&cli, !dashes || nops < 2 ? "give the program after --: acttrace check CONFIG -- PROGRAM"
+                                                            : "one CONFIG before --");
+    const char *conf = ops[0];
     at_hookconf hc;
     char err[1024];
     if (at_hookconf_load(conf, &hc, err, sizeof err) != 0) {
-        fprintf(stderr, "acttrace: %s\n", err);
-        return 1;
+        fprintf(stderr, "acttrace check: %s\n", err);
+        return AT_EXIT_ERROR;
     }
     char shim[PATH_MAX], confabs[PATH_MAX];
     if (find_shim(shim, sizeof shim) != 0) {
-        fprintf(stderr, "acttrace: cannot find libacttrace.so (set ACTTRACE_SHIM)\n");
+        fprintf(stderr, "acttrace check: cannot find libacttrace.so (set ACTTRACE_SHIM)\n");
         at_hookconf_free(&hc);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     char sigs[] = "/tmp/acttrace-check-XXXXXX";
     int sfd = mkstemp(sigs);
@@ -117,8 +127,9 @@ int at_cmd_check(int argc, char **argv)
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) {
-        fprintf(stderr, "acttrace: fork: %s\n", strerror(errno));
-        return 1;
+        fprintf(stderr, "acttrace check: fork: %s\n", strerror(errno));
+        at_hookconf_free(&hc);
+        return AT_EXIT_ERROR;
     }
     if (pid == 0) {
         const char *old = getenv("LD_PRELOAD");
@@ -129,8 +140,8 @@ int at_cmd_check(int argc, char **argv)
         setenv("ACTTRACE_CHECK", "1", 1);
         if (sfd >= 0)
             setenv("ACTTRACE_CHECK_SIGS", sigs, 1);
-        execvp(argv[3], argv + 3);
-        fprintf(stderr, "acttrace: cannot run %s: %s\n", argv[3], strerror(errno));
+        execvp(ops[1], ops + 1);
+        fprintf(stderr, "acttrace check: cannot run %s: %s\n", ops[1], strerror(errno));
         _exit(127);
     }
     int st;
@@ -145,7 +156,7 @@ int at_cmd_check(int argc, char **argv)
     else if (WIFEXITED(st))
         rc = WEXITSTATUS(st) == 127 ? 1 : WEXITSTATUS(st);
     else {
-        fprintf(stderr, "acttrace: %s died of signal %d while loading\n", argv[3], WTERMSIG(st));
+        fprintf(stderr, "acttrace check: %s died of signal %d while loading\n", ops[1], WTERMSIG(st));
         rc = 1;
     }
     /* the program loaded and the shim said where it found each function */

@@ -3,9 +3,11 @@
  * related activity, the duration on Stops and the payload; filters by event name, activity path
  * prefix, thread and time range. Streams: memory holds only the activities still open. */
 #include "actmodel.h"
+#include "cliopt.h"
 #include "cmds.h"
 #include "ntsym.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +16,7 @@ typedef struct ev_ctx {
     am_buf out;
     const char *name, *prefix;
     uint64_t tid;
-    bool has_tid, multi;
+    bool has_tid, has_from, has_to, multi;
     int64_t from, to;
     char **labels;      /* by metadata id (of the file whose metadata label_meta holds) */
     const nt_metadata **label_meta;
@@ -42,9 +44,10 @@ static void events_usage(FILE *f)
                "  TIME_MSEC THREAD PROVIDER/EVENT ACTIVITY RELATED [DURATION=] PAYLOAD\n"
                "  A Stop's DURATION shows in us below 1 ms, in ms below 1 s, else in s.\n"
                "  --name NAME      only events named NAME, or NAMEStart/NAMEStop\n"
-               "  --activity PATH  only events whose activity is PATH or below it (e.g. //1/5)\n"
+               "  --activity PATH  only events whose activity is PATH or below it (//1/5, or a GUID)\n"
                "  --thread TID     only events of that thread\n"
                "  --from MS --to MS  only events in that time range (ms from the trace start)\n");
+    at_cli_exit_codes(f);
 }
 
 /* Event name NAME, or NAMEStart / NAMEStop. */
@@ -174,59 +177,87 @@ static void on_event(void *vc, const am_event *e)
     am_buf_chr(f, '\n');
 }
 
+/* The activity filter's syntax: a path as the commands print it ("//1/5", "//1/5$300", with or
+ * without a closing '/') or a GUID. */
+static bool path_syntax(const char *p)
+{
+    if (strlen(p) == 36) {
+        bool guid = true;
+        for (int i = 0; i < 36; i++)
+            guid &= (i == 8 || i == 13 || i == 18 || i == 23) ? p[i] == '-' : isxdigit((unsigned char)p[i]) != 0;
+        if (guid) return true;
+    }
+    if (strncmp(p, "//", 2) != 0) return false;
+    p += 2;
+    if (!*p) return true; /* "//": every activity */
+    for (;;) {
+        if (!isdigit((unsigned char)*p)) return false;
+        while (isdigit((unsigned char)*p)) p++;
+        if (!*p || (p[0] == '/' && !p[1])) return true;
+        if (*p != '/' && *p != '$') return false;
+        p++;
+    }
+}
+
 int at_cmd_events(int argc, char **argv)
 {
+    enum { O_NAME = 256, O_ACTIVITY, O_THREAD, O_FROM, O_TO };
+    static const struct option opts[] = {{"name", required_argument, NULL, O_NAME},
+                                         {"activity", required_argument, NULL, O_ACTIVITY},
+                                         {"thread", required_argument, NULL, O_THREAD},
+                                         {"from", required_argument, NULL, O_FROM},
+                                         {"to", required_argument, NULL, O_TO},
+                                         {0}};
     ev_ctx *c = calloc(1, sizeof *c);
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0, status = 2;
-    if (!c || !files) {
+    int status = AT_EXIT_ERROR;
+    if (!c) {
         fprintf(stderr, "acttrace events: out of memory\n");
-        free(c);
-        free(files);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     c->out.f = stdout;
     c->from = INT64_MIN;
     c->to = INT64_MAX;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool more = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            events_usage(stdout);
-            status = 0;
-            goto out;
-        } else if (!strcmp(a, "--name") && more) {
-            c->name = argv[++i];
-        } else if (!strcmp(a, "--activity") && more) {
-            c->prefix = argv[++i];
-        } else if (!strcmp(a, "--thread") && more) {
-            c->tid = strtoull(argv[++i], NULL, 10);
-            c->has_tid = true;
-        } else if ((!strcmp(a, "--from") || !strcmp(a, "--to")) && more) {
-            if (!am_parse_ms(argv[++i], a[2] == 'f' ? &c->from : &c->to)) {
-                am_errorf("events", "%s wants a time in ms, not '%s'", a, argv[i]);
-                goto out;
+    at_cli cli;
+    at_cli_init(&cli, "events", events_usage, "", opts, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {
+        switch (o) {
+        case O_NAME: c->name = cli.arg; break;
+        case O_ACTIVITY:
+            c->prefix = cli.arg;
+            if (!path_syntax(c->prefix)) {
+                at_cli_usage_error(&cli, "--activity wants an activity path such as //1/5 (or a GUID), not '%s'",
+                                   c->prefix);
+                cli.failed = true;
             }
-        } else if (a[0] == '-' && a[1]) {
-            am_errorf("events", "unknown option '%s'", a);
-            events_usage(stderr);
-            goto out;
-        } else {
-            files[nfiles++] = argv[i];
+            break;
+        case O_THREAD: c->has_tid = at_cli_u64(&cli, "a thread id (a number)", &c->tid); break;
+        case O_FROM: c->has_from = at_cli_ms(&cli, true, &c->from); break;
+        case O_TO: c->has_to = at_cli_ms(&cli, true, &c->to); break;
         }
     }
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (o == AT_CLI_EXIT) {
+        status = cli.status;
+        goto out;
+    }
     if (!nfiles) {
-        events_usage(stderr);
+        status = at_cli_usage_error(&cli, "give at least one trace FILE");
+        goto out;
+    }
+    if (c->from > c->to) {
+        status = at_cli_usage_error(&cli, "--from %g is after --to %g", (double)c->from / 1e6, (double)c->to / 1e6);
         goto out;
     }
     c->multi = nfiles > 1;
     char err[600];
-    am_options o = {.progress = true, .need_events = true};
+    am_options mo = {.progress = true, .need_events = true};
     am_callbacks cb = {.event = on_event, .ctx = c};
-    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("events", "%s", err);
-        status = 1;
+        status = AT_EXIT_ERROR;
         goto out;
     }
     am_run(m, err, sizeof err);
@@ -239,7 +270,6 @@ out:
     free(c->labels);
     free(c->label_len);
     free(c->label_meta);
-    free(files);
     free(c);
     return status;
 }

@@ -2,6 +2,7 @@
  * threads its activities ran on, their events, and how many never stopped. Memory: one entry per
  * name (durations exact up to 65536 per name, then a 1% histogram). */
 #include "actmodel.h"
+#include "cliopt.h"
 #include "cmds.h"
 
 #include <stdio.h>
@@ -29,6 +30,7 @@ static void stats_usage(FILE *f)
                "  Per activity name: COUNT, P50/P90/P99/MAX duration (stopped activities; in us below 1 ms,\n"
                "  in ms below 1 s, else in s), THREADS (distinct threads visited), EVENTS (events inside\n"
                "  them), NEVER_STOPPED.\n");
+    at_cli_exit_codes(f);
 }
 
 static st_name *st_get(st_ctx *c, const char *name)
@@ -81,36 +83,22 @@ static int by_name(const void *x, const void *y)
 
 int at_cmd_stats(int argc, char **argv)
 {
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    if (!files) return 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            stats_usage(stdout);
-            free(files);
-            return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            am_errorf("stats", "unknown option '%s'", argv[i]);
-            stats_usage(stderr);
-            free(files);
-            return 2;
-        }
-        files[nfiles++] = argv[i];
-    }
-    if (!nfiles) {
-        stats_usage(stderr);
-        free(files);
-        return 2;
-    }
+    at_cli cli;
+    at_cli_init(&cli, "stats", stats_usage, "", NULL, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {}
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
     st_ctx c = {0};
     char err[600];
-    am_options o = {.progress = true};
+    am_options mo = {.progress = true};
     am_callbacks cb = {.activity = on_activity, .ctx = &c};
-    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
-    free(files);
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("stats", "%s", err);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     am_run(m, err, sizeof err); /* a damaged file: what was read before the damage, then the damage */
     {

@@ -4,6 +4,7 @@
  * through their cross-process links. A tree is printed as soon as its root and every descendant have
  * finished, so memory holds open activities and the finished parts of unfinished trees. */
 #include "actmodel.h"
+#include "cliopt.h"
 #include "cmds.h"
 #include "actpath.h"
 #include "guid.h"
@@ -19,6 +20,7 @@ typedef struct tree_ctx {
     bool multi;
     uint64_t printed;
     uint64_t hold;
+    bool has_min;
     uint64_t shown[1024]; /* serials of the open ancestors whose "(running)" lines were printed last */
     int nshown;
     bool tsv;
@@ -26,7 +28,7 @@ typedef struct tree_ctx {
 
 static void tree_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--tsv] FILE...\n"
+    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--hold N] [--tsv] FILE...\n"
                "  Prints the activity tree: name, path, start (ms from the trace start), duration, threads\n"
                "  visited and the transfers between them (from->to@ms), children indented below their\n"
                "  parent. Durations show in us below 1 ms, in ms below 1 s, else in s. Activities never\n"
@@ -42,7 +44,9 @@ static void tree_usage(FILE *f)
                "                start (duration -1: never stopped), ActivityId, the path in PerfView's\n"
                "                notation; per Stop that stopped nothing: stop, pid, thread, event name,\n"
                "                time, ActivityId; per Start with a RelatedActivityId: related, serial,\n"
-               "                RelatedActivityId. Tab-separated; --name and --min-ms do not apply\n", AM_HOLD_DEFAULT);
+               "                RelatedActivityId. Tab-separated; every activity (no --name, --min-ms)\n",
+            AM_HOLD_DEFAULT);
+    at_cli_exit_codes(f);
 }
 
 static bool node_matches(const tree_ctx *c, const am_activity *a)
@@ -225,56 +229,42 @@ static void on_spill(void *vc, const am_activity *sub)
 int at_cmd_tree(int argc, char **argv)
 {
     static tree_ctx c;
+    enum { O_NAME = 256, O_MIN, O_HOLD, O_TSV };
+    static const struct option opts[] = {{"name", required_argument, NULL, O_NAME},
+                                         {"min-ms", required_argument, NULL, O_MIN},
+                                         {"hold", required_argument, NULL, O_HOLD},
+                                         {"tsv", no_argument, NULL, O_TSV},
+                                         {0}};
     c.out.f = stdout;
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    if (!files) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool more = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            tree_usage(stdout);
-            free(files);
-            return 0;
-        } else if (!strcmp(a, "--tsv")) {
-            c.tsv = true;
-        } else if (!strcmp(a, "--name") && more) {
-            c.name = argv[++i];
-        } else if (!strcmp(a, "--hold") && more) {
-            c.hold = strtoull(argv[++i], NULL, 10);
-        } else if (!strcmp(a, "--min-ms") && more) {
-            if (!am_parse_ms(argv[++i], &c.min_dur)) {
-                am_errorf("tree", "--min-ms wants a time in ms, not '%s'", argv[i]);
-                free(files);
-                return 2;
-            }
-        } else if (a[0] == '-' && a[1]) {
-            am_errorf("tree", "unknown option '%s'", a);
-            tree_usage(stderr);
-            free(files);
-            return 2;
-        } else {
-            files[nfiles++] = argv[i];
+    at_cli cli;
+    at_cli_init(&cli, "tree", tree_usage, "", opts, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {
+        switch (o) {
+        case O_NAME: c.name = cli.arg; break;
+        case O_MIN: c.has_min = at_cli_ms(&cli, false, &c.min_dur); break;
+        case O_HOLD: at_cli_u64(&cli, "a number of activities", &c.hold); break;
+        case O_TSV: c.tsv = true; break;
         }
     }
-    if (!nfiles) {
-        tree_usage(stderr);
-        free(files);
-        return 2;
-    }
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
+    if (c.tsv && (c.name || c.has_min))
+        return at_cli_usage_error(&cli, "--tsv lists every activity: --name and --min-ms do not apply to it");
     c.multi = nfiles > 1;
     char err[600];
-    am_options o = {.tree = true, .progress = true, .hold = c.hold};
+    am_options mo = {.tree = true, .progress = true, .hold = c.hold};
     am_callbacks cb = {.tree = on_tree, .spill = on_spill, .ctx = &c};
     if (c.tsv) {
         cb = (am_callbacks){.activity = on_activity, .event = on_event, .ctx = &c};
-        o.need_events = true;
+        mo.need_events = true;
     }
-    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
-    free(files);
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("tree", "%s", err);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     am_run(m, err, sizeof err);
     am_buf_flush(&c.out);
