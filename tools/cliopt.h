@@ -1,7 +1,8 @@
 /* cliopt.h: the command-line conventions every acttrace command shares (tools/cmd_*.c): options read
  * by getopt_long (--opt=value and --opt value, options before or after the files, -- ends them),
  * -h/--help, a usage error as one line naming it then the usage on stderr (exit 2), strict number
- * and time values, and the exit codes. */
+ * and time values, the checks that tell a directory, an empty file or a file that is not a trace
+ * from a damaged trace, and the exit codes. */
 #ifndef AT_CLIOPT_H
 #define AT_CLIOPT_H
 
@@ -52,6 +53,12 @@ int at_cli_usage_error(const at_cli *c, const char *fmt, ...) __attribute__((for
  * c->failed set, false returned (at_cli_next then returns AT_CLI_EXIT). */
 bool at_cli_u64(at_cli *c, const char *what, uint64_t *out);
 bool at_cli_ms(at_cli *c, bool negative_ok, int64_t *ns); /* a time in ms ("12.5") into ns */
+
+/* Every input file of an analysis command can be read as a trace: a directory, an empty file and a
+ * file that does not start with the Nettrace magic each get their own line ("acttrace tree: X is a
+ * directory"); a missing file its system error. Returns AT_EXIT_OK, or AT_EXIT_ERROR after the line.
+ * "-" (standard input) and other non-regular files are left to the reader. */
+int at_cli_check_inputs(const char *cmd, char *const *files, int n);
 
 /* The closing paragraph of every command's help: the exit codes. */
 void at_cli_exit_codes(FILE *f);

@@ -306,6 +306,8 @@ int at_cmd_dump(int argc, char **argv)
     char **files = at_cli_operands(&cli, &nfiles);
     if (nfiles != 1) return at_cli_usage_error(&cli, nfiles ? "one FILE only" : "give the trace FILE");
     const char *path = files[0];
+    int status = at_cli_check_inputs("dump", files, 1);
+    if (status) return status;
     bool tally = counts || frames;
     if (tally)
         events = true; /* read every event, print none */
@@ -401,7 +403,6 @@ int at_cmd_dump(int argc, char **argv)
     fprintf(out, "  events lost %llu\n", (unsigned long long)c->events_lost);
     if (counts) /* the part TraceEvent cannot count (ntreader.h) */
         fprintf(out, "lost-before-first\t%llu\n", (unsigned long long)c->events_lost_first);
-    int status = 0;
     const nt_damage *d = nt_get_damage(r);
     if (d) {
         fflush(out);

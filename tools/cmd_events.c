@@ -250,6 +250,7 @@ int at_cmd_events(int argc, char **argv)
         status = at_cli_usage_error(&cli, "--from %g is after --to %g", (double)c->from / 1e6, (double)c->to / 1e6);
         goto out;
     }
+    if ((status = at_cli_check_inputs("events", files, nfiles))) goto out;
     c->multi = nfiles > 1;
     char err[600];
     am_options mo = {.progress = true, .need_events = true};

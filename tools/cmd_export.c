@@ -220,6 +220,8 @@ int at_cmd_export(int argc, char **argv)
     char **files = at_cli_operands(&cli, &nfiles);
     if (!format) return at_cli_usage_error(&cli, "say which format: --format chrome or --format speedscope");
     if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
+    int status = at_cli_check_inputs("export", files, nfiles);
+    if (status) return status;
     c.speedscope = !strcmp(format, "speedscope");
     char err[600];
     am_options mo = {.progress = true};
@@ -252,7 +254,6 @@ int at_cmd_export(int argc, char **argv)
     } else {
         fputs("\n]}\n", c.out);
     }
-    int status = AT_EXIT_OK;
     if (outpath) {
         if (fclose(c.out) != 0) {
             am_errorf("export", "%s: write failed", outpath);

@@ -237,6 +237,8 @@ int at_cmd_report(int argc, char **argv)
         status = at_cli_usage_error(&cli, "give at least one trace FILE");
         goto out;
     }
+    if ((status = at_cli_check_inputs("report", files, nfiles))) goto out;
+    status = AT_EXIT_ERROR;
     bool to_stdout = !strcmp(outpath, "-");
     if (!(c->sym = calloc((size_t)nfiles, sizeof *c->sym))) goto out;
     for (int i = 0; i < nfiles; i++)

@@ -88,6 +88,7 @@ int at_cmd_stacks(int argc, char **argv)
         status = at_cli_usage_error(&cli, "give at least one trace FILE");
         goto out;
     }
+    if ((status = at_cli_check_inputs("stacks", files, nfiles))) goto out;
     status = AT_EXIT_ERROR;
     c->fold = am_fold_new();
     c->sym = calloc((size_t)nfiles, sizeof *c->sym);

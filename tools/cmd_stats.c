@@ -91,6 +91,8 @@ int at_cmd_stats(int argc, char **argv)
     int nfiles;
     char **files = at_cli_operands(&cli, &nfiles);
     if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
+    int status = at_cli_check_inputs("stats", files, nfiles);
+    if (status) return status;
     st_ctx c = {0};
     char err[600];
     am_options mo = {.progress = true};
@@ -117,7 +119,7 @@ int at_cmd_stats(int argc, char **argv)
         }
     }
     fflush(stdout);
-    int status = am_report_damage(m, "stats");
+    status = am_report_damage(m, "stats");
     am_close(m);
     for (size_t i = 0; i < c.n; i++) {
         am_dist_free(&c.v[i].d);

@@ -253,6 +253,8 @@ int at_cmd_tree(int argc, char **argv)
     if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
     if (c.tsv && (c.name || c.has_min))
         return at_cli_usage_error(&cli, "--tsv lists every activity: --name and --min-ms do not apply to it");
+    int status = at_cli_check_inputs("tree", files, nfiles);
+    if (status) return status;
     c.multi = nfiles > 1;
     char err[600];
     am_options mo = {.tree = true, .progress = true, .hold = c.hold};
@@ -269,7 +271,7 @@ int at_cmd_tree(int argc, char **argv)
     am_run(m, err, sizeof err);
     am_buf_flush(&c.out);
     fflush(stdout);
-    int status = am_report_damage(m, "tree");
+    status = am_report_damage(m, "tree");
     if (am_unmatched_stops(m))
         fprintf(stderr, "acttrace tree: %llu Stop events matched no open activity\n",
                 (unsigned long long)am_unmatched_stops(m));

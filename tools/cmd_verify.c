@@ -49,6 +49,8 @@ int at_cmd_verify(int argc, char **argv)
     char **files = at_cli_operands(&cli, &nfiles);
     if (nfiles != 1) return at_cli_usage_error(&cli, nfiles ? "one FILE only" : "give the trace FILE");
     const char *path = files[0];
+    int status = at_cli_check_inputs("verify", files, 1);
+    if (status) return status;
     vctx v = {path, 0, 0};
     nt_options opt = {.strict = true, .order = true, .problem = on_problem, .ctx = &v};
     char err[512];
@@ -78,7 +80,6 @@ int at_cmd_verify(int argc, char **argv)
                        (unsigned long long)t->dropped, (unsigned long long)t->events);
         }
     }
-    int status;
     const nt_damage *d = nt_get_damage(r);
     if (d && d->kind == NT_DAMAGE_TORN) {
         /* what TraceEvent reads (up to the end tag) is checked above; the tail is a killed writer's */
