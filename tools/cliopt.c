@@ -208,6 +208,14 @@ int at_cli_check_inputs(const char *cmd, char *const *files, int n)
     return AT_EXIT_OK;
 }
 
+const char *at_cli_files_desc(char *const *files, int n, char *out, size_t len)
+{
+    if (n == 1) snprintf(out, len, "%s", files[0]);
+    else if (n == 2) snprintf(out, len, "%s and %s", files[0], files[1]);
+    else snprintf(out, len, "the %d files", n);
+    return out;
+}
+
 void at_cli_exit_codes(FILE *f)
 {
     fprintf(f, "Exit status: 0 ok; 1 error (bad input, a check failed, a filter matched nothing);\n"

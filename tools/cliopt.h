@@ -59,6 +59,8 @@ bool at_cli_ms(at_cli *c, bool negative_ok, int64_t *ns); /* a time in ms ("12.5
  * directory"); a missing file its system error. Returns AT_EXIT_OK, or AT_EXIT_ERROR after the line.
  * "-" (standard input) and other non-regular files are left to the reader. */
 int at_cli_check_inputs(const char *cmd, char *const *files, int n);
+/* The files for a message: "t.nettrace", "a.nettrace and b.nettrace", "the 5 files". */
+const char *at_cli_files_desc(char *const *files, int n, char *out, size_t len);
 
 /* The closing paragraph of every command's help: the exit codes. */
 void at_cli_exit_codes(FILE *f);

@@ -18,6 +18,9 @@ typedef struct ev_ctx {
     uint64_t tid;
     bool has_tid, has_from, has_to, multi;
     int64_t from, to;
+    uint64_t printed;
+    /* until an event is printed: which filters some event passed, each on its own */
+    bool seen_time, seen_tid, seen_name, seen_prefix;
     char **labels;      /* by metadata id (of the file whose metadata label_meta holds) */
     const nt_metadata **label_meta;
     uint16_t *label_len;
@@ -46,7 +49,8 @@ static void events_usage(FILE *f)
                "  --name NAME      only events named NAME, or NAMEStart/NAMEStop\n"
                "  --activity PATH  only events whose activity is PATH or below it (//1/5, or a GUID)\n"
                "  --thread TID     only events of that thread\n"
-               "  --from MS --to MS  only events in that time range (ms from the trace start)\n");
+               "  --from MS --to MS  only events in that time range (ms from the trace start)\n"
+               "  Filters that match nothing together say so on stderr (exit 1).\n");
     at_cli_exit_codes(f);
 }
 
@@ -79,21 +83,44 @@ static bool ascii_string(am_buf *f, const uint8_t *pl, uint32_t len, uint32_t *o
     return true;
 }
 
+/* An event the filters pass; the activity's path into *act (cached or into actb) on the way. Until
+ * an event passed them all, every filter is tried on its own too, for the message when none does. */
+static bool selected(ev_ctx *c, const am_event *e, const char **act, char *actb, size_t actn)
+{
+    const nt_event *ev = e->ev;
+    bool all = !c->printed;
+    bool time_ok = e->time >= c->from && e->time <= c->to;
+    if (!time_ok && !all) return false;
+    bool tid_ok = !c->has_tid || ev->thread == c->tid;
+    if (!tid_ok && !all) return false;
+    bool name_ok = !c->name || name_matches(ev->meta->name, c->name);
+    if (!name_ok && !all) return false;
+    /* the model already decoded the ids of its activities: reuse them (decoding was a fifth of the time) */
+    if (e->act && at_guid_eq(&e->act->id, &ev->activity)) *act = cached_path(c, 0, e->act);
+    else {
+        am_format_id(&ev->activity, e->pid, actb, actn);
+        *act = actb;
+    }
+    bool prefix_ok = !c->prefix || am_path_within(*act, c->prefix);
+    if (all) {
+        c->seen_time |= time_ok;
+        c->seen_tid |= tid_ok;
+        c->seen_name |= name_ok;
+        c->seen_prefix |= prefix_ok;
+    }
+    return time_ok && tid_ok && name_ok && prefix_ok;
+}
+
 static void on_event(void *vc, const am_event *e)
 {
     ev_ctx *c = vc;
     const nt_event *ev = e->ev;
     const nt_metadata *m = ev->meta;
     if (nt_sym_is_symbol_event(ev)) return;
-    if (e->time < c->from || e->time > c->to) return;
-    if (c->has_tid && ev->thread != c->tid) return;
-    if (c->name && !name_matches(m->name, c->name)) return;
     char actb[80], relb[80];
     const char *act = actb, *rel = relb;
-    /* the model already decoded the ids of its activities: reuse them (decoding was a fifth of the time) */
-    if (e->act && at_guid_eq(&e->act->id, &ev->activity)) act = cached_path(c, 0, e->act);
-    else am_format_id(&ev->activity, e->pid, actb, sizeof actb);
-    if (c->prefix && !am_path_within(act, c->prefix)) return;
+    if (!selected(c, e, &act, actb, sizeof actb)) return;
+    c->printed++;
     if (e->act && e->act->parent && at_guid_eq(&e->act->parent->id, &ev->related)) rel = cached_path(c, 1, e->act->parent);
     else am_format_id(&ev->related, e->pid, relb, sizeof relb);
     am_buf *f = &c->out;
@@ -199,6 +226,44 @@ static bool path_syntax(const char *p)
     }
 }
 
+/* Nothing printed: the filters that matched nothing, each named, or the set of them together. */
+static void no_match(const ev_ctx *c, char *const *files, int nfiles)
+{
+    char in[600];
+    at_cli_files_desc(files, nfiles, in, sizeof in);
+    bool said = false;
+    if (!c->seen_time) {
+        char from[40] = "the start", to[40] = "the end";
+        if (c->has_from) snprintf(from, sizeof from, "%g ms", (double)c->from / 1e6);
+        if (c->has_to) snprintf(to, sizeof to, "%g ms", (double)c->to / 1e6);
+        am_errorf("events", "no event between %s and %s in %s", from, to, in);
+        said = true;
+    }
+    if (!c->seen_tid) {
+        am_errorf("events", "no event on thread %llu in %s", (unsigned long long)c->tid, in);
+        said = true;
+    }
+    if (!c->seen_name) {
+        am_errorf("events", "no event named '%s' (or '%sStart', '%sStop') in %s", c->name, c->name, c->name, in);
+        said = true;
+    }
+    if (!c->seen_prefix) {
+        am_errorf("events", "no event in activity %s or below it in %s", c->prefix, in);
+        said = true;
+    }
+    if (said) return;
+    /* each filter matched some event, but no event matched them all */
+    char both[1024];
+    size_t k = 0;
+    both[0] = 0;
+    if (c->name) k += (size_t)snprintf(both + k, sizeof both - k, " --name %.200s", c->name);
+    if (c->prefix) k += (size_t)snprintf(both + k, sizeof both - k, " --activity %.200s", c->prefix);
+    if (c->has_tid) k += (size_t)snprintf(both + k, sizeof both - k, " --thread %llu", (unsigned long long)c->tid);
+    if (c->has_from) k += (size_t)snprintf(both + k, sizeof both - k, " --from %g", (double)c->from / 1e6);
+    if (c->has_to) snprintf(both + k, sizeof both - k, " --to %g", (double)c->to / 1e6);
+    am_errorf("events", "no event matches%s together in %s", both, in);
+}
+
 int at_cmd_events(int argc, char **argv)
 {
     enum { O_NAME = 256, O_ACTIVITY, O_THREAD, O_FROM, O_TO };
@@ -265,6 +330,10 @@ int at_cmd_events(int argc, char **argv)
     am_buf_flush(&c->out);
     fflush(stdout);
     status = am_report_damage(m, "events");
+    if (!c->printed && (c->name || c->prefix || c->has_tid || c->has_from || c->has_to)) {
+        no_match(c, files, nfiles);
+        if (!status) status = AT_EXIT_ERROR;
+    }
     am_close(m);
 out:
     for (uint32_t i = 0; i < c->nlabels; i++) free(c->labels[i]);

@@ -13,6 +13,8 @@ typedef struct sk_ctx {
     nt_symbolizer **sym; /* one per file */
     const char *name;
     bool by_activity, all, offsets, samples;
+    bool name_seen;  /* an activity named name */
+    uint64_t lines;  /* stacks folded */
     char key[65536];
 } sk_ctx;
 
@@ -31,7 +33,8 @@ static void stacks_usage(FILE *f)
                "  --samples       CPU samples instead (ACTTRACE_SAMPLE_HZ): the count is microseconds of\n"
                "                  CPU, so a frame's width is the CPU time spent under it in each activity\n"
                "                  (a sample that does not say its CPU time counts 1 ms, the .NET runtime's\n"
-               "                  period)\n");
+               "                  period)\n"
+               "  --name NAME that matches nothing says so on stderr (exit 1).\n");
     at_cli_exit_codes(f);
 }
 
@@ -45,8 +48,16 @@ static void on_event(void *vc, const am_event *e)
     if (sample != c->samples) return; /* samples weigh CPU time, events count: never one sum */
     if (!e->act && (!c->all || c->name)) return;
     uint64_t w = !sample ? 1 : cpu_ns ? (cpu_ns + 500) / 1000 : 1000;
-    if (am_fold_key(c->key, sizeof c->key, e->act, c->name, c->by_activity, e->ev, c->sym[e->file]))
+    if (am_fold_key(c->key, sizeof c->key, e->act, c->name, c->by_activity, e->ev, c->sym[e->file])) {
         am_fold_add(c->fold, c->key, w);
+        c->lines++;
+    }
+}
+
+static void on_activity(void *vc, const am_activity *a)
+{
+    sk_ctx *c = vc;
+    if (!strcmp(a->name, c->name)) c->name_seen = true;
 }
 
 static void print_line(void *ctx, const char *key, uint64_t n)
@@ -100,7 +111,7 @@ int at_cmd_stacks(int argc, char **argv)
     }
     char err[600];
     am_options mo = {.progress = true, .need_events = true};
-    am_callbacks cb = {.event = on_event, .ctx = c};
+    am_callbacks cb = {.event = on_event, .activity = c->name ? on_activity : NULL, .ctx = c};
     am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("stacks", "%s", err);
@@ -110,6 +121,15 @@ int at_cmd_stacks(int argc, char **argv)
     am_fold_each(c->fold, print_line, stdout);
     fflush(stdout);
     status = am_report_damage(m, "stacks");
+    if (c->name && !c->lines) {
+        char in[600];
+        at_cli_files_desc(files, nfiles, in, sizeof in);
+        if (!c->name_seen) am_errorf("stacks", "no activity named '%s' in %s", c->name, in);
+        else
+            am_errorf("stacks", "no %s inside an activity named '%s' in %s",
+                      c->samples ? "CPU sample" : "event with a stack", c->name, in);
+        if (!status) status = AT_EXIT_ERROR;
+    }
     am_close(m);
 out:
     if (c->sym)

@@ -21,6 +21,7 @@ typedef struct tree_ctx {
     uint64_t printed;
     uint64_t hold;
     bool has_min;
+    bool name_seen, long_seen; /* an activity of that name, one lasting at least min_dur */
     uint64_t shown[1024]; /* serials of the open ancestors whose "(running)" lines were printed last */
     int nshown;
     bool tsv;
@@ -44,8 +45,8 @@ static void tree_usage(FILE *f)
                "                start (duration -1: never stopped), ActivityId, the path in PerfView's\n"
                "                notation; per Stop that stopped nothing: stop, pid, thread, event name,\n"
                "                time, ActivityId; per Start with a RelatedActivityId: related, serial,\n"
-               "                RelatedActivityId. Tab-separated; every activity (no --name, --min-ms)\n",
-            AM_HOLD_DEFAULT);
+               "                RelatedActivityId. Tab-separated; every activity (no --name, --min-ms)\n"
+               "  A filter that matches nothing says so on stderr (exit 1).\n", AM_HOLD_DEFAULT);
     at_cli_exit_codes(f);
 }
 
@@ -226,6 +227,28 @@ static void on_spill(void *vc, const am_activity *sub)
     print_node(c, sub, n, inside);
 }
 
+/* Every activity, for the filters' message when nothing matched. */
+static void note_activity(void *vc, const am_activity *a)
+{
+    tree_ctx *c = vc;
+    if (c->name && !strcmp(a->name, c->name)) c->name_seen = true;
+    if (a->stop - a->start >= c->min_dur) c->long_seen = true;
+}
+
+/* Nothing printed for --name / --min-ms: which of them matched nothing. */
+static void no_match(const tree_ctx *c, char *const *files, int nfiles)
+{
+    char in[600], ms[64];
+    at_cli_files_desc(files, nfiles, in, sizeof in);
+    snprintf(ms, sizeof ms, "%g", (double)c->min_dur / 1e6);
+    if (c->name && !c->name_seen)
+        am_errorf("tree", "no activity named '%s' in %s", c->name, in);
+    else if (c->has_min && !c->long_seen)
+        am_errorf("tree", "no activity lasting at least %s ms in %s", ms, in);
+    else
+        am_errorf("tree", "no activity named '%s' lasts at least %s ms in %s", c->name, ms, in);
+}
+
 int at_cmd_tree(int argc, char **argv)
 {
     static tree_ctx c;
@@ -259,6 +282,7 @@ int at_cmd_tree(int argc, char **argv)
     char err[600];
     am_options mo = {.tree = true, .progress = true, .hold = c.hold};
     am_callbacks cb = {.tree = on_tree, .spill = on_spill, .ctx = &c};
+    if (c.name || c.has_min) cb.activity = note_activity;
     if (c.tsv) {
         cb = (am_callbacks){.activity = on_activity, .event = on_event, .ctx = &c};
         mo.need_events = true;
@@ -275,6 +299,10 @@ int at_cmd_tree(int argc, char **argv)
     if (am_unmatched_stops(m))
         fprintf(stderr, "acttrace tree: %llu Stop events matched no open activity\n",
                 (unsigned long long)am_unmatched_stops(m));
+    if (!c.printed && (c.name || c.has_min)) {
+        no_match(&c, files, nfiles);
+        if (!status) status = AT_EXIT_ERROR;
+    }
     am_close(m);
     return status;
 }
