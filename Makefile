@@ -7,6 +7,7 @@
 #   tests/bench/bench_*.c -> one benchmark each        tests/fuzz/fuzz_*.c -> libFuzzer targets
 # BUILD=dir picks the output folder; SAN=1 builds with ASan+UBSan (make check-asan does both).
 
+VERSION := 0.9.0
 BUILD ?= build
 SAN ?=
 PREFIX ?= /usr/local
@@ -125,6 +126,9 @@ $(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME) shim/fork.ld shi
 	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -Wl,-T,shim/fork.ld -Wl,-T,shim/start.ld -o $@ $(SHIM_OBJ) \
 	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(SHIM_LIBS)
 
+# `acttrace --version` (main.o is rebuilt when the Makefile, which holds VERSION, changes)
+$(BUILD)/obj/tools/main.o: CPPFLAGS += -DAT_VERSION='"$(VERSION)"'
+$(BUILD)/obj/tools/main.o: Makefile
 $(ACTTRACE): $(BUILD)/obj/tools/main.o $(LIBTOOLS) $(LIBCONFIG) $(LIBRUNTIME)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FFI_LIBS) $(LDLIBS_COMMON) $(TOOL_LIBS)
 

@@ -6,7 +6,6 @@
 #include "actpath.h"
 #include "guid.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,16 +110,6 @@ bool am_path_within(const char *path, const char *prefix)
     size_t l = strlen(prefix);
     if (l && prefix[l - 1] == '/') l--;
     return strncmp(path, prefix, l) == 0 && (path[l] == 0 || path[l] == '/');
-}
-
-bool am_parse_ms(const char *s, int64_t *ns)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno) return false;
-    *ns = (int64_t)(v * 1e6);
-    return true;
 }
 
 int am_visit_index(const am_activity *a, uint64_t tid)
@@ -230,6 +219,50 @@ void am_buf_ms(am_buf *b, int64_t ns, int width)
     if (neg) *--p = '-';
     while (end - p < width && p > t) *--p = ' ';
     am_buf_mem(b, p, (size_t)(end - p));
+}
+
+size_t am_fmt_dur(char *out, int64_t ns)
+{
+    static const struct {
+        uint64_t scale;
+        const char *unit;
+    } units[] = {{1000, "us"}, {1000000, "ms"}, {1000000000, "s"}};
+    char *p = out;
+    uint64_t v = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    if (ns < 0) *p++ = '-';
+    if (v == 0) return (size_t)(stpcpy(p, "0us") - out);
+    int u = 0;
+    /* the first unit in which the value rounds to below 1000 */
+    while (u < 2 && v >= units[u].scale * 1000 - units[u].scale / 2) u++;
+    uint64_t s = units[u].scale;
+    char t[24], *end = t + sizeof t, *d;
+    if (v < s / 1000 * 9995) { /* x.yy */
+        uint64_t r = (v + s / 200) / (s / 100);
+        d = end - 2;
+        d[0] = digits2[(r % 100) * 2];
+        d[1] = digits2[(r % 100) * 2 + 1];
+        *--d = '.';
+        d = u64_digits(d, r / 100);
+    } else if (v < s / 1000 * 99950) { /* xx.y */
+        uint64_t r = (v + s / 20) / (s / 10);
+        d = end - 1;
+        d[0] = (char)('0' + r % 10);
+        *--d = '.';
+        d = u64_digits(d, r / 10);
+    } else {
+        d = u64_digits(end, (v + s / 2) / s);
+    }
+    memcpy(p, d, (size_t)(end - d));
+    p += end - d;
+    return (size_t)(stpcpy(p, units[u].unit) - out);
+}
+
+void am_buf_dur(am_buf *b, int64_t ns, int width)
+{
+    char t[AM_DUR_MAX];
+    size_t n = am_fmt_dur(t, ns);
+    for (int i = (int)n; i < width; i++) am_buf_chr(b, ' ');
+    am_buf_mem(b, t, n);
 }
 
 /* ---------------- distribution ---------------- */

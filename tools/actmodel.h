@@ -192,8 +192,6 @@ void am_activity_name(const char *event_name, char *out, size_t n);
 void am_format_id(const at_guid *g, uint32_t pid, char *out, size_t n);
 /* Is path equal to prefix or below it ("//1/5/1" within "//1/5")? */
 bool am_path_within(const char *path, const char *prefix);
-/* Parse "12.5" (ms) into ns; false if not a number. */
-bool am_parse_ms(const char *s, int64_t *ns);
 /* Find the index of a thread in a's visits (-1 if none). */
 int am_visit_index(const am_activity *a, uint64_t tid);
 /* Peak bytes the model allocated for activities, their table, names and rare fields (the files'
@@ -253,6 +251,13 @@ static inline void am_buf_chr(am_buf *b, char c)
 void am_buf_u64(am_buf *b, uint64_t v);
 /* ns as milliseconds with 3 decimals (as "%*.3f"), right-aligned in width (0: none). */
 void am_buf_ms(am_buf *b, int64_t ns, int width);
+/* A duration for people: ns in the unit that shows it with 3 significant digits, the unit glued on:
+ * "412us" (below 1 ms), "9.00ms", "19.0ms", "314ms" (below 1 s), "1.50s", "1234s"; "0us" for 0.
+ * am_fmt_dur writes it with its NUL into out (AM_DUR_MAX bytes) and returns its length;
+ * am_buf_dur right-aligns it in width (0: none). Machine formats keep their numeric units. */
+#define AM_DUR_MAX 32
+size_t am_fmt_dur(char *out, int64_t ns);
+void am_buf_dur(am_buf *b, int64_t ns, int width);
 
 /* Common error line: "acttrace CMD: msg". */
 void am_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -4,15 +4,18 @@
  * ACTTRACE_CHECK=1, which resolves every entry once every library is loaded, prints per entry
  * where the function was found and how it will be hooked (or why not), and exits before main. It
  * also says where it found each function with a signature; the signature is then compared here with
- * the function's DWARF prototype, where debug info can be found (sigcheck.c). */
+ * the function's DWARF prototype, where debug info can be found (sigcheck.c). A script (#!) is
+ * checked in its interpreter, the binary the hooks apply to. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cliopt.h"
 #include "cmds.h"
 #include "hookconf.h"
 #include "sigcheck.h"
@@ -26,9 +29,125 @@ static void usage(FILE *f)
                "Each declared signature is compared with the function's DWARF prototype when debug\n"
                "info is found (the module's own, or under /usr/lib/debug by build-id or\n"
                ".gnu_debuglink); a line says when it is not.\n"
+               "A script (#!) is checked in the interpreter it names (through /usr/bin/env too): the\n"
+               "hooks apply to that binary and the libraries it loads.\n"
+               "The shim is $ACTTRACE_SHIM, else libacttrace.so beside this program or in ../lib.\n"
                "Exit status: 0 every function can be hooked and no signature contradicts its\n"
-               "prototype, 1 otherwise (or a config error), 2 usage. The shim is $ACTTRACE_SHIM, else libacttrace.so beside this program or in\n"
-               "../lib.\n");
+               "prototype; 1 otherwise, or a config error, or a PROGRAM that cannot run; 2 usage error.\n");
+}
+
+/* PROGRAM as execvp finds it: a name with a '/' as it is, else the first PATH entry holding it.
+ * 0, or an errno (ENOENT: nowhere). */
+static int find_program(const char *prog, char *out, size_t n)
+{
+    if (strchr(prog, '/')) {
+        snprintf(out, n, "%s", prog);
+        struct stat st;
+        return stat(out, &st) == 0 ? 0 : errno;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/bin:/usr/bin";
+    int found = ENOENT;
+    for (const char *p = path;; ) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        snprintf(out, n, "%.*s%s%s", (int)len, p, len ? "/" : "", prog);
+        struct stat st;
+        if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            if (access(out, X_OK) == 0) return 0;
+            found = EACCES; /* execvp goes on looking, then says EACCES */
+        }
+        if (!colon) break;
+        p = colon + 1;
+    }
+    snprintf(out, n, "%s", prog);
+    return found;
+}
+
+/* Why path (found for what, find_program's err) cannot run as a program, as the end of a sentence
+ * about it ("is a directory"); NULL when it can. */
+static const char *why_not(const char *what, const char *path, int err, char *buf, size_t n)
+{
+    struct stat st;
+    if (err == ENOENT) return strchr(what, '/') ? "does not exist" : "is not found in PATH";
+    if (err) snprintf(buf, n, "cannot be run: %s", strerror(err));
+    else if (stat(path, &st) != 0) snprintf(buf, n, "cannot be run: %s", strerror(errno));
+    else if (S_ISDIR(st.st_mode)) return "is a directory";
+    else if (!S_ISREG(st.st_mode)) return "is not a regular file";
+    else if (access(path, X_OK) != 0) snprintf(buf, n, "is not executable (mode %04o)", (unsigned)(st.st_mode & 07777));
+    else return NULL;
+    return buf;
+}
+
+/* The program to load: PROGRAM itself, or for a script the interpreter its #! line names (env's
+ * NAME resolved in PATH), given the script and its arguments as the kernel would. Fills argv_out
+ * (room for nargs + 2; its strings in exe, script, iarg, each PATH_MAX) and returns 0; 1 after a
+ * message. */
+static int program_argv(char **args, int nargs, char *exe, char *script, char *iarg, const char **argv_out)
+{
+    int n = 0;
+    char why[128];
+    const char *no = why_not(args[0], script, find_program(args[0], script, PATH_MAX), why, sizeof why);
+    if (no) {
+        fprintf(stderr, "acttrace check: %s %s\n", strchr(args[0], '/') ? script : args[0], no);
+        return 1;
+    }
+    snprintf(exe, PATH_MAX, "%s", script);
+    char head[256] = "";
+    FILE *f = fopen(script, "re");
+    size_t k = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f) fclose(f);
+    head[k] = 0;
+    if (f && (k < 2 || head[0] != '#' || head[1] != '!') && (k < 4 || memcmp(head, "\177ELF", 4))) {
+        fprintf(stderr, "acttrace check: %s is neither an ELF program nor a script starting with #!\n", script);
+        return 1;
+    }
+    if (!f || head[0] != '#') { /* a program (or one only the kernel may read) */
+        argv_out[n++] = args[0];
+        for (int i = 1; i < nargs; i++) argv_out[n++] = args[i];
+        argv_out[n] = NULL;
+        return 0;
+    }
+    /* "#!interpreter [one argument]" up to the end of the line */
+    char *line = head + 2, *nl = strchr(line, '\n');
+    if (!nl) {
+        fprintf(stderr, "acttrace check: %s: its #! line is longer than %zu bytes\n", script, sizeof head - 3);
+        return 1;
+    }
+    *nl = 0;
+    line += strspn(line, " \t");
+    char *end = line + strcspn(line, " \t");
+    char *arg = *end ? end + 1 : end;
+    *end = 0;
+    arg += strspn(arg, " \t");
+    for (char *t = arg + strlen(arg); t > arg && strchr(" \t\r", t[-1]);) *--t = 0;
+    if (!*line) {
+        fprintf(stderr, "acttrace check: %s: its #! line names no interpreter\n", script);
+        return 1;
+    }
+    const char *base = strrchr(line, '/') ? strrchr(line, '/') + 1 : line;
+    bool via_env = !strcmp(base, "env") && *arg && arg[0] != '-' && !strpbrk(arg, " \t");
+    if (via_env) /* #!/usr/bin/env NAME: env runs NAME from PATH */
+        no = why_not(arg, exe, find_program(arg, exe, PATH_MAX), why, sizeof why);
+    else {
+        snprintf(exe, PATH_MAX, "%s", line);
+        no = why_not(exe, exe, access(exe, F_OK) == 0 ? 0 : errno, why, sizeof why);
+    }
+    if (no) {
+        fprintf(stderr, "acttrace check: %s is a script for %s (#!%s%s%s), which %s\n", script, via_env ? arg : exe,
+                line, *arg ? " " : "", arg, no);
+        return 1;
+    }
+    printf("%s is a script: its interpreter is %s (#!%s%s%s); the hooks apply to that binary and the "
+           "libraries it loads, so it is the one checked here\n",
+           script, exe, line, *arg ? " " : "", arg);
+    snprintf(iarg, PATH_MAX, "%s", arg);
+    argv_out[n++] = exe;
+    if (!via_env && *arg) argv_out[n++] = iarg;
+    argv_out[n++] = script;
+    for (int i = 1; i < nargs; i++) argv_out[n++] = args[i];
+    argv_out[n] = NULL;
+    return 0;
 }
 
 /* libacttrace.so beside the acttrace executable, or in ../lib of it */
@@ -87,26 +206,42 @@ static int check_signatures(const at_hookconf *hc, const char *path)
 
 int at_cmd_check(int argc, char **argv)
 {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
-        return 0;
+    /* the operands before "--" (the CONFIG), counted before getopt moves them */
+    int dashes = 0, before = 0;
+    for (int i = 1; i < argc && !dashes; i++) {
+        if (!strcmp(argv[i], "--")) dashes = i;
+        else if (argv[i][0] != '-' || !argv[i][1]) before++;
     }
-    if (argc < 4 || strcmp(argv[2], "--")) {
-        usage(stderr);
-        return 2;
-    }
-    const char *conf = argv[1];
+    at_cli cli;
+    at_cli_init(&cli, "check", usage, "", NULL, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {}
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nops;
+    char **ops = at_cli_operands(&cli, &nops);
+    if (!dashes || before != 1 || nops < 2)
+        return at_cli_usage_error(&cli, !dashes || nops < 2 ? "give the program after --: acttrace check CONFIG -- PROGRAM"
+                                                            : "one CONFIG before --");
+    const char *conf = ops[0];
     at_hookconf hc;
     char err[1024];
     if (at_hookconf_load(conf, &hc, err, sizeof err) != 0) {
-        fprintf(stderr, "acttrace: %s\n", err);
-        return 1;
+        fprintf(stderr, "acttrace check: %s\n", err);
+        return AT_EXIT_ERROR;
+    }
+    static char exe[PATH_MAX], script[PATH_MAX], iarg[PATH_MAX];
+    const char **pargv = calloc((size_t)nops + 4, sizeof *pargv);
+    if (!pargv || program_argv(ops + 1, nops - 1, exe, script, iarg, pargv)) {
+        free(pargv);
+        at_hookconf_free(&hc);
+        return AT_EXIT_ERROR;
     }
     char shim[PATH_MAX], confabs[PATH_MAX];
     if (find_shim(shim, sizeof shim) != 0) {
-        fprintf(stderr, "acttrace: cannot find libacttrace.so (set ACTTRACE_SHIM)\n");
+        fprintf(stderr, "acttrace check: cannot find libacttrace.so (set ACTTRACE_SHIM)\n");
         at_hookconf_free(&hc);
-        return 1;
+        free(pargv);
+        return AT_EXIT_ERROR;
     }
     char sigs[] = "/tmp/acttrace-check-XXXXXX";
     int sfd = mkstemp(sigs);
@@ -117,8 +252,10 @@ int at_cmd_check(int argc, char **argv)
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) {
-        fprintf(stderr, "acttrace: fork: %s\n", strerror(errno));
-        return 1;
+        fprintf(stderr, "acttrace check: fork: %s\n", strerror(errno));
+        at_hookconf_free(&hc);
+        free(pargv);
+        return AT_EXIT_ERROR;
     }
     if (pid == 0) {
         const char *old = getenv("LD_PRELOAD");
@@ -129,8 +266,8 @@ int at_cmd_check(int argc, char **argv)
         setenv("ACTTRACE_CHECK", "1", 1);
         if (sfd >= 0)
             setenv("ACTTRACE_CHECK_SIGS", sigs, 1);
-        execvp(argv[3], argv + 3);
-        fprintf(stderr, "acttrace: cannot run %s: %s\n", argv[3], strerror(errno));
+        execv(exe, (char *const *)pargv);
+        fprintf(stderr, "acttrace check: cannot run %s: %s\n", exe, strerror(errno));
         _exit(127);
     }
     int st;
@@ -145,7 +282,7 @@ int at_cmd_check(int argc, char **argv)
     else if (WIFEXITED(st))
         rc = WEXITSTATUS(st) == 127 ? 1 : WEXITSTATUS(st);
     else {
-        fprintf(stderr, "acttrace: %s died of signal %d while loading\n", argv[3], WTERMSIG(st));
+        fprintf(stderr, "acttrace check: %s died of signal %d while loading\n", exe, WTERMSIG(st));
         rc = 1;
     }
     /* the program loaded and the shim said where it found each function */
@@ -155,5 +292,6 @@ int at_cmd_check(int argc, char **argv)
     if (sfd >= 0)
         unlink(sigs);
     at_hookconf_free(&hc);
+    free(pargv);
     return rc;
 }

@@ -3,6 +3,7 @@
  * fields) and a summary. A regular file is read twice so all metadata can be listed before the
  * events; from a pipe ("-") metadata lines appear where they are defined. */
 #include "actpath.h"
+#include "cliopt.h"
 #include "cmds.h"
 #include "guid.h"
 #include "ntreader.h"
@@ -30,6 +31,7 @@ static void dump_usage(FILE *f)
                "  --frame-names instead of event lines: every address of every stack once, named from\n"
                "                the whole file as written (\"frame<TAB>0xaddr<TAB>module!function\", no\n"
                "                offset, not demangled; module+0xoff or ? when no symbol covers it)\n");
+    at_cli_exit_codes(f);
 }
 
 static void print_fields(FILE *f, const nt_field *fl, uint32_t n)
@@ -277,40 +279,35 @@ static void tally_print(FILE *f, dump_tally *t, bool counts, bool frames, nt_sym
 
 int at_cmd_dump(int argc, char **argv)
 {
-    const char *path = NULL;
+    enum { O_NO_EVENTS = 256, O_NO_STACKS, O_NO_LINES, O_RAW_FRAMES, O_COUNTS, O_FRAME_NAMES };
+    static const struct option opts[] = {{"no-events", no_argument, NULL, O_NO_EVENTS},
+                                         {"no-stacks", no_argument, NULL, O_NO_STACKS},
+                                         {"no-lines", no_argument, NULL, O_NO_LINES},
+                                         {"raw-frames", no_argument, NULL, O_RAW_FRAMES},
+                                         {"counts", no_argument, NULL, O_COUNTS},
+                                         {"frame-names", no_argument, NULL, O_FRAME_NAMES},
+                                         {0}};
     bool events = true, stacks = true, lines = true, raw = false, counts = false, frames = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            dump_usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--no-events") == 0) {
-            events = false;
-        } else if (strcmp(argv[i], "--no-stacks") == 0) {
-            stacks = false;
-        } else if (strcmp(argv[i], "--no-lines") == 0) {
-            lines = false;
-        } else if (strcmp(argv[i], "--raw-frames") == 0) {
-            raw = true;
-        } else if (strcmp(argv[i], "--counts") == 0) {
-            counts = true;
-        } else if (strcmp(argv[i], "--frame-names") == 0) {
-            frames = true;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "acttrace dump: unknown option '%s'\n", argv[i]);
-            dump_usage(stderr);
-            return 2;
-        } else if (path) {
-            fprintf(stderr, "acttrace dump: one FILE only\n");
-            dump_usage(stderr);
-            return 2;
-        } else {
-            path = argv[i];
+    at_cli cli;
+    at_cli_init(&cli, "dump", dump_usage, "", opts, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {
+        switch (o) {
+        case O_NO_EVENTS: events = false; break;
+        case O_NO_STACKS: stacks = false; break;
+        case O_NO_LINES: lines = false; break;
+        case O_RAW_FRAMES: raw = true; break;
+        case O_COUNTS: counts = true; break;
+        case O_FRAME_NAMES: frames = true; break;
         }
     }
-    if (!path) {
-        dump_usage(stderr);
-        return 2;
-    }
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (nfiles != 1) return at_cli_usage_error(&cli, nfiles ? "one FILE only" : "give the trace FILE");
+    const char *path = files[0];
+    int status = at_cli_check_inputs("dump", files, 1);
+    if (status) return status;
     bool tally = counts || frames;
     if (tally)
         events = true; /* read every event, print none */
@@ -406,7 +403,6 @@ int at_cmd_dump(int argc, char **argv)
     fprintf(out, "  events lost %llu\n", (unsigned long long)c->events_lost);
     if (counts) /* the part TraceEvent cannot count (ntreader.h) */
         fprintf(out, "lost-before-first\t%llu\n", (unsigned long long)c->events_lost_first);
-    int status = 0;
     const nt_damage *d = nt_get_damage(r);
     if (d) {
         fflush(out);

@@ -1,11 +1,13 @@
 /* cmd_events.c: `acttrace events FILE...`: PerfView's Events view in a terminal: one line per event
  * in time order (several files merge by time) with time, thread, provider/event, activity path,
- * related activity, DURATION_MSEC on Stops and the payload; filters by event name, activity path
+ * related activity, the duration on Stops and the payload; filters by event name, activity path
  * prefix, thread and time range. Streams: memory holds only the activities still open. */
 #include "actmodel.h"
+#include "cliopt.h"
 #include "cmds.h"
 #include "ntsym.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +16,11 @@ typedef struct ev_ctx {
     am_buf out;
     const char *name, *prefix;
     uint64_t tid;
-    bool has_tid, multi;
+    bool has_tid, has_from, has_to, multi;
     int64_t from, to;
+    uint64_t printed;
+    /* until an event is printed: which filters some event passed, each on its own */
+    bool seen_time, seen_tid, seen_name, seen_prefix;
     char **labels;      /* by metadata id (of the file whose metadata label_meta holds) */
     const nt_metadata **label_meta;
     uint16_t *label_len;
@@ -39,11 +44,14 @@ static void events_usage(FILE *f)
 {
     fprintf(f, "usage: acttrace events [options] FILE...\n"
                "  Lists every event in time order (several files are merged by time):\n"
-               "  TIME_MSEC THREAD PROVIDER/EVENT ACTIVITY RELATED [DURATION_MSEC] PAYLOAD\n"
+               "  TIME_MSEC THREAD PROVIDER/EVENT ACTIVITY RELATED [DURATION=] PAYLOAD\n"
+               "  A Stop's DURATION shows in us below 1 ms, in ms below 1 s, else in s.\n"
                "  --name NAME      only events named NAME, or NAMEStart/NAMEStop\n"
-               "  --activity PATH  only events whose activity is PATH or below it (e.g. //1/5)\n"
+               "  --activity PATH  only events whose activity is PATH or below it (//1/5, or a GUID)\n"
                "  --thread TID     only events of that thread\n"
-               "  --from MS --to MS  only events in that time range (ms from the trace start)\n");
+               "  --from MS --to MS  only events in that time range (ms from the trace start)\n"
+               "  Filters that match nothing together say so on stderr (exit 1).\n");
+    at_cli_exit_codes(f);
 }
 
 /* Event name NAME, or NAMEStart / NAMEStop. */
@@ -75,21 +83,44 @@ static bool ascii_string(am_buf *f, const uint8_t *pl, uint32_t len, uint32_t *o
     return true;
 }
 
+/* An event the filters pass; the activity's path into *act (cached or into actb) on the way. Until
+ * an event passed them all, every filter is tried on its own too, for the message when none does. */
+static bool selected(ev_ctx *c, const am_event *e, const char **act, char *actb, size_t actn)
+{
+    const nt_event *ev = e->ev;
+    bool all = !c->printed;
+    bool time_ok = e->time >= c->from && e->time <= c->to;
+    if (!time_ok && !all) return false;
+    bool tid_ok = !c->has_tid || ev->thread == c->tid;
+    if (!tid_ok && !all) return false;
+    bool name_ok = !c->name || name_matches(ev->meta->name, c->name);
+    if (!name_ok && !all) return false;
+    /* the model already decoded the ids of its activities: reuse them (decoding was a fifth of the time) */
+    if (e->act && at_guid_eq(&e->act->id, &ev->activity)) *act = cached_path(c, 0, e->act);
+    else {
+        am_format_id(&ev->activity, e->pid, actb, actn);
+        *act = actb;
+    }
+    bool prefix_ok = !c->prefix || am_path_within(*act, c->prefix);
+    if (all) {
+        c->seen_time |= time_ok;
+        c->seen_tid |= tid_ok;
+        c->seen_name |= name_ok;
+        c->seen_prefix |= prefix_ok;
+    }
+    return time_ok && tid_ok && name_ok && prefix_ok;
+}
+
 static void on_event(void *vc, const am_event *e)
 {
     ev_ctx *c = vc;
     const nt_event *ev = e->ev;
     const nt_metadata *m = ev->meta;
     if (nt_sym_is_symbol_event(ev)) return;
-    if (e->time < c->from || e->time > c->to) return;
-    if (c->has_tid && ev->thread != c->tid) return;
-    if (c->name && !name_matches(m->name, c->name)) return;
     char actb[80], relb[80];
     const char *act = actb, *rel = relb;
-    /* the model already decoded the ids of its activities: reuse them (decoding was a fifth of the time) */
-    if (e->act && at_guid_eq(&e->act->id, &ev->activity)) act = cached_path(c, 0, e->act);
-    else am_format_id(&ev->activity, e->pid, actb, sizeof actb);
-    if (c->prefix && !am_path_within(act, c->prefix)) return;
+    if (!selected(c, e, &act, actb, sizeof actb)) return;
+    c->printed++;
     if (e->act && e->act->parent && at_guid_eq(&e->act->parent->id, &ev->related)) rel = cached_path(c, 1, e->act->parent);
     else am_format_id(&ev->related, e->pid, relb, sizeof relb);
     am_buf *f = &c->out;
@@ -130,8 +161,8 @@ static void on_event(void *vc, const am_event *e)
     am_buf_str(f, "  ");
     am_buf_str(f, rel[0] ? rel : "-");
     if (e->stopped) {
-        am_buf_str(f, "  DURATION_MSEC=");
-        am_buf_ms(f, e->stopped->stop - e->stopped->start, 0);
+        am_buf_str(f, "  DURATION=");
+        am_buf_dur(f, e->stopped->stop - e->stopped->start, 0);
     }
     uint32_t off = 0;
     for (uint32_t i = 0; i < m->nfields; i++) {
@@ -173,72 +204,142 @@ static void on_event(void *vc, const am_event *e)
     am_buf_chr(f, '\n');
 }
 
+/* The activity filter's syntax: a path as the commands print it ("//1/5", "//1/5$300", with or
+ * without a closing '/') or a GUID. */
+static bool path_syntax(const char *p)
+{
+    if (strlen(p) == 36) {
+        bool guid = true;
+        for (int i = 0; i < 36; i++)
+            guid &= (i == 8 || i == 13 || i == 18 || i == 23) ? p[i] == '-' : isxdigit((unsigned char)p[i]) != 0;
+        if (guid) return true;
+    }
+    if (strncmp(p, "//", 2) != 0) return false;
+    p += 2;
+    if (!*p) return true; /* "//": every activity */
+    for (;;) {
+        if (!isdigit((unsigned char)*p)) return false;
+        while (isdigit((unsigned char)*p)) p++;
+        if (!*p || (p[0] == '/' && !p[1])) return true;
+        if (*p != '/' && *p != '$') return false;
+        p++;
+    }
+}
+
+/* Nothing printed: the filters that matched nothing, each named, or the set of them together. */
+static void no_match(const ev_ctx *c, char *const *files, int nfiles)
+{
+    char in[600];
+    at_cli_files_desc(files, nfiles, in, sizeof in);
+    bool said = false;
+    if (!c->seen_time) {
+        char from[40] = "the start", to[40] = "the end";
+        if (c->has_from) snprintf(from, sizeof from, "%g ms", (double)c->from / 1e6);
+        if (c->has_to) snprintf(to, sizeof to, "%g ms", (double)c->to / 1e6);
+        am_errorf("events", "no event between %s and %s in %s", from, to, in);
+        said = true;
+    }
+    if (!c->seen_tid) {
+        am_errorf("events", "no event on thread %llu in %s", (unsigned long long)c->tid, in);
+        said = true;
+    }
+    if (!c->seen_name) {
+        am_errorf("events", "no event named '%s' (or '%sStart', '%sStop') in %s", c->name, c->name, c->name, in);
+        said = true;
+    }
+    if (!c->seen_prefix) {
+        am_errorf("events", "no event in activity %s or below it in %s", c->prefix, in);
+        said = true;
+    }
+    if (said) return;
+    /* each filter matched some event, but no event matched them all */
+    char both[1024];
+    size_t k = 0;
+    both[0] = 0;
+    if (c->name) k += (size_t)snprintf(both + k, sizeof both - k, " --name %.200s", c->name);
+    if (c->prefix) k += (size_t)snprintf(both + k, sizeof both - k, " --activity %.200s", c->prefix);
+    if (c->has_tid) k += (size_t)snprintf(both + k, sizeof both - k, " --thread %llu", (unsigned long long)c->tid);
+    if (c->has_from) k += (size_t)snprintf(both + k, sizeof both - k, " --from %g", (double)c->from / 1e6);
+    if (c->has_to) snprintf(both + k, sizeof both - k, " --to %g", (double)c->to / 1e6);
+    am_errorf("events", "no event matches%s together in %s", both, in);
+}
+
 int at_cmd_events(int argc, char **argv)
 {
+    enum { O_NAME = 256, O_ACTIVITY, O_THREAD, O_FROM, O_TO };
+    static const struct option opts[] = {{"name", required_argument, NULL, O_NAME},
+                                         {"activity", required_argument, NULL, O_ACTIVITY},
+                                         {"thread", required_argument, NULL, O_THREAD},
+                                         {"from", required_argument, NULL, O_FROM},
+                                         {"to", required_argument, NULL, O_TO},
+                                         {0}};
     ev_ctx *c = calloc(1, sizeof *c);
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0, status = 2;
-    if (!c || !files) {
+    int status = AT_EXIT_ERROR;
+    if (!c) {
         fprintf(stderr, "acttrace events: out of memory\n");
-        free(c);
-        free(files);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     c->out.f = stdout;
     c->from = INT64_MIN;
     c->to = INT64_MAX;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool more = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            events_usage(stdout);
-            status = 0;
-            goto out;
-        } else if (!strcmp(a, "--name") && more) {
-            c->name = argv[++i];
-        } else if (!strcmp(a, "--activity") && more) {
-            c->prefix = argv[++i];
-        } else if (!strcmp(a, "--thread") && more) {
-            c->tid = strtoull(argv[++i], NULL, 10);
-            c->has_tid = true;
-        } else if ((!strcmp(a, "--from") || !strcmp(a, "--to")) && more) {
-            if (!am_parse_ms(argv[++i], a[2] == 'f' ? &c->from : &c->to)) {
-                am_errorf("events", "%s wants a time in ms, not '%s'", a, argv[i]);
-                goto out;
+    at_cli cli;
+    at_cli_init(&cli, "events", events_usage, "", opts, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {
+        switch (o) {
+        case O_NAME: c->name = cli.arg; break;
+        case O_ACTIVITY:
+            c->prefix = cli.arg;
+            if (!path_syntax(c->prefix)) {
+                at_cli_usage_error(&cli, "--activity wants an activity path such as //1/5 (or a GUID), not '%s'",
+                                   c->prefix);
+                cli.failed = true;
             }
-        } else if (a[0] == '-' && a[1]) {
-            am_errorf("events", "unknown option '%s'", a);
-            events_usage(stderr);
-            goto out;
-        } else {
-            files[nfiles++] = argv[i];
+            break;
+        case O_THREAD: c->has_tid = at_cli_u64(&cli, "a thread id (a number)", &c->tid); break;
+        case O_FROM: c->has_from = at_cli_ms(&cli, true, &c->from); break;
+        case O_TO: c->has_to = at_cli_ms(&cli, true, &c->to); break;
         }
     }
-    if (!nfiles) {
-        events_usage(stderr);
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (o == AT_CLI_EXIT) {
+        status = cli.status;
         goto out;
     }
+    if (!nfiles) {
+        status = at_cli_usage_error(&cli, "give at least one trace FILE");
+        goto out;
+    }
+    if (c->from > c->to) {
+        status = at_cli_usage_error(&cli, "--from %g is after --to %g", (double)c->from / 1e6, (double)c->to / 1e6);
+        goto out;
+    }
+    if ((status = at_cli_check_inputs("events", files, nfiles))) goto out;
     c->multi = nfiles > 1;
     char err[600];
-    am_options o = {.progress = true, .need_events = true};
+    am_options mo = {.progress = true, .need_events = true};
     am_callbacks cb = {.event = on_event, .ctx = c};
-    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("events", "%s", err);
-        status = 1;
+        status = AT_EXIT_ERROR;
         goto out;
     }
     am_run(m, err, sizeof err);
     am_buf_flush(&c->out);
     fflush(stdout);
     status = am_report_damage(m, "events");
+    if (!c->printed && (c->name || c->prefix || c->has_tid || c->has_from || c->has_to)) {
+        no_match(c, files, nfiles);
+        if (!status) status = AT_EXIT_ERROR;
+    }
     am_close(m);
 out:
     for (uint32_t i = 0; i < c->nlabels; i++) free(c->labels[i]);
     free(c->labels);
     free(c->label_len);
     free(c->label_meta);
-    free(files);
     free(c);
     return status;
 }

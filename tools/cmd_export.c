@@ -6,6 +6,7 @@
  *   thread's open/close events nested and in time order, so the slices (40 bytes each) are kept and
  *   sorted at the end; slices that overlap without nesting are clipped to their enclosing one. */
 #include "actmodel.h"
+#include "cliopt.h"
 #include "cmds.h"
 
 #include <stdio.h>
@@ -37,7 +38,8 @@ static void export_usage(FILE *f)
                "  chrome      Chrome trace-event JSON for Perfetto UI (ui.perfetto.dev) or chrome://tracing:\n"
                "              activities as slices on their threads, flow arrows for transfers\n"
                "  speedscope  speedscope JSON (www.speedscope.app): a profile per thread, activities as frames\n"
-               "  -o OUT      output file (default: standard output)\n");
+               "  -o, --output OUT  output file (default, and with -o -: standard output)\n");
+    at_cli_exit_codes(f);
 }
 
 static void comma(ex_ctx *c)
@@ -192,54 +194,48 @@ static void speedscope_write(ex_ctx *c)
 
 int at_cmd_export(int argc, char **argv)
 {
+    enum { O_FORMAT = 256 };
+    static const struct option opts[] = {{"format", required_argument, NULL, O_FORMAT},
+                                         {"output", required_argument, NULL, 'o'},
+                                         {0}};
     ex_ctx c = {.first = true};
     const char *format = NULL, *outpath = NULL;
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    if (!files) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            export_usage(stdout);
-            free(files);
-            return 0;
-        } else if (!strcmp(a, "--format") && i + 1 < argc) {
-            format = argv[++i];
-        } else if (!strncmp(a, "--format=", 9)) {
-            format = a + 9;
-        } else if (!strcmp(a, "-o") && i + 1 < argc) {
-            outpath = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            am_errorf("export", "unknown option '%s'", a);
-            export_usage(stderr);
-            free(files);
-            return 2;
-        } else {
-            files[nfiles++] = argv[i];
+    at_cli cli;
+    at_cli_init(&cli, "export", export_usage, "o:", opts, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {
+        switch (o) {
+        case O_FORMAT:
+            format = cli.arg;
+            if (strcmp(format, "chrome") && strcmp(format, "speedscope")) {
+                at_cli_usage_error(&cli, "unknown format '%s' (chrome or speedscope)", format);
+                cli.failed = true;
+            }
+            break;
+        case 'o': outpath = strcmp(cli.arg, "-") ? cli.arg : NULL; break;
         }
     }
-    if (!format || (strcmp(format, "chrome") && strcmp(format, "speedscope")) || !nfiles) {
-        if (format && strcmp(format, "chrome") && strcmp(format, "speedscope"))
-            am_errorf("export", "unknown format '%s' (chrome or speedscope)", format);
-        export_usage(stderr);
-        free(files);
-        return 2;
-    }
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (!format) return at_cli_usage_error(&cli, "say which format: --format chrome or --format speedscope");
+    if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
+    int status = at_cli_check_inputs("export", files, nfiles);
+    if (status) return status;
     c.speedscope = !strcmp(format, "speedscope");
     char err[600];
-    am_options o = {.progress = true};
+    am_options mo = {.progress = true};
     am_callbacks cb = {.activity = c.speedscope ? ss_activity : chrome_activity, .ctx = &c};
-    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
-    free(files);
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("export", "%s", err);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     c.out = outpath ? fopen(outpath, "w") : stdout;
     if (!c.out) {
         am_errorf("export", "%s: %m", outpath);
         am_close(m);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     if (!c.speedscope) {
         fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"exporter\":\"acttrace\"},\n\"traceEvents\":[\n", c.out);
@@ -258,15 +254,15 @@ int at_cmd_export(int argc, char **argv)
     } else {
         fputs("\n]}\n", c.out);
     }
-    int status = 0;
     if (outpath) {
         if (fclose(c.out) != 0) {
             am_errorf("export", "%s: write failed", outpath);
-            status = 1;
+            status = AT_EXIT_ERROR;
             remove(outpath);
         }
-    } else {
-        fflush(stdout);
+    } else if (fflush(stdout) != 0 || ferror(stdout)) {
+        am_errorf("export", "standard output: write failed");
+        status = AT_EXIT_ERROR;
     }
     int dmg = am_report_damage(m, "export");
     if (!status) status = dmg;

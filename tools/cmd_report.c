@@ -4,6 +4,7 @@
  * name (the stacks of the events inside activities of that name). The timeline holds the first
  * REPORT_MAX_SLICES slices (it says so when it is cut); histograms and flame graphs cover everything. */
 #include "actfold.h"
+#include "cliopt.h"
 #include "cmds.h"
 
 #include <stdio.h>
@@ -104,7 +105,9 @@ static void report_usage(FILE *f)
     fprintf(f, "usage: acttrace report -o report.html FILE...\n"
                "  Writes one self-contained HTML file (no network access needed): a timeline of the\n"
                "  activities per thread with their transfers, a duration histogram and a flame graph per\n"
-               "  activity name.\n");
+               "  activity name.\n"
+               "  -o, --output OUT  the HTML file (-o -: standard output)\n");
+    at_cli_exit_codes(f);
 }
 
 static rp_name *rp_get(rp_ctx *c, const char *name)
@@ -209,38 +212,34 @@ static int by_name(const void *x, const void *y)
 
 int at_cmd_report(int argc, char **argv)
 {
+    static const struct option opts[] = {{"output", required_argument, NULL, 'o'}, {0}};
     const char *outpath = NULL;
-    char **files = calloc((size_t)argc, sizeof *files);
     rp_ctx *c = calloc(1, sizeof *c);
-    int nfiles = 0, status = 2;
+    int nfiles = 0, status = AT_EXIT_ERROR;
+    char **files = NULL;
     am_model *m = NULL;
-    if (!files || !c) {
-        free(files);
-        free(c);
-        return 1;
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            report_usage(stdout);
-            status = 0;
-            goto out;
-        } else if (!strcmp(a, "-o") && i + 1 < argc) {
-            outpath = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            am_errorf("report", "unknown option '%s'", a);
-            report_usage(stderr);
-            goto out;
-        } else {
-            files[nfiles++] = argv[i];
-        }
-    }
-    if (!nfiles || !outpath) {
-        if (nfiles) am_errorf("report", "say where the report goes: -o report.html");
-        report_usage(stderr);
+    if (!c) return AT_EXIT_ERROR;
+    at_cli cli;
+    at_cli_init(&cli, "report", report_usage, "o:", opts, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0)
+        if (o == 'o') outpath = cli.arg;
+    if (o == AT_CLI_EXIT) {
+        status = cli.status;
         goto out;
     }
-    status = 1;
+    files = at_cli_operands(&cli, &nfiles);
+    if (!outpath) {
+        status = at_cli_usage_error(&cli, "say where the report goes: -o report.html (or -o - for standard output)");
+        goto out;
+    }
+    if (!nfiles) {
+        status = at_cli_usage_error(&cli, "give at least one trace FILE");
+        goto out;
+    }
+    if ((status = at_cli_check_inputs("report", files, nfiles))) goto out;
+    status = AT_EXIT_ERROR;
+    bool to_stdout = !strcmp(outpath, "-");
     if (!(c->sym = calloc((size_t)nfiles, sizeof *c->sym))) goto out;
     for (int i = 0; i < nfiles; i++)
     {
@@ -248,13 +247,13 @@ int at_cmd_report(int argc, char **argv)
         if (!(c->sym[i] = nt_sym_new(&so))) goto out;
     }
     char err[600];
-    am_options o = {.progress = true, .need_events = true};
+    am_options mo = {.progress = true, .need_events = true};
     am_callbacks cb = {.activity = rp_activity, .event = rp_event, .ctx = c};
-    if (!(m = am_open(files, nfiles, &o, &cb, err, sizeof err))) {
+    if (!(m = am_open(files, nfiles, &mo, &cb, err, sizeof err))) {
         am_errorf("report", "%s", err);
         goto out;
     }
-    if (!(c->out = fopen(outpath, "w"))) {
+    if (!(c->out = to_stdout ? stdout : fopen(outpath, "w"))) {
         am_errorf("report", "%s: %m", outpath);
         goto out;
     }
@@ -301,12 +300,19 @@ int at_cmd_report(int argc, char **argv)
     }
     fputs("\n]</script>\n", f);
     fputs(report_script, f);
-    if (fclose(f) != 0) {
-        am_errorf("report", "%s: write failed", outpath);
-        remove(outpath);
-        goto out;
+    if (to_stdout) {
+        if (fflush(f) != 0 || ferror(f)) {
+            am_errorf("report", "standard output: write failed");
+            goto out;
+        }
+    } else {
+        if (fclose(f) != 0) {
+            am_errorf("report", "%s: write failed", outpath);
+            remove(outpath);
+            goto out;
+        }
+        fprintf(stderr, "acttrace report: wrote %s\n", outpath);
     }
-    fprintf(stderr, "acttrace report: wrote %s\n", outpath);
     status = am_report_damage(m, "report");
 out:
     am_close(m);
@@ -318,6 +324,5 @@ out:
         am_fold_free(c->names[i].fold);
     }
     free(c);
-    free(files);
     return status;
 }

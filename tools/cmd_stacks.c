@@ -1,6 +1,7 @@
 /* cmd_stacks.c: `acttrace stacks FILE...`: folded stacks (flamegraph.pl / inferno format), one line
  * per distinct stack: the chain of activity names the event ran in, then its frames, then a count. */
 #include "actfold.h"
+#include "cliopt.h"
 #include "cmds.h"
 
 #include <stdio.h>
@@ -12,12 +13,14 @@ typedef struct sk_ctx {
     nt_symbolizer **sym; /* one per file */
     const char *name;
     bool by_activity, all, offsets, samples;
+    bool name_seen;  /* an activity named name */
+    uint64_t lines;  /* stacks folded */
     char key[65536];
 } sk_ctx;
 
 static void stacks_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace stacks [--name NAME] [--by-activity] [--all] [--offsets] FILE...\n"
+    fprintf(f, "usage: acttrace stacks [--name NAME] [--by-activity] [--all] [--offsets] [--samples] FILE...\n"
                "  Folded stacks of the events that carry a stack: activity names from the root down,\n"
                "  then frames from the outermost, then the number of events (flamegraph.pl/inferno).\n"
                "  Frames are grouped by function (\"module!function\"). The count is a number of\n"
@@ -30,7 +33,9 @@ static void stacks_usage(FILE *f)
                "  --samples       CPU samples instead (ACTTRACE_SAMPLE_HZ): the count is microseconds of\n"
                "                  CPU, so a frame's width is the CPU time spent under it in each activity\n"
                "                  (a sample that does not say its CPU time counts 1 ms, the .NET runtime's\n"
-               "                  period)\n");
+               "                  period)\n"
+               "  --name NAME that matches nothing says so on stderr (exit 1).\n");
+    at_cli_exit_codes(f);
 }
 
 static void on_event(void *vc, const am_event *e)
@@ -43,8 +48,16 @@ static void on_event(void *vc, const am_event *e)
     if (sample != c->samples) return; /* samples weigh CPU time, events count: never one sum */
     if (!e->act && (!c->all || c->name)) return;
     uint64_t w = !sample ? 1 : cpu_ns ? (cpu_ns + 500) / 1000 : 1000;
-    if (am_fold_key(c->key, sizeof c->key, e->act, c->name, c->by_activity, e->ev, c->sym[e->file]))
+    if (am_fold_key(c->key, sizeof c->key, e->act, c->name, c->by_activity, e->ev, c->sym[e->file])) {
         am_fold_add(c->fold, c->key, w);
+        c->lines++;
+    }
+}
+
+static void on_activity(void *vc, const am_activity *a)
+{
+    sk_ctx *c = vc;
+    if (!strcmp(a->name, c->name)) c->name_seen = true;
 }
 
 static void print_line(void *ctx, const char *key, uint64_t n)
@@ -54,45 +67,42 @@ static void print_line(void *ctx, const char *key, uint64_t n)
 
 int at_cmd_stacks(int argc, char **argv)
 {
+    enum { O_NAME = 256, O_BY_ACTIVITY, O_ALL, O_OFFSETS, O_SAMPLES };
+    static const struct option opts[] = {{"name", required_argument, NULL, O_NAME},
+                                         {"by-activity", no_argument, NULL, O_BY_ACTIVITY},
+                                         {"all", no_argument, NULL, O_ALL},
+                                         {"offsets", no_argument, NULL, O_OFFSETS},
+                                         {"samples", no_argument, NULL, O_SAMPLES},
+                                         {0}};
     sk_ctx *c = calloc(1, sizeof *c);
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0, status = 2;
-    if (!c || !files) {
-        free(c);
-        free(files);
-        return 1;
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            stacks_usage(stdout);
-            status = 0;
-            goto out;
-        } else if (!strcmp(a, "--name") && i + 1 < argc) {
-            c->name = argv[++i];
-        } else if (!strcmp(a, "--by-activity")) {
-            c->by_activity = true;
-        } else if (!strcmp(a, "--all")) {
-            c->all = true;
-        } else if (!strcmp(a, "--offsets")) {
-            c->offsets = true;
-        } else if (!strcmp(a, "--samples")) {
-            c->samples = true;
-        } else if (a[0] == '-' && a[1]) {
-            am_errorf("stacks", "unknown option '%s'", a);
-            stacks_usage(stderr);
-            goto out;
-        } else {
-            files[nfiles++] = argv[i];
+    int nfiles = 0, status = AT_EXIT_ERROR;
+    char **files = NULL;
+    if (!c) return AT_EXIT_ERROR;
+    at_cli cli;
+    at_cli_init(&cli, "stacks", stacks_usage, "", opts, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {
+        switch (o) {
+        case O_NAME: c->name = cli.arg; break;
+        case O_BY_ACTIVITY: c->by_activity = true; break;
+        case O_ALL: c->all = true; break;
+        case O_OFFSETS: c->offsets = true; break;
+        case O_SAMPLES: c->samples = true; break;
         }
     }
-    if (!nfiles) {
-        stacks_usage(stderr);
+    if (o == AT_CLI_EXIT) {
+        status = cli.status;
         goto out;
     }
+    files = at_cli_operands(&cli, &nfiles);
+    if (!nfiles) {
+        status = at_cli_usage_error(&cli, "give at least one trace FILE");
+        goto out;
+    }
+    if ((status = at_cli_check_inputs("stacks", files, nfiles))) goto out;
+    status = AT_EXIT_ERROR;
     c->fold = am_fold_new();
     c->sym = calloc((size_t)nfiles, sizeof *c->sym);
-    status = 1;
     if (!c->fold || !c->sym) goto out;
     for (int i = 0; i < nfiles; i++)
     {
@@ -100,9 +110,9 @@ int at_cmd_stacks(int argc, char **argv)
         if (!(c->sym[i] = nt_sym_new(&so))) goto out;
     }
     char err[600];
-    am_options o = {.progress = true, .need_events = true};
-    am_callbacks cb = {.event = on_event, .ctx = c};
-    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
+    am_options mo = {.progress = true, .need_events = true};
+    am_callbacks cb = {.event = on_event, .activity = c->name ? on_activity : NULL, .ctx = c};
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("stacks", "%s", err);
         goto out;
@@ -111,13 +121,21 @@ int at_cmd_stacks(int argc, char **argv)
     am_fold_each(c->fold, print_line, stdout);
     fflush(stdout);
     status = am_report_damage(m, "stacks");
+    if (c->name && !c->lines) {
+        char in[600];
+        at_cli_files_desc(files, nfiles, in, sizeof in);
+        if (!c->name_seen) am_errorf("stacks", "no activity named '%s' in %s", c->name, in);
+        else
+            am_errorf("stacks", "no %s inside an activity named '%s' in %s",
+                      c->samples ? "CPU sample" : "event with a stack", c->name, in);
+        if (!status) status = AT_EXIT_ERROR;
+    }
     am_close(m);
 out:
     if (c->sym)
         for (int i = 0; i < nfiles; i++) nt_sym_free(c->sym[i]);
     free(c->sym);
     am_fold_free(c->fold);
-    free(files);
     free(c);
     return status;
 }

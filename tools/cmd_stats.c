@@ -2,6 +2,7 @@
  * threads its activities ran on, their events, and how many never stopped. Memory: one entry per
  * name (durations exact up to 65536 per name, then a 1% histogram). */
 #include "actmodel.h"
+#include "cliopt.h"
 #include "cmds.h"
 
 #include <stdio.h>
@@ -26,8 +27,10 @@ typedef struct st_ctx {
 static void stats_usage(FILE *f)
 {
     fprintf(f, "usage: acttrace stats FILE...\n"
-               "  Per activity name: COUNT, P50/P90/P99/MAX duration (ms, stopped activities), THREADS\n"
-               "  (distinct threads visited), EVENTS (events inside them), NEVER_STOPPED.\n");
+               "  Per activity name: COUNT, P50/P90/P99/MAX duration (stopped activities; in us below 1 ms,\n"
+               "  in ms below 1 s, else in s), THREADS (distinct threads visited), EVENTS (events inside\n"
+               "  them), NEVER_STOPPED.\n");
+    at_cli_exit_codes(f);
 }
 
 static st_name *st_get(st_ctx *c, const char *name)
@@ -80,52 +83,43 @@ static int by_name(const void *x, const void *y)
 
 int at_cmd_stats(int argc, char **argv)
 {
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    if (!files) return 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            stats_usage(stdout);
-            free(files);
-            return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            am_errorf("stats", "unknown option '%s'", argv[i]);
-            stats_usage(stderr);
-            free(files);
-            return 2;
-        }
-        files[nfiles++] = argv[i];
-    }
-    if (!nfiles) {
-        stats_usage(stderr);
-        free(files);
-        return 2;
-    }
+    at_cli cli;
+    at_cli_init(&cli, "stats", stats_usage, "", NULL, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {}
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
+    int status = at_cli_check_inputs("stats", files, nfiles);
+    if (status) return status;
     st_ctx c = {0};
     char err[600];
-    am_options o = {.progress = true};
+    am_options mo = {.progress = true};
     am_callbacks cb = {.activity = on_activity, .ctx = &c};
-    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
-    free(files);
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("stats", "%s", err);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     am_run(m, err, sizeof err); /* a damaged file: what was read before the damage, then the damage */
     {
         if (c.n) qsort(c.v, c.n, sizeof *c.v, by_name);
-        printf("%-24s %8s %10s %10s %10s %10s %7s %8s %13s\n", "NAME", "COUNT", "P50_MS", "P90_MS", "P99_MS",
-               "MAX_MS", "THREADS", "EVENTS", "NEVER_STOPPED");
+        printf("%-24s %8s %10s %10s %10s %10s %7s %8s %13s\n", "NAME", "COUNT", "P50", "P90", "P99", "MAX",
+               "THREADS", "EVENTS", "NEVER_STOPPED");
         for (size_t i = 0; i < c.n; i++) {
             st_name *s = &c.v[i];
-            printf("%-24s %8llu %10.3f %10.3f %10.3f %10.3f %7u %8llu %13llu\n", s->name,
-                   (unsigned long long)s->count, am_dist_pct(&s->d, 50) / 1e6, am_dist_pct(&s->d, 90) / 1e6,
-                   am_dist_pct(&s->d, 99) / 1e6, (double)s->d.max / 1e6, s->ntids,
-                   (unsigned long long)s->events, (unsigned long long)s->never);
+            char p50[AM_DUR_MAX], p90[AM_DUR_MAX], p99[AM_DUR_MAX], max[AM_DUR_MAX];
+            am_fmt_dur(p50, am_dist_pct(&s->d, 50));
+            am_fmt_dur(p90, am_dist_pct(&s->d, 90));
+            am_fmt_dur(p99, am_dist_pct(&s->d, 99));
+            am_fmt_dur(max, s->d.max);
+            printf("%-24s %8llu %10s %10s %10s %10s %7u %8llu %13llu\n", s->name, (unsigned long long)s->count,
+                   p50, p90, p99, max, s->ntids, (unsigned long long)s->events, (unsigned long long)s->never);
         }
     }
     fflush(stdout);
-    int status = am_report_damage(m, "stats");
+    status = am_report_damage(m, "stats");
     am_close(m);
     for (size_t i = 0; i < c.n; i++) {
         am_dist_free(&c.v[i].d);

@@ -4,6 +4,7 @@
  * through their cross-process links. A tree is printed as soon as its root and every descendant have
  * finished, so memory holds open activities and the finished parts of unfinished trees. */
 #include "actmodel.h"
+#include "cliopt.h"
 #include "cmds.h"
 #include "actpath.h"
 #include "guid.h"
@@ -19,6 +20,8 @@ typedef struct tree_ctx {
     bool multi;
     uint64_t printed;
     uint64_t hold;
+    bool has_min;
+    bool name_seen, long_seen; /* an activity of that name, one lasting at least min_dur */
     uint64_t shown[1024]; /* serials of the open ancestors whose "(running)" lines were printed last */
     int nshown;
     bool tsv;
@@ -26,9 +29,10 @@ typedef struct tree_ctx {
 
 static void tree_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--tsv] FILE...\n"
-               "  Prints the activity tree: name, path, start and duration (ms), threads visited and\n"
-               "  the transfers between them, children indented below their parent. Activities never\n"
+    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--hold N] [--tsv] FILE...\n"
+               "  Prints the activity tree: name, path, start (ms from the trace start), duration, threads\n"
+               "  visited and the transfers between them (from->to@ms), children indented below their\n"
+               "  parent. Durations show in us below 1 ms, in ms below 1 s, else in s. Activities never\n"
                "  stopped show as such. Several files (parent and child processes) merge into one tree.\n"
                "  --name NAME   only activities named NAME (with their ancestors and descendants)\n"
                "  --min-ms MS   only activities lasting at least MS (with their ancestors)\n"
@@ -41,7 +45,9 @@ static void tree_usage(FILE *f)
                "                start (duration -1: never stopped), ActivityId, the path in PerfView's\n"
                "                notation; per Stop that stopped nothing: stop, pid, thread, event name,\n"
                "                time, ActivityId; per Start with a RelatedActivityId: related, serial,\n"
-               "                RelatedActivityId. Tab-separated; --name and --min-ms do not apply\n", AM_HOLD_DEFAULT);
+               "                RelatedActivityId. Tab-separated; every activity (no --name, --min-ms)\n"
+               "  A filter that matches nothing says so on stderr (exit 1).\n", AM_HOLD_DEFAULT);
+    at_cli_exit_codes(f);
 }
 
 static bool node_matches(const tree_ctx *c, const am_activity *a)
@@ -83,8 +89,8 @@ static void print_node(tree_ctx *c, const am_activity *a, int indent, bool insid
     am_buf *f = &c->out;
     print_head(c, a, indent);
     am_buf_str(f, a->stopped ? "  duration " : "  NEVER STOPPED (open ");
-    am_buf_ms(f, a->stop - a->start, 0);
-    am_buf_str(f, a->stopped ? " ms" : " ms at the end)");
+    am_buf_dur(f, a->stop - a->start, 0);
+    if (!a->stopped) am_buf_str(f, " at the end)");
     am_buf_str(f, "  threads ");
     for (uint32_t i = 0, n = am_nvisits(a); i < n; i++) {
         if (i) am_buf_chr(f, ',');
@@ -221,67 +227,82 @@ static void on_spill(void *vc, const am_activity *sub)
     print_node(c, sub, n, inside);
 }
 
+/* Every activity, for the filters' message when nothing matched. */
+static void note_activity(void *vc, const am_activity *a)
+{
+    tree_ctx *c = vc;
+    if (c->name && !strcmp(a->name, c->name)) c->name_seen = true;
+    if (a->stop - a->start >= c->min_dur) c->long_seen = true;
+}
+
+/* Nothing printed for --name / --min-ms: which of them matched nothing. */
+static void no_match(const tree_ctx *c, char *const *files, int nfiles)
+{
+    char in[600], ms[64];
+    at_cli_files_desc(files, nfiles, in, sizeof in);
+    snprintf(ms, sizeof ms, "%g", (double)c->min_dur / 1e6);
+    if (c->name && !c->name_seen)
+        am_errorf("tree", "no activity named '%s' in %s", c->name, in);
+    else if (c->has_min && !c->long_seen)
+        am_errorf("tree", "no activity lasting at least %s ms in %s", ms, in);
+    else
+        am_errorf("tree", "no activity named '%s' lasts at least %s ms in %s", c->name, ms, in);
+}
+
 int at_cmd_tree(int argc, char **argv)
 {
     static tree_ctx c;
+    enum { O_NAME = 256, O_MIN, O_HOLD, O_TSV };
+    static const struct option opts[] = {{"name", required_argument, NULL, O_NAME},
+                                         {"min-ms", required_argument, NULL, O_MIN},
+                                         {"hold", required_argument, NULL, O_HOLD},
+                                         {"tsv", no_argument, NULL, O_TSV},
+                                         {0}};
     c.out.f = stdout;
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    if (!files) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool more = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            tree_usage(stdout);
-            free(files);
-            return 0;
-        } else if (!strcmp(a, "--tsv")) {
-            c.tsv = true;
-        } else if (!strcmp(a, "--name") && more) {
-            c.name = argv[++i];
-        } else if (!strcmp(a, "--hold") && more) {
-            c.hold = strtoull(argv[++i], NULL, 10);
-        } else if (!strcmp(a, "--min-ms") && more) {
-            if (!am_parse_ms(argv[++i], &c.min_dur)) {
-                am_errorf("tree", "--min-ms wants a time in ms, not '%s'", argv[i]);
-                free(files);
-                return 2;
-            }
-        } else if (a[0] == '-' && a[1]) {
-            am_errorf("tree", "unknown option '%s'", a);
-            tree_usage(stderr);
-            free(files);
-            return 2;
-        } else {
-            files[nfiles++] = argv[i];
+    at_cli cli;
+    at_cli_init(&cli, "tree", tree_usage, "", opts, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {
+        switch (o) {
+        case O_NAME: c.name = cli.arg; break;
+        case O_MIN: c.has_min = at_cli_ms(&cli, false, &c.min_dur); break;
+        case O_HOLD: at_cli_u64(&cli, "a number of activities", &c.hold); break;
+        case O_TSV: c.tsv = true; break;
         }
     }
-    if (!nfiles) {
-        tree_usage(stderr);
-        free(files);
-        return 2;
-    }
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
+    if (c.tsv && (c.name || c.has_min))
+        return at_cli_usage_error(&cli, "--tsv lists every activity: --name and --min-ms do not apply to it");
+    int status = at_cli_check_inputs("tree", files, nfiles);
+    if (status) return status;
     c.multi = nfiles > 1;
     char err[600];
-    am_options o = {.tree = true, .progress = true, .hold = c.hold};
+    am_options mo = {.tree = true, .progress = true, .hold = c.hold};
     am_callbacks cb = {.tree = on_tree, .spill = on_spill, .ctx = &c};
+    if (c.name || c.has_min) cb.activity = note_activity;
     if (c.tsv) {
         cb = (am_callbacks){.activity = on_activity, .event = on_event, .ctx = &c};
-        o.need_events = true;
+        mo.need_events = true;
     }
-    am_model *m = am_open(files, nfiles, &o, &cb, err, sizeof err);
-    free(files);
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, sizeof err);
     if (!m) {
         am_errorf("tree", "%s", err);
-        return 1;
+        return AT_EXIT_ERROR;
     }
     am_run(m, err, sizeof err);
     am_buf_flush(&c.out);
     fflush(stdout);
-    int status = am_report_damage(m, "tree");
+    status = am_report_damage(m, "tree");
     if (am_unmatched_stops(m))
         fprintf(stderr, "acttrace tree: %llu Stop events matched no open activity\n",
                 (unsigned long long)am_unmatched_stops(m));
+    if (!c.printed && (c.name || c.has_min)) {
+        no_match(&c, files, nfiles);
+        if (!status) status = AT_EXIT_ERROR;
+    }
     am_close(m);
     return status;
 }

@@ -3,6 +3,7 @@
  * problem with its file offset. Exit status: 0 = structurally clean, 1 = problems or a fatal error,
  * 2 = usage. Dropped events (sequence gaps) are data the writer recorded on purpose, not a structural
  * fault: they are reported per capture thread ("N events dropped") and do not change the exit status. */
+#include "cliopt.h"
 #include "cmds.h"
 #include "ntreader.h"
 
@@ -33,32 +34,23 @@ static void verify_usage(FILE *f)
                "  compression, metadata and stack ids, block timestamps, per-thread order, sequence\n"
                "  points, the end tag and trailing bytes. Each problem is printed with its file offset.\n"
                "  Exit 0 only for a clean file; dropped events are reported but are not a problem.\n"
-               "  Exit 3: sound up to its end tag, then a torn tail (a writer killed while flushing).\n");
+               "  Exit status: 0 a clean file; 1 problems, or a file that cannot be read; 2 usage error;\n"
+               "  3 sound up to its end tag, then a torn tail (a writer killed while flushing).\n");
 }
 
 int at_cmd_verify(int argc, char **argv)
 {
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            verify_usage(stdout);
-            return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "acttrace verify: unknown option '%s'\n", argv[i]);
-            verify_usage(stderr);
-            return 2;
-        } else if (path) {
-            fprintf(stderr, "acttrace verify: one FILE only\n");
-            verify_usage(stderr);
-            return 2;
-        } else {
-            path = argv[i];
-        }
-    }
-    if (!path) {
-        verify_usage(stderr);
-        return 2;
-    }
+    at_cli cli;
+    at_cli_init(&cli, "verify", verify_usage, "", NULL, argc, argv);
+    int o;
+    while ((o = at_cli_next(&cli)) > 0) {}
+    if (o == AT_CLI_EXIT) return cli.status;
+    int nfiles;
+    char **files = at_cli_operands(&cli, &nfiles);
+    if (nfiles != 1) return at_cli_usage_error(&cli, nfiles ? "one FILE only" : "give the trace FILE");
+    const char *path = files[0];
+    int status = at_cli_check_inputs("verify", files, 1);
+    if (status) return status;
     vctx v = {path, 0, 0};
     nt_options opt = {.strict = true, .order = true, .problem = on_problem, .ctx = &v};
     char err[512];
@@ -88,7 +80,6 @@ int at_cmd_verify(int argc, char **argv)
                        (unsigned long long)t->dropped, (unsigned long long)t->events);
         }
     }
-    int status;
     const nt_damage *d = nt_get_damage(r);
     if (d && d->kind == NT_DAMAGE_TORN) {
         /* what TraceEvent reads (up to the end tag) is checked above; the tail is a killed writer's */

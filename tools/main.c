@@ -1,9 +1,15 @@
-/* main.c: the acttrace command-line dispatcher: `acttrace <subcommand> ...`. Each subcommand lives in
- * its own file (tools/cmd_*.c, declared in cmds.h); this file only picks one and prints the help. */
+/* main.c: the acttrace command-line dispatcher: `acttrace <command> ...`. Each command lives in its
+ * own file (tools/cmd_*.c, declared in cmds.h) and reads its own options (cliopt.h); this file reads
+ * the options before the command (--help, --version), picks the command and prints the overview. */
+#include "cliopt.h"
 #include "cmds.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#ifndef AT_VERSION
+#define AT_VERSION "unknown"
+#endif
 
 typedef struct at_subcommand {
     const char *name;
@@ -12,39 +18,77 @@ typedef struct at_subcommand {
 } at_subcommand;
 
 static const at_subcommand commands[] = {
-    {"dump", at_cmd_dump, "print a .nettrace file: header, metadata, every event, summary"},
-    {"verify", at_cmd_verify, "check a .nettrace file against every structural rule of the format"},
     {"run", at_cmd_run, "run a program under the shim and say where its trace went"},
+    {"check", at_cmd_check, "resolve a config's functions in a program and say how each will be hooked"},
     {"events", at_cmd_events, "list events in time order with activity paths and durations"},
     {"tree", at_cmd_tree, "print the activity tree: durations, threads, transfers, children"},
     {"stats", at_cmd_stats, "per activity name: count, p50/p90/p99/max duration, threads, events"},
     {"stacks", at_cmd_stacks, "folded stacks per activity name (flamegraph.pl / inferno input)"},
     {"export", at_cmd_export, "write Chrome trace-event (Perfetto) or speedscope JSON"},
     {"report", at_cmd_report, "write a self-contained HTML report: timeline, histograms, flame graphs"},
-    {"check", at_cmd_check, "resolve a config's functions in a program and say how each will be hooked"},
+    {"dump", at_cmd_dump, "print a .nettrace file: header, metadata, every event, summary"},
+    {"verify", at_cmd_verify, "check a .nettrace file against every structural rule of the format"},
 };
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace <subcommand> [options] ...\n\nsubcommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n`acttrace <subcommand> --help` describes a subcommand.\n");
+    fprintf(f, "usage: acttrace [--version] [--help] <command> [options] [FILE...]\n\ncommands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n`acttrace <command> --help` (or `acttrace help <command>`) describes a command. Options\n"
+               "take --opt=value or --opt value, may follow the files, and -- ends them.\n"
+               "  -V, --version  print the version\n"
+               "  -h, --help     print this overview\n\n");
+    at_cli_exit_codes(f);
+    fprintf(f, "  `run` exits with the program's own status.\n");
+}
+
+static const at_subcommand *find(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(name, commands[i].name)) return &commands[i];
+    return NULL;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
+    static const struct option opts[] = {{"version", no_argument, NULL, 'V'}, {0}};
+    /* '+': stop at the command's name; what follows it is the command's to read */
+    at_cli cli;
+    at_cli_init(&cli, "", usage, "+V", opts, argc, argv);
+    for (int o; (o = at_cli_next(&cli)) != AT_CLI_END;) {
+        if (o == AT_CLI_EXIT) return cli.status;
+        if (o == 'V') {
+            printf("acttrace %s\n", AT_VERSION);
+            return AT_EXIT_OK;
+        }
+    }
+    int n;
+    char **rest = at_cli_operands(&cli, &n);
+    if (!n) {
+        fprintf(stderr, "acttrace: say which command to run\n");
         usage(stderr);
-        return 2;
+        return AT_EXIT_USAGE;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
-        usage(stdout);
-        return 0;
+    if (!strcmp(rest[0], "help")) {
+        if (n < 2) {
+            usage(stdout);
+            return AT_EXIT_OK;
+        }
+        const at_subcommand *c = find(rest[1]);
+        if (!c) {
+            fprintf(stderr, "acttrace help: unknown command '%s'\n", rest[1]);
+            usage(stderr);
+            return AT_EXIT_USAGE;
+        }
+        char *hargv[] = {rest[1], "--help", NULL};
+        return c->run(2, hargv);
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "acttrace: unknown subcommand '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
+    const at_subcommand *c = find(rest[0]);
+    if (!c) {
+        fprintf(stderr, "acttrace: unknown command '%s'\n", rest[0]);
+        usage(stderr);
+        return AT_EXIT_USAGE;
+    }
+    return c->run(n, rest);
 }

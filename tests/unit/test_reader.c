@@ -453,7 +453,7 @@ START_TEST(dump_of_a_sample)
     ck_assert(strstr(out, "usage: acttrace dump"));
     ck_assert_int_eq(run_tool("", out, sizeof out), 2);
     ck_assert_int_eq(run_tool("nosuchcommand", out, sizeof out), 2);
-    ck_assert(strstr(out, "unknown subcommand 'nosuchcommand'"));
+    ck_assert(strstr(out, "unknown command 'nosuchcommand'"));
     ck_assert_int_eq(run_tool("--help", out, sizeof out), 0);
     ck_assert(strstr(out, "verify"));
 }

@@ -2,7 +2,8 @@
  * analyses what was read before the damage and says in one line where it starts (exit 3), or gives
  * a clear one-line error naming the file and the offset when not even the header can be read
  * (exit 1), or, for damage the format cannot see (a flipped payload byte), a normal result; never a
- * crash. Also: missing, empty and non-trace files, and usage errors (exit 2). */
+ * crash. Also: missing, empty and non-trace files (exit 1, each said as such), and usage errors
+ * (exit 2). */
 #include <check.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -119,6 +120,25 @@ static int run_cmd(size_t i, const char *file, const char *what)
     return st;
 }
 
+/* Command i on file exits 1 with the one line "acttrace CMD: FILE <says>". */
+static void not_a_trace(size_t i, const char *file, const char *says)
+{
+    const char *args[8];
+    char out[4200], want[8600];
+    snprintf(out, sizeof out, "%s/report.html", dir);
+    int n = 0;
+    for (int k = 0; cmds[i][k]; k++) args[n++] = cmds[i][k];
+    if (!strcmp(cmds[i][0], "report")) args[n++] = out;
+    args[n++] = file;
+    args[n] = NULL;
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    snprintf(want, sizeof want, "acttrace %s: %s %s\n", cmds[i][0], file, says);
+    ck_assert_msg(r.exited && r.status == 1 && !strcmp(r.err, want), "acttrace %s on %s: exit %d: %s", cmds[i][0],
+                  file, r.status, r.err);
+    at_run_result_free(&r);
+}
+
 START_TEST(good_file_passes)
 {
     for (size_t i = 0; i < NCMDS; i++) ck_assert_int_eq(run_cmd(i, good, "the good file"), 0);
@@ -190,9 +210,10 @@ START_TEST(not_traces)
     snprintf(text, sizeof text, "%s/text.nettrace", dir);
     write_copy(empty, "", 0);
     write_copy(text, "hello, this is not a trace\n", 27);
+    /* each said as what it is, not as a trace the reader cannot parse */
     for (size_t i = 0; i < NCMDS; i++) {
-        ck_assert_int_eq(run_cmd(i, empty, "an empty file"), 1);
-        ck_assert_int_eq(run_cmd(i, text, "a text file"), 1);
+        not_a_trace(i, empty, "is empty");
+        not_a_trace(i, text, "is not a .nettrace file (it does not start with the Nettrace magic)");
     }
     /* a missing file: one line naming it */
     at_run_result r;

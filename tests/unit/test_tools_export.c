@@ -303,13 +303,13 @@ START_TEST(filters)
     ck_assert_str_eq(got, "       3.000  T2  acttrace-flow/Receive  //1  -\n"
                           "       4.000  T2  acttrace/WorkStart  //1/1  //1  WorkId=11\n"
                           "       4.500  T2  test-app/Sample  //1/1  -\n"
-                          "       5.000  T2  acttrace/WorkStop  //1/1  -  DURATION_MSEC=1.000  WorkId=11\n"
+                          "       5.000  T2  acttrace/WorkStop  //1/1  -  DURATION=1.00ms  WorkId=11\n"
                           "       5.500  T2  acttrace-flow/Send  //1  -\n");
     free(got);
     got = tool_out((const char *const[]){"events", "--from", "5.5", "--to", "8", "--activity", "//1", trace, NULL});
     ck_assert_str_eq(got, "       5.500  T2  acttrace-flow/Send  //1  -\n"
                           "       6.000  T1  acttrace-flow/Receive  //1  -\n"
-                          "       8.000  T1  acttrace/RequestStop  //1  -  DURATION_MSEC=7.000  RequestId=1\n");
+                          "       8.000  T1  acttrace/RequestStop  //1  -  DURATION=7.00ms  RequestId=1\n");
     free(got);
     got = tool_out((const char *const[]){"stacks", "--name", "Work", trace, NULL});
     ck_assert_str_eq(got, "Work;0x2001;0x2002 1\n");

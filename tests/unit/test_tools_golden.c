@@ -71,10 +71,10 @@ START_TEST(never_stopped)
     pids[0] = at_gen_trace(paths[0], gen_never, NULL);
     ck_assert_int_gt(pids[0], 0);
     expect((const char *const[]){"tree", paths[0], NULL},
-           "Request //1  start 1.000  duration 9.000 ms  threads T1\n"
-           "  Parse //1/1  start 2.000  duration 3.000 ms  threads T1\n"
-           "Request //2  start 12.000  NEVER STOPPED (open 8.000 ms at the end)  threads T1\n"
-           "  Parse //2/1  start 13.000  duration 1.500 ms  threads T1\n");
+           "Request //1  start 1.000  duration 9.00ms  threads T1\n"
+           "  Parse //1/1  start 2.000  duration 3.00ms  threads T1\n"
+           "Request //2  start 12.000  NEVER STOPPED (open 8.00ms at the end)  threads T1\n"
+           "  Parse //2/1  start 13.000  duration 1.50ms  threads T1\n");
 }
 END_TEST
 
@@ -97,15 +97,15 @@ START_TEST(non_nested)
     pids[0] = at_gen_trace(paths[0], gen_nonnested, NULL);
     ck_assert_int_gt(pids[0], 0);
     expect((const char *const[]){"tree", paths[0], NULL},
-           "Session //1  start 1.000  duration 2.000 ms  threads T1\n"
-           "  Upload //1/1  start 2.000  duration 4.000 ms  threads T1\n"
-           "Session //2  start 8.000  duration 2.000 ms  threads T1\n");
+           "Session //1  start 1.000  duration 2.00ms  threads T1\n"
+           "  Upload //1/1  start 2.000  duration 4.00ms  threads T1\n"
+           "Session //2  start 8.000  duration 2.00ms  threads T1\n");
     expect((const char *const[]){"events", "--to", "7", paths[0], NULL},
            "       0.000  T16  Microsoft-DotNETCore-EventPipe/ProcessInfo  -  -  CommandLine=\"tracegen\"  OSInformation=\"Linux\"  ArchInformation=\"x64\"\n"
            "       1.000  T1  acttrace/SessionStart  //1  -  SessionId=1\n"
            "       2.000  T1  acttrace/UploadStart  //1/1  //1  UploadId=11\n"
-           "       3.000  T1  acttrace/SessionStop  //1  -  DURATION_MSEC=2.000  SessionId=1\n"
-           "       6.000  T1  acttrace/UploadStop  //1/1  -  DURATION_MSEC=4.000  UploadId=11\n"
+           "       3.000  T1  acttrace/SessionStop  //1  -  DURATION=2.00ms  SessionId=1\n"
+           "       6.000  T1  acttrace/UploadStop  //1/1  -  DURATION=4.00ms  UploadId=11\n"
            "       7.000  T1  acttrace/UploadStop  //9  -  UploadId=9\n");
 }
 END_TEST
@@ -133,16 +133,16 @@ START_TEST(recursive)
     pids[0] = at_gen_trace(paths[0], gen_recursive, NULL);
     ck_assert_int_gt(pids[0], 0);
     expect((const char *const[]){"tree", paths[0], NULL},
-           "Request //1  start 1.000  duration 19.000 ms  threads T1\n"
-           "  Request //1/1  start 2.000  duration 4.000 ms  threads T1\n"
-           "    Request //1/1/1  start 3.000  duration 1.000 ms  threads T1\n"
-           "  Request //1/2  start 7.000  duration 1.000 ms  threads T1\n");
+           "Request //1  start 1.000  duration 19.0ms  threads T1\n"
+           "  Request //1/1  start 2.000  duration 4.00ms  threads T1\n"
+           "    Request //1/1/1  start 3.000  duration 1.00ms  threads T1\n"
+           "  Request //1/2  start 7.000  duration 1.00ms  threads T1\n");
     expect((const char *const[]){"tree", "--min-ms", "3", paths[0], NULL},
-           "Request //1  start 1.000  duration 19.000 ms  threads T1\n"
-           "  Request //1/1  start 2.000  duration 4.000 ms  threads T1\n");
+           "Request //1  start 1.000  duration 19.0ms  threads T1\n"
+           "  Request //1/1  start 2.000  duration 4.00ms  threads T1\n");
     expect((const char *const[]){"stats", paths[0], NULL},
-           "NAME                        COUNT     P50_MS     P90_MS     P99_MS     MAX_MS THREADS   EVENTS NEVER_STOPPED\n"
-           "Request                         4      1.000     19.000     19.000     19.000       1       11             0\n");
+           "NAME                        COUNT        P50        P90        P99        MAX THREADS   EVENTS NEVER_STOPPED\n"
+           "Request                         4     1.00ms     19.0ms     19.0ms     19.0ms       1       11             0\n");
     expect((const char *const[]){"stacks", paths[0], NULL},
            "Request;0x1001;0x1002 1\n"
            "Request;Request;Request;0x1001;0x1002;0x1003 2\n");
@@ -181,11 +181,11 @@ START_TEST(cross_thread)
     pids[0] = at_gen_trace(paths[0], gen_threads, NULL);
     ck_assert_int_gt(pids[0], 0);
     expect((const char *const[]){"tree", paths[0], NULL},
-           "Request //1  start 1.000  duration 7.000 ms  threads T1,T2  transfers T1->T2@3.000,T2->T1@6.000\n"
-           "  Work //1/1  start 4.000  duration 1.000 ms  threads T2\n");
+           "Request //1  start 1.000  duration 7.00ms  threads T1,T2  transfers T1->T2@3.000,T2->T1@6.000\n"
+           "  Work //1/1  start 4.000  duration 1.00ms  threads T2\n");
     expect((const char *const[]){"events", "--name", "Work", paths[0], NULL},
            "       4.000  T2  acttrace/WorkStart  //1/1  //1  WorkId=11\n"
-           "       5.000  T2  acttrace/WorkStop  //1/1  -  DURATION_MSEC=1.000  WorkId=11\n");
+           "       5.000  T2  acttrace/WorkStop  //1/1  -  DURATION=1.00ms  WorkId=11\n");
 }
 END_TEST
 
@@ -221,16 +221,16 @@ START_TEST(cross_process)
     snprintf(child, sizeof child, "%s/t0-%d.nettrace", dir, (int)pids[1]);
     ck_assert_msg(at_file_exists(child), "%s", child);
     expect((const char *const[]){"tree", paths[0], child, NULL},
-           "Request //1 pid P1  start 1.000  duration 314.000 ms  threads T1\n"
-           "  Spawn //1/1  start 2.000  duration 308.000 ms  threads T1\n"
-           "    Main //1 pid P2  start 300.000  duration 6.000 ms  threads T2\n"
-           "      Load //1/1  start 301.000  duration 1.000 ms  threads T2\n");
+           "Request //1 pid P1  start 1.000  duration 314ms  threads T1\n"
+           "  Spawn //1/1  start 2.000  duration 308ms  threads T1\n"
+           "    Main //1 pid P2  start 300.000  duration 6.00ms  threads T2\n"
+           "      Load //1/1  start 301.000  duration 1.00ms  threads T2\n");
     expect((const char *const[]){"stats", child, paths[0], NULL},
-           "NAME                        COUNT     P50_MS     P90_MS     P99_MS     MAX_MS THREADS   EVENTS NEVER_STOPPED\n"
-           "Load                            1      1.000      1.000      1.000      1.000       1        2             0\n"
-           "Main                            1      6.000      6.000      6.000      6.000       1        2             0\n"
-           "Request                         1    314.000    314.000    314.000    314.000       1        2             0\n"
-           "Spawn                           1    308.000    308.000    308.000    308.000       1        2             0\n");
+           "NAME                        COUNT        P50        P90        P99        MAX THREADS   EVENTS NEVER_STOPPED\n"
+           "Load                            1     1.00ms     1.00ms     1.00ms     1.00ms       1        2             0\n"
+           "Main                            1     6.00ms     6.00ms     6.00ms     6.00ms       1        2             0\n"
+           "Request                         1      314ms      314ms      314ms      314ms       1        2             0\n"
+           "Spawn                           1      308ms      308ms      308ms      308ms       1        2             0\n");
     /* events of both files on one time line, each with its pid */
     expect((const char *const[]){"events", "--activity", "//1", "--to", "301", paths[0], child, NULL},
            "       1.000  pid P1  T1  acttrace/RequestStart  //1  -  RequestId=1\n"
@@ -239,7 +239,7 @@ START_TEST(cross_process)
            "     301.000  pid P2  T2  acttrace/LoadStart  //1/1  //1  LoadId=11\n");
     /* alone, the child's root names its link */
     char *alone = tool(0, (const char *const[]){"tree", child, NULL});
-    ck_assert_msg(strstr(alone, "duration 6.000 ms  threads T2  from pid P1 //1/1\n  Load //1/1 "), "%s", alone);
+    ck_assert_msg(strstr(alone, "duration 6.00ms  threads T2  from pid P1 //1/1\n  Load //1/1 "), "%s", alone);
     free(alone);
 }
 END_TEST
@@ -264,10 +264,10 @@ START_TEST(exec_chain)
     pids[0] = at_gen_trace(paths[0], gen_exec, NULL);
     ck_assert_int_gt(pids[0], 0);
     expect((const char *const[]){"tree", paths[0], paths[1], paths[2], NULL},
-           "Hop //1 pid P1  start 1.000  NEVER STOPPED (open 20.000 ms at the end)  threads T1\n"
-           "  Work //1/1  start 2.000  NEVER STOPPED (open 19.000 ms at the end)  threads T1\n"
-           "  Hop //1 pid P1  start 10.000  NEVER STOPPED (open 11.000 ms at the end)  threads T1\n"
-           "    Hop //1 pid P1  start 20.000  duration 1.000 ms  threads T1\n");
+           "Hop //1 pid P1  start 1.000  NEVER STOPPED (open 20.0ms at the end)  threads T1\n"
+           "  Work //1/1  start 2.000  NEVER STOPPED (open 19.0ms at the end)  threads T1\n"
+           "  Hop //1 pid P1  start 10.000  NEVER STOPPED (open 11.0ms at the end)  threads T1\n"
+           "    Hop //1 pid P1  start 20.000  duration 1.00ms  threads T1\n");
 }
 END_TEST
 
@@ -296,25 +296,25 @@ START_TEST(long_lived_root)
     ck_assert_int_gt(pids[0], 0);
     expect((const char *const[]){"tree", "--hold", "3", paths[0], NULL},
            "Main //1  start 1.000  (running; finished children so far:)\n"
-           "  Request //1/1  start 10.000  duration 5.000 ms  threads T1\n"
-           "    Parse //1/1/1  start 11.000  duration 1.000 ms  threads T1\n"
-           "  Request //1/2  start 20.000  duration 5.000 ms  threads T1\n"
-           "    Parse //1/2/1  start 21.000  duration 1.000 ms  threads T1\n"
-           "  Request //1/3  start 30.000  duration 5.000 ms  threads T1\n"
-           "    Parse //1/3/1  start 31.000  duration 1.000 ms  threads T1\n"
-           "  Request //1/4  start 40.000  duration 5.000 ms  threads T1\n"
-           "    Parse //1/4/1  start 41.000  duration 1.000 ms  threads T1\n"
-           "Main //1  start 1.000  NEVER STOPPED (open 54.000 ms at the end)  threads T1\n"
-           "  Request //1/5  start 50.000  duration 5.000 ms  threads T1\n"
-           "    Parse //1/5/1  start 51.000  duration 1.000 ms  threads T1\n");
+           "  Request //1/1  start 10.000  duration 5.00ms  threads T1\n"
+           "    Parse //1/1/1  start 11.000  duration 1.00ms  threads T1\n"
+           "  Request //1/2  start 20.000  duration 5.00ms  threads T1\n"
+           "    Parse //1/2/1  start 21.000  duration 1.00ms  threads T1\n"
+           "  Request //1/3  start 30.000  duration 5.00ms  threads T1\n"
+           "    Parse //1/3/1  start 31.000  duration 1.00ms  threads T1\n"
+           "  Request //1/4  start 40.000  duration 5.00ms  threads T1\n"
+           "    Parse //1/4/1  start 41.000  duration 1.00ms  threads T1\n"
+           "Main //1  start 1.000  NEVER STOPPED (open 54.0ms at the end)  threads T1\n"
+           "  Request //1/5  start 50.000  duration 5.00ms  threads T1\n"
+           "    Parse //1/5/1  start 51.000  duration 1.00ms  threads T1\n");
     /* by default everything fits: one tree */
     expect((const char *const[]){"tree", "--name", "Main", "--min-ms", "50", paths[0], NULL},
-           "Main //1  start 1.000  NEVER STOPPED (open 54.000 ms at the end)  threads T1\n");
+           "Main //1  start 1.000  NEVER STOPPED (open 54.0ms at the end)  threads T1\n");
     expect((const char *const[]){"stats", paths[0], NULL},
-           "NAME                        COUNT     P50_MS     P90_MS     P99_MS     MAX_MS THREADS   EVENTS NEVER_STOPPED\n"
-           "Main                            1      0.000      0.000      0.000      0.000       1        1             1\n"
-           "Parse                           5      1.000      1.000      1.000      1.000       1       10             0\n"
-           "Request                         5      5.000      5.000      5.000      5.000       1       10             0\n");
+           "NAME                        COUNT        P50        P90        P99        MAX THREADS   EVENTS NEVER_STOPPED\n"
+           "Main                            1        0us        0us        0us        0us       1        1             1\n"
+           "Parse                           5     1.00ms     1.00ms     1.00ms     1.00ms       1       10             0\n"
+           "Request                         5     5.00ms     5.00ms     5.00ms     5.00ms       1       10             0\n");
 }
 END_TEST
 

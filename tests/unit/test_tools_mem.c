@@ -13,21 +13,21 @@
 #include "at_tracegen.h"
 
 #define WANT_TREE                                                                                              \
-    "Orphan //2  start 8.000  duration 1.000 ms  threads T1  from pid P1 //9/9\n"                             \
-    "Main //1  start 1.000  (running; finished children so far:)\n"                                          \
-    "  Wait //1/3  start 1.300  NEVER STOPPED (open 7.700 ms at the end)  threads T1\n"                      \
-    "  Wait //1/4  start 1.400  NEVER STOPPED (open 7.600 ms at the end)  threads T1\n"                      \
-    "  Wait //1/5  start 1.500  NEVER STOPPED (open 7.500 ms at the end)  threads T1\n"                      \
-    "  Request //1/6  start 3.000  duration 4.000 ms  threads T1,T2  transfers T1->T2@4.000,T2->T1@6.000\n"  \
-    "Main //1  start 1.000  NEVER STOPPED (open 8.000 ms at the end)  threads T1\n"                          \
-    "  Wait //1/1  start 1.100  NEVER STOPPED (open 7.900 ms at the end)  threads T1\n"                      \
-    "  Wait //1/2  start 1.200  NEVER STOPPED (open 7.800 ms at the end)  threads T1\n"
+    "Orphan //2  start 8.000  duration 1.00ms  threads T1  from pid P1 //9/9\n"                                \
+    "Main //1  start 1.000  (running; finished children so far:)\n"                                            \
+    "  Wait //1/3  start 1.300  NEVER STOPPED (open 7.70ms at the end)  threads T1\n"                          \
+    "  Wait //1/4  start 1.400  NEVER STOPPED (open 7.60ms at the end)  threads T1\n"                          \
+    "  Wait //1/5  start 1.500  NEVER STOPPED (open 7.50ms at the end)  threads T1\n"                          \
+    "  Request //1/6  start 3.000  duration 4.00ms  threads T1,T2  transfers T1->T2@4.000,T2->T1@6.000\n"      \
+    "Main //1  start 1.000  NEVER STOPPED (open 8.00ms at the end)  threads T1\n"                              \
+    "  Wait //1/1  start 1.100  NEVER STOPPED (open 7.90ms at the end)  threads T1\n"                          \
+    "  Wait //1/2  start 1.200  NEVER STOPPED (open 7.80ms at the end)  threads T1\n"
 #define WANT_STATS                                                                                             \
-    "NAME                        COUNT     P50_MS     P90_MS     P99_MS     MAX_MS THREADS   EVENTS NEVER_STOPPED\n" \
-    "Main                            1      0.000      0.000      0.000      0.000       1        1             1\n" \
-    "Orphan                          1      1.000      1.000      1.000      1.000       1        2             0\n" \
-    "Request                         1      4.000      4.000      4.000      4.000       2        7             0\n" \
-    "Wait                            5      0.000      0.000      0.000      0.000       1        5             5\n"
+    "NAME                        COUNT        P50        P90        P99        MAX THREADS   EVENTS NEVER_STOPPED\n" \
+    "Main                            1        0us        0us        0us        0us       1        1             1\n" \
+    "Orphan                          1     1.00ms     1.00ms     1.00ms     1.00ms       1        2             0\n" \
+    "Request                         1     4.00ms     4.00ms     4.00ms     4.00ms       2        7             0\n" \
+    "Wait                            5        0us        0us        0us        0us       1        5             5\n"
 #define N_ROOTS 50000 /* each with one child: 100k open activities */
 
 static char *dir;

@@ -1,0 +1,464 @@
+/* test_cli.c: the command line every acttrace command shares, through the built binary on a small
+ * trace written with known content (at_tracegen.h): --version, help on stdout with exit 0, --opt=value
+ * as --opt value, options after the files and --, usage errors (one line naming the option, then the
+ * usage, exit 2), filters that match nothing (named, exit 1), directories, empty and non-trace files
+ * named as such, -o - on stdout, durations in the unit that shows them, and check on a script. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "at_testlib.h"
+#include "at_tracegen.h"
+
+static char *dir;
+static char trace[4096];
+static char worker_tid[32];
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    at_gen_note_thread(1);
+    at_gen_start("Work", "//4", NULL, 3);
+    at_gen_stop("Work", "//4", 4);
+    return NULL;
+}
+
+/* Request //1 lasts 412 us, Request //2 7.5 ms, Batch //3 1.5 s (with a stacked event inside);
+ * Work //4 runs on a second thread. */
+static void gen(void *ctx)
+{
+    (void)ctx;
+    at_gen_note_thread(0);
+    at_gen_start("Request", "//1", NULL, 1);
+    at_gen_stop("Request", "//1", 1.412);
+    at_gen_start("Request", "//2", NULL, 2);
+    pthread_t t;
+    pthread_create(&t, NULL, worker, NULL);
+    pthread_join(t, NULL);
+    at_gen_stop("Request", "//2", 9.5);
+    at_gen_start("Batch", "//3", NULL, 10);
+    uintptr_t st[] = {0x1002, 0x1001};
+    at_gen_info("Sample", "//3", 11, st, 2);
+    at_gen_stop("Batch", "//3", 1510);
+}
+
+static void setup(void)
+{
+    dir = at_tmpdir("cli");
+    snprintf(trace, sizeof trace, "%s/t.nettrace", dir);
+    ck_assert_int_gt(at_gen_trace(trace, gen, NULL), 0);
+    snprintf(worker_tid, sizeof worker_tid, "%llu", (unsigned long long)at_gen_tids[1]);
+}
+
+static void teardown(void)
+{
+    if (!getenv("AT_KEEP_TMP")) at_rmtree(dir);
+    free(dir);
+}
+
+/* Runs acttrace with args; asserts the exit status; the result is the caller's to free. */
+static void run(at_run_result *r, int want, const char *const *args)
+{
+    ck_assert_int_eq(at_tool_run(r, args), 0);
+    char how[128];
+    ck_assert_msg(r->exited && r->status == want, "acttrace %s %s: %s, not exit %d; stdout: %.300s stderr: %.600s",
+                  args[0], args[1] ? args[1] : "", at_run_describe(r, how, sizeof how), want, r->out, r->err);
+}
+
+/* Exit status want and stderr exactly err_line (a usage error: err_line, then the usage). */
+static void expect_err(int want, const char *err_line, const char *const *args)
+{
+    at_run_result r;
+    run(&r, want, args);
+    size_t l = strlen(err_line);
+    ck_assert_msg(!strncmp(r.err, err_line, l), "acttrace %s: stderr is\n%s\nnot\n%s", args[0], r.err, err_line);
+    if (want == 2) {
+        /* the command's usage; the overview's for an error before the command */
+        char usage[64];
+        snprintf(usage, sizeof usage, "usage: acttrace %s", strstr(err_line, "acttrace: ") ? "[" : args[0]);
+        ck_assert_msg(!strncmp(r.err + l, usage, strlen(usage)), "acttrace %s: no usage after the error: %s", args[0],
+                      r.err);
+    } else {
+        ck_assert_msg(r.err[l] == 0, "acttrace %s: more on stderr than '%s': %s", args[0], err_line, r.err);
+    }
+    ck_assert_msg(want == 2 ? r.outlen == 0 : true, "acttrace %s: a usage error printed on stdout: %s", args[0], r.out);
+    at_run_result_free(&r);
+}
+
+/* stdout of acttrace args (exit 0), malloc'd. */
+static char *out_of(const char *const *args)
+{
+    at_run_result r;
+    run(&r, 0, args);
+    char *s = strdup(r.out);
+    at_run_result_free(&r);
+    return s;
+}
+
+static void same_output(const char *const *a, const char *const *b)
+{
+    char *x = out_of(a), *y = out_of(b);
+    ck_assert_msg(x[0] && !strcmp(x, y), "acttrace %s %s ... and %s %s ... differ:\n%s\n---\n%s", a[0], a[1], b[0],
+                  b[1], x, y);
+    free(x);
+    free(y);
+}
+
+START_TEST(version)
+{
+    char *v = out_of((const char *const[]){"--version", NULL});
+    unsigned a, b, c;
+    char nl;
+    ck_assert_msg(sscanf(v, "acttrace %u.%u.%u%c", &a, &b, &c, &nl) == 4 && nl == '\n' && !strchr(v, '\n')[1],
+                  "--version: %s", v);
+    char *w = out_of((const char *const[]){"-V", NULL});
+    ck_assert_str_eq(v, w);
+    free(v);
+    free(w);
+}
+END_TEST
+
+static const char *const commands[] = {"run", "check", "events", "tree", "stats", "stacks",
+                                       "export", "report", "dump", "verify"};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+START_TEST(help)
+{
+    /* the overview: every command and the exit codes */
+    char *h = out_of((const char *const[]){"--help", NULL});
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        char line[32];
+        snprintf(line, sizeof line, "\n  %s ", commands[i]);
+        ck_assert_msg(strstr(h, line), "acttrace --help does not list %s:\n%s", commands[i], h);
+    }
+    ck_assert_msg(strstr(h, "0 ok") && strstr(h, "1 error") && strstr(h, "2 usage error") &&
+                      strstr(h, "3 an input file is damaged"),
+                  "acttrace --help lacks the exit codes:\n%s", h);
+    free(h);
+    /* each command's, with -h and --help, on stdout */
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        char usage[64];
+        snprintf(usage, sizeof usage, "usage: acttrace %s", commands[i]);
+        char *s = out_of((const char *const[]){commands[i], "-h", NULL});
+        char *l = out_of((const char *const[]){commands[i], "--help", NULL});
+        char *viahelp = out_of((const char *const[]){"help", commands[i], NULL});
+        ck_assert_msg(!strncmp(s, usage, strlen(usage)), "acttrace %s -h: %s", commands[i], s);
+        ck_assert_str_eq(s, l);
+        ck_assert_str_eq(s, viahelp);
+        if (strcmp(commands[i], "run")) /* run's own */
+            ck_assert_msg(strstr(s, "Exit status") && strstr(s, "2 usage error"),
+                          "acttrace %s --help lacks its exit codes:\n%s", commands[i], s);
+        free(s);
+        free(l);
+        free(viahelp);
+    }
+}
+END_TEST
+
+START_TEST(value_forms)
+{
+    /* --opt=value as --opt value, options after the files, short and long -o */
+    same_output((const char *const[]){"events", "--name=Request", trace, NULL},
+                (const char *const[]){"events", trace, "--name", "Request", NULL});
+    same_output((const char *const[]){"tree", "--min-ms=0.3", trace, NULL},
+                (const char *const[]){"tree", trace, "--min-ms", "0.3", NULL});
+    same_output((const char *const[]){"events", "--thread", worker_tid, "--from=2.5", "--to=5", trace, NULL},
+                (const char *const[]){"events", trace, "--to", "5", "--from", "2.5", "--thread", worker_tid, NULL});
+    same_output((const char *const[]){"export", "--format=chrome", trace, NULL},
+                (const char *const[]){"export", trace, "--format", "chrome", NULL});
+    same_output((const char *const[]){"stacks", "--name=Batch", trace, NULL},
+                (const char *const[]){"stacks", trace, "--name", "Batch", NULL});
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/a.json", dir);
+    snprintf(b, sizeof b, "%s/b.json", dir);
+    char *x = out_of((const char *const[]){"export", "--format", "speedscope", "-o", a, trace, NULL});
+    char *y = out_of((const char *const[]){"export", trace, "--format=speedscope", "--output", b, NULL});
+    ck_assert_msg(!x[0] && !y[0], "export to a file printed: %s%s", x, y);
+    free(x);
+    free(y);
+    char *fa = at_read_file(a, NULL), *fb = at_read_file(b, NULL);
+    ck_assert_msg(fa && fb && fa[0] == '{' && !strcmp(fa, fb), "-o FILE and --output FILE wrote different files");
+    free(fa);
+    free(fb);
+    /* -- ends the options: a file whose name starts with '-' */
+    char dash[4200];
+    snprintf(dash, sizeof dash, "%s/-t.nettrace", dir);
+    ck_assert_int_eq(link(trace, dash), 0);
+    const char *argv[] = {NULL, "tree", "--", "-t.nettrace", NULL};
+    char tool[4200];
+    snprintf(tool, sizeof tool, "%s/acttrace", at_build_dir());
+    argv[0] = tool;
+    at_run_opts o = {.argv = argv, .no_preload = true, .cwd = dir};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&o, &r), 0);
+    char *want = out_of((const char *const[]){"tree", trace, NULL});
+    ck_assert_msg(r.exited && r.status == 0 && !strcmp(r.out, want), "tree -- -t.nettrace: %s%s", r.out, r.err);
+    free(want);
+    at_run_result_free(&r);
+}
+END_TEST
+
+START_TEST(usage_errors)
+{
+    /* an unknown option, for every command that takes files (run is its own) */
+    for (size_t i = 1; i < NCOMMANDS; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "acttrace %s: unknown option '--nme'\n", commands[i]);
+        expect_err(2, line, (const char *const[]){commands[i], "--nme=x", trace, NULL});
+    }
+    expect_err(2, "acttrace tree: unknown option '--nme'\n", (const char *const[]){"tree", "--nme", "x", trace, NULL});
+    expect_err(2, "acttrace tree: unknown option '-z'\n", (const char *const[]){"tree", "-z", trace, NULL});
+    expect_err(2, "acttrace: unknown option '--bogus'\n", (const char *const[]){"--bogus", NULL});
+    expect_err(2, "acttrace: unknown command 'trees'\n", (const char *const[]){"trees", trace, NULL});
+    /* a missing value, a value where none is taken, a bad value */
+    expect_err(2, "acttrace events: option '--thread' needs a value\n", (const char *const[]){"events", trace, "--thread", NULL});
+    expect_err(2, "acttrace export: option '-o' needs a value\n",
+               (const char *const[]){"export", "--format", "chrome", trace, "-o", NULL});
+    expect_err(2, "acttrace tree: option '--tsv' takes no value\n", (const char *const[]){"tree", "--tsv=yes", trace, NULL});
+    expect_err(2, "acttrace events: --thread wants a thread id (a number), not 'abc'\n",
+               (const char *const[]){"events", "--thread", "abc", trace, NULL});
+    expect_err(2, "acttrace events: --from wants a time in ms (a number such as 12.5), not 'soon'\n",
+               (const char *const[]){"events", "--from=soon", trace, NULL});
+    expect_err(2, "acttrace tree: --min-ms wants a time in ms (a number such as 12.5, not negative), not '-1'\n",
+               (const char *const[]){"tree", "--min-ms", "-1", trace, NULL});
+    expect_err(2, "acttrace events: --activity wants an activity path such as //1/5 (or a GUID), not '1/1'\n",
+               (const char *const[]){"events", "--activity", "1/1", trace, NULL});
+    expect_err(2, "acttrace export: unknown format 'svg' (chrome or speedscope)\n",
+               (const char *const[]){"export", "--format", "svg", trace, NULL});
+    expect_err(2, "acttrace tree: give at least one trace FILE\n", (const char *const[]){"tree", "--name", "x", NULL});
+}
+END_TEST
+
+START_TEST(filters_matching_nothing)
+{
+    char line[8400];
+    snprintf(line, sizeof line, "acttrace tree: no activity named 'Nope' in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"tree", "--name", "Nope", trace, NULL});
+    snprintf(line, sizeof line, "acttrace tree: no activity lasting at least 5000 ms in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"tree", "--min-ms", "5000", trace, NULL});
+    snprintf(line, sizeof line, "acttrace tree: no activity named 'Work' lasts at least 2 ms in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"tree", "--name", "Work", "--min-ms", "2", trace, NULL});
+    snprintf(line, sizeof line, "acttrace events: no event named 'Nope' (or 'NopeStart', 'NopeStop') in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"events", "--name", "Nope", trace, NULL});
+    snprintf(line, sizeof line, "acttrace events: no event on thread 999999 in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"events", "--thread", "999999", trace, NULL});
+    snprintf(line, sizeof line, "acttrace events: no event in activity //7 or below it in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"events", "--activity", "//7", trace, NULL});
+    snprintf(line, sizeof line, "acttrace events: no event between 5000 ms and the end in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"events", "--from", "5000", trace, NULL});
+    snprintf(line, sizeof line, "acttrace events: no event matches --name Request --thread %s together in %s\n",
+             worker_tid, trace);
+    expect_err(1, line, (const char *const[]){"events", "--name", "Request", "--thread", worker_tid, trace, NULL});
+    snprintf(line, sizeof line, "acttrace stacks: no activity named 'Nope' in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"stacks", "--name", "Nope", trace, NULL});
+    snprintf(line, sizeof line, "acttrace stacks: no event with a stack inside an activity named 'Request' in %s\n",
+             trace);
+    expect_err(1, line, (const char *const[]){"stacks", "--name", "Request", trace, NULL});
+    /* the same filters when they match: exit 0 */
+    char *s = out_of((const char *const[]){"events", "--activity", "//3", "--name", "Batch", trace, NULL});
+    ck_assert_msg(strstr(s, "BatchStart") && strstr(s, "BatchStop"), "%s", s);
+    free(s);
+}
+END_TEST
+
+START_TEST(not_traces)
+{
+    char empty[4200], text[4200], sub[4200];
+    snprintf(empty, sizeof empty, "%s/empty.nettrace", dir);
+    snprintf(text, sizeof text, "%s/notes.txt", dir);
+    snprintf(sub, sizeof sub, "%s/folder", dir);
+    FILE *f = fopen(empty, "w");
+    fclose(f);
+    f = fopen(text, "w");
+    fputs("these are notes, not a trace\n", f);
+    fclose(f);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    static const char *const readers[][4] = {{"events"}, {"tree"}, {"stats"}, {"stacks"}, {"dump"}, {"verify"},
+                                             {"export", "--format", "chrome"}, {"report", "-o", "-"}};
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++) {
+        const char *const *c = readers[i];
+        struct {
+            const char *file, *says;
+        } cases[] = {{sub, "is a directory"},
+                     {empty, "is empty"},
+                     {text, "is not a .nettrace file (it does not start with the Nettrace magic)"}};
+        for (size_t k = 0; k < 3; k++) {
+            char line[8400];
+            snprintf(line, sizeof line, "acttrace %s: %s %s\n", c[0], cases[k].file, cases[k].says);
+            const char *args[6];
+            int n = 0;
+            for (int j = 0; j < 4 && c[j]; j++) args[n++] = c[j];
+            args[n++] = cases[k].file;
+            args[n] = NULL;
+            expect_err(1, line, args);
+        }
+    }
+}
+END_TEST
+
+/* python3 reads text from its stdin with script; returns its stdout after asserting exit 0. */
+static char *python_stdin(const char *script, const char *text)
+{
+    const char *argv[] = {"python3", "-c", script, NULL};
+    at_run_opts o = {.argv = argv, .no_preload = true, .stdin_data = text};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&o, &r), 0);
+    ck_assert_msg(r.exited && r.status == 0, "python: %s%s", r.out, r.err);
+    char *out = strdup(r.out);
+    at_run_result_free(&r);
+    return out;
+}
+
+START_TEST(output_to_stdout)
+{
+    static const char json_check[] =
+        "import json,sys\n"
+        "d=json.load(sys.stdin)\n"
+        "print('chrome' if 'traceEvents' in d else 'speedscope' if 'profiles' in d else 'other')\n";
+    const char *formats[] = {"chrome", "speedscope"};
+    for (int i = 0; i < 2; i++) {
+        at_run_result r;
+        run(&r, 0, (const char *const[]){"export", "--format", formats[i], "-o", "-", trace, NULL});
+        char *kind = python_stdin(json_check, r.out);
+        char want[32];
+        snprintf(want, sizeof want, "%s\n", formats[i]);
+        ck_assert_str_eq(kind, want);
+        free(kind);
+        at_run_result_free(&r);
+    }
+    /* the report: HTML whose elements all close, with its data and script, nothing said about a file */
+    static const char html_check[] =
+        "import sys\n"
+        "from html.parser import HTMLParser\n"
+        "class P(HTMLParser):\n"
+        "  def __init__(s):\n"
+        "    super().__init__(); s.open=[]; s.seen=set()\n"
+        "  def handle_starttag(s,t,a):\n"
+        "    s.seen.add(t)\n"
+        "    if t not in ('meta','br','img','link','input'): s.open.append(t)\n"
+        "  def handle_endtag(s,t):\n"
+        "    assert s.open and s.open[-1]==t, (t, s.open[-3:])\n"
+        "    s.open.pop()\n"
+        "text=sys.stdin.read()\n"
+        "assert text.startswith('<!DOCTYPE html>'), text[:40]\n"
+        "p=P(); p.feed(text); p.close()\n"
+        "assert not p.open, p.open\n"
+        "print(' '.join(t for t in ('html','head','body','script','style') if t in p.seen))\n";
+    at_run_result r;
+    run(&r, 0, (const char *const[]){"report", "-o", "-", trace, NULL});
+    char *tags = python_stdin(html_check, r.out);
+    ck_assert_str_eq(tags, "html head body script style\n");
+    ck_assert_msg(!strstr(r.err, "wrote"), "report -o - says it wrote a file: %s", r.err);
+    free(tags);
+    at_run_result_free(&r);
+}
+END_TEST
+
+START_TEST(durations)
+{
+    char *tree = out_of((const char *const[]){"tree", trace, NULL});
+    ck_assert_msg(strstr(tree, "Request //1  start 1.000  duration 412us  threads ") &&
+                      strstr(tree, "Request //2  start 2.000  duration 7.50ms  threads ") &&
+                      strstr(tree, "Batch //3  start 10.000  duration 1.50s  threads "),
+                  "tree:\n%s", tree);
+    free(tree);
+    char *ev = out_of((const char *const[]){"events", "--name", "Request", trace, NULL});
+    ck_assert_msg(strstr(ev, "acttrace/RequestStop  //1  -  DURATION=412us  RequestId=1\n") &&
+                      strstr(ev, "acttrace/RequestStop  //2  -  DURATION=7.50ms  RequestId=2\n"),
+                  "events:\n%s", ev);
+    free(ev);
+    char *st = out_of((const char *const[]){"stats", trace, NULL});
+    ck_assert_msg(strstr(st, "NAME                        COUNT        P50        P90        P99        MAX THREADS") &&
+                      strstr(st, "\nBatch                           1      1.50s      1.50s      1.50s      1.50s ") &&
+                      strstr(st, "\nRequest                         2      412us     7.50ms     7.50ms     7.50ms "),
+                  "stats:\n%s", st);
+    free(st);
+    /* machine formats keep their numbers: ns in tree --tsv */
+    char *tsv = out_of((const char *const[]){"tree", "--tsv", trace, NULL});
+    ck_assert_msg(strstr(tsv, "\tRequest\t//1\t1000000\t412000\t"), "tree --tsv:\n%s", tsv);
+    free(tsv);
+}
+END_TEST
+
+static char *write_file(const char *name, const char *text, mode_t mode)
+{
+    char *p = malloc(4200);
+    snprintf(p, 4200, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    ck_assert_int_eq(chmod(p, mode), 0);
+    return p;
+}
+
+START_TEST(check_scripts)
+{
+    char *conf = write_file("c.conf", "[activity Alloc]\nfunction = malloc\n", 0644);
+    char *sh = write_file("s.sh", "#!/bin/sh\nexit 0\n", 0755);
+    char *envbash = write_file("e.sh", "#!/usr/bin/env bash\nexit 0\n", 0755);
+    char *plain = write_file("p.sh", "#!/bin/sh\nexit 0\n", 0644);
+    char *badint = write_file("b.sh", "#!/nonexistent/sh\nexit 0\n", 0755);
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"check", conf, "--", sh, NULL}), 0);
+    char want[8400];
+    snprintf(want, sizeof want, "%s is a script: its interpreter is /bin/sh (#!/bin/sh); the hooks apply to", sh);
+    ck_assert_msg(!strncmp(r.out, want, strlen(want)), "check on a sh script: %s%s", r.out, r.err);
+    /* under check-asan the shim cannot load without the sanitizer runtime first: the line alone */
+    if (!getenv("ACTTRACE_ASAN"))
+        ck_assert_msg(r.exited && r.status == 0 && strstr(r.out, "[activity Alloc] malloc: found in "), "%s%s", r.out,
+                      r.err);
+    at_run_result_free(&r);
+    /* #!/usr/bin/env bash: bash as PATH finds it */
+    ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"check", conf, "--", envbash, NULL}), 0);
+    snprintf(want, sizeof want, "%s is a script: its interpreter is ", envbash);
+    ck_assert_msg(!strncmp(r.out, want, strlen(want)) && strstr(r.out, "bash (#!/usr/bin/env bash); the hooks apply"),
+                  "check on an env bash script: %s%s", r.out, r.err);
+    at_run_result_free(&r);
+    snprintf(want, sizeof want, "acttrace check: %s is not executable (mode 0644)\n", plain);
+    expect_err(1, want, (const char *const[]){"check", conf, "--", plain, NULL});
+    snprintf(want, sizeof want, "acttrace check: %s is a script for /nonexistent/sh (#!/nonexistent/sh), which does "
+                                "not exist\n", badint);
+    expect_err(1, want, (const char *const[]){"check", conf, "--", badint, NULL});
+    snprintf(want, sizeof want, "acttrace check: %s/missing does not exist\n", dir);
+    char missing[4200];
+    snprintf(missing, sizeof missing, "%s/missing", dir);
+    expect_err(1, want, (const char *const[]){"check", conf, "--", missing, NULL});
+    expect_err(1, "acttrace check: no-such-program-here is not found in PATH\n",
+               (const char *const[]){"check", conf, "--", "no-such-program-here", NULL});
+    expect_err(2, "acttrace check: give the program after --: acttrace check CONFIG -- PROGRAM\n",
+               (const char *const[]){"check", conf, sh, NULL});
+    free(conf);
+    free(sh);
+    free(envbash);
+    free(plain);
+    free(badint);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("cli");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, version);
+    tcase_add_test(tc, help);
+    tcase_add_test(tc, value_forms);
+    tcase_add_test(tc, usage_errors);
+    tcase_add_test(tc, filters_matching_nothing);
+    tcase_add_test(tc, not_traces);
+    tcase_add_test(tc, output_to_stdout);
+    tcase_add_test(tc, durations);
+    tcase_add_test(tc, check_scripts);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
