@@ -268,8 +268,11 @@ static void tally_print(FILE *f, dump_tally *t, bool counts, bool frames, nt_sym
         }
     if (frames) {
         tally_unique(t);
+        /* each address named as stored, as TraceEvent looks it up: a call site (a call's last byte) or
+         * a hooked entry + 1 names the same function either way, and a CPU sample's leaf (the
+         * interrupted instruction, possibly a function's first byte) is named right only this way */
         for (size_t i = 0; i < t->na; i++) {
-            const char *name = nt_sym_format(sym, t->addr[i], buf, buflen);
+            const char *name = nt_sym_format_exact(sym, t->addr[i], buf, buflen);
             fprintf(f, "frame\t0x%llx\t%s\n", (unsigned long long)t->addr[i], strncmp(name, "0x", 2) == 0 ? "?" : name);
         }
     }
