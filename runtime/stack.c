@@ -187,15 +187,27 @@ NO_ASAN static uint64_t rule_learn(uint64_t sp, uint64_t bp, const unw_save_loc_
 /* The slow path: libunwind's DWARF walk from here, skipping frames up to the one that starts at
  * (ip0, sp0), recording from there and learning the rule of every frame it passes. */
 AT_NOINLINE NO_ASAN static uint32_t walk_slow_unguarded(uintptr_t *ips, uint32_t max, uint32_t skip,
-                                                        uint64_t ip0, uint64_t sp0)
+                                                        uint64_t ip0, uint64_t sp0, uint64_t bp0,
+                                                        bool from)
 {
     unw_context_t uc;
     unw_cursor_t c;
-    if (!U.ok || U.getcontext(&uc) < 0 || U.init_local(&c, &uc) < 0)
+    if (!U.ok || U.getcontext(&uc) < 0)
+        return 0;
+    if (from) {
+        /* the walk starts at the given frame: its registers in the context (x86-64 libunwind's
+         * context is a ucontext_t), the other callee-saved ones as they are here (a frame whose
+         * CFA rests on one of them is rare; the walk then ends early) */
+        ucontext_t *u = (ucontext_t *)(void *)&uc;
+        u->uc_mcontext.gregs[REG_RIP] = (greg_t)ip0;
+        u->uc_mcontext.gregs[REG_RSP] = (greg_t)sp0;
+        u->uc_mcontext.gregs[REG_RBP] = (greg_t)bp0;
+    }
+    if (U.init_local(&c, &uc) < 0)
         return 0;
     atomic_fetch_add_explicit(&nslow, 1, memory_order_relaxed);
     uint32_t n = 0;
-    bool found = false, after_tramp = false;
+    bool found = from, after_tramp = false;
     for (int guard = 0; guard < 4096; guard++) {
         unw_word_t ip, sp, bp;
         unw_save_loc_t loc;
@@ -235,11 +247,11 @@ AT_NOINLINE NO_ASAN static uint32_t walk_slow_unguarded(uintptr_t *ips, uint32_t
 
 /* libunwind uses vector registers (its context, libc's memcpy): keep the caller's (xstate.h) */
 AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint32_t skip,
-                                              uint64_t ip0, uint64_t sp0)
+                                              uint64_t ip0, uint64_t sp0, uint64_t bp0, bool from)
 {
     at_xstate x;
     at_xstate_save(&x);
-    uint32_t n = walk_slow_unguarded(ips, max, skip, ip0, sp0);
+    uint32_t n = walk_slow_unguarded(ips, max, skip, ip0, sp0, bp0, from);
     at_xstate_restore(&x);
     return n;
 }
@@ -247,15 +259,15 @@ AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint
 /* The fast walk over learned rules; falls back to walk_slow on the first address without a usable
  * rule. (ip, sp, bp) are the caller's registers, exact. */
 NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip,
-                                    uint64_t sp, uint64_t bp)
+                                    uint64_t sp, uint64_t bp, bool from)
 {
-    uint64_t ip0 = ip, sp0 = sp;
+    uint64_t ip0 = ip, sp0 = sp, bp0 = bp;
     uint32_t n = 0, skip0 = skip;
     while (n < max) {
         uint64_t r = rule_get(ip);
         unsigned kind = (unsigned)(r & 7);
         if (kind == K_NONE || kind == K_SLOW)
-            return walk_slow(ips, max, skip0, ip0, sp0);
+            return walk_slow(ips, max, skip0, ip0, sp0, bp0, from);
         if (skip)
             skip--;
         else
@@ -362,13 +374,35 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr
     uint32_t n;
     AT_INTERNAL_BEGIN(); /* libunwind reads files and probes memory: no hook may see it */
     if (m == AT_STACK_SHARED)
-        n = walk_shared(ips, max, skip, ip, sp, bp);
+        n = walk_shared(ips, max, skip, ip, sp, bp, false);
     else if (m == AT_STACK_LIBUNWIND)
         n = walk_libunwind(ips, max, skip, ip);
     else
         n = walk_fp(ips, max, skip, ip, sp, bp);
     AT_INTERNAL_END();
     __asm__ volatile("" ::: "memory"); /* no tail call: our frame must exist during the walk */
+    return n;
+}
+
+AT_NOINLINE NO_ASAN uint32_t at_stack_capture_from(uintptr_t *ips, uint32_t max, uint64_t ip,
+                                                   uint64_t sp, uint64_t bp)
+{
+    if (max > AT_STACK_MAX_DEPTH)
+        max = AT_STACK_MAX_DEPTH;
+    int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed);
+    if (max == 0 || m < 0 || ip == 0)
+        return 0;
+    ip = tramp_fix(ip); /* a hooked call's own return point: its real caller */
+    uint32_t n;
+    AT_INTERNAL_BEGIN();
+    if (m == AT_STACK_SHARED)
+        n = walk_shared(ips, max, 0, ip, sp, bp, true);
+    else if (m == AT_STACK_LIBUNWIND)
+        n = walk_slow(ips, max, 0, ip, sp, bp, true); /* libunwind from that frame */
+    else
+        n = walk_fp(ips, max, 0, ip, sp, bp);
+    AT_INTERNAL_END();
+    __asm__ volatile("" ::: "memory"); /* our frame exists during a slow walk */
     return n;
 }
 
@@ -383,7 +417,7 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint
     uint32_t n;
     AT_INTERNAL_BEGIN(); /* libunwind reads files and probes memory: no hook may see it */
     if (m == AT_STACK_SHARED)
-        n = walk_shared(ips, max, skip, ip, sp, bp);
+        n = walk_shared(ips, max, skip, ip, sp, bp, false);
     else if (m == AT_STACK_LIBUNWIND)
         n = walk_libunwind(ips, max, skip, ip);
     else

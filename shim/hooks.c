@@ -199,9 +199,13 @@ static unsigned hk_depth;
 
 /* The hooked function fn is the leaf (it has no frame of its own yet at entry, none left at
  * return), then its callers. */
-static uint32_t hk_stack(uintptr_t *ips, const at_hook *h)
+/* c: the call whose entry or exit takes it (NULL: none known); at its exit by the stub the walk
+ * starts at the caller (at_hook_walk_from) */
+static uint32_t hk_stack(uintptr_t *ips, const at_hook *h, const at_hook_call *c)
 {
-    uint32_t n = at_shim_capture(ips + 1, hk_depth - 1, 0);
+    const at_hook_walk *w = &at_hook_walk_from;
+    uint32_t n = w->ip && c && w->call == c ? at_shim_capture_from(ips + 1, hk_depth - 1, w->ip, w->sp, w->bp)
+                                            : at_shim_capture(ips + 1, hk_depth - 1, 0);
     /* inside fn, and so is the byte before it, which readers of return addresses look up */
     ips[0] = h->res.addr + 1;
     return n + 1;
@@ -324,7 +328,7 @@ static AT_NOINLINE void stop_shared(const rule *r, at_activity *a, const uint8_t
 /* The Stop of call activity a; a NULL for a call whose Start had no id (past the depth limit): the
  * same fields, no id. */
 AT_PATH_TEXT static void stop_single(const rule *r, const at_hook *h, at_activity *a, const at_hc_probe *p,
-                        const uint64_t *args, uint64_t ret, int status)
+                        const uint64_t *args, uint64_t ret, int status, const at_hook_call *c)
 {
     uint8_t buf[1024];
     at_payload pl;
@@ -332,7 +336,7 @@ AT_PATH_TEXT static void stop_single(const rule *r, const at_hook *h, at_activit
     put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
     at_payload_u32(&pl, (uint32_t)status);
     uintptr_t ips[AT_STACK_MAX_DEPTH];
-    uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
+    uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h, c) : 0;
     uint32_t len = (uint32_t)(pl.p - buf);
     if (AT_UNLIKELY(!a))
         at_activity_stop_untracked(r->kind, buf, len, ips, nips);
@@ -348,7 +352,7 @@ static void abandon_below(uintptr_t sp, bool entering)
     while (hk_nlive > 0 && (live_at(hk_nlive - 1)->sp < sp ||
                             (entering && live_at(hk_nlive - 1)->sp == sp))) {
         live *l = live_at(--hk_nlive);
-        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
+        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED, NULL);
     }
 }
 
@@ -370,7 +374,7 @@ void at_hooks_thread_exit(void)
     AT_INTERNAL_BEGIN();
     while (hk_nlive > 0) {
         live *l = live_at(--hk_nlive);
-        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED);
+        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED, NULL);
     }
     if (hk_adopting) {
         at_flow_leave(hk_adopt_prev);
@@ -502,7 +506,7 @@ AT_PATH_TEXT static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, 0, false, 0);
             uintptr_t ips[AT_STACK_MAX_DEPTH];
-            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h) : 0;
+            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h, c) : 0;
             /* started with our reference on it, without an atomic operation */
             at_activity *a = at_activity_start_held(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
             if (AT_UNLIKELY(a == AT_ACTIVITY_UNTRACKED)) {
@@ -523,7 +527,7 @@ AT_PATH_TEXT static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
                 at_payload_init(&pl, buf, sizeof buf);
                 put_captures(&pl, p, args, 0, false, 0);
                 uintptr_t ips[AT_STACK_MAX_DEPTH];
-                uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h) : 0;
+                uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h, c) : 0;
                 at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), ips, nips);
                 at_activity_unref(a);
             }
@@ -534,7 +538,7 @@ AT_PATH_TEXT static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, 0, false, 2);
             uintptr_t ips[AT_STACK_MAX_DEPTH];
-            uint32_t nips = r->stacks ? hk_stack(ips, h) : 0;
+            uint32_t nips = r->stacks ? hk_stack(ips, h, c) : 0;
             at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), ips, nips);
         }
         break;
@@ -675,7 +679,7 @@ AT_PATH_TEXT static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
                 break;
             if (c->started == 3) {
                 c->started = 0;
-                stop_single(r, h, NULL, p, args, ret, status);
+                stop_single(r, h, NULL, p, args, ret, status, c);
                 break;
             }
             if (c->started == 1 && !unlist(c)) {
@@ -683,7 +687,7 @@ AT_PATH_TEXT static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
                 break;
             }
             c->started = 0;
-            stop_single(r, h, c->act, p, args, ret, status);
+            stop_single(r, h, c->act, p, args, ret, status, c);
         } else if (pr->role == 0 && status == AT_HOOK_RETURNED && args && when_holds(p, args, ret)) {
             /* The Start of a pair: a child of what is current, not left current (each pair is its
              * own thread of work) unless the fd hand-off takes it over. */
@@ -694,7 +698,7 @@ AT_PATH_TEXT static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, ret, true, 2);
             uintptr_t ips[AT_STACK_MAX_DEPTH];
-            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h) : 0;
+            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h, c) : 0;
             at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
             uint64_t key = key_of(p, args, ret);
             if (a) {
@@ -717,7 +721,7 @@ AT_PATH_TEXT static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, ret, true, 2);
             uintptr_t ips[AT_STACK_MAX_DEPTH];
-            uint32_t nips = r->stacks ? hk_stack(ips, h) : 0;
+            uint32_t nips = r->stacks ? hk_stack(ips, h, c) : 0;
             at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), ips, nips);
         }
         break;

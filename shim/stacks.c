@@ -168,6 +168,22 @@ void at_shim_stacks_setup(void)
     (void)stacks_first();
 }
 
+/* at_shim_capture for a walk that starts at a frame of the program's given by its registers (the
+ * caller of a hooked call at its return): nothing of the shim's to skip below it. */
+AT_NOINLINE uint32_t at_shim_capture_from(uintptr_t *ips, uint32_t depth, uint64_t ip, uint64_t sp,
+                                          uint64_t bp)
+{
+    if (AT_UNLIKELY(atomic_load_explicit(&stacks_stage, memory_order_acquire) != 2) &&
+        !stacks_first())
+        return 0;
+    uint32_t want = depth + 32 < AT_STACK_MAX_DEPTH - 1 ? depth + 32 : AT_STACK_MAX_DEPTH - 1;
+    uint32_t n = at_stack_capture_from(ips, want, ip, sp, bp);
+    n = at_shim_stack_trim(ips, n, depth);
+    for (uint32_t i = 0; i < n; i++)
+        ips[i]--; /* call sites, as at_shim_capture gives them */
+    return n;
+}
+
 /* now: set the walker up here, in the constructor (a process whose first event may come from a
  * signal handler); otherwise when the first stack is taken (at_shim_capture) */
 void at_shim_stacks_init(bool now)

@@ -322,7 +322,7 @@ static inline uint64_t *param_slot(const at_hook *h, int i, at_hook_regs *regs, 
 }
 
 int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump);
-void at_ret_exit(unsigned k, const uint64_t *rets);
+void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp);
 _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint64_t cls,
                                        struct _Unwind_Exception *ue, struct _Unwind_Context *ctx);
 
@@ -332,7 +332,7 @@ _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint
 #if defined(__SANITIZE_ADDRESS__)
 #include "xstate.h"
 static int stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump);
-static void ret_exit(unsigned k, const uint64_t *rets);
+static void ret_exit(unsigned k, const uint64_t *rets, uint64_t bp);
 int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
     at_xstate x;
@@ -341,11 +341,11 @@ int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jum
     at_xstate_restore(&x);
     return r;
 }
-void at_ret_exit(unsigned k, const uint64_t *rets)
+void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
 {
     at_xstate x;
     at_xstate_save(&x);
-    ret_exit(k, rets);
+    ret_exit(k, rets, bp);
     at_xstate_restore(&x);
 }
 #define at_stub_enter stub_enter
@@ -417,7 +417,9 @@ AT_PATH_TEXT AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     return 1;
 }
 
-AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets)
+__thread at_hook_walk at_hook_walk_from __attribute__((tls_model("initial-exec")));
+
+AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
 {
     ret_rec *r = &rt_rec[k];
     at_hook_call *c = &r->c;
@@ -429,7 +431,13 @@ AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets)
             at_ctype t = h->sig->ret;
             v = from_slot(t, (t == AT_CT_F32 || t == AT_CT_F64) ? rets[2] : rets[0]);
         }
+        /* the caller as the function returned to it: its return address, its stack pointer past
+         * the return slot, its rbp as the function left it (a signal handler's hooked call in
+         * between keeps its own, put back after) */
+        at_hook_walk saved = at_hook_walk_from;
+        at_hook_walk_from = (at_hook_walk){at_ret_ra[k], (uint64_t)(uintptr_t)r->slot + 8, bp, c};
         at_hook_exit(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED);
+        at_hook_walk_from = saved;
     }
     ret_done(k);
 }

@@ -265,6 +265,7 @@ at_ret_common:
      * (the call's last byte, as the trampolines give it) */
     .cfi_escape 0x16, 0x10, 0x05, 0x38, 0x1c, 0x06, 0x31, 0x1c
     leaq RETS(%rsp), %rsi
+    movq (%rbp), %rdx               /* the caller's rbp, as the function returned it */
     call at_ret_exit
     /* what the function left, exactly */
     RESTORE_FLAGS

@@ -52,6 +52,23 @@ static void last_stack(const char *dump, const char *event, char *out, size_t n)
     }
 }
 
+/* The same for the first such line. */
+static void first_stack(const char *dump, const char *event, char *out, size_t n)
+{
+    out[0] = 0;
+    for (const char *p = strstr(dump, event); p; p = strstr(p + 1, event)) {
+        const char *eol = strchr(p, '\n');
+        const char *st = strstr(p, "stack=[");
+        if (!st || (eol && st > eol)) continue;
+        st += 7;
+        const char *e = strchr(st, ']');
+        size_t l = (size_t)(e - st) < n - 1 ? (size_t)(e - st) : n - 1;
+        memcpy(out, st, l);
+        out[l] = 0;
+        return;
+    }
+}
+
 static unsigned count(const char *s, const char *what)
 {
     unsigned n = 0;
@@ -82,6 +99,22 @@ START_TEST(test_no_machinery_frames)
         ck_assert_msg(!strncmp(st, "hk_calls!fact+", 14) && count(st, "hk_calls!fact+") == 4
                       && strstr(st, "),hk_calls!main+") ,
                       "innermost FactStart: %s", st);
+        /* a Stop's stack is taken on the stub's return path, from the caller the function returned
+         * to: the outermost fact's Stop, last in the file, goes up through main too (walked from
+         * inside the return path, it used to stop at the return trampoline: one frame, and every
+         * such walk through libunwind) */
+        last_stack(dump, "acttrace/FactStop", st, sizeof st);
+        ck_assert_msg(!strncmp(st, "hk_calls!fact+", 14) && count(st, "hk_calls!fact+") == 1
+                      && strstr(st, "),hk_calls!main+"),
+                      "outermost FactStop: %s", st);
+    } else {
+        /* through a GOT slot: the Stop's stack is the Start's, call site for call site (walked up
+         * through the return trampoline's unwind rule it named the call one byte short) */
+        char st0[4096], st1[4096];
+        first_stack(dump, "acttrace/AddStart", st0, sizeof st0);
+        first_stack(dump, "acttrace/AddStop", st1, sizeof st1);
+        ck_assert_msg(strstr(st0, "hk_calls!main+") && !strcmp(st0, st1), "AddStart %s, AddStop %s",
+                      st0, st1);
     }
     free(dump);
     free(ce);
