@@ -200,12 +200,11 @@ static unsigned hk_depth;
 /* The hooked function fn is the leaf (it has no frame of its own yet at entry, none left at
  * return), then its callers. */
 /* c: the call whose entry or exit takes it (NULL: none known); at its exit by the stub the walk
- * starts at the caller (at_hook_walk_from) */
+ * starts at the caller (at_hook_call.ret_ip) */
 static uint32_t hk_stack(uintptr_t *ips, const at_hook *h, const at_hook_call *c)
 {
-    const at_hook_walk *w = &at_hook_walk_from;
-    uint32_t n = w->ip && c && w->call == c ? at_shim_capture_from(ips + 1, hk_depth - 1, w->ip, w->sp, w->bp)
-                                            : at_shim_capture(ips + 1, hk_depth - 1, 0);
+    uint32_t n = c && c->ret_ip ? at_shim_capture_from(ips + 1, hk_depth - 1, c->ret_ip, c->ret_sp, c->ret_bp)
+                                : at_shim_capture(ips + 1, hk_depth - 1, 0);
     /* inside fn, and so is the byte before it, which readers of return addresses look up */
     ips[0] = h->res.addr + 1;
     return n + 1;

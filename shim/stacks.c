@@ -142,25 +142,40 @@ static AT_NOINLINE bool stacks_first(void)
     return expect == 2;
 }
 
-AT_NOINLINE uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
+/* The walker ready (set up by the first stack of the process, in at_shim_capture's caller). */
+static inline bool stacks_ready(void)
 {
-    if (AT_UNLIKELY(atomic_load_explicit(&stacks_stage, memory_order_acquire) != 2) &&
-        !stacks_first())
-        return 0;
-    /* the shim's frames do not count against the program's depth: take room for some (the
-     * callers' arrays hold AT_STACK_MAX_DEPTH, a hook's from its second entry) */
-    uint32_t want = depth + 32 < AT_STACK_MAX_DEPTH - 1 ? depth + 32 : AT_STACK_MAX_DEPTH - 1;
-    uint32_t n = at_stack_capture(ips, want, skip + 1);
-    __asm__ volatile("" ::: "memory"); /* no tail call: this frame counts in skip */
+    return AT_LIKELY(atomic_load_explicit(&stacks_stage, memory_order_acquire) == 2) ||
+           stacks_first();
+}
+
+/* The shim's frames do not count against the program's depth: room for some (the callers' arrays
+ * hold AT_STACK_MAX_DEPTH, a hook's from its second entry). */
+static inline uint32_t room_for(uint32_t depth)
+{
+    return depth + 32 < AT_STACK_MAX_DEPTH - 1 ? depth + 32 : AT_STACK_MAX_DEPTH - 1;
+}
+
+/* A walk's return addresses as the program's frames, as files hold them: call sites, the last
+ * byte of each call instruction. A call that ends its function (a noreturn call) returns to the
+ * first byte of the next function, which TraceEvent, looking the stored address up as it is, would
+ * name. Readers that look up address - 1 (ours, which also read older files of return addresses)
+ * still land in the call, never shorter than 2 bytes. */
+static uint32_t program_frames(uintptr_t *ips, uint32_t n, uint32_t depth)
+{
     n = at_shim_stack_trim(ips, n, depth);
-    /* Files hold call sites, not return addresses: the last byte of each call instruction. A call
-     * that ends its function (a noreturn call) returns to the first byte of the next function, which
-     * TraceEvent, looking the stored address up as it is, would name. Readers that look up
-     * address - 1 (ours, which also read older files of return addresses) still land in the call,
-     * never shorter than 2 bytes. */
     for (uint32_t i = 0; i < n; i++)
         ips[i]--;
     return n;
+}
+
+AT_NOINLINE uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
+{
+    if (!stacks_ready())
+        return 0;
+    uint32_t n = at_stack_capture(ips, room_for(depth), skip + 1);
+    __asm__ volatile("" ::: "memory"); /* no tail call: this frame counts in skip */
+    return program_frames(ips, n, depth);
 }
 
 void at_shim_stacks_setup(void)
@@ -173,15 +188,9 @@ void at_shim_stacks_setup(void)
 AT_NOINLINE uint32_t at_shim_capture_from(uintptr_t *ips, uint32_t depth, uint64_t ip, uint64_t sp,
                                           uint64_t bp)
 {
-    if (AT_UNLIKELY(atomic_load_explicit(&stacks_stage, memory_order_acquire) != 2) &&
-        !stacks_first())
+    if (!stacks_ready())
         return 0;
-    uint32_t want = depth + 32 < AT_STACK_MAX_DEPTH - 1 ? depth + 32 : AT_STACK_MAX_DEPTH - 1;
-    uint32_t n = at_stack_capture_from(ips, want, ip, sp, bp);
-    n = at_shim_stack_trim(ips, n, depth);
-    for (uint32_t i = 0; i < n; i++)
-        ips[i]--; /* call sites, as at_shim_capture gives them */
-    return n;
+    return program_frames(ips, at_stack_capture_from(ips, room_for(depth), ip, sp, bp), depth);
 }
 
 /* now: set the walker up here, in the constructor (a process whose first event may come from a

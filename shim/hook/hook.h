@@ -66,19 +66,14 @@ typedef struct at_hook_call {
     void *act;       /* the activity this call started (a reference) */
     uintptr_t sp;    /* the wrapper's frame: deeper frames than a live one are abandoned (longjmp) */
     uint8_t started, done;
+    /* Set by the stub's return path for the call's exit (ret_ip 0 otherwise): the caller's
+     * registers as the function returned to it. A stack taken then starts from the caller, rather
+     * than walking up through the return trampoline, whose unwind rule (a DWARF expression) the
+     * shared walker cannot hold and would send every such walk to libunwind. */
+    uint64_t ret_ip, ret_sp, ret_bp;
 } at_hook_call;
 
 enum at_hook_status { AT_HOOK_RETURNED = 0, AT_HOOK_UNWOUND = 1, AT_HOOK_ABANDONED = 2 };
-
-/* While the stub's return path runs a call's exit (at_ret_exit), the caller's registers as the
- * function returned to it: a stack taken then starts from the caller, rather than walking up
- * through the return trampoline, whose unwind rule (a DWARF expression) the shared walker cannot
- * hold and would send every such walk to libunwind. ip 0: not set. */
-typedef struct at_hook_walk {
-    uint64_t ip, sp, bp;
-    const at_hook_call *call; /* the call whose exit this is: no other call's stack starts here */
-} at_hook_walk;
-extern __thread at_hook_walk at_hook_walk_from __attribute__((tls_model("initial-exec")));
 
 typedef struct at_hook at_hook;
 struct at_hook {

@@ -405,6 +405,7 @@ AT_PATH_TEXT AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
         c->sp = rt_rec[prev / RET_CODE].c.sp - 1;
     c->started = 0;
     c->done = 0;
+    c->ret_ip = 0; /* an exit through the personality (an unwind) walks from where it is */
     if (AT_LIKELY(!h->sig))
         at_hook_enter(h, c, NULL);
     else
@@ -416,8 +417,6 @@ AT_PATH_TEXT AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     *jump = ret_call(k);
     return 1;
 }
-
-__thread at_hook_walk at_hook_walk_from __attribute__((tls_model("initial-exec")));
 
 AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
 {
@@ -432,12 +431,11 @@ AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, 
             v = from_slot(t, (t == AT_CT_F32 || t == AT_CT_F64) ? rets[2] : rets[0]);
         }
         /* the caller as the function returned to it: its return address, its stack pointer past
-         * the return slot, its rbp as the function left it (a signal handler's hooked call in
-         * between keeps its own, put back after) */
-        at_hook_walk saved = at_hook_walk_from;
-        at_hook_walk_from = (at_hook_walk){at_ret_ra[k], (uint64_t)(uintptr_t)r->slot + 8, bp, c};
+         * the return slot, its rbp as the function left it */
+        c->ret_ip = at_ret_ra[k];
+        c->ret_sp = (uint64_t)(uintptr_t)r->slot + 8;
+        c->ret_bp = bp;
         at_hook_exit(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED);
-        at_hook_walk_from = saved;
     }
     ret_done(k);
 }

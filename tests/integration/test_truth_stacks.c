@@ -36,8 +36,9 @@ static char *conf_env(const char *name)
     return e;
 }
 
-/* The stack of the last event line holding `event`, "" if none: "a,b,c" of stack=[a,b,c]. */
-static void last_stack(const char *dump, const char *event, char *out, size_t n)
+/* The stack of the first (or last) event line holding `event`, "" if none: "a,b,c" of
+ * stack=[a,b,c]. */
+static void find_stack(const char *dump, const char *event, char *out, size_t n, bool first)
 {
     out[0] = 0;
     for (const char *p = strstr(dump, event); p; p = strstr(p + 1, event)) {
@@ -49,24 +50,19 @@ static void last_stack(const char *dump, const char *event, char *out, size_t n)
         size_t l = (size_t)(e - st) < n - 1 ? (size_t)(e - st) : n - 1;
         memcpy(out, st, l);
         out[l] = 0;
+        if (first)
+            return;
     }
 }
 
-/* The same for the first such line. */
+static void last_stack(const char *dump, const char *event, char *out, size_t n)
+{
+    find_stack(dump, event, out, n, false);
+}
+
 static void first_stack(const char *dump, const char *event, char *out, size_t n)
 {
-    out[0] = 0;
-    for (const char *p = strstr(dump, event); p; p = strstr(p + 1, event)) {
-        const char *eol = strchr(p, '\n');
-        const char *st = strstr(p, "stack=[");
-        if (!st || (eol && st > eol)) continue;
-        st += 7;
-        const char *e = strchr(st, ']');
-        size_t l = (size_t)(e - st) < n - 1 ? (size_t)(e - st) : n - 1;
-        memcpy(out, st, l);
-        out[l] = 0;
-        return;
-    }
+    find_stack(dump, event, out, n, true);
 }
 
 static unsigned count(const char *s, const char *what)
