@@ -317,33 +317,40 @@ AT_LAZY_REAL(sysv_signal, sighandler_t, (int, sighandler_t))
 AT_LAZY_REAL(bsd_signal, sighandler_t, (int, sighandler_t))
 AT_LAZY_REAL(sigset, sighandler_t, (int, sighandler_t))
 
+/* The sampling signal set through one of them: true when it is the default again while sampling
+ * (nothing changes: the program sees the default already); otherwise sampling stops first when the
+ * signal is ours. */
+static bool keep_ours(int sig, sighandler_t h)
+{
+    if (!sig || sig != at_sample_sig)
+        return false;
+    if (h == SIG_DFL && at_sampler_on())
+        return true;
+    stop_all();
+    return false;
+}
+
 AT_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
 {
-    if (sig == at_sample_sig && sig && h == SIG_DFL && at_sampler_on())
-        return SIG_DFL; /* the default, as the program sees it already */
-    if (sig == at_sample_sig && sig)
-        stop_all();
+    if (keep_ours(sig, h))
+        return SIG_DFL;
     return as_program_sees(real_sysv_signal()(sig, h));
 }
 
 AT_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 {
-    if (sig == at_sample_sig && sig && h == SIG_DFL && at_sampler_on())
+    if (keep_ours(sig, h))
         return SIG_DFL;
-    if (sig == at_sample_sig && sig)
-        stop_all();
     return as_program_sees(real_bsd_signal()(sig, h));
 }
 
 AT_EXPORT sighandler_t sigset(int sig, sighandler_t h)
 {
-    if (sig == at_sample_sig && sig && h == SIG_DFL && at_sampler_on()) {
+    if (keep_ours(sig, h)) {
         sighandler_t was = samp_vblock ? SIG_HOLD : SIG_DFL;
         samp_vblock = false; /* sigset unblocks what it sets */
         return was;
     }
-    if (sig == at_sample_sig && sig)
-        stop_all();
     return as_program_sees(real_sigset()(sig, h));
 }
 
@@ -410,8 +417,6 @@ AT_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 
 /* --- start --- */
 
-static int samp_sig_choose(void) { return SIGRTMAX - 3; }
-
 /* After the writer and the stack walker are ready; 0, or -1 with why sampling is off. */
 int at_sampler_init(unsigned hz, char *why, size_t n)
 {
@@ -436,7 +441,7 @@ int at_sampler_init(unsigned hz, char *why, size_t n)
     if (at_cfg.stacks == AT_CFG_STACKS_NONE)
         samp_depth = 0;
     samp_period_ns = 1000000000L / (long)hz;
-    at_sample_sig = samp_sig_choose();
+    at_sample_sig = SIGRTMAX - 3;
     struct sigaction cur;
     if (AT_REAL(sigaction)(at_sample_sig, NULL, &cur) != 0 ||
         (cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL) {
