@@ -23,7 +23,7 @@ CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -fPIC -pthread -fvisibility=hidden -fno-strict-aliasing -fno-plt
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -Wall -Wextra -fPIC -pthread
-# libelf (symbol look-up) and Zydis (entry patching) serve the hooks of issue 5
+# libelf (symbol look-up) and Zydis (entry patching) serve the hooks
 # libiberty's C++ demangler (static: the writer demangles the names it writes, runtime/demangle.c)
 LDLIBS_COMMON := -lelf -lZydis -liberty -ldl -lpthread -lrt -lm
 # libdw (acttrace check compares signatures with DWARF prototypes): the tools only, never the shim
@@ -100,6 +100,11 @@ NOVEC_OBJ = $(addprefix $(BUILD)/obj/runtime/,activity.o actpath.o tbuf.o flushe
               tid.o clock.o xstate.o saferead.o) \
             $(addprefix $(BUILD)/obj/shim/,hooks.o fdflow.o events.o stacks.o hook/stub.o)
 $(NOVEC_OBJ): CFLAGS += $(NOVEC_CFLAGS)
+# The hooked call's logic reads no constant of its own from memory: a switch's jump or lookup table
+# is on a read-only data page of its own, one more TLB miss per hooked call of a server between two system calls
+# (shim/start.ld gathers its code on few pages).
+PATH_OBJ = $(BUILD)/obj/shim/hooks.o $(BUILD)/obj/shim/hook/stub.o $(BUILD)/obj/config/signature.o
+$(PATH_OBJ): CFLAGS += -fno-jump-tables -fno-tree-switch-conversion
 $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@

@@ -622,7 +622,7 @@ at_activity *at_activity_start(at_activity_kind *k, const void *extra, uint32_t 
     return start(k, extra, extra_len, ips, nips, false);
 }
 
-AT_HOT_FN at_activity *at_activity_start_held(at_activity_kind *k, const void *extra,
+AT_CORE_FN at_activity *at_activity_start_held(at_activity_kind *k, const void *extra,
                                               uint32_t extra_len, const uintptr_t *ips,
                                               uint32_t nips)
 {
@@ -650,7 +650,7 @@ static AT_NOINLINE at_activity *start_plain_written_general(at_activity *a,
     return a;
 }
 
-AT_HOT_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
+AT_CORE_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
 {
     at_act_tls *s = &at_act_t;
     at_activity *parent = s->cur;
@@ -784,7 +784,7 @@ void at_activity_stop_untracked(at_activity_kind *k, const void *extra, uint32_t
         write_activity_event(k->stop_ev, NULL, NULL, 0, extra, extra_len, ips, nips);
 }
 
-AT_HOT_FN void at_activity_end_held_u32(at_activity *a, uint32_t v)
+AT_CORE_FN void at_activity_end_held_u32(at_activity *a, uint32_t v)
 {
     at_act_tls *s = &at_act_t;
     /* stop_held()'s tests: current, live, held by the thread and the caller alone (the flow
@@ -855,7 +855,7 @@ int at_activity_path(const at_activity *a, char *buf, size_t n)
     return at_actpath_format(&a->id, at_actpath_pid(&a->id), buf, n);
 }
 
-AT_HOT_FN int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
+AT_CORE_FN int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
                       const uintptr_t *ips, uint32_t nips)
 {
     if (!t || !at_event_enabled(t))

@@ -29,6 +29,11 @@
  * its own, together (shim/start.ld): between two system calls of a server that flush the TLB, each
  * page the path touches is a miss; spread over the library it touched a dozen pages. */
 #define AT_PATH_TEXT __attribute__((section("at_path_text")))
+/* The core of that path, first on its first pages (shim/start.ld): what every hooked call runs (the
+ * stub and its return, the hook logic, payload, the activity engine's held Start and Stop and the
+ * event write) and the interposed I/O calls a server makes between two of them. */
+#define AT_PATH_CORE __attribute__((section("at_path_core")))
+#define AT_CORE_FN __attribute__((hot, section("at_path_core")))
 #define AT_FORK_DATA __attribute__((section("at_fork_data")))
 /* Small variables an image's start writes (settings, event types, one-time flags), together on one
  * page instead of a page each wherever the linker put them in .bss: with shadow paging the first
@@ -46,6 +51,10 @@
 #define AT_START_BSS_1 __attribute__((section(".bss.at_start.1")))
 #define AT_START_BSS_2 __attribute__((section(".bss.at_start.2")))
 #define AT_START_BSS_3 __attribute__((section(".bss.at_start.3")))
+/* The variables every hooked call reads (the stub's tables, the hooks' settings), together on one
+ * page (shim/start.ld): _1 first, then _2. */
+#define AT_PATH_BSS_1 __attribute__((section(".bss.at_path.1")))
+#define AT_PATH_BSS_2 __attribute__((section(".bss.at_path.2")))
 
 /* A fork child's copy of a lock that a thread of the parent may have held: made afresh only when it
  * is not as initialised, so a lock that was free costs the child no copied page (such locks go on

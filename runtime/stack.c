@@ -32,14 +32,16 @@ static struct {
 static _Atomic int mode_in_use = -1;
 
 /* ---- return trampolines (shim/hook/stub_asm.S) ----
- * A hooked call's return address is replaced by trampoline k at pool + 16k, whose frame has no size:
- * a walk reads the real return address from ra[k] instead, with the same registers. */
-static uintptr_t tr_pool, tr_len, tr_shift;
+ * A hooked call's return address is replaced by trampoline k at pool + size*k, whose frame has no
+ * size: a walk reads the real return address from ra[stride*k] instead, with the same registers. */
+static uintptr_t tr_pool, tr_len, tr_shift, tr_stride;
 static const uint64_t *tr_ra;
 
-void at_stack_set_trampolines(uintptr_t pool, uintptr_t len, uintptr_t size, const uint64_t *ra)
+void at_stack_set_trampolines(uintptr_t pool, uintptr_t len, uintptr_t size, const uint64_t *ra,
+                              uintptr_t stride)
 {
     tr_ra = ra;
+    tr_stride = stride;
     tr_pool = pool;
     tr_shift = (uintptr_t)__builtin_ctzl(size);
     __atomic_store_n(&tr_len, len, __ATOMIC_RELEASE);
@@ -57,7 +59,7 @@ static inline bool is_tramp(uint64_t ip)
 static inline uint64_t tramp_fix(uint64_t ip)
 {
     for (int i = 0; i < 64 && is_tramp(ip); i++)
-        ip = tr_ra[(ip - tr_pool) >> tr_shift];
+        ip = tr_ra[((ip - tr_pool) >> tr_shift) * tr_stride];
     return ip;
 }
 

@@ -44,9 +44,10 @@ uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint32_t skip);
  * frame has them (ip a return address into it: the walk goes up from there). The same walkers. */
 uint32_t at_stack_capture_from(uintptr_t *ips, uint32_t max, uint64_t ip, uint64_t sp, uint64_t bp);
 /* Return trampolines: a return address in [pool + size*k, pool + size*(k+1)) (0 < k, size a power
- * of two) stands for ra[k] (the shim's hooked calls in progress); walks name the real caller and
- * leave the trampoline out. */
-void at_stack_set_trampolines(uintptr_t pool, uintptr_t len, uintptr_t size, const uint64_t *ra);
+ * of two) stands for ra[stride*k] (the shim's hooked calls in progress); walks name the real caller
+ * and leave the trampoline out. */
+void at_stack_set_trampolines(uintptr_t pool, uintptr_t len, uintptr_t size, const uint64_t *ra,
+                              uintptr_t stride);
 /* The same with an explicit walker (benchmarks, tests). */
 uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr_t *ips, uint32_t max, uint32_t skip);
 

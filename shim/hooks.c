@@ -60,7 +60,7 @@ static int kt_init(keytab *t)
 }
 
 /* Put a (the table's reference); returns what the key held before (a reference) or NULL. */
-AT_PATH_TEXT static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
+AT_PATH_CORE static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
 {
     if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], a, __ATOMIC_ACQ_REL);
@@ -83,7 +83,7 @@ AT_PATH_TEXT static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
     return old;
 }
 
-AT_PATH_TEXT static at_activity *kt_take(keytab *t, uint64_t key)
+AT_PATH_CORE static at_activity *kt_take(keytab *t, uint64_t key)
 {
     if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], NULL, __ATOMIC_ACQ_REL);
@@ -107,6 +107,11 @@ AT_PATH_TEXT static at_activity *kt_take(keytab *t, uint64_t key)
 
 typedef struct rule {
     const at_hc_entry *e;
+    /* e's kind, pairing and callback arguments: what a call reads of its entry (6 KiB, most of
+     * it names and signatures), here */
+    at_hc_kind ekind;
+    bool paired;
+    int8_t callback, callback_arg;
     at_activity_kind *kind; /* activities */
     at_event_type *event;   /* events */
     keytab keys;            /* pairs and keyed flows */
@@ -118,11 +123,30 @@ typedef struct rule {
     at_field *fields;       /* owned: start (or event) fields then stop fields */
 } rule;
 
+/* What a call reads of its probe's config (at_hc_probe: 3 KiB, its captures and test after its
+ * symbol and signature, each parameter's type a line of its own), copied at install beside the
+ * probe's other hot fields. The names are at_hc_probe's. */
+typedef struct hk_pc {
+    int8_t ncapture, key, when_what;
+    bool has_when, has_sig;
+    uint8_t when_op;
+    int8_t capture[AT_HC_MAX_CAPTURE];
+    unsigned max_string;
+    int64_t when_value;
+    struct {
+        uint8_t nparams, ret;
+        struct {
+            uint8_t type;
+        } p[AT_SIG_MAX_PARAMS];
+    } sig;
+} hk_pc;
+
 typedef struct probe {
     rule *r;
     at_activity_kind *plain_kind; /* r->kind when r->plain (set at install): one load on the call */
     int role; /* index into e->probe */
     const at_hc_probe *p;
+    hk_pc pc; /* p's, for the call */
     at_hook hook;
     bool pending; /* not resolved yet: retried after each dlopen */
     const struct probe *alias_of; /* another name of that probe's libc function (open64 for open) */
@@ -195,7 +219,7 @@ static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a 
 static AT_TLS bool hk_adopting;
 
 /* Stacks: the program's frames only (stacks.c drops the hook machinery's, wherever it stands). */
-static unsigned hk_depth;
+static unsigned hk_depth AT_PATH_BSS_1;
 
 /* The hooked function fn is the leaf (it has no frame of its own yet at entry, none left at
  * return), then its callers. */
@@ -206,7 +230,7 @@ static uint32_t hk_stack(uintptr_t *ips, const at_hook *h, const at_hook_call *c
     uint32_t n = c && c->ret_ip ? at_shim_capture_from(ips + 1, hk_depth - 1, c->ret_ip, c->ret_sp, c->ret_bp)
                                 : at_shim_capture(ips + 1, hk_depth - 1, 0);
     /* inside fn, and so is the byte before it, which readers of return addresses look up */
-    ips[0] = h->res.addr + 1;
+    ips[0] = h->addr + 1;
     return n + 1;
 }
 
@@ -223,6 +247,32 @@ static const char *field_name(const at_hc_probe *p, int idx, char *buf, size_t n
 static at_ctype cap_type(const at_hc_probe *p, int idx)
 {
     return idx == AT_HC_RETURN ? p->sig.ret : p->sig.p[idx].type;
+}
+
+static at_ctype pc_type(const hk_pc *p, int idx)
+{
+    return (at_ctype)(idx == AT_HC_RETURN ? p->sig.ret : p->sig.p[idx].type);
+}
+
+/* pr's hk_pc from its config probe */
+static void pc_make(probe *pr)
+{
+    const at_hc_probe *p = pr->p;
+    hk_pc *c = &pr->pc;
+    _Static_assert(AT_HC_MAX_CAPTURE <= 127 && AT_SIG_MAX_PARAMS <= 127 && AT_CT_STR < 256,
+                   "hk_pc's narrow fields hold at_hc_probe's values");
+    *c = (hk_pc){.ncapture = (int8_t)p->ncapture, .key = (int8_t)p->key,
+                 .when_what = (int8_t)p->when_what, .has_when = p->has_when, .has_sig = p->has_sig,
+                 .when_op = (uint8_t)p->when_op, .max_string = p->max_string,
+                 .when_value = p->when_value};
+    for (int i = 0; i < p->ncapture; i++)
+        c->capture[i] = (int8_t)p->capture[i];
+    c->sig.nparams = (uint8_t)p->sig.nparams;
+    c->sig.ret = (uint8_t)p->sig.ret;
+    /* all of them: an alias with fewer parameters (__open_2) keeps the types of the captured ones
+     * it lacks, and writes them as 0 */
+    for (int i = 0; i < AT_SIG_MAX_PARAMS; i++)
+        c->sig.p[i].type = (uint8_t)p->sig.p[i].type;
 }
 
 /* Fields of the captures of p: which = 0 arguments only, 1 return only, 2 all. */
@@ -253,12 +303,12 @@ static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_strin
 }
 
 /* Argument idx, 0 when the hooked variant has no such parameter (__open_2 has no mode). */
-static inline uint64_t arg_of(const at_hc_probe *p, const uint64_t *args, int idx)
+static inline uint64_t arg_of(const hk_pc *p, const uint64_t *args, int idx)
 {
     return args && (!p->has_sig || idx < p->sig.nparams) ? args[idx] : 0;
 }
 
-AT_PATH_TEXT static AT_NOINLINE void put_captures_slow(at_payload *pl, const at_hc_probe *p,
+AT_PATH_CORE static AT_NOINLINE void put_captures_slow(at_payload *pl, const hk_pc *p,
                                           const uint64_t *args, uint64_t ret, bool have_ret,
                                           int which)
 {
@@ -267,27 +317,27 @@ AT_PATH_TEXT static AT_NOINLINE void put_captures_slow(at_payload *pl, const at_
         if ((which == 0 && idx == AT_HC_RETURN) || (which == 1 && idx != AT_HC_RETURN))
             continue;
         uint64_t v = idx == AT_HC_RETURN ? (have_ret ? ret : 0) : arg_of(p, args, idx);
-        at_ctype t = cap_type(p, idx);
+        at_ctype t = pc_type(p, idx);
         if (t == AT_CT_STR && idx == AT_HC_RETURN && !have_ret)
             v = 0;
         put_value(pl, t, v, p->max_string);
     }
 }
 
-static inline void put_captures(at_payload *pl, const at_hc_probe *p, const uint64_t *args,
+static inline void put_captures(at_payload *pl, const hk_pc *p, const uint64_t *args,
                                 uint64_t ret, bool have_ret, int which)
 {
     if (p->ncapture)
         put_captures_slow(pl, p, args, ret, have_ret, which);
 }
 
-AT_PATH_TEXT static bool when_holds(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
+AT_PATH_CORE static bool when_holds(const hk_pc *p, const uint64_t *args, uint64_t ret)
 {
     if (!p->has_when)
         return true;
     if (!args && p->when_what != AT_HC_RETURN)
         return true;
-    at_ctype t = cap_type(p, p->when_what);
+    at_ctype t = pc_type(p, p->when_what);
     uint64_t raw = p->when_what == AT_HC_RETURN ? ret : arg_of(p, args, p->when_what);
     bool is_signed = t == AT_CT_I8 || t == AT_CT_I16 || t == AT_CT_I32 || t == AT_CT_I64;
     int cmp;
@@ -326,7 +376,7 @@ static AT_NOINLINE void stop_shared(const rule *r, at_activity *a, const uint8_t
 
 /* The Stop of call activity a; a NULL for a call whose Start had no id (past the depth limit): the
  * same fields, no id. */
-AT_PATH_TEXT static void stop_single(const rule *r, const at_hook *h, at_activity *a, const at_hc_probe *p,
+AT_PATH_CORE static void stop_single(const rule *r, const at_hook *h, at_activity *a, const hk_pc *p,
                         const uint64_t *args, uint64_t ret, int status, const at_hook_call *c)
 {
     uint8_t buf[1024];
@@ -351,7 +401,7 @@ static void abandon_below(uintptr_t sp, bool entering)
     while (hk_nlive > 0 && (live_at(hk_nlive - 1)->sp < sp ||
                             (entering && live_at(hk_nlive - 1)->sp == sp))) {
         live *l = live_at(--hk_nlive);
-        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED, NULL);
+        stop_single(l->pr->r, &l->pr->hook, l->a, &l->pr->pc, NULL, 0, AT_HOOK_ABANDONED, NULL);
     }
 }
 
@@ -373,7 +423,7 @@ void at_hooks_thread_exit(void)
     AT_INTERNAL_BEGIN();
     while (hk_nlive > 0) {
         live *l = live_at(--hk_nlive);
-        stop_single(l->pr->r, &l->pr->hook, l->a, l->pr->p, NULL, 0, AT_HOOK_ABANDONED, NULL);
+        stop_single(l->pr->r, &l->pr->hook, l->a, &l->pr->pc, NULL, 0, AT_HOOK_ABANDONED, NULL);
     }
     if (hk_adopting) {
         at_flow_leave(hk_adopt_prev);
@@ -408,7 +458,7 @@ static void *cb_run(void *p)
     return r;
 }
 
-AT_PATH_TEXT static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, uint64_t ret)
+AT_PATH_CORE static uint64_t key_of(const hk_pc *p, const uint64_t *args, uint64_t ret)
 {
     return p->key == AT_HC_RETURN ? ret : arg_of(p, args, p->key);
 }
@@ -417,7 +467,7 @@ AT_PATH_TEXT static uint64_t key_of(const at_hc_probe *p, const uint64_t *args, 
  * into libc, twice per hooked call otherwise, and glibc's errno is initial-exec TLS, at the same
  * offset in every thread. (A clone(CLONE_VM) child without a thread pointer of its own shares the
  * thread's TLS, errno included, so the offset is right for it too.) */
-static long hk_errno_off;
+static long hk_errno_off AT_PATH_BSS_1;
 static inline int errno_get(void)
 {
     int v;
@@ -431,7 +481,7 @@ static inline void errno_set(int v)
 
 /* The call of a plain rule's function (rule.plain): the Start with no fields, no stack and no test,
  * listed for its Stop. What at_hook_enter does for such a rule, without what it does not need. */
-AT_PATH_TEXT static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
+AT_PATH_CORE static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
 {
     AT_INTERNAL_BEGIN();
     int err = errno_get();
@@ -475,7 +525,7 @@ static AT_NOINLINE void enter_unsure(at_hook *h, at_hook_call *c, uint64_t *args
         enter_rule(h, c, args);
 }
 
-AT_PATH_TEXT void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
+AT_PATH_CORE void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
      * without recording: close in libelf, malloc in libunwind as a stack is taken */
@@ -486,20 +536,19 @@ AT_PATH_TEXT void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
     enter_rule(h, c, args);
 }
 
-AT_PATH_TEXT static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
+AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
 {
     AT_INTERNAL_BEGIN();
     rule *r = pr->r;
-    const at_hc_entry *e = r->e;
-    const at_hc_probe *p = pr->p;
+    const hk_pc *p = &pr->pc;
     int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
     uint8_t buf[1024];
     at_payload pl;
-    switch (e->kind) {
+    switch (r->ekind) {
     case AT_HC_ACTIVITY:
-        if (!e->paired) {
+        if (!r->paired) {
             if (!when_holds(p, args, 0))
                 break;
             at_payload_init(&pl, buf, sizeof buf);
@@ -550,7 +599,7 @@ AT_PATH_TEXT static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
         }
         break;
     case AT_HC_FLOW_CALLBACK:
-        if (args && e->callback_arg != AT_HC_NONE && args[e->callback]) {
+        if (args && r->callback_arg != AT_HC_NONE && args[r->callback]) {
             at_activity *cap = at_flow_capture();
             if (!cap)
                 break; /* nothing current: the callback runs as it would anyway */
@@ -559,11 +608,11 @@ AT_PATH_TEXT static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
                 at_flow_release(cap);
                 break;
             }
-            x->fn = (void *(*)(void *))(uintptr_t)args[e->callback];
-            x->arg = (void *)(uintptr_t)args[e->callback_arg];
+            x->fn = (void *(*)(void *))(uintptr_t)args[r->callback];
+            x->arg = (void *)(uintptr_t)args[r->callback_arg];
             x->cap = cap;
-            args[e->callback] = (uint64_t)(uintptr_t)cb_run;
-            args[e->callback_arg] = (uint64_t)(uintptr_t)x;
+            args[r->callback] = (uint64_t)(uintptr_t)cb_run;
+            args[r->callback_arg] = (uint64_t)(uintptr_t)x;
         }
         break;
     }
@@ -583,7 +632,7 @@ static inline bool unlist(const at_hook_call *c)
 }
 
 /* The return (or unwind) of a plain rule's function: its Stop with the Status. */
-AT_PATH_TEXT static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int status)
+AT_PATH_CORE static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int status)
 {
     AT_INTERNAL_BEGIN();
     int err = errno_get();
@@ -615,7 +664,7 @@ AT_PATH_TEXT static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call
 
 /* The common case first: the call is the innermost one listed (nothing jumped over it), in the
  * thread's own entries. */
-AT_PATH_TEXT static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
+AT_PATH_CORE static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
 {
     int n = hk_nlive;
     if (AT_UNLIKELY(c->started != 1 || n <= 0 || n > LIVE_INLINE ||
@@ -650,7 +699,7 @@ static AT_NOINLINE void exit_unsure(at_hook *h, at_hook_call *c, const uint64_t 
         exit_rule(h, c, args, ret, status);
 }
 
-AT_PATH_TEXT void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+AT_PATH_CORE void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
 {
     if (at_internal)
         return;
@@ -659,21 +708,20 @@ AT_PATH_TEXT void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args
     exit_rule(h, c, args, ret, status);
 }
 
-AT_PATH_TEXT static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
+AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status)
 {
     rule *r = pr->r;
-    const at_hc_entry *e = r->e;
-    const at_hc_probe *p = pr->p;
+    const hk_pc *p = &pr->pc;
     AT_INTERNAL_BEGIN();
     int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, false))
         abandon_below(c->sp, false);
     uint8_t buf[1024];
     at_payload pl;
-    switch (e->kind) {
+    switch (r->ekind) {
     case AT_HC_ACTIVITY:
-        if (!e->paired) {
+        if (!r->paired) {
             if (!c->started)
                 break;
             if (c->started == 3) {
@@ -790,6 +838,7 @@ static void install(probe *pr)
         return;
     }
     pr->pending = false;
+    h->addr = h->res.addr;
     const at_hc_entry *e = pr->r->e;
     if (h->res.table == AT_SYM_OFFSET && e->build_id[0]) {
         char id[128];
@@ -1048,6 +1097,7 @@ static void add_aliases(void)
             }
             probe *pr = &hk_probes[hk_nprobes++];
             *pr = (probe){.r = b->r, .role = b->role, .p = ap, .alias_of = b};
+            pc_make(pr);
             snprintf(pr->hook.spec, sizeof pr->hook.spec, "%s", ap->symbol);
             pr->hook.sig = ap->has_sig ? &ap->sig : NULL;
             pr->hook.user = pr;
@@ -1059,6 +1109,10 @@ static void add_aliases(void)
 static int rule_make(rule *r, const at_hc_entry *e, const char *provider, char *err, size_t n)
 {
     r->e = e;
+    r->ekind = e->kind;
+    r->paired = e->paired;
+    r->callback = (int8_t)e->callback;
+    r->callback_arg = (int8_t)e->callback_arg;
     static const unsigned from_env[] = {AT_HC_STACK_START, AT_HC_STACK_STOP,
                                         AT_HC_STACK_START | AT_HC_STACK_STOP, 0};
     r->stacks = e->stacks_set ? e->stacks : from_env[at_cfg.stacks];
@@ -1292,6 +1346,7 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
             pr->r = &hk_rules[i];
             pr->role = k;
             pr->p = &e->probe[k];
+            pc_make(pr);
             snprintf(pr->hook.spec, sizeof pr->hook.spec, "%s", e->probe[k].symbol);
             pr->hook.sig = e->probe[k].has_sig ? &e->probe[k].sig : NULL;
             pr->hook.user = pr;

@@ -77,12 +77,23 @@ enum at_hook_status { AT_HOOK_RETURNED = 0, AT_HOOK_UNWOUND = 1, AT_HOOK_ABANDON
 
 typedef struct at_hook at_hook;
 struct at_hook {
+    /* What a hooked call reads, first and on one cache line: between two system calls of a server
+     * (which may empty the TLB and the caches) each line and page a call touches is a miss. */
+    void *orig;        /* call this to run the original function */
+    void *user;        /* the semantics' own data (hooks.c) */
+    const at_sig *sig; /* NULL: the signature-less stub */
+    uintptr_t addr;    /* res.addr: the function (a stack's leaf) */
+    /* where the stub finds typed parameter i: its 8-byte slot in at_hook_regs (0-23: gp[6], rax,
+     * r10, then xmm0..7 at 8, 10, ..) or, from 32 on, stack slot (n - 32) */
+    uint8_t arg_slot[AT_SIG_MAX_PARAMS];
+    /* sig's parameter and return types, for the stub (at_ctype values, parameter i's in bits
+     * 4i..4i+3 of ptypes): the signature itself spreads them over a page */
+    uint8_t nparams, ret_type;
+    uint64_t ptypes;
     /* what to hook */
     char spec[512];
-    const at_sig *sig; /* NULL: the signature-less stub */
     /* resolution and installation */
     at_resolved res;
-    void *orig;        /* call this to run the original function */
     void *wrapper;     /* the address installed in GOT slots / jumped to from the patched entry */
     int tier;          /* 0 not hooked, 1 GOT, 2 entry */
     int nslots;        /* GOT slots rewritten */
@@ -92,16 +103,12 @@ struct at_hook {
     ffi_type *atypes[AT_SIG_MAX_PARAMS];
     ffi_closure *closure;
     int stub_index;
-    /* where the stub finds typed parameter i: its 8-byte slot in at_hook_regs (0-23: gp[6], rax,
-     * r10, then xmm0..7 at 8, 10, ..) or, from 32 on, stack slot (n - 32) */
-    uint8_t arg_slot[AT_SIG_MAX_PARAMS];
     /* entry patching */
     void *patched_at;
     uint8_t saved[32];
     size_t saved_len;
-    /* the semantics' own data (hooks.c) */
-    void *user;
 };
+_Static_assert(offsetof(struct at_hook, ptypes) + 8 <= 64, "a hook's hot head is one line");
 
 /* Called by the wrappers; implemented by the semantics (hooks.c). args: the arguments as 64-bit
  * values (integers extended, pointers, doubles' bits), NULL for the stub. enter may replace
@@ -115,6 +122,8 @@ void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t re
 /* Hooked calls in progress through the stub at once, in all threads (return trampolines): a call
  * beyond that is not traced (its two events are counted as lost). */
 #define AT_RET_MAX 8192
+/* bytes per return record (stub.c's ret_rec; stub_asm.S reads its first two words) */
+#define AT_RET_REC 256
 /* Give h a register-saving stub wrapper (h->wrapper; typed when h->sig is set). 0, or -1 when all
  * stubs are taken. */
 int at_stub_make(at_hook *h);

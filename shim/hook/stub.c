@@ -19,11 +19,12 @@
 #include "trace.h"
 
 extern char at_stub_tramps[];
-static at_hook *at_stub_table[AT_STUB_MAX];
-
+/* What every hooked call reads here, together (AT_PATH_BSS): first the typed flags, then the
+ * table, whose first entries (the hooks a process has) share their page. */
 /* 1 for a hook with a signature: the stub stores xmm0-7 (typed arguments) and xmm0-1 (a typed
  * return value) for it only */
-uint8_t at_stub_typed[AT_STUB_MAX] __attribute__((visibility("hidden")));
+uint8_t at_stub_typed[AT_STUB_MAX] __attribute__((visibility("hidden"))) AT_PATH_BSS_1;
+static at_hook *at_stub_table[AT_STUB_MAX] AT_PATH_BSS_2;
 static int at_stub_used;
 
 _Static_assert(sizeof(at_hook_regs) == 192, "stub_asm.S saves 192 bytes of registers");
@@ -33,6 +34,12 @@ static void slots_plan(at_hook *h)
 {
     const at_sig *s = h->sig;
     int ngp = 0, nxmm = 0, nstack = 0;
+    h->nparams = s ? (uint8_t)s->nparams : 0;
+    h->ret_type = s ? (uint8_t)s->ret : 0;
+    h->ptypes = 0;
+    _Static_assert(AT_SIG_MAX_PARAMS <= 16 && AT_CT_STR < 16, "4 bits per parameter type");
+    for (int k = 0; s && k < s->nparams; k++)
+        h->ptypes |= (uint64_t)s->p[k].type << 4 * k;
     for (int k = 0; s && k < s->nparams; k++) {
         bool fp = s->p[k].type == AT_CT_F32 || s->p[k].type == AT_CT_F64;
         if (fp && nxmm < 8)
@@ -45,9 +52,11 @@ static void slots_plan(at_hook *h)
 }
 
 /* ---------------- return records ----------------
- * One record per hooked call in progress: the return address it replaced (at_ret_ra[k], read by
- * the records' CFI expression and by the stack walker), the call's state between entry and
- * return, and where the return address sits. Record k's code is at at_ret_pool + 32k.
+ * One record per hooked call in progress: the return address it replaced (ra, read by the records'
+ * CFI expression and by the stack walker), the function its call runs, the call's state between
+ * entry and return, and where the return address sits, on one line with all the untyped call
+ * reads (the stub's code reaches them as at_ret_rec + AT_RET_REC * k). Record k's code is at
+ * at_ret_pool + 32k.
  * A thread takes records from its own free list (refilled 32 at a time from the process's) and
  * keeps the ones in use on its own stack of records, innermost on top: a return on top pops it. A
  * record is given back only when its call is over for certain:
@@ -63,9 +72,6 @@ static void slots_plan(at_hook *h)
  * pruning and the process's list, which do not balance, are never entered twice. */
 extern char at_ret_pool[] __attribute__((visibility("hidden")));
 extern char at_ret_pool_end[] __attribute__((visibility("hidden")));
-uint64_t at_ret_ra[AT_RET_MAX] __attribute__((visibility("hidden"), section(".bss.at_ret")));
-/* the function record k's call runs (C_k: call *at_ret_fn[k]) */
-void *at_ret_fn[AT_RET_MAX] __attribute__((visibility("hidden"), section(".bss.at_ret")));
 /* record k's code: its call C_k, and the return point R_k that call pushes */
 #define RET_CODE 32
 #define RET_POINT 6
@@ -73,14 +79,20 @@ static inline char *ret_call(uint32_t k) { return at_ret_pool + RET_CODE * k; }
 static inline uint64_t ret_point(uint32_t k) { return (uint64_t)(uintptr_t)(ret_call(k) + RET_POINT); }
 
 typedef struct ret_rec {
+    uint64_t ra;           /* the real return address (R_k's last bytes give its offset) */
+    void *fn;              /* what record k's call runs (C_k: call *fn) */
     at_hook_call c;
     uint64_t *slot;        /* the hooked call's return slot */
     uint32_t next;         /* the free list, or the thread's stack of records in use */
     uint16_t index;        /* the hook's stub */
     uint8_t dead;
     uint64_t args[AT_SIG_MAX_PARAMS];
-} ret_rec;
-static ret_rec rt_rec[AT_RET_MAX] __attribute__((section(".bss.at_ret")));
+} __attribute__((aligned(64))) ret_rec;
+_Static_assert(sizeof(ret_rec) == AT_RET_REC && offsetof(ret_rec, ra) == 0 &&
+                   offsetof(ret_rec, fn) == 8 && offsetof(ret_rec, c) + sizeof(at_hook_call) <= 64,
+               "stub_asm.S reads a record's ra and fn at at_ret_rec + AT_RET_REC * k");
+ret_rec at_ret_rec[AT_RET_MAX] __attribute__((visibility("hidden"), section(".bss.at_ret")));
+#define rt_rec at_ret_rec
 
 static AT_TLS uint32_t rt_free, rt_top;
 static AT_TLS uintptr_t rt_lo, rt_hi; /* the thread's own stack, when known */
@@ -271,7 +283,7 @@ int at_stub_make(at_hook *h)
     if (i == 0) {
         at_stub_main_bounds();
         at_stack_set_trampolines((uintptr_t)at_ret_pool, (uintptr_t)(at_ret_pool_end - at_ret_pool),
-                                 RET_CODE, at_ret_ra);
+                                 RET_CODE, &at_ret_rec[0].ra, AT_RET_REC / 8);
     }
     return 0;
 }
@@ -300,7 +312,7 @@ uint64_t at_stub_f32_bits_to_f64(uint32_t f)
 
 /* A value of type t from a 64-bit register or stack slot (upper bits of narrow integers are
  * undefined in the ABI: extend them here), as hook.h's 64-bit argument form. */
-AT_PATH_TEXT static uint64_t from_slot(at_ctype t, uint64_t v)
+AT_PATH_CORE static uint64_t from_slot(at_ctype t, uint64_t v)
 {
     switch (t) {
     case AT_CT_I8: return (uint64_t)(int64_t)(int8_t)v;
@@ -312,6 +324,11 @@ AT_PATH_TEXT static uint64_t from_slot(at_ctype t, uint64_t v)
     case AT_CT_F32: return at_stub_f32_bits_to_f64((uint32_t)v);
     default: return v;
     }
+}
+
+static inline at_ctype ptype(const at_hook *h, int i)
+{
+    return (at_ctype)(h->ptypes >> 4 * i & 15);
 }
 
 /* Where parameter i lives: a gp register, an xmm register or a stack slot. */
@@ -357,25 +374,25 @@ void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
 
 /* A typed hook's entry: its arguments read from the registers and stack slots the caller used. Out
  * of line: the untyped call's path keeps a small frame. */
-AT_PATH_TEXT static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook_regs *regs, uint64_t *caller_sp)
+AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook_regs *regs, uint64_t *caller_sp)
 {
-    const at_sig *s = h->sig;
     uint64_t *args = r->args;
-    for (int i = 0; i < s->nparams; i++)
-        args[i] = from_slot(s->p[i].type, *param_slot(h, i, regs, caller_sp));
+    int n = h->nparams;
+    for (int i = 0; i < n; i++)
+        args[i] = from_slot(ptype(h, i), *param_slot(h, i, regs, caller_sp));
     at_hook_enter(h, &r->c, args);
     /* pointers the semantics replaced (a callback flow), in registers only: the original reads its
      * stack arguments where the caller put them */
-    for (int i = 0; i < s->nparams; i++) {
+    for (int i = 0; i < n; i++) {
         uint64_t *p = param_slot(h, i, regs, caller_sp);
-        if (s->p[i].type == AT_CT_PTR && *p != args[i] && (uintptr_t)p >= (uintptr_t)regs &&
+        if (ptype(h, i) == AT_CT_PTR && *p != args[i] && (uintptr_t)p >= (uintptr_t)regs &&
             (uintptr_t)p < (uintptr_t)(regs + 1))
             *p = args[i];
     }
 }
 
 /* 1: the call is recorded, *jump is C_k; 0: *jump is the original, straight */
-AT_PATH_TEXT AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
+AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
     at_hook *h = at_stub_table[index];
     /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
@@ -404,21 +421,22 @@ AT_PATH_TEXT AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     if (AT_UNLIKELY(prev < (uint64_t)(at_ret_pool_end - at_ret_pool) && prev % RET_CODE == RET_POINT))
         c->sp = rt_rec[prev / RET_CODE].c.sp - 1;
     c->started = 0;
-    c->done = 0;
+    /* not merged with the store above: a 16-bit constant comes from a data page of its own */
+    __atomic_store_n(&c->done, 0, __ATOMIC_RELAXED);
     c->ret_ip = 0; /* an exit through the personality (an unwind) walks from where it is */
     if (AT_LIKELY(!h->sig))
         at_hook_enter(h, c, NULL);
     else
         typed_enter(h, r, regs, caller_sp);
     /* the return comes back through R_k (the stack taken above saw the real caller) */
-    at_ret_fn[k] = h->orig;
-    at_ret_ra[k] = *slot;
+    r->fn = h->orig;
+    r->ra = *slot;
     *slot = ret_point(k);
     *jump = ret_call(k);
     return 1;
 }
 
-AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
+AT_PATH_CORE AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
 {
     ret_rec *r = &rt_rec[k];
     at_hook_call *c = &r->c;
@@ -427,12 +445,12 @@ AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, 
         at_hook *h = at_stub_table[r->index];
         uint64_t v = rets[0];
         if (h->sig) {
-            at_ctype t = h->sig->ret;
+            at_ctype t = (at_ctype)h->ret_type;
             v = from_slot(t, (t == AT_CT_F32 || t == AT_CT_F64) ? rets[2] : rets[0]);
         }
         /* the caller as the function returned to it: its return address, its stack pointer past
          * the return slot, its rbp as the function left it */
-        c->ret_ip = at_ret_ra[k];
+        c->ret_ip = r->ra;
         c->ret_sp = (uint64_t)(uintptr_t)r->slot + 8;
         c->ret_bp = bp;
         at_hook_exit(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED);
@@ -442,7 +460,7 @@ AT_PATH_TEXT AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, 
 
 /* An exception (or pthread_exit's forced unwind) goes through a hooked call: its Stop, and the
  * record is marked dead. It is given back later: the unwinder reads the return address from
- * at_ret_ra[k] right after this returns. */
+ * the record right after this returns. */
 _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint64_t cls,
                                        struct _Unwind_Exception *ue, struct _Unwind_Context *ctx)
 {

@@ -7,9 +7,9 @@
  *   - a table of AT_STUB_MAX entry trampolines (one per hook: push the hook's index, jump to
  *     at_stub_common) means no code is generated at run time;
  *   - at_stub_common saves the caller's registers and flags and calls at_stub_enter, which records
- *     the call in return record k, keeps the real return address in at_ret_ra[k] and puts the
+ *     the call in return record k, keeps the real return address in its ra and puts the
  *     address of record k's return point R_k in its place. With every register and flag restored,
- *     it jumps to record k's call C_k, `call *at_ret_fn[k]` (the original function), placed so that
+ *     it jumps to record k's call C_k, `call *fn` (record k's: the original function), placed so that
  *     the call pushes R_k exactly where the caller's return address was: the function sees its
  *     caller's stack, and returns to R_k as the processor's return predictor expects;
  *   - R_k stores k below rsp and jumps to at_ret_common, which saves every general register and
@@ -26,7 +26,7 @@
  * read them from below rsp, inside the red zone no signal frame is written to.
  *
  * Unwinders: the records' code is covered by one FDE whose rules make it a frame of no size (CFA =
- * rsp) whose return address is at_ret_ra[k], computed by a DWARF expression from R_k (still in the
+ * rsp) whose return address is record k's ra, computed by a DWARF expression from R_k (still in the
  * return slot, just below the CFA) and the offset to its cell stored in R_k's last bytes. So C++
  * exceptions, pthread_exit's forced unwind, backtrace(3), libunwind and debuggers walk through a
  * hooked call to its real caller, also from a signal handler that interrupted any instruction of
@@ -35,6 +35,10 @@
 
 #define NSTUB 512               /* AT_STUB_MAX in hook.h */
 #define NRET 8192               /* AT_RET_MAX in hook.h */
+#define RREC 256                /* AT_RET_REC in hook.h: record k at at_ret_rec + RREC * k */
+#define RREC_SHIFT 8
+#define RA 0                    /* a record's real return address */
+#define FN 8                    /* and the function its call runs */
 #define RSIZE 32                /* bytes of code per return record */
 
 /* at_stub_common, rsp-based (after realignment) */
@@ -85,8 +89,9 @@
     movq R11(%rsp), %r11
 .endm
 
-    /* with the C of the hooked call's path (AT_PATH_TEXT, runtime/at_common.h) */
-    .section at_path_text,"ax",@progbits
+    /* right after the code every hooked call runs (AT_PATH_CORE, runtime/at_common.h): a process's
+     * hooks use the first trampolines only */
+    .section at_path_tramps,"ax",@progbits
     .p2align 4
     .globl at_stub_tramps
     .hidden at_stub_tramps
@@ -105,6 +110,8 @@ at_stub_tramps:
     .cfi_endproc
     .size at_stub_tramps, . - at_stub_tramps
 
+    /* with the C of every hooked call (AT_PATH_CORE) */
+    .section at_path_core,"ax",@progbits
     .p2align 4
     .globl at_stub_common
     .hidden at_stub_common
@@ -175,8 +182,8 @@ at_stub_common:
     .size at_stub_common, . - at_stub_common
 
 /* The return records' code. Record k (1 <= k < NRET) is at at_ret_pool + 32k:
- *   C_k: call *at_ret_fn[k](%rip)
- *   R_k: movl $k, -16(%rsp) ; jmp at_ret_common ; .long &at_ret_ra[k] - .
+ *   C_k: call *at_ret_rec[k].fn(%rip)
+ *   R_k: movl $k, -16(%rsp) ; jmp at_ret_common ; .long &at_ret_rec[k].ra - .
  * k goes below rsp, into the red zone, so that rsp, and the rules that find the caller, are the
  * same at every instruction until at_ret_common has a frame. Record 0 holds no code: an unwinder
  * looks up the byte before a return address. */
@@ -205,13 +212,13 @@ at_ret_pool:
     .fill RSIZE, 1, 0xcc
     .set k, 1
     .rept NRET - 1
-    .byte 0xff, 0x15                    /* call *at_ret_fn[k](%rip) */
-    .long at_ret_fn + 8 * k - (. + 4)
+    .byte 0xff, 0x15                    /* call *record k's fn(%rip) */
+    .long at_ret_rec + RREC * k + FN - (. + 4)
     .byte 0xc7, 0x44, 0x24, 0xf0        /* movl $k, -16(%rsp) */
     .long k
     .byte 0xe9                          /* jmp at_ret_common */
     .long at_ret_common - (. + 4)
-    .long at_ret_ra + 8 * k - .
+    .long at_ret_rec + RREC * k + RA - .
     .fill RSIZE - 23, 1, 0xcc
     .set k, k + 1
     .endr
@@ -221,7 +228,7 @@ at_ret_pool:
     .hidden at_ret_pool_end
 at_ret_pool_end:
 
-    .section at_path_text,"ax",@progbits
+    .section at_path_core,"ax",@progbits
     .p2align 4
     .globl at_ret_common
     .hidden at_ret_common
@@ -258,8 +265,10 @@ at_ret_common:
     movq %r11, OUT+48(%rsp)
     /* the real return address back where the call put it */
     movl KSLOT(%rbp), %edi
-    leaq at_ret_ra(%rip), %rax
-    movq (%rax,%rdi,8), %rax
+    movl %edi, %ecx
+    shlq $RREC_SHIFT, %rcx              /* the flags are saved */
+    leaq at_ret_rec(%rip), %rax
+    movq RA(%rax,%rcx), %rax
     movq %rax, RSLOT(%rbp)
     /* DW_CFA_val_expression r16: DW_OP_lit8; DW_OP_minus; DW_OP_deref; DW_OP_lit1; DW_OP_minus
      * (the call's last byte, as the trampolines give it) */
