@@ -258,11 +258,138 @@ AT_NOINLINE NO_ASAN static uint32_t walk_slow(uintptr_t *ips, uint32_t max, uint
     return n;
 }
 
+/* ---- walks already made ----
+ * A server takes the same stack at the same place again and again, and each frame's rule is a line
+ * on a page of its own in the rule table (1 MiB, hashed): between two system calls that empty the
+ * TLB, a walk of 14 frames was 14 misses. A fast walk is a function of its start (ip, sp, bp),
+ * its skip and max, the rules of the addresses it meets (never changed once learned) and the
+ * words it reads from memory (return addresses, saved rbp, a signal frame's registers, a return
+ * record's address). So a walk is kept with the words it read, and a walk from the same start
+ * that finds every one of them unchanged gives the same frames. The words are compared in the
+ * order the walk read them, each only when all before it matched: the very words the walk itself
+ * would read next, so the check reads no memory the walk would not.
+ * Slots are shared by all threads, chosen by the start; each has a sequence number, odd while
+ * written (a reader then walks; a writer that finds it odd, or loses the race for it, keeps
+ * nothing), so a signal handler may walk at any point of another walk. */
+#define WC_SLOTS 128u
+#define WC_IPS 48u  /* frames kept (the default depth, 32, and the shim's own frames skipped) */
+#define WC_READS 96u
+typedef struct wc_slot {
+    _Atomic uint32_t seq;
+    uint16_t n, nreads;
+    uint32_t skip, max;
+    uint64_t ip, sp, bp;
+    uint64_t ips[WC_IPS];
+    uint64_t addr[WC_READS], val[WC_READS];
+} wc_slot;
+static wc_slot wc_slots[WC_SLOTS];
+static _Atomic uint32_t wc_kept; /* walks kept (each one a walk no kept one served) */
+uint32_t at_stack_walks_kept(void) { return atomic_load(&wc_kept); }
+
+/* what a walk read, while it is made */
+typedef struct wc_log {
+    uint32_t n;
+    bool full;
+    uint64_t addr[WC_READS], val[WC_READS];
+} wc_log;
+
+NO_ASAN static inline uint64_t wc_read(wc_log *l, const uint64_t *p)
+{
+    uint64_t v = *p;
+    if (l->n < WC_READS) {
+        l->addr[l->n] = (uint64_t)(uintptr_t)p;
+        l->val[l->n++] = v;
+    } else {
+        l->full = true;
+    }
+    return v;
+}
+
+static inline wc_slot *wc_slot_of(uint64_t ip, uint64_t sp)
+{
+    return &wc_slots[((ip ^ sp * 0x9E3779B97F4A7C15ull) * 0xD6E8FEB86659FD93ull >> 40) & (WC_SLOTS - 1)];
+}
+
+#define WC_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define WC_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+/* The kept walk from this start, checked: its frame count, or -1 */
+NO_ASAN static int wc_find(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip, uint64_t sp,
+                           uint64_t bp)
+{
+    wc_slot *w = wc_slot_of(ip, sp);
+    uint32_t s1 = atomic_load_explicit(&w->seq, memory_order_acquire);
+    if ((s1 & 1) || WC_LOAD(w->ip) != ip || WC_LOAD(w->sp) != sp || WC_LOAD(w->bp) != bp ||
+        WC_LOAD(w->skip) != skip || WC_LOAD(w->max) != max)
+        return -1;
+    uint32_t nr = WC_LOAD(w->nreads), n = WC_LOAD(w->n);
+    if (nr > WC_READS || n > WC_IPS || n > max)
+        return -1;
+    for (uint32_t i = 0; i < nr; i++) {
+        uint64_t a = WC_LOAD(w->addr[i]);
+        /* the slot may be rewritten meanwhile: the sequence, unchanged after the address was read,
+         * says the address is the kept walk's (a writer makes the sequence odd before it writes),
+         * so it is read only when the walk itself would read it */
+        atomic_thread_fence(memory_order_acquire); /* the address before the sequence */
+        if (atomic_load_explicit(&w->seq, memory_order_acquire) != s1 ||
+            *(const uint64_t *)(uintptr_t)a != WC_LOAD(w->val[i]))
+            return -1;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        ips[i] = (uintptr_t)WC_LOAD(w->ips[i]);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&w->seq, memory_order_relaxed) != s1)
+        return -1;
+    return (int)n;
+}
+
+NO_ASAN static void wc_keep(const wc_log *l, const uintptr_t *ips, uint32_t n, uint32_t max,
+                            uint32_t skip, uint64_t ip, uint64_t sp, uint64_t bp)
+{
+    if (l->full || n > WC_IPS)
+        return;
+    wc_slot *w = wc_slot_of(ip, sp);
+    uint32_t s = atomic_load_explicit(&w->seq, memory_order_relaxed);
+    if ((s & 1) || !atomic_compare_exchange_strong_explicit(&w->seq, &s, s + 1, memory_order_acquire,
+                                                            memory_order_relaxed))
+        return;
+    atomic_thread_fence(memory_order_release);
+    WC_STORE(w->ip, ip);
+    WC_STORE(w->sp, sp);
+    WC_STORE(w->bp, bp);
+    WC_STORE(w->skip, skip);
+    WC_STORE(w->max, max);
+    WC_STORE(w->n, (uint16_t)n);
+    WC_STORE(w->nreads, (uint16_t)l->n);
+    for (uint32_t i = 0; i < n; i++)
+        WC_STORE(w->ips[i], (uint64_t)ips[i]);
+    for (uint32_t i = 0; i < l->n; i++) {
+        WC_STORE(w->addr[i], l->addr[i]);
+        WC_STORE(w->val[i], l->val[i]);
+    }
+    atomic_store_explicit(&w->seq, s + 2, memory_order_release);
+    atomic_fetch_add_explicit(&wc_kept, 1, memory_order_relaxed);
+}
+
+/* tramp_fix, its reads logged */
+NO_ASAN static inline uint64_t tramp_fix_logged(wc_log *l, uint64_t ip)
+{
+    for (int i = 0; i < 64 && is_tramp(ip); i++)
+        ip = wc_read(l, &tr_ra[((ip - tr_pool) >> tr_shift) * tr_stride]);
+    return ip;
+}
+
 /* The fast walk over learned rules; falls back to walk_slow on the first address without a usable
- * rule. (ip, sp, bp) are the caller's registers, exact. */
+ * rule. (ip, sp, bp) are the caller's registers, exact. A walk made in full is kept (above). */
 NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip,
                                     uint64_t sp, uint64_t bp, bool from)
 {
+    int kept = wc_find(ips, max, skip, ip, sp, bp);
+    if (kept >= 0)
+        return (uint32_t)kept;
+    wc_log log;
+    log.n = 0;
+    log.full = false;
     uint64_t ip0 = ip, sp0 = sp, bp0 = bp;
     uint32_t n = 0, skip0 = skip;
     while (n < max) {
@@ -278,9 +405,9 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
             break;
         if (kind == K_SIGRETURN) {
             const uint8_t *uc = (const uint8_t *)(uintptr_t)sp;
-            ip = tramp_fix(*(const uint64_t *)(uc + UC_RIP));
-            bp = *(const uint64_t *)(uc + UC_RBP);
-            sp = *(const uint64_t *)(uc + UC_RSP);
+            ip = tramp_fix_logged(&log, wc_read(&log, (const uint64_t *)(uc + UC_RIP)));
+            bp = wc_read(&log, (const uint64_t *)(uc + UC_RBP));
+            sp = wc_read(&log, (const uint64_t *)(uc + UC_RSP));
             if (ip == 0 || sp == 0 || (sp & 7))
                 break;
             continue;
@@ -290,12 +417,13 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
             break;
         uint64_t boff = (r >> 3) & 0xFFFF;
         if (boff)
-            bp = *(const uint64_t *)(cfa - 8 * boff);
-        ip = tramp_fix(*(const uint64_t *)(cfa - 8));
+            bp = wc_read(&log, (const uint64_t *)(cfa - 8 * boff));
+        ip = tramp_fix_logged(&log, wc_read(&log, (const uint64_t *)(cfa - 8)));
         sp = cfa;
         if (ip == 0)
             break;
     }
+    wc_keep(&log, ips, n, max, skip0, ip0, sp0, bp0);
     return n;
 }
 

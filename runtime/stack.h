@@ -55,5 +55,8 @@ uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr_t *ips, uint32_t ma
  * diagnostics). */
 uint32_t at_stack_rules_learned(void);
 uint32_t at_stack_slow_walks(void);
+/* Fast walks kept for their start (stack.c: a walk from the same start that finds the words it
+ * read unchanged is served from it, and keeps nothing) */
+uint32_t at_stack_walks_kept(void);
 
 #endif

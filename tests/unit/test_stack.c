@@ -530,6 +530,72 @@ START_TEST(shared_equals_libunwind)
 }
 END_TEST
 
+/* A walk kept for its start serves the next walk from that start only when every word it read is
+ * unchanged: via_a and via_b call mid from the same place in frames of the same size, so the walk
+ * from leaf starts at the same (ip, sp, bp) under both; only the return address into them differs. */
+static uintptr_t kept_a[MAXF], kept_b[MAXF];
+static uint32_t kept_na, kept_nb;
+#define NOIPA __attribute__((noipa)) /* via_a and via_b are not folded into one */
+NOIPA static void kept_leaf(void) { kept_nb = both(kept_a, &kept_na, kept_b); KEEP_FRAME(); }
+NOIPA static void kept_mid(void) { kept_leaf(); KEEP_FRAME(); }
+NOIPA static void via_a(void) { kept_mid(); KEEP_FRAME(); }
+NOIPA static void via_b(void) { kept_mid(); KEEP_FRAME(); }
+NOINL static void kept_walk(void (*via)(void), uintptr_t *out, uint32_t *nout)
+{
+    via();
+    ck_assert_int_eq(kept_na, kept_nb);
+    for (uint32_t i = 1; i < kept_na; i++) /* frame 0: two call sites in `both` */
+        ck_assert_int_eq(kept_a[i], kept_b[i]);
+    memcpy(out, kept_a, sizeof kept_a);
+    *nout = kept_na;
+    KEEP_FRAME();
+}
+
+/* On a thread of its own (its stack holds no frame the fast walker sends to libunwind; Check's
+ * runner has some), every walk from one call site here: a (rules learned), a (a fast walk, kept),
+ * a (served), b (its new return address learned), b (kept in a's place), b (served), a (walked
+ * again: the kept walk is b's). */
+NOINL static void *kept_walks(void *arg)
+{
+    enum { N = 7 };
+    void (*const via[N])(void) = {via_a, via_a, via_a, via_b, via_b, via_b, via_a};
+    static uintptr_t out[N][MAXF];
+    uint32_t n[N], slow[N + 1], kept[N + 1];
+    slow[0] = at_stack_slow_walks();
+    kept[0] = at_stack_walks_kept();
+    for (volatile int i = 0; i < N; i++) { /* volatile: one call site, no copy of the loop */
+        kept_walk(via[i], out[i], &n[i]);
+        slow[i + 1] = at_stack_slow_walks();
+        kept[i + 1] = at_stack_walks_kept();
+    }
+    static const int slow_walk[N] = {1, 0, 0, 1, 0, 0, 0}, kept_walk_[N] = {0, 1, 0, 0, 1, 0, 1};
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg((slow[i + 1] > slow[i]) == slow_walk[i], "walk %d: slow %u -> %u", i, slow[i], slow[i + 1]);
+        ck_assert_msg(kept[i + 1] - kept[i] == (uint32_t)kept_walk_[i], "walk %d: kept %u -> %u", i, kept[i], kept[i + 1]);
+        ck_assert_uint_eq(n[i], n[0]);
+    }
+    for (int i = 1; i < N; i++) {
+        int same = via[i] == via_a ? 0 : 3;
+        ck_assert_msg(!memcmp(out[same], out[i], n[0] * sizeof out[0][0]), "walk %d", i);
+    }
+    uint32_t differ = 0;
+    for (uint32_t i = 0; i < n[0]; i++)
+        differ += out[0][i] != out[3][i];
+    ck_assert_uint_eq(differ, 1); /* the return address into via_a or via_b */
+    KEEP_FRAME();
+    return arg;
+}
+
+START_TEST(kept_walks_checked)
+{
+    char err[256];
+    ck_assert_int_eq(at_stack_init(AT_STACK_SHARED, err, sizeof err), 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, kept_walks, NULL), 0);
+    pthread_join(t, NULL);
+}
+END_TEST
+
 /* threads learning the same rules at once agree with libunwind at every depth */
 static pthread_barrier_t g_bar;
 static _Atomic int g_mismatch;
@@ -759,6 +825,7 @@ static Suite *suite(void)
     tcase_set_timeout(c, 0);
     tcase_add_checked_fixture(c, NULL, rm_dir);
     tcase_add_test(c, chain_shared);
+    tcase_add_test(c, kept_walks_checked);
     tcase_add_test(c, chain_libunwind);
     tcase_add_test(c, source_lines);
     tcase_add_test(c, chain_frame_pointers);
