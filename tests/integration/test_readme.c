@@ -221,6 +221,15 @@ static char *rd_script(const rd_readme *r, int *make_checks)
     return s;
 }
 
+/* A result the README promises; the commands' whole output goes to the log when it is missing. */
+#define RD_EXPECT(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "stdout:\n%s\nstderr:\n%s\n", res.out, res.err);                      \
+            ck_abort_msg(__VA_ARGS__);                                                             \
+        }                                                                                          \
+    } while (0)
+
 START_TEST(every_command_of_the_readme_runs_and_shows_what_it_says)
 {
     /* the README's commands preload the installed shim themselves, without the sanitizer runtime
@@ -263,12 +272,14 @@ START_TEST(every_command_of_the_readme_runs_and_shows_what_it_says)
         const char *last = res.out, *m;
         while ((m = strstr(last, "@@block ")))
             last = m + 1;
+        int k = -1;
+        sscanf(last - 1, "@@block %d@@", &k);
         char d[64];
-        ck_abort_msg("README.md: a command failed (%s) in the block starting %s\nstdout:\n%s\nstderr:\n%s",
-                     at_run_describe(&res, d, sizeof d), last - 1, res.out,
-                     res.errlen > 4000 ? res.err + res.errlen - 4000 : res.err);
+        fprintf(stderr, "stdout:\n%s\nstderr:\n%s\n", res.out, res.err);
+        ck_abort_msg("README.md:%d: a command of this block failed (%s; the script: %s; output above)",
+                     k >= 0 && k < r.n ? r.b[k].line : 0, at_run_describe(&res, d, sizeof d), path);
     }
-    ck_assert_msg(strstr(res.out, "\n@@end@@\n"), "the script did not reach its end:\n%s", res.out);
+    RD_EXPECT(strstr(res.out, "\n@@end@@\n"), "the script did not reach its end (output above)");
 
     /* every text block is what a sh block printed */
     for (int i = 0; i < r.n; i++) {
@@ -286,31 +297,34 @@ START_TEST(every_command_of_the_readme_runs_and_shows_what_it_says)
             found = rd_contains(got, ng, want, nw);
             rd_lines_free(got, ng);
         }
-        ck_assert_msg(found, "README.md:%d: no command of the README prints this (numbers masked):\n%s\n"
-                      "what they printed:\n%s", r.b[i].line, r.b[i].body, res.out);
+        if (!found)
+            fprintf(stderr, "README.md:%d: expected (numbers masked):\n%s\nwhat the commands printed:\n%s\n",
+                    r.b[i].line, r.b[i].body, res.out);
+        ck_assert_msg(found, "README.md:%d: no command of the README prints this text block (see above)",
+                      r.b[i].line);
         rd_lines_free(want, nw);
     }
 
     /* the key results, beyond the exit codes */
-    ck_assert_msg(strstr(res.out, "8 of 8 functions can be hooked") && strstr(res.out, "demo.nettrace: OK"),
-                  "make demo:\n%s", res.out);
+    RD_EXPECT(strstr(res.out, "8 of 8 functions can be hooked") && strstr(res.out, "demo.nettrace: OK"),
+              "make demo (output above)");
     char p[1200];
     snprintf(p, sizeof p, "%s/.local/bin/acttrace", home);
     ck_assert_msg(at_file_exists(p), "make install PREFIX=$HOME/.local left no %s", p);
     snprintf(p, sizeof p, "%s/.local/lib/libacttrace.so", home);
     ck_assert_msg(at_file_exists(p), "make install PREFIX=$HOME/.local left no %s", p);
     const char *v = strstr(res.out, "\nacttrace ");
-    ck_assert_msg(v && isdigit((unsigned char)v[10]), "acttrace --version from PATH:\n%s", res.out);
-    ck_assert_msg(strstr(res.out, "1 of 1 functions can be hooked") && strstr(res.out, "4 of 4 functions can be hooked"),
-                  "acttrace check in the walk-through:\n%s", res.out);
-    ck_assert_msg(strstr(res.err, "trace written to orders.nettrace"), "acttrace run:\n%s", res.err);
-    ck_assert_msg(strstr(res.out, "sql=\"COMMIT;\""), "acttrace events --name PrepareStart:\n%s", res.out);
-    ck_assert_msg(strstr(res.out, "\n    Prepare //1/1/1/1  start"), "the full tree: SQLite's own SQL "
-                  "(Exec, then Prepare) inside the first statement:\n%s", res.out);
+    RD_EXPECT(v && isdigit((unsigned char)v[10]), "acttrace --version from PATH (output above)");
+    RD_EXPECT(strstr(res.out, "1 of 1 functions can be hooked") && strstr(res.out, "4 of 4 functions can be hooked"),
+              "acttrace check in the walk-through (output above)");
+    RD_EXPECT(strstr(res.err, "trace written to orders.nettrace"), "acttrace run (output above)");
+    RD_EXPECT(strstr(res.out, "sql=\"COMMIT;\""), "acttrace events --name PrepareStart (output above)");
+    RD_EXPECT(strstr(res.out, "\n    Prepare //1/1/1/1  start"), "the full tree: SQLite's own SQL "
+              "(Exec, then Prepare) inside the first statement (output above)");
     /* stats: the twelve syncs (four for each of three statements) */
     const char *st = strstr(res.out, "\nSync ");
     long syncs = -1;
-    ck_assert_msg(st && sscanf(st, "\nSync %ld", &syncs) == 1 && syncs == 12, "acttrace stats:\n%s", res.out);
+    RD_EXPECT(st && sscanf(st, "\nSync %ld", &syncs) == 1 && syncs == 12, "acttrace stats (output above)");
     snprintf(p, sizeof p, "%s/sqlite-walk/orders.html", home);
     size_t hl;
     char *html = at_read_file(p, &hl);
