@@ -11,9 +11,12 @@
  *     replaced by `make -n check` (the target and its recipe must exist).
  * Then the commands' key results are asserted: the demo traced and verified, acttrace installed
  * and found in PATH, the walk-through's checks, run, tree, stats and report, and its config equal to
- * config/examples/sqlite.conf (shipped and installed for users to start from). */
+ * config/examples/sqlite.conf (shipped and installed for users to start from). Also: every relative
+ * link of the README and of docs/ names a file that exists. */
 #include <check.h>
 #include <ctype.h>
+#include <glob.h>
+#include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,12 +371,44 @@ START_TEST(masking_keeps_names_and_paths)
 }
 END_TEST
 
+/* Every relative link ("](path)" or "](path#anchor)") of the README and the docs names a file. */
+START_TEST(every_relative_link_resolves)
+{
+    glob_t g;
+    ck_assert_int_eq(glob(AT_SOURCE_DIR "/README.md", 0, NULL, &g), 0);
+    ck_assert_int_eq(glob(AT_SOURCE_DIR "/config/README.md", GLOB_APPEND, NULL, &g), 0);
+    ck_assert_int_eq(glob(AT_SOURCE_DIR "/docs/*.md", GLOB_APPEND, NULL, &g), 0);
+    ck_assert_int_eq(glob(AT_SOURCE_DIR "/docs/commands/*.md", GLOB_APPEND, NULL, &g), 0);
+    ck_assert_uint_ge(g.gl_pathc, 20);
+    int links = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char *text = at_read_file(g.gl_pathv[i], NULL), *d = strdup(g.gl_pathv[i]);
+        const char *dir = dirname(d);
+        for (const char *p = strstr(text, "]("); p; p = strstr(p + 2, "](")) {
+            const char *t = p + 2;
+            size_t n = strcspn(t, ")# \n");
+            if (!n || memchr(t, ':', n)) /* an anchor alone, or a URL */
+                continue;
+            char path[2048];
+            snprintf(path, sizeof path, "%s/%.*s", dir, (int)n, t);
+            ck_assert_msg(at_file_exists(path), "%s: the link to %.*s names no file", g.gl_pathv[i], (int)n, t);
+            links++;
+        }
+        free(d);
+        free(text);
+    }
+    ck_assert_int_ge(links, 40);
+    globfree(&g);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("readme");
     TCase *c = tcase_create("readme");
     tcase_set_timeout(c, 0);
     tcase_add_test(c, masking_keeps_names_and_paths);
+    tcase_add_test(c, every_relative_link_resolves);
     tcase_add_test(c, every_command_of_the_readme_runs_and_shows_what_it_says);
     suite_add_tcase(s, c);
     SRunner *r = srunner_create(s);
