@@ -203,6 +203,28 @@ START_TEST(pages_render_without_warnings)
 }
 END_TEST
 
+/* Both pages name the version `acttrace --version` prints (the Makefile's VERSION). */
+START_TEST(pages_name_the_version)
+{
+    const char *args[] = {"--version", NULL};
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    ck_assert(r.exited && r.status == 0 && !strncmp(r.out, "acttrace ", 9));
+    char want[64];
+    snprintf(want, sizeof want, "\"%.*s\"", (int)strcspn(r.out, "\n"), r.out); /* "acttrace 0.9.0" */
+    at_run_result_free(&r);
+    static const char *pages[] = {MAN1, MAN5};
+    for (int i = 0; i < 2; i++) {
+        char *roff = mn_read(pages[i]);
+        const char *th = strstr(roff, "\n.TH ");
+        ck_assert(th);
+        ck_assert_msg(strstr(th, want) && strstr(th, want) < strchr(th + 1, '\n'),
+                      "%s: its .TH line does not name %s", pages[i], want);
+        free(roff);
+    }
+}
+END_TEST
+
 /* ---------------- acttrace.1 against the program ---------------- */
 
 START_TEST(every_command_and_option_is_in_acttrace_1)
@@ -416,6 +438,7 @@ int main(void)
     tcase_set_timeout(c, 0);
     tcase_add_test(c, the_checks_can_fail);
     tcase_add_test(c, pages_render_without_warnings);
+    tcase_add_test(c, pages_name_the_version);
     tcase_add_test(c, every_command_and_option_is_in_acttrace_1);
     tcase_add_test(c, environment_matches_the_settings);
     tcase_add_test(c, every_config_section_and_key_is_in_acttrace_conf_5);
