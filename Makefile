@@ -80,7 +80,7 @@ BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 DEMO_BIN := $(patsubst tests/demo/%.c,$(BUILD)/demo/%,$(DEMO_SRC))
 
-.PHONY: all deps check check-unit check-integration check-asan check-traceevent bench demo fuzz install clean tests
+.PHONY: all deps check check-unit check-integration check-asan check-traceevent bench demo fuzz install uninstall clean tests
 all: $(LIBRUNTIME) $(SHIM_SO) $(ACTTRACE)
 
 deps:
@@ -275,11 +275,30 @@ demo: deps
 	@$(MAKE) --no-print-directory all $(DEMO_BIN) $(BUILD)/fixtures/demo_server
 	@bash tests/demo/run.sh $(BUILD)
 
+# make install [PREFIX=/usr/local] [DESTDIR=]: the tool, the shim beside it in ../lib (where `acttrace
+# run` looks), the markers header, the man pages and the example configs. make uninstall removes
+# exactly these files (the same lists), then the folders of our own it made, when empty.
+MANDIR ?= $(PREFIX)/share/man
+EXAMPLEDIR ?= $(PREFIX)/share/acttrace/examples
+MAN1 := $(wildcard man/*.1)
+MAN5 := $(wildcard man/*.5)
+EXAMPLES := $(wildcard config/examples/*.conf)
+INSTALLED := $(DESTDIR)$(PREFIX)/bin/acttrace $(if $(SHIM_SO),$(DESTDIR)$(PREFIX)/lib/libacttrace.so) \
+  $(DESTDIR)$(PREFIX)/include/acttrace.h $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN1))) \
+  $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(MAN5))) $(addprefix $(DESTDIR)$(EXAMPLEDIR)/,$(notdir $(EXAMPLES)))
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include
-	$(if $(SHIM_SO),install -m 755 $(SHIM_SO) $(DESTDIR)$(PREFIX)/lib/)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(EXAMPLEDIR)
 	install -m 755 $(ACTTRACE) $(DESTDIR)$(PREFIX)/bin/
+	$(if $(SHIM_SO),install -m 755 $(SHIM_SO) $(DESTDIR)$(PREFIX)/lib/)
 	install -m 644 shim/acttrace.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(MAN1) $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(MAN5) $(DESTDIR)$(MANDIR)/man5/
+	install -m 644 $(EXAMPLES) $(DESTDIR)$(EXAMPLEDIR)/
+
+uninstall:
+	rm -f $(INSTALLED)
+	rmdir $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(PREFIX)/share/acttrace 2>/dev/null || true
 
 clean:
 	rm -rf build build-asan

@@ -1,4 +1,4 @@
-/* hookconf.c: the config file parser (hookconf.h, format in README.md). A small line parser of our
+/* hookconf.c: the config file parser (hookconf.h, format in docs/config.md). A small line parser of our
  * own rather than inih: messages must carry the column of the value at fault, and inih hands out
  * neither columns nor lines longer than its compile-time limit. Values that name arguments (capture,
  * key, when) are kept raw with their position and resolved against the signature when the section

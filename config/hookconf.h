@@ -1,5 +1,5 @@
 /* hookconf.h: the config file (ACTTRACE_CONFIG) as a plain struct: trace settings and the list of
- * entries (activities, events, flow rules) on named functions. The format is in config/README.md.
+ * entries (activities, events, flow rules) on named functions. The format is in docs/config.md.
  * Parsing has no side effects; every error names FILE:LINE:COLUMN and what was expected. */
 #ifndef AT_HOOKCONF_H
 #define AT_HOOKCONF_H

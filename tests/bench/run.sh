@@ -4,10 +4,10 @@
 set -u
 build=$1; shift
 export AT_TEST_BUILD_DIR="$build"
-printf '%-64s %-22s %s\n' "metric" "measured" "target"
-printf '%-64s %-22s %s\n' "------" "--------" "------"
+printf '%-64s  %-22s  %s\n' "metric" "measured" "target"
+printf '%-64s  %-22s  %s\n' "------" "--------" "------"
 for b in "$@"; do
   "$b" | while IFS=$'\t' read -r metric value target; do
-    [ -n "$metric" ] && printf '%-64s %-22s %s\n' "$metric" "$value" "${target:-}"
+    [ -n "$metric" ] && printf '%-64s  %-22s  %s\n' "$metric" "$value" "${target:-}"
   done
 done

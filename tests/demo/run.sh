@@ -23,6 +23,9 @@ echo
 echo "== acttrace stats: per activity (every seventh lookup misses the cache: the tail)"
 "$build/acttrace" stats "$out"
 echo
+echo "== acttrace tree: the server's run, and its first connection from accept to close (the first 6 lines)"
+"$build/acttrace" tree "$out" | head -n 6
+echo
 echo "== acttrace tree --min-ms 1.2: the slow requests, each from its accept on the main thread"
 echo "   through the server's own queue (a transfer) into a worker; the first 12 lines"
 "$build/acttrace" tree --min-ms 1.2 "$out" | head -12

@@ -1,4 +1,4 @@
-/* test_hookconf: the config file format (config/README.md) and C-like signatures: every section
+/* test_hookconf: the config file format (docs/config.md) and C-like signatures: every section
  * kind parses into the struct the hooks use, and each kind of mistake gives its own message with
  * FILE:LINE:COLUMN. */
 #include <check.h>
