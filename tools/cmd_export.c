@@ -643,7 +643,8 @@ static int by_depth_desc(const void *x, const void *y)
 
 /* An activity's slice on a thread it visited spans its own events there; it is widened over its
  * children's slices on that thread (deepest first): the thread worked for it while they ran, and
- * they nest in it as in the tree. */
+ * they nest in it as in the tree. (speedscope's Chrome importer mismatches a child and its parent
+ * that end at one time.) */
 static void cover_children(ex_ctx *c)
 {
     ex_key *keys = slice_keys(c);
@@ -661,7 +662,9 @@ static void cover_children(ex_ctx *c)
         size_t k = s->parent ? find_slice(keys, c->nsl, s->parent, s->tid) : SIZE_MAX;
         if (k == SIZE_MAX || !(c->sl[k].flags & EX_VISIT)) continue;
         if (s->from < c->sl[k].from) c->sl[k].from = s->from;
-        if (s->to > c->sl[k].to) c->sl[k].to = s->to;
+        /* after the child's Stop the thread is back in the parent: it ends after the child (one ns,
+         * the least that is known), and readers need not order two ends at one time */
+        if (s->to >= c->sl[k].to) c->sl[k].to = s->to + 1;
     }
     free(keys);
     free(order);
