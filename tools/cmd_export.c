@@ -237,7 +237,8 @@ static void proc_name_add(ex_proc *p, const char *text)
 }
 
 /* The program of a command line (JSON-escaped text): its first word's last path element, with the
- * rest of the line, cut at 200 bytes. */
+ * rest of the line, cut at 200 bytes between two characters (not inside an escape or a UTF-8
+ * sequence). */
 static char *program_of(const char *cmdline)
 {
     const char *sp = strchr(cmdline, ' ');
@@ -247,13 +248,19 @@ static char *program_of(const char *cmdline)
         if (cmdline[i] == '/') base = cmdline + i + 1;
     if (base == cmdline + wl) base = cmdline; /* "/" alone, or a word ending in '/' */
     char *s = strdup(base);
-    if (!s) return NULL;
-    if (strlen(s) > 200) {
-        size_t k = 197;
-        while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--; /* not inside a UTF-8 sequence */
-        while (k > 0 && s[k - 1] == '\\') k--;                    /* nor an escape */
-        memcpy(s + k, "...", 4);
+    if (!s || strlen(s) <= 200) return s;
+    size_t cut = 0;
+    for (size_t i = 0; s[i];) {
+        size_t len = 1;
+        if (s[i] == '\\') len = s[i + 1] == 'u' ? 6 : 2;
+        else if ((unsigned char)s[i] >= 0xF0) len = 4;
+        else if ((unsigned char)s[i] >= 0xE0) len = 3;
+        else if ((unsigned char)s[i] >= 0xC0) len = 2;
+        if (i + len > 197) break;
+        i += len;
+        cut = i;
     }
+    memcpy(s + cut, "...", 4);
     return s;
 }
 
@@ -847,20 +854,29 @@ static void ss_event(FILE *f, bool *first, char type, int64_t at, uint32_t frame
 static void speedscope_write(ex_ctx *c)
 {
     FILE *f = c->out;
-    /* frames: the activity names, in order of first appearance */
+    /* frames: the activity names, in order of first appearance (names are interned: a name is
+     * one pointer, looked up in a small open-addressing table) */
     const char **frames = NULL;
     uint32_t nframes = 0;
-    size_t cframes = 0;
+    size_t cframes = 0, ctab = 64;
+    while (ctab < 2 * c->nsl + 2) ctab *= 2;
+    uint32_t *tab = calloc(ctab, sizeof *tab); /* frame + 1 */
     uint32_t *frame_of = malloc((c->nsl ? c->nsl : 1) * sizeof *frame_of);
-    for (size_t i = 0; frame_of && i < c->nsl; i++) {
-        uint32_t k = 0;
-        while (k < nframes && frames[k] != c->sl[i].name) k++; /* interned: one pointer per name */
-        if (k == nframes) {
+    for (size_t i = 0; tab && frame_of && i < c->nsl; i++) {
+        size_t h = (size_t)(((uintptr_t)c->sl[i].name >> 3) * 0x9E3779B97F4A7C15ull) & (ctab - 1);
+        while (tab[h] && frames[tab[h] - 1] != c->sl[i].name) h = (h + 1) & (ctab - 1);
+        if (!tab[h]) {
             if (!grow(c, (void **)&frames, &cframes, nframes + 1, sizeof *frames)) break;
             frames[nframes++] = c->sl[i].name;
+            tab[h] = nframes;
         }
-        frame_of[i] = k;
+        frame_of[i] = tab[h] - 1;
     }
+    if (!tab) {
+        free(frame_of);
+        frame_of = NULL;
+    }
+    free(tab);
     /* profiles */
     ex_prof *pr = malloc((c->nsl + c->nprocs + 1) * sizeof *pr);
     size_t npr = 0;
