@@ -80,7 +80,7 @@ BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
 DEMO_BIN := $(patsubst tests/demo/%.c,$(BUILD)/demo/%,$(DEMO_SRC))
 
-.PHONY: all deps check check-unit check-integration check-asan check-traceevent bench demo fuzz install uninstall clean tests
+.PHONY: all deps consumers check check-unit check-integration check-asan check-traceevent bench demo fuzz install uninstall clean tests
 all: $(LIBRUNTIME) $(SHIM_SO) $(ACTTRACE)
 
 deps:
@@ -222,11 +222,22 @@ $(BUILD)/demo/%: tests/demo/%.c $(LIBRUNTIME)
 
 tests: all $(UNIT_BIN) $(INTEG_BIN) $(FIXTURE_BIN)
 
+# The real programs test_export_consumers reads the exports with (tests/consumers: speedscope's app,
+# playwright-core to drive Debian's Chromium, ajv and the Trace Event Format's types), pinned by its
+# package-lock.json and installed with npm ci. A failed install is said; outside CI the checks then
+# skip saying why, under CI (AT_TRACEEVENT_REQUIRED=1) the install failing fails the run.
+CONSUMERS_STAMP := tests/consumers/node_modules/.package-lock.json
+consumers: $(CONSUMERS_STAMP)
+$(CONSUMERS_STAMP): tests/consumers/package.json tests/consumers/package-lock.json
+	@cd tests/consumers && npm ci --no-audit --no-fund --loglevel=error >/dev/null || { \
+	  echo "acttrace: npm ci in tests/consumers failed: the export consumer checks cannot run" >&2; \
+	  [ "$${AT_TRACEEVENT_REQUIRED:-0}" != 1 ]; }
+
 # The test command of the README. Prints Check's lines per binary and a closing
 # "N passed, N failed" line over all of them. The traces the tests write are kept and read by
 # TraceEvent itself at the end (tests/compat/run.sh; each file and TraceEvent version counts one).
 TE_KEEP := $(abspath $(BUILD))/compat/traces
-check: deps
+check: deps consumers
 	@$(MAKE) --no-print-directory tests $(FUZZ_BIN)
 	@rm -rf $(TE_KEEP) && mkdir -p $(TE_KEEP)
 	@AT_KEEP_TRACES=$(TE_KEEP) AT_KEEP_TRACES_OF="$(notdir $(INTEG_BIN))" AT_FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) \
@@ -301,6 +312,6 @@ uninstall:
 	rmdir $(DESTDIR)$(EXAMPLEDIR) $(DESTDIR)$(PREFIX)/share/acttrace 2>/dev/null || true
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan tests/consumers/node_modules
 
 -include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)

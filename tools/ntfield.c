@@ -1,9 +1,11 @@
-/* ntfield.c: turns one payload field (as described by the event's metadata) into printable UTF-8.
- * Bounds-checked against the payload: a short payload is reported, never read past. Output that does
- * not fit is cut with "..." but the payload offset still advances over the whole field. */
+/* ntfield.c: turns one payload field (as described by the event's metadata) into printable UTF-8,
+ * or into a JSON value (exports). Bounds-checked against the payload: a short payload is reported,
+ * never read past. Printable output that does not fit is cut with "..." but the payload offset still
+ * advances over the whole field; JSON output that does not fit is refused (a cut value is no JSON). */
 #include "ntreader.h"
 #include "guid.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -13,6 +15,7 @@ typedef struct out {
     size_t n, len;
     bool cut;
     uint32_t budget; /* values left to visit: nested arrays of empty objects must not spin for ages */
+    bool json;       /* a JSON value: strings, chars, GUIDs and dates quoted, objects as "name": value */
 } out;
 
 static void put(out *o, const char *s, size_t k)
@@ -114,13 +117,36 @@ static void put_decimal(out *o, const uint8_t *p)
 static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint32_t len, uint32_t *off, out *o,
                       int depth);
 
+/* A UTF-8 name as a JSON string (metadata names are UTF-8 already). */
+static void put_json_name(out *o, const char *s)
+{
+    puts_(o, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == '"' || *p == '\\') put_cp(o, *p);
+        else put(o, (const char *)p, 1);
+    }
+    puts_(o, "\"");
+}
+
+/* A double as JSON: a number, or a string for what JSON has no number for. */
+static void put_real(out *o, double v, const char *fmt)
+{
+    if (!o->json || isfinite(v)) putf(o, fmt, v);
+    else puts_(o, isnan(v) ? "\"NaN\"" : v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+}
+
 static bool fmt_object(const nt_field *f, const uint8_t *pl, uint32_t len, uint32_t *off, out *o, int depth)
 {
     puts_(o, "{");
     for (uint32_t i = 0; i < f->nfields; i++) {
         if (i) puts_(o, ", ");
-        puts_(o, f->fields[i].name ? f->fields[i].name : "?");
-        puts_(o, "=");
+        if (o->json) {
+            put_json_name(o, f->fields[i].name ? f->fields[i].name : "?");
+            puts_(o, ": ");
+        } else {
+            puts_(o, f->fields[i].name ? f->fields[i].name : "?");
+            puts_(o, "=");
+        }
         if (!fmt_value(&f->fields[i], f->fields[i].type, pl, len, off, o, depth + 1)) return false;
     }
     puts_(o, "}");
@@ -139,7 +165,11 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
         const uint8_t *b = pl + p;
         switch (type) {
         case NT_TYPE_BOOLEAN: puts_(o, ldn(b, 4) ? "true" : "false"); break;
-        case NT_TYPE_CHAR: puts_(o, "'"); put_cp(o, (uint32_t)ldn(b, 2)); puts_(o, "'"); break;
+        case NT_TYPE_CHAR:
+            puts_(o, o->json ? "\"" : "'");
+            put_cp(o, (uint32_t)ldn(b, 2));
+            puts_(o, o->json ? "\"" : "'");
+            break;
         case NT_TYPE_SBYTE: putf(o, "%d", (int8_t)b[0]); break;
         case NT_TYPE_BYTE: putf(o, "%u", b[0]); break;
         case NT_TYPE_INT16: putf(o, "%d", (int16_t)ldn(b, 2)); break;
@@ -152,14 +182,14 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
             uint32_t u = (uint32_t)ldn(b, 4);
             float fv;
             memcpy(&fv, &u, 4);
-            putf(o, "%.9g", (double)fv);
+            put_real(o, (double)fv, "%.9g");
             break;
         }
         case NT_TYPE_DOUBLE: {
             uint64_t u = ldn(b, 8);
             double dv;
             memcpy(&dv, &u, 8);
-            putf(o, "%.17g", dv);
+            put_real(o, dv, "%.17g");
             break;
         }
         case NT_TYPE_DECIMAL: put_decimal(o, b); break;
@@ -169,12 +199,14 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
             int64_t secs = (int64_t)(ft / 10000000u) - 11644473600LL;
             struct tm tm;
             time_t tt = (time_t)secs;
+            if (o->json) puts_(o, "\"");
             if (ft == 0 || !gmtime_r(&tt, &tm)) {
                 putf(o, "filetime:%llu", (unsigned long long)ft);
             } else {
                 putf(o, "%04d-%02d-%02dT%02d:%02d:%02d.%07uZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                      tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned)(ft % 10000000u));
             }
+            if (o->json) puts_(o, "\"");
             break;
         }
         case NT_TYPE_GUID: {
@@ -182,7 +214,9 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
             char s[37];
             memcpy(g.b, b, 16);
             at_guid_format(&g, s);
+            if (o->json) puts_(o, "\"");
             puts_(o, s);
+            if (o->json) puts_(o, "\"");
             break;
         }
         }
@@ -191,8 +225,9 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
     }
     if (type == NT_TYPE_STRING) {
         /* U+FFFF starts the shim's note on memory it could not read: "abc"<unreadable 0x7f..>, or
-         * <unreadable 0x1> alone when nothing was readable (never part of a captured string) */
-        bool quoted = !(len >= p && len - p >= 2 && ldn(pl + p, 2) == 0xFFFF);
+         * <unreadable 0x1> alone when nothing was readable (never part of a captured string). In
+         * JSON the note stays inside the one string: "abc<unreadable 0x7f..>". */
+        bool quoted = o->json || !(len >= p && len - p >= 2 && ldn(pl + p, 2) == 0xFFFF);
         if (quoted) puts_(o, "\"");
         for (;;) {
             if (len < p || len - p < 2) return false;
@@ -200,8 +235,10 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
             p += 2;
             if (c == 0) break;
             if (c == 0xFFFF) {
-                if (quoted) puts_(o, "\"");
-                quoted = false;
+                if (quoted && !o->json) {
+                    puts_(o, "\"");
+                    quoted = false;
+                }
                 continue;
             }
             if (c >= 0xD800 && c < 0xDC00 && len - p >= 2) {
@@ -237,8 +274,18 @@ static bool fmt_value(const nt_field *f, uint32_t type, const uint8_t *pl, uint3
 bool nt_field_format(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off, char *outbuf,
                      size_t outlen)
 {
-    out o = {outbuf, outlen, 0, false, 1u << 20};
+    out o = {outbuf, outlen, 0, false, 1u << 20, false};
     if (outlen) outbuf[0] = 0;
     if (outlen < 8) o.cut = true;
     return fmt_value(f, f->type, payload, len, off, &o, 0);
+}
+
+int nt_field_json(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off, char *outbuf,
+                  size_t outlen)
+{
+    out o = {outbuf, outlen, 0, false, 1u << 20, true};
+    if (outlen) outbuf[0] = 0;
+    if (outlen < 8) o.cut = true;
+    if (!fmt_value(f, f->type, payload, len, off, &o, 0)) return -1;
+    return o.cut ? 0 : 1;
 }

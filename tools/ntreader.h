@@ -159,5 +159,11 @@ const char *nt_type_name(uint32_t type);
  * (nested arrays of empty objects), so a hostile payload cannot make formatting spin. */
 bool nt_field_format(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off,
                      char *out, size_t outlen);
+/* The same field as one JSON value: integers and reals as numbers (NaN and infinities as strings),
+ * booleans, strings (a note on unreadable memory inside the string), chars, GUIDs and dates as
+ * strings, decimals as numbers, arrays and objects as JSON's. 1: done; 0: it does not fit in out
+ * (the offset still advances over the field); -1: as nt_field_format's false. */
+int nt_field_json(const nt_field *f, const uint8_t *payload, uint32_t len, uint32_t *off, char *out,
+                  size_t outlen);
 
 #endif

@@ -88,20 +88,25 @@ static char *python(const char *script, const char *file)
 static const char chrome_check[] =
     "import json,sys\n"
     "d=json.load(open(sys.argv[1]))\n"
+    "assert sorted(d)==['metadata','traceEvents'], sorted(d)\n"
     "ev=d['traceEvents']\n"
     "for e in ev:\n"
     "  assert e['ph'] in 'XsfM', e\n"
-    "  assert isinstance(e['pid'],int)\n"
-    "  if e['ph']!='M': assert isinstance(e['tid'],int) and isinstance(e['ts'],(int,float)), e\n"
+    "  for k in ('pid','tid','ts'): assert isinstance(e[k],(int,float)), e\n"
+    "  assert isinstance(e['cat'],str) and isinstance(e['name'],str) and isinstance(e['args'],dict), e\n"
     "  if e['ph']=='X': assert e['dur']>=0\n"
-    "xs=sorted((e['name'],e['args']['path'],e['ts'],e['dur'],e['args'].get('visit',False),e['args']['stopped']) for e in ev if e['ph']=='X')\n"
-    "for x in xs: print('X %s %s ts=%.1f dur=%.1f visit=%s stopped=%s'%x)\n"
+    "ts=[e['ts'] for e in ev if e['ph']!='M']\n"
+    "assert ts==sorted(ts), 'not in time order'\n"
+    "def pl(a): return ' '.join('%s=%s'%(k,v) for k,v in a.items() if k!='acttrace')\n"
+    "xs=sorted((e['name'],e['args']['acttrace']['path'],e['ts'],e['dur'],e['args']['acttrace'].get('visit',False),e['args']['acttrace']['stopped'],pl(e['args'])) for e in ev if e['ph']=='X')\n"
+    "for x in xs: print('X %s %s ts=%.1f dur=%.1f visit=%s stopped=%s %s'%x)\n"
     "s={e['id']:e for e in ev if e['ph']=='s'}; f={e['id']:e for e in ev if e['ph']=='f'}\n"
     "assert s.keys()==f.keys()\n"
     "for i in sorted(s):\n"
-    "  assert f[i]['bp']=='e' and s[i]['tid']!=f[i]['tid'] and s[i]['ts']<=f[i]['ts']\n"
-    "  print('flow ts=%.1f -> ts=%.1f'%(s[i]['ts'],f[i]['ts']))\n"
-    "print('process_name', sum(1 for e in ev if e['ph']=='M' and e['name']=='process_name'))\n";
+    "  assert isinstance(i,str) and f[i]['bp']=='e' and s[i]['tid']!=f[i]['tid'] and s[i]['ts']<=f[i]['ts']\n"
+    "  print('flow %s ts=%.1f -> ts=%.1f'%(s[i]['name'],s[i]['ts'],f[i]['ts']))\n"
+    "for e in ev:\n"
+    "  if e['ph']=='M' and e['name'] in ('process_name','thread_name'): print(e['name'], e['args']['name'], e['pid']==e['tid'])\n";
 
 START_TEST(chrome)
 {
@@ -110,13 +115,17 @@ START_TEST(chrome)
     tool_ok((const char *const[]){"export", "--format", "chrome", "-o", out, trace, NULL});
     char *got = python(chrome_check, out);
     /* Request //1 started and stopped on T1: its slice there spans it; on T2 it spans its visit */
-    ck_assert_str_eq(got, "X Request //1 ts=1000.0 dur=7000.0 visit=False stopped=True\n"
-                          "X Request //1 ts=3000.0 dur=2500.0 visit=True stopped=True\n"
-                          "X Request //2 ts=9000.0 dur=0.0 visit=False stopped=False\n"
-                          "X Work //1/1 ts=4000.0 dur=1000.0 visit=False stopped=True\n"
-                          "flow ts=2000.0 -> ts=3000.0\n"
-                          "flow ts=5500.0 -> ts=6000.0\n"
-                          "process_name 1\n");
+    /* Request //1 started and stopped on T1: its slice there spans it; on T2 it spans its visit,
+     * with Work inside; the payload fields as args; names for the process and both threads */
+    ck_assert_str_eq(got, "X Request //1 ts=1000.0 dur=7000.0 visit=False stopped=True RequestId=1\n"
+                          "X Request //1 ts=3000.0 dur=2500.0 visit=True stopped=True RequestId=1\n"
+                          "X Request //2 ts=9000.0 dur=0.0 visit=False stopped=False RequestId=2\n"
+                          "X Work //1/1 ts=4000.0 dur=1000.0 visit=False stopped=True WorkId=11\n"
+                          "flow transfer ts=2000.0 -> ts=3000.0\n"
+                          "flow transfer ts=5500.0 -> ts=6000.0\n"
+                          "process_name tracegen True\n"
+                          "thread_name main True\n"
+                          "thread_name thread False\n");
     free(got);
 }
 END_TEST
@@ -134,7 +143,7 @@ static const char speedscope_check[] =
     "    if e['type']=='O': st.append(e['frame'])\n"
     "    else: assert st.pop()==e['frame'], 'not nested'\n"
     "  assert not st and last<=p['endValue']\n"
-    "  print(p['name'].split()[2]=='tid', len(p['events']), ' '.join('%s%s@%.1f'%(e['type'],fr[e['frame']],e['at']) for e in p['events']))\n";
+    "  print(p['name'].split(', ')[1].split(' (')[0], p['startValue'], len(p['events']), ' '.join('%s%s@%.1f'%(e['type'],fr[e['frame']],e['at']) for e in p['events']))\n";
 
 START_TEST(speedscope)
 {
@@ -143,9 +152,10 @@ START_TEST(speedscope)
     tool_ok((const char *const[]){"export", "--format", "speedscope", "-o", out, trace, NULL});
     char *got = python(speedscope_check, out);
     char *norm = at_gen_normalize(got, AT_GEN_SLOTS, NULL, 0);
-    /* one profile per thread, activities nested as frames */
-    ck_assert_msg(strstr(norm, "True 4 ORequest@1.0 CRequest@8.0 ORequest@9.0 CRequest@9.0\n"), "%s", norm);
-    ck_assert_msg(strstr(norm, "True 4 ORequest@3.0 OWork@4.0 CWork@5.0 CRequest@5.5\n"), "%s", norm);
+    /* one profile per thread, the main thread's first, activities nested as frames, all from the
+     * trace's start */
+    ck_assert_str_eq(norm, "main 0.0 4 ORequest@1.0 CRequest@8.0 ORequest@9.0 CRequest@9.0\n"
+                           "thread 0.0 4 ORequest@3.0 OWork@4.0 CWork@5.0 CRequest@5.5\n");
     free(norm);
     free(got);
 }
