@@ -100,6 +100,9 @@ NOVEC_OBJ = $(addprefix $(BUILD)/obj/runtime/,activity.o actpath.o tbuf.o flushe
               tid.o clock.o xstate.o saferead.o) \
             $(addprefix $(BUILD)/obj/shim/,hooks.o fdflow.o events.o stacks.o hook/stub.o)
 $(NOVEC_OBJ): CFLAGS += $(NOVEC_CFLAGS)
+# the report's page and script are linked in from their own files (.incbin)
+REPORT_ASSETS := $(wildcard tools/report/*)
+$(BUILD)/obj/tools/report_assets.o $(BUILD)/fuzz/obj/tools/report_assets.o: $(REPORT_ASSETS)
 $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
