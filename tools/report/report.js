@@ -359,7 +359,7 @@ const PAD = (T1 - T0) * 0.01;
 let v0 = T0 - PAD, v1 = T1 + PAD;
 let cssW = 0, cssH = 0, plotW = 1, kx = 1;
 const stats = { rects: 0, columns: 0, merged: 0, xfers: 0, draws: 0, ms: 0 };
-let bins = new Uint32Array(0), binName = new Int32Array(0), binMatch = new Uint32Array(0);
+let bins = new Uint32Array(0), binName = new Int32Array(0), binMatch = new Uint32Array(0), binMName = new Int32Array(0);
 
 function sizeCanvas() {
   const dpr = window.devicePixelRatio || 1;
@@ -375,6 +375,7 @@ function sizeCanvas() {
   bins = new Uint32Array(plotW + 2);
   binName = new Int32Array(plotW + 2);
   binMatch = new Uint32Array(plotW + 2);
+  binMName = new Int32Array(plotW + 2);
 }
 
 const xOf = (t) => GUTTER + (t - v0) * kx;
@@ -465,7 +466,10 @@ function drawLane(L, y) {
       if (c < 0) c = 0; else if (c >= plotW) c = plotW - 1;
       if (bins[c] === 0) { binName[c] = A.nm[r]; binMatch[c] = 0; } else if (binName[c] !== A.nm[r]) binName[c] = -1;
       bins[c]++;
-      if (query && isMatch(r)) binMatch[c]++;
+      if (query && isMatch(r)) {
+        if (binMatch[c] === 0) binMName[c] = A.nm[r]; else if (binMName[c] !== A.nm[r]) binMName[c] = -1;
+        binMatch[c]++;
+      }
       if (c < cmin) cmin = c;
       if (c > cmax) cmax = c;
       stats.merged++;
@@ -478,7 +482,7 @@ function drawLane(L, y) {
     if (!k) continue;
     const dense = Math.min(1, Math.log2(k) / 8);
     let fill;
-    if (query) fill = binMatch[c] ? '#e8590c' : '#d5d9de';
+    if (query) fill = !binMatch[c] ? '#d5d9de' : binMName[c] >= 0 ? COLOR[binMName[c]] : '#6b7785';
     else fill = binName[c] >= 0 ? COLOR[binName[c]] : '#6b7785';
     ctx.globalAlpha = 0.7 + 0.3 * dense;
     ctx.fillStyle = fill;
@@ -492,9 +496,9 @@ function drawLane(L, y) {
     stats.columns++;
   }
   ctx.globalAlpha = 1;
-  ctx.fillStyle = '#111';
   for (let k = 0; k < labels.length; k += 3) {
     const x = labels[k], w = labels[k + 1], r = labels[k + 2];
+    ctx.fillStyle = isMatch(r) ? '#111' : '#8a929c';
     let t = nameOf(A.nm[r]);
     if (w > t.length * 6.4 + 70) t += '  ' + fmtDur(A.dur[r]);
     const fit = Math.floor((w - 8) / 6.4);
@@ -994,7 +998,7 @@ function openWaterfall(root, scroll) {
   htmlEl('div', {}, 'thread(s)', ax);
   const as = svgEl('svg', { width: trackW, height: 24, class: 'axis' }, htmlEl('div', { class: 'wf-track' }, null, ax));
   const step = niceStep(span * 90 / (trackW - 90));
-  const u = unitFor(step), dec = decimalsFor(step, u[0]);
+  const u = unitFor(span), dec = decimalsFor(step, u[0]);
   svgEl('line', { x1: 4, x2: trackW - 86, y1: 23.5, y2: 23.5 }, as);
   for (let t = 0; t <= span + 1e-9 && t / step < 400; t += step) {
     const x = X(t0 + t);
