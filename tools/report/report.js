@@ -439,7 +439,7 @@ function drawLane(L, y) {
   let cmin = plotW, cmax = -1;
   const h = LH - 2;
   let lastFill = '';
-  const labels = [];
+  const labels = [], sel = [];
   for (; i < n; i++) {
     const s = st[i];
     if (s > v1) break;
@@ -447,6 +447,7 @@ function drawLane(L, y) {
     if (e < v0) continue;
     const r = act[i];
     const x0 = (s - v0) * kx, x1 = (e - v0) * kx;
+    if (r === selRow) sel.push(x0, x1);
     if (x1 - x0 >= MINW) {
       const a = Math.max(x0, -2), b = Math.min(x1, plotW + 2);
       const m = isMatch(r), k = A.nm[r];
@@ -506,15 +507,13 @@ function drawLane(L, y) {
     if (t.length > fit) t = t.slice(0, fit - 1) + '…';
     ctx.fillText(t, Math.max(x, GUTTER) + 4, y + h / 2 + 0.5);
   }
-  if (selRow >= 0) {
-    for (let k = lowerBound(L.me, n, v0); k < n && st[k] <= v1; k++) {
-      if (act[k] !== selRow || en[k] < v0) continue;
-      const a = Math.max((st[k] - v0) * kx, -2), b = Math.min(Math.max((en[k] - v0) * kx, a + 2), plotW + 2);
-      ctx.strokeStyle = '#111';
-      ctx.lineWidth = 2;
-      ctx.strokeRect(GUTTER + a - 1, y - 1, b - a + 2, h + 2);
-      ctx.lineWidth = 1;
-    }
+  /* the selected activity, outlined */
+  for (let k = 0; k < sel.length; k += 2) {
+    const a = Math.max(sel[k], -2), b = Math.min(Math.max(sel[k + 1], a + 2), plotW + 2);
+    ctx.strokeStyle = '#111';
+    ctx.lineWidth = 2;
+    ctx.strokeRect(GUTTER + a - 1, y - 1, b - a + 2, h + 2);
+    ctx.lineWidth = 1;
   }
 }
 
@@ -653,6 +652,7 @@ function drawAxis(tk) {
 
 function updateRange() {
   const el = $('tl-range');
+  if (!N) { el.textContent = ''; return; }
   el.textContent = fmtTime(v0, v1 - v0) + ' – ' + fmtTime(v1, v1 - v0) + '  (' + fmtDur(v1 - v0) + ' shown of ' + fmtDur(T1 - T0) + ')';
   el.dataset.t0 = v0.toFixed(1);
   el.dataset.t1 = v1.toFixed(1);
@@ -805,6 +805,7 @@ window.addEventListener('resize', () => { sizeCanvas(); requestDraw(); });
 /* the names, their colours and counts; a click searches for that name */
 (function legend() {
   const lg = $('tl-legend');
+  lg.hidden = !N;
   htmlEl('span', {}, 'Colours:', lg);
   for (const k of nameOrder) {
     const c = htmlEl('span', { class: 'chip', 'data-name': nameOf(k), 'data-count': NAMES[k].count, title: 'search for ' + nameOf(k) + ' alone' }, null, lg);
@@ -1020,8 +1021,11 @@ function openWaterfall(root, scroll) {
     const lab = htmlEl('div', { class: 'wf-label', style: 'padding-left:' + (6 + depth[i] * 14) + 'px', title: nameOf(A.nm[r]) + ' ' + pathOf(r) }, null, tr);
     lab.innerHTML = '<span class="sw" style="background:' + COLOR[A.nm[r]] + '"></span>' + esc(nameOf(A.nm[r])) + '<span class="path">' + esc(pathOf(r)) + '</span>' +
       (i === 0 || pidOf(r) !== pidOf(A.parent[r]) ? '<span class="pid">pid ' + pidOf(r) + '</span>' : '');
-    htmlEl('div', { class: 'wf-thread', title: ths.map((t) => 'tid ' + tidOf(t)).join(', ') }, (multi && A.stopThr[r] !== A.thr[r] && ths.length === 2
-      ? 'tid ' + tidOf(A.thr[r]) + ' → ' + tidOf(A.stopThr[r]) : 'tid ' + ths.map(tidOf).join(', ')), tr);
+    const tc = htmlEl('div', { class: 'wf-thread', title: ths.map((t) => 'tid ' + tidOf(t)).join(', ') }, null, tr);
+    htmlEl('div', { class: 'first' }, multi && A.stopThr[r] !== A.thr[r] && ths.length === 2
+      ? 'tid ' + tidOf(A.thr[r]) + ' → ' + tidOf(A.stopThr[r]) : 'tid ' + ths.map(tidOf).join(', '), tc);
+    /* beside each line drawn under the bar, its thread */
+    if (multi) ths.forEach((t, j) => htmlEl('div', { class: 'line', style: 'color:' + THREAD_TONES[j % THREAD_TONES.length] }, '▬ on tid ' + tidOf(t), tc));
     const rh = multi ? 22 + ths.length * 10 : 22;
     const s = svgEl('svg', { width: trackW, height: rh }, htmlEl('div', { class: 'wf-track' }, null, tr));
     const xa = X(A.st[r]), xb = Math.max(X(A.en[r]), xa + 1.5);
@@ -1036,8 +1040,6 @@ function openWaterfall(root, scroll) {
         const tone = THREAD_TONES[ths.indexOf(t) % THREAD_TONES.length];
         const rr = svgEl('rect', { class: 'wf-visit', 'data-tid': tidOf(t), x: x0, y, width: x1 - x0, height: 6, fill: tone }, s);
         svgEl('title', {}, rr).textContent = 'on tid ' + tidOf(t) + ' from +' + fmtDur(a - t0) + ' to +' + fmtDur(b - t0);
-        const tx = svgEl('text', { x: x1 + 3, y: y + 6, style: 'font-size:9px;fill:' + tone }, s);
-        tx.textContent = 'tid ' + tidOf(t);
       };
       seg(A.thr[r], A.st[r], A.end0[r]);
       for (let j = A.vOff[r]; j < A.vOff[r + 1]; j++) seg(A.vThr[j], A.vFrom[j], A.vTo[j]);
@@ -1302,7 +1304,12 @@ function hashStr(s) {
 /* the timeline first, so it shows while the rest is built */
 sizeCanvas();
 draw();
-if (!N) $('tl-note').textContent = 'No activity in this trace.';
+if (!N) {
+  scroller.hidden = true;
+  ['tl-zoom-in', 'tl-zoom-out', 'tl-reset'].forEach((id) => { $(id).disabled = true; });
+  $('tl-range').textContent = '';
+  scroller.insertAdjacentElement('afterend', htmlEl('p', { class: 'empty' }, 'No activity in this trace: no <Name>Start event with an ActivityId in these files.'));
+}
 const tFirstDraw = performance.now();
 setTimeout(() => {
   histograms();
