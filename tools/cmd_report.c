@@ -8,8 +8,9 @@
  * hands it over (tree mode: a child process's roots hang under the activity that started it), as one
  * record of a flat JSON number array; strings (names, frames, odd paths) go to one table written at
  * the end, with the threads, the distinct stacks, the events inside activities, per-name statistics
- * and folded stacks. Memory beyond the model's: 4 bytes per activity (its Start's stack), and the
- * distinct names, threads, stacks and folded stacks. */
+ * and folded stacks. Memory beyond the model's: 4 bytes per activity (its Start's stack), the
+ * distinct names, threads, stacks and folded stacks, and the events listed inside activities (at
+ * most RP_MAX_MARKS). */
 #include "actfold.h"
 #include "cliopt.h"
 #include "cmds.h"
