@@ -1,10 +1,12 @@
 # acttrace build. Sources are found by convention, so adding a file needs no Makefile edit:
 #   runtime/*.c -> libatruntime.a     config/*.c -> libatconfig.a
 #   shim/**/*.c shim/**/*.S -> libacttrace.so (with runtime + config linked in)
-#   tools/*.c (but main.c) -> libattools.a; tools/main.c -> acttrace
+#   tools/*.c (but main.c) -> libattools.a; tools/main.c -> acttrace; tools/report/* -> the page
+#     `acttrace report` writes (linked in by tools/report_assets.c)
 #   tests/unit/test_*.c, tests/integration/test_*.c -> one Check binary each
 #   tests/fixtures/*.c|*.cc -> one program each (prefix glib_/uv_/ev_/omp_/mhd_ picks the library)
 #   tests/bench/bench_*.c -> one benchmark each        tests/fuzz/fuzz_*.c -> libFuzzer targets
+#   tests/web/*.js -> the report's browser tests (node + Playwright), run by Check tests
 # BUILD=dir picks the output folder; SAN=1 builds with ASan+UBSan (make check-asan does both).
 
 VERSION := 0.9.0
@@ -105,6 +107,9 @@ $(NOVEC_OBJ): CFLAGS += $(NOVEC_CFLAGS)
 # (shim/start.ld gathers its code on few pages).
 PATH_OBJ = $(BUILD)/obj/shim/hooks.o $(BUILD)/obj/shim/hook/stub.o $(BUILD)/obj/config/signature.o
 $(PATH_OBJ): CFLAGS += -fno-jump-tables -fno-tree-switch-conversion
+# the report's page and script are linked in from their own files (.incbin)
+REPORT_ASSETS := $(wildcard tools/report/*)
+$(BUILD)/obj/tools/report_assets.o $(BUILD)/fuzz/obj/tools/report_assets.o: $(REPORT_ASSETS)
 $(BUILD)/obj/%.o: %.S
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -232,13 +237,21 @@ $(CONSUMERS_STAMP): tests/consumers/package.json tests/consumers/package-lock.js
 	@cd tests/consumers && npm ci --no-audit --no-fund --loglevel=error >/dev/null || { \
 	  echo "acttrace: npm ci in tests/consumers failed: the export consumer checks cannot run" >&2; \
 	  [ "$${AT_TRACEEVENT_REQUIRED:-0}" != 1 ]; }
+# The browser tests of `acttrace report` (tests/web: node scripts that drive Debian's Chromium with
+# playwright-core) need their node modules, installed exactly as tests/web/package-lock.json pins
+# them. Without npm or its registry the tests say what is missing (CI, AT_TRACEEVENT_REQUIRED=1,
+# fails them then).
+WEB_DEPS := tests/web/node_modules/.package-lock.json
+$(WEB_DEPS): tests/web/package.json tests/web/package-lock.json
+	@cd tests/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null \
+	  || echo "acttrace: npm ci failed in tests/web: the report's browser tests will say what is missing" >&2
 
 # The test command of the README. Prints Check's lines per binary and a closing
 # "N passed, N failed" line over all of them. The traces the tests write are kept and read by
 # TraceEvent itself at the end (tests/compat/run.sh; each file and TraceEvent version counts one).
 TE_KEEP := $(abspath $(BUILD))/compat/traces
 check: deps consumers
-	@$(MAKE) --no-print-directory tests $(FUZZ_BIN)
+	@$(MAKE) --no-print-directory tests $(FUZZ_BIN) $(WEB_DEPS)
 	@rm -rf $(TE_KEEP) && mkdir -p $(TE_KEEP)
 	@AT_KEEP_TRACES=$(TE_KEEP) AT_KEEP_TRACES_OF="$(notdir $(INTEG_BIN))" AT_FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) \
 	  bash tests/run-tests.sh $(BUILD) $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_BIN)
@@ -252,8 +265,8 @@ check-traceevent: deps
 	@rm -rf $(TE_KEEP) && mkdir -p $(TE_KEEP)
 	@bash tests/compat/run.sh $(BUILD) $(TE_KEEP) $(TE_TESTS)
 
-check-asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan SAN=1 tests
+check-asan: deps consumers
+	@$(MAKE) --no-print-directory BUILD=build-asan SAN=1 tests $(WEB_DEPS)
 	@ACTTRACE_ASAN=1 bash tests/run-tests.sh build-asan $(patsubst $(BUILD)/%,build-asan/%,$(UNIT_BIN) $(INTEG_BIN))
 
 bench: deps

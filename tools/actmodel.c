@@ -346,25 +346,6 @@ int64_t am_dist_pct(am_dist *d, double p)
     return d->max;
 }
 
-void am_dist_bins(const am_dist *d, int nbins, uint64_t *counts)
-{
-    memset(counts, 0, (size_t)nbins * sizeof *counts);
-    if (d->n == 0) return;
-    double w = (double)(d->max - d->min) / nbins;
-#define AM_BIN(v) (w <= 0 ? 0 : ((int)(((double)(v) - (double)d->min) / w) >= nbins ? nbins - 1 : (int)(((double)(v) - (double)d->min) / w)))
-    if (!d->hist) {
-        for (uint32_t i = 0; i < d->nexact; i++) counts[AM_BIN(d->exact[i])]++;
-        return;
-    }
-    for (uint32_t b = 0; b < AM_HIST_BUCKETS; b++) {
-        if (!d->hist[b]) continue;
-        int64_t v = (int64_t)hist_value(b);
-        v = v < d->min ? d->min : v > d->max ? d->max : v;
-        counts[AM_BIN(v)] += d->hist[b];
-    }
-#undef AM_BIN
-}
-
 void am_dist_free(am_dist *d)
 {
     free(d->exact);

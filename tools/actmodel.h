@@ -210,8 +210,6 @@ typedef struct am_dist {
 } am_dist;
 void am_dist_add(am_dist *d, int64_t v);
 int64_t am_dist_pct(am_dist *d, double p); /* nearest rank, p in 0..100 */
-/* Counts of nbins equal-width bins from min to max (counts must hold nbins). */
-void am_dist_bins(const am_dist *d, int nbins, uint64_t *counts);
 void am_dist_free(am_dist *d);
 
 /* Write s as a JSON string literal (quotes included; control characters escaped). */

@@ -25,7 +25,7 @@ static const at_subcommand commands[] = {
     {"stats", at_cmd_stats, "per activity name: count, p50/p90/p99/max duration, threads, events"},
     {"stacks", at_cmd_stacks, "folded stacks per activity name (flamegraph.pl / inferno input)"},
     {"export", at_cmd_export, "write Chrome trace-event (Perfetto) or speedscope JSON"},
-    {"report", at_cmd_report, "write a self-contained HTML report: timeline, histograms, flame graphs"},
+    {"report", at_cmd_report, "write one HTML page to browse: timeline, search, waterfalls, flame graphs"},
     {"dump", at_cmd_dump, "print a .nettrace file: header, metadata, every event, summary"},
     {"verify", at_cmd_verify, "check a .nettrace file against every structural rule of the format"},
 };
