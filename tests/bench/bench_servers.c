@@ -1,18 +1,28 @@
-/* bench_servers: what tracing costs a real server under load. Debian's nginx (a master and one worker,
- * a small static file, keep-alive) is loaded by wrk (-t1 -c8) on loopback in rounds of 3 s, each
- * configuration once per round in turn, so that the machine's drift hits them alike:
+/* bench_servers: what tracing costs real servers under load. Two servers, each loaded over loopback
+ * by a client with 8 connections on one thread:
+ *   Debian's nginx (a master and one worker, a small static file, keep-alive) by wrk -t1 -c8;
+ *   Debian's memcached (one worker thread, `-t 1`) by memcaslap -T1 -c8 (libmemcached-tools):
+ *   ASCII gets and sets 9:1 over a key set of fixed size (a task window of 1024 keys per
+ *   connection, keys of 16 bytes, values of 100).
+ * They run in rounds of 3 s: in each round each server runs once in each configuration in turn, so
+ * that the machine's drift hits them alike:
  *   untraced;
  *   the shim without a config;
- *   the per-request config tests/data/hooks/nginx.conf (a Connection activity from accept4 to close,
- *   fd-keyed, and events on recv and writev with signatures), without stacks;
+ *   the server's per-request config, without stacks: tests/data/hooks/nginx.conf (a Connection
+ *   activity from accept4 to close, fd-keyed, and events on recv and writev) or memcached.conf (the
+ *   same activity, which memcached's worker thread adopts when the main thread hands it the fd
+ *   through its pipe, and events on read and sendmsg); all with signatures and fd/return captured;
  *   the same with the default stacks.
  * Each row is the median over the rounds of the per-round ratio to the untraced run, for requests per
- * second and for CPU per request (nginx's master and worker, from wait4's rusage: what the server
- * itself spent, its trace writer thread included, whatever the load generator did); the extra CPU per
- * hooked call is the CPU per request added over the shim without a config, divided by the three
- * hooked calls a keep-alive request makes (recv, writev, and the close of the file nginx opens for
- * it, which the Connection's stop sees). Needs nginx and wrk
- * (Debian packages); says so when either is missing. Prints rows "metric<TAB>measured<TAB>target". */
+ * second and for CPU per request (the server's processes and threads, from wait4's rusage: what the
+ * server itself spent, its trace writer thread included, whatever the load generator did), with the
+ * page faults per request (minor and major, the same rusage) beside them. The extra CPU per hooked
+ * call is the CPU per request added over the shim without a config, divided by the hooked calls a
+ * request makes: for nginx three (recv, writev, and the close of the file nginx opens for it, which
+ * the Connection's stop sees but which writes no event); for memcached every hooked call writes an
+ * event, so they are counted in each traced run's own trace (one read and one sendmsg per request,
+ * plus a connection's few). Needs nginx and wrk, memcached and memcaslap (Debian packages); says so
+ * for a server whose tools are missing. Prints rows "metric<TAB>measured<TAB>target". */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -28,6 +38,7 @@
 #include <unistd.h>
 
 #include "at_testlib.h"
+#include "ntreader.h"
 
 #define ROUNDS 5
 #define SECONDS "3"
@@ -35,6 +46,30 @@ enum { UNTRACED, NOCONF, NOSTACKS, STACKS, NCONF };
 static const char *const conf_name[NCONF] = {"untraced", "shim without a config",
                                              "per-request config, no stacks",
                                              "per-request config, default stacks"};
+static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%"};
+
+/* One server and its load generator. */
+typedef struct server server;
+struct server {
+    const char *name;      /* row prefix: "nginx + wrk" */
+    const char *load;      /* the load generator's settings, for the untraced row */
+    const char *needs;     /* what to install when missing */
+    const char *hooks_name;/* its per-request config, under tests/data/hooks */
+    int calls_per_req;     /* hooked calls a request makes; 0: count the events in each trace */
+    int stop_sig;          /* ends it gracefully, its trace file complete */
+    bool (*installed)(void);
+    void (*prepare)(server *s);                       /* its files, in dir */
+    void (*exec)(const server *s);                    /* in the child, the environment set */
+    bool (*drive)(const server *s, double *rps, double *reqs); /* one timed load */
+    char *dir;
+    int port;
+    char hooks[4300];
+};
+
+/* What one run measured, per request except rps. */
+typedef struct run {
+    double rps, cpu_ns, faults, calls;
+} run;
 
 static int cmpd(const void *a, const void *b)
 {
@@ -42,10 +77,13 @@ static int cmpd(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+/* Median of v[0..n) (sorts a copy: callers keep their per-round order). */
+static double median(const double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmpd);
-    return n ? v[n / 2] : 0;
+    double c[ROUNDS];
+    memcpy(c, v, (size_t)n * sizeof *v);
+    qsort(c, (size_t)n, sizeof *c, cmpd);
+    return n ? c[n / 2] : 0;
 }
 
 static bool port_open(int port)
@@ -58,81 +96,24 @@ static bool port_open(int port)
     return ok;
 }
 
-static pid_t start_nginx(const char *dir, int conf, const char *hooks)
+static bool on_path(const char *tool)
 {
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    char cfg[4200], shim[4200], out[4300];
-    snprintf(cfg, sizeof cfg, "%s/nginx.conf", dir);
-    if (conf != UNTRACED) {
-        snprintf(shim, sizeof shim, "%s", at_shim_path());
-        setenv("LD_PRELOAD", shim, 1);
-        snprintf(out, sizeof out, "%s/t-%%p.nettrace", dir);
-        setenv("ACTTRACE_OUTPUT", out, 1);
-    }
-    if (conf == NOSTACKS || conf == STACKS)
-        setenv("ACTTRACE_CONFIG", hooks, 1);
-    if (conf == NOSTACKS)
-        setenv("ACTTRACE_STACKS", "none", 1);
-    int null = open("/dev/null", O_RDWR);
-    dup2(null, 1);
-    dup2(null, 2);
-    execl("/usr/sbin/nginx", "nginx", "-p", dir, "-c", cfg, "-e", "stderr", (char *)NULL);
-    _exit(127);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", tool);
+    return system(cmd) == 0;
 }
 
-/* One run: requests/s from wrk, nginx's CPU per request (ns). false when it did not run. */
-static bool one_run(const char *dir, int port, int conf, const char *hooks, double *rps,
-                    double *cpu_req)
+/* ---------------- nginx + wrk ---------------- */
+
+static bool nginx_installed(void)
 {
-    pid_t ng = start_nginx(dir, conf, hooks);
-    for (int i = 0; i < 500 && !port_open(port); i++) {
-        struct timespec d = {0, 10000000};
-        nanosleep(&d, NULL);
-    }
-    char url[64], cmd[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/index.html", port);
-    snprintf(cmd, sizeof cmd, "wrk -t1 -c8 -d" SECONDS "s %s 2>&1", url);
-    FILE *p = popen(cmd, "r");
-    char line[512];
-    double r = -1, n = -1;
-    while (p && fgets(line, sizeof line, p)) {
-        if (!strncmp(line, "Requests/sec:", 13))
-            r = atof(line + 13);
-        const char *q = strstr(line, " requests in ");
-        if (q)
-            n = atof(line);
-    }
-    if (p)
-        pclose(p);
-    kill(ng, SIGQUIT); /* graceful: the worker ends its connections and exits, the master after */
-    int st;
-    struct rusage ru;
-    while (wait4(ng, &st, 0, &ru) < 0 && errno == EINTR) {}
-    double cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e9 +
-                    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e3;
-    char **files = at_trace_files(dir);
-    for (size_t i = 0; files && files[i]; i++)
-        unlink(files[i]);
-    at_strv_free(files);
-    if (r <= 0 || n <= 0)
-        return false;
-    *rps = r;
-    *cpu_req = cpu_ns / n;
-    return true;
+    return access("/usr/sbin/nginx", X_OK) == 0 && on_path("wrk");
 }
 
-int main(void)
+static void nginx_prepare(server *s)
 {
-    if (access("/usr/sbin/nginx", X_OK) != 0 || system("command -v wrk >/dev/null 2>&1") != 0) {
-        printf("nginx + wrk: requests/s traced vs untraced\tnginx or wrk not installed\t<= 3%%\n");
-        return 0;
-    }
-    char *dir = at_tmpdir("benchsrv");
-    int port = 20000 + (int)(getpid() % 20000);
-    char path[4300], hooks[4300];
-    snprintf(hooks, sizeof hooks, "%s/tests/data/hooks/nginx.conf", AT_SOURCE_DIR);
+    const char *dir = s->dir;
+    char path[4300];
     snprintf(path, sizeof path, "%s/nginx.conf", dir);
     FILE *f = fopen(path, "w");
     fprintf(f, "user root;\ndaemon off;\nmaster_process on;\nworker_processes 1;\npid %s/nginx.pid;\n"
@@ -141,7 +122,7 @@ int main(void)
                " client_body_temp_path %s/tmp; proxy_temp_path %s/tmp; fastcgi_temp_path %s/tmp;\n"
                " uwsgi_temp_path %s/tmp; scgi_temp_path %s/tmp;\n"
                " server { listen 127.0.0.1:%d; root %s; }\n}\n",
-            dir, dir, dir, dir, dir, dir, port, dir);
+            dir, dir, dir, dir, dir, dir, s->port, dir);
     fclose(f);
     snprintf(path, sizeof path, "%s/index.html", dir);
     f = fopen(path, "w");
@@ -150,44 +131,241 @@ int main(void)
     fclose(f);
     snprintf(path, sizeof path, "%s/tmp", dir);
     mkdir(path, 0700);
-    double rps[NCONF][ROUNDS], cpu[NCONF][ROUNDS];
-    double r_rps[NCONF][ROUNDS], r_cpu[NCONF][ROUNDS], d_cpu[NCONF][ROUNDS];
-    int n = 0;
-    one_run(dir, port, UNTRACED, hooks, &rps[0][0], &cpu[0][0]); /* warm the page cache */
-    for (int round = 0; round < ROUNDS; round++) {
-        bool ok = true;
-        for (int c = 0; c < NCONF && ok; c++)
-            ok = one_run(dir, port, c, hooks, &rps[c][n], &cpu[c][n]);
-        if (!ok)
-            continue;
-        for (int c = 0; c < NCONF; c++) {
-            r_rps[c][n] = rps[c][n] / rps[UNTRACED][n];
-            r_cpu[c][n] = cpu[c][n] / cpu[UNTRACED][n];
-            d_cpu[c][n] = cpu[c][n] - cpu[UNTRACED][n];
+}
+
+static void nginx_exec(const server *s)
+{
+    char cfg[4300];
+    snprintf(cfg, sizeof cfg, "%s/nginx.conf", s->dir);
+    execl("/usr/sbin/nginx", "nginx", "-p", s->dir, "-c", cfg, "-e", "stderr", (char *)NULL);
+}
+
+static bool nginx_drive(const server *s, double *rps, double *reqs)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "wrk -t1 -c8 -d" SECONDS "s http://127.0.0.1:%d/index.html 2>&1",
+             s->port);
+    FILE *p = popen(cmd, "r");
+    char line[512];
+    while (p && fgets(line, sizeof line, p)) {
+        if (!strncmp(line, "Requests/sec:", 13))
+            *rps = atof(line + 13);
+        if (strstr(line, " requests in "))
+            *reqs = atof(line);
+    }
+    return p && pclose(p) == 0;
+}
+
+/* ---------------- memcached + memcaslap ---------------- */
+
+static bool memcached_installed(void)
+{
+    return access("/usr/bin/memcached", X_OK) == 0 && on_path("memcaslap");
+}
+
+static void memcached_prepare(server *s)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/memcaslap.cnf", s->dir);
+    FILE *f = fopen(path, "w"); /* key and value sizes (min max proportion), then get/set 9:1 */
+    fprintf(f, "key\n16 16 1\nvalue\n100 100 1\ncmd\n0 0.1\n1 0.9\n");
+    fclose(f);
+}
+
+static void memcached_exec(const server *s)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->port);
+    /* memcached refuses to run as root unless told whom to run as */
+    execl("/usr/bin/memcached", "memcached", "-t", "1", "-U", "0", "-l", "127.0.0.1", "-p", port,
+          geteuid() == 0 ? "-u" : (char *)NULL, "root", (char *)NULL);
+}
+
+static bool memcached_drive(const server *s, double *rps, double *reqs)
+{
+    char cmd[4500];
+    snprintf(cmd, sizeof cmd,
+             "memcaslap -s 127.0.0.1:%d -T 1 -c 8 -w 1k -t " SECONDS "s -F %s/memcaslap.cnf 2>&1",
+             s->port, s->dir);
+    FILE *p = popen(cmd, "r");
+    char line[512];
+    while (p && fgets(line, sizeof line, p)) { /* "Run time: 3.0s Ops: 119504 TPS: 39672 ..." */
+        const char *ops = strstr(line, " Ops: "), *tps = strstr(line, " TPS: ");
+        if (!strncmp(line, "Run time:", 9) && ops && tps) {
+            *reqs = atof(ops + 6);
+            *rps = atof(tps + 6);
         }
-        n++;
     }
+    return p && pclose(p) == 0;
+}
+
+/* ---------------- one run ---------------- */
+
+/* Events of the config's provider in every trace file in dir, lost ones included (each is a hooked
+ * call all the same). -1 when a file cannot be read. */
+static double config_events(const char *dir)
+{
+    char **files = at_trace_files(dir);
+    double n = 0;
+    for (size_t i = 0; files && files[i] && n >= 0; i++) {
+        char err[512];
+        nt_reader *r = nt_open(files[i], err, sizeof err);
+        if (!r) {
+            n = -1;
+            break;
+        }
+        nt_event ev;
+        int rc;
+        while ((rc = nt_next(r, &ev)) == 1)
+            n += strcmp(ev.meta->provider, "acttrace") == 0;
+        n = rc < 0 ? -1 : n + (double)nt_get_counts(r)->events_lost;
+        nt_close(r);
+    }
+    at_strv_free(files);
+    return n;
+}
+
+/* One run of s in configuration conf, r per request. false when it did not run. */
+static bool one_run(const server *s, int conf, run *r)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (conf != UNTRACED) {
+            char out[4400];
+            setenv("LD_PRELOAD", at_shim_path(), 1);
+            snprintf(out, sizeof out, "%s/t-%%p.nettrace", s->dir);
+            setenv("ACTTRACE_OUTPUT", out, 1);
+        }
+        if (conf == NOSTACKS || conf == STACKS)
+            setenv("ACTTRACE_CONFIG", s->hooks, 1);
+        if (conf == NOSTACKS)
+            setenv("ACTTRACE_STACKS", "none", 1);
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 1);
+        dup2(null, 2);
+        s->exec(s);
+        _exit(127);
+    }
+    if (pid < 0)
+        return false;
+    for (int i = 0; i < 500 && !port_open(s->port); i++) {
+        struct timespec d = {0, 10000000};
+        nanosleep(&d, NULL);
+    }
+    double rps = -1, reqs = -1;
+    bool driven = s->drive(s, &rps, &reqs);
+    kill(pid, s->stop_sig);
+    int st;
+    struct rusage ru;
+    while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR) {}
+    double cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e9 +
+                    (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e3;
+    r->calls = s->calls_per_req;
+    if (driven && reqs > 0 && (conf == NOSTACKS || conf == STACKS) && !s->calls_per_req)
+        r->calls = config_events(s->dir) / reqs;
+    char **files = at_trace_files(s->dir);
+    for (size_t i = 0; files && files[i]; i++)
+        unlink(files[i]);
+    at_strv_free(files);
+    if (!driven || rps <= 0 || reqs <= 0 || (conf >= NOSTACKS && r->calls <= 0))
+        return false;
+    r->rps = rps;
+    r->cpu_ns = cpu_ns / reqs;
+    r->faults = (double)(ru.ru_minflt + ru.ru_majflt) / reqs;
+    return true;
+}
+
+/* ---------------- rows ---------------- */
+
+static void report(const server *s, run res[][NCONF], int n)
+{
     if (!n) {
-        printf("nginx + wrk: requests/s traced vs untraced\tfailed to run\t<= 3%%\n");
-        at_rmtree(dir);
-        free(dir);
-        return 0;
+        printf("%s: requests/s traced vs untraced\tfailed to run\t<= 3%%\n", s->name);
+        return;
     }
-    double base_rps[ROUNDS], base_cpu[ROUNDS];
-    memcpy(base_rps, rps[UNTRACED], sizeof base_rps);
-    memcpy(base_cpu, cpu[UNTRACED], sizeof base_cpu);
-    printf("nginx + wrk -t1 -c8, untraced (median of %d rounds of " SECONDS " s)\t%.0f req/s, %.1f us "
-           "CPU/req\t-\n", n, median(base_rps, n), median(base_cpu, n) / 1000);
-    static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%"};
+    double v[ROUNDS], w[ROUNDS], f[ROUNDS];
+    for (int i = 0; i < n; i++) {
+        v[i] = res[i][UNTRACED].rps;
+        w[i] = res[i][UNTRACED].cpu_ns;
+        f[i] = res[i][UNTRACED].faults;
+    }
+    printf("%s %s, untraced (median of %d rounds of " SECONDS " s)\t%.0f req/s, %.1f us CPU/req, "
+           "%.4f faults/req\t-\n", s->name, s->load, n, median(v, n), median(w, n) / 1000,
+           median(f, n));
+    double d_noconf = 0;
     for (int c = 1; c < NCONF; c++) {
-        double rr = median(r_rps[c], n), rc = median(r_cpu[c], n), dc = median(d_cpu[c], n);
-        printf("nginx + wrk, %s: fewer req/s (CPU per request)\t%.1f%% (%+.1f%%, %+.0f ns/req)\t%s\n",
-               conf_name[c], (1 - rr) * 100, (rc - 1) * 100, dc, target[c]);
-        if (c == NOSTACKS || c == STACKS)
-            printf("  extra CPU per hooked call, %s (3 per request)\t%.0f ns\t<= 150 ns\n", conf_name[c],
-                   (dc - median(d_cpu[NOCONF], n)) / 3);
+        double rr[ROUNDS], rc[ROUNDS], dc[ROUNDS], df[ROUNDS], calls[ROUNDS];
+        for (int i = 0; i < n; i++) {
+            const run *b = &res[i][UNTRACED], *t = &res[i][c];
+            rr[i] = t->rps / b->rps;
+            rc[i] = t->cpu_ns / b->cpu_ns;
+            dc[i] = t->cpu_ns - b->cpu_ns;
+            df[i] = t->faults - b->faults;
+            calls[i] = t->calls;
+        }
+        double mdc = median(dc, n);
+        if (c == NOCONF)
+            d_noconf = mdc;
+        printf("%s, %s: fewer req/s (CPU per request; page faults per request)\t%.1f%% (%+.1f%%, "
+               "%+.0f ns/req; %+.4f faults/req)\t%s\n", s->name, conf_name[c],
+               (1 - median(rr, n)) * 100, (median(rc, n) - 1) * 100, mdc, median(df, n), target[c]);
+        if (c == NOSTACKS || c == STACKS) {
+            double k = median(calls, n);
+            printf("  extra CPU per hooked call, %s (%.*f per request%s)\t%.0f ns\t<= 150 ns\n",
+                   conf_name[c], s->calls_per_req ? 0 : 2, k,
+                   s->calls_per_req ? "" : ", counted in its traces", (mdc - d_noconf) / k);
+        }
     }
-    at_rmtree(dir);
-    free(dir);
+}
+
+int main(void)
+{
+    server servers[] = {
+        {.name = "nginx + wrk", .load = "-t1 -c8", .needs = "nginx or wrk",
+         .hooks_name = "nginx.conf",
+         .calls_per_req = 3, .stop_sig = SIGQUIT, /* graceful: the worker ends its connections */
+         .installed = nginx_installed, .prepare = nginx_prepare, .exec = nginx_exec,
+         .drive = nginx_drive},
+        {.name = "memcached + memcaslap", .load = "-T1 -c8", .needs = "memcached or memcaslap "
+         "(libmemcached-tools)", .hooks_name = "memcached.conf", .calls_per_req = 0,
+         .stop_sig = SIGTERM, .installed = memcached_installed, .prepare = memcached_prepare,
+         .exec = memcached_exec, .drive = memcached_drive},
+    };
+    enum { NSRV = sizeof servers / sizeof servers[0] };
+    bool on[NSRV];
+    int live = 0;
+    for (int i = 0; i < NSRV; i++) {
+        server *s = &servers[i];
+        on[i] = s->installed();
+        if (!on[i])
+            continue;
+        live++;
+        s->dir = at_tmpdir("benchsrv");
+        s->port = at_free_port();
+        snprintf(s->hooks, sizeof s->hooks, "%s/tests/data/hooks/%s", AT_SOURCE_DIR, s->hooks_name);
+        s->prepare(s);
+        run warm;
+        one_run(s, UNTRACED, &warm); /* the page cache, the server's and the client's binaries */
+    }
+    static run res[NSRV][ROUNDS][NCONF];
+    int n[NSRV] = {0};
+    for (int round = 0; round < ROUNDS && live; round++)
+        for (int i = 0; i < NSRV; i++) {
+            bool ok = on[i];
+            for (int c = 0; c < NCONF && ok; c++)
+                ok = one_run(&servers[i], c, &res[i][n[i]][c]);
+            n[i] += ok;
+        }
+    for (int i = 0; i < NSRV; i++) {
+        if (on[i])
+            report(&servers[i], res[i], n[i]);
+        else
+            printf("%s: requests/s traced vs untraced\t%s not installed\t<= 3%%\n", servers[i].name,
+                   servers[i].needs);
+        if (servers[i].dir) {
+            at_rmtree(servers[i].dir);
+            free(servers[i].dir);
+        }
+    }
     return 0;
 }

@@ -7,7 +7,12 @@
  * thread. What the trace must show: the protocol worked (every set STORED, every get found its
  * value), each Connection crossed to a worker thread exactly once (one Receive on a thread other
  * than main, however many requests the worker took up after its wait points), and memcached's
- * exit status on SIGTERM is the one it has untraced (0). */
+ * exit status on SIGTERM is the one it has untraced (0).
+ *
+ * With bench_servers' per-request config (tests/data/hooks/memcached.conf) and one worker thread,
+ * each request's read and its response's sendmsg must be events of its connection's activity on
+ * the worker thread, with the connection's fd captured: one of each per request, which is what
+ * the bench's cost per hooked call is divided by. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -115,12 +120,100 @@ START_TEST(test_connections_cross_once)
 }
 END_TEST
 
+START_TEST(test_bench_config_requests_in_connections)
+{
+    ck_assert_msg(at_file_exists("/usr/bin/memcached"), "memcached is missing (.ci/deps installs it)");
+    at_session s;
+    memset(&s, 0, sizeof s);
+    s.dir = at_tmpdir("memcached-conf");
+    ck_assert(s.dir);
+    int port = at_free_port();
+    ck_assert(port > 0);
+    char ps[16], conf[4200];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(conf, sizeof conf, "ACTTRACE_CONFIG=%s/tests/data/hooks/memcached.conf", AT_SOURCE_DIR);
+    const char *argv[] = {"/usr/bin/memcached", "-p", ps, "-U", "0", "-l", "127.0.0.1", "-t", "1",
+                          geteuid() == 0 ? "-u" : NULL, "root", NULL};
+    const char *env[] = {conf, "ACTTRACE_STACKS=none", NULL};
+    at_run_opts o = {.argv = argv, .env = env, .cwd = s.dir};
+    at_proc p;
+    ck_assert_int_eq(at_spawn(&o, &p), 0);
+    bool up = at_wait_listening(port);
+    int ok[NCONN];
+    for (int c = 0; c < NCONN; c++)
+        ok[c] = up ? session(port, c) : 0;
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(at_wait(&p, &s.r), 0);
+    ck_assert_msg(up, "memcached never listened on %d: %s", port, s.r.err);
+    ck_assert_msg(strstr(s.r.err, "4 of 4 functions hooked"), "stderr: %s", s.r.err);
+    for (int c = 0; c < NCONN; c++)
+        ck_assert_msg(ok[c] == 2 * NREQ, "connection %d: %d of %d replies right", c, ok[c], 2 * NREQ);
+    char *path = at_trace_file_last_image(s.dir, s.r.pid);
+    if (path) {
+        s.has_trace = true;
+        s.load_rc = at_trace_load(path, &s.t);
+        free(path);
+    }
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
+    ck_assert_msg(s.has_trace && s.t.complete, "%s", at_session_describe(&s, d, sizeof d));
+    const at_trace *t = &s.t;
+    uint64_t main_tid = (uint64_t)s.r.pid;
+    struct { const char *path, *fd; int reads, sends; } conn[NCONN + 1];
+    int nconn = 0;
+    for (long c = at_find(t, "acttrace", "ConnectionStart", 0); c >= 0;
+         c = at_find(t, "acttrace", "ConnectionStart", (size_t)c + 1)) {
+        ck_assert_int_lt(nconn, NCONN + 1); /* the sessions and the listening probe */
+        ck_assert_uint_eq(t->ev[c].thread, main_tid);
+        conn[nconn].path = t->ev[c].act_path;
+        conn[nconn].fd = at_ev_field(&t->ev[c], "Return");
+        ck_assert(conn[nconn].fd);
+        conn[nconn].reads = conn[nconn].sends = 0;
+        nconn++;
+    }
+    /* fds are reused (the probe's fd is the first session's), so each event is matched by its
+     * activity, then its fd checked against that activity's */
+    for (size_t i = 0; i < t->n; i++) {
+        const at_tev *e = &t->ev[i];
+        bool send = strcmp(e->name, "Sendmsg") == 0;
+        if (strcmp(e->provider, "acttrace") != 0 || (!send && strcmp(e->name, "Read") != 0))
+            continue;
+        const char *fd = at_ev_field(e, "fd"), *ret = at_ev_field(e, "Return");
+        ck_assert_msg(fd && ret, "%s without fd or Return", e->name);
+        if (!e->act_path[0]) { /* the worker's wake-up from its pipe, between connections */
+            ck_assert_msg(!send, "a response on fd %s outside any connection", fd);
+            continue;
+        }
+        int k = 0;
+        while (k < nconn && strcmp(conn[k].path, e->act_path) != 0)
+            k++;
+        ck_assert_msg(k < nconn, "%s on fd %s in %s, not a Connection", e->name, fd, e->act_path);
+        ck_assert_msg(strcmp(fd, conn[k].fd) == 0, "%s on fd %s in the Connection of fd %s",
+                      e->name, fd, conn[k].fd);
+        ck_assert_uint_ne(e->thread, main_tid); /* on the worker the fd was handed to */
+        if (atol(ret) > 0)
+            *(send ? &conn[k].sends : &conn[k].reads) += 1;
+    }
+    int busy = 0; /* one read and one sendmsg per request; the probe has none */
+    for (int k = 0; k < nconn; k++) {
+        if (!conn[k].reads && !conn[k].sends)
+            continue;
+        ck_assert_int_eq(conn[k].reads, 2 * NREQ);
+        ck_assert_int_eq(conn[k].sends, 2 * NREQ);
+        busy++;
+    }
+    ck_assert_int_eq(busy, NCONN);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("memcached");
     TCase *tc = tcase_create("real");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_connections_cross_once);
+    tcase_add_test(tc, test_bench_config_requests_in_connections);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
