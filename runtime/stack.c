@@ -282,7 +282,7 @@ typedef struct wc_slot {
     uint64_t ips[WC_IPS];
     uint64_t addr[WC_READS], val[WC_READS];
 } wc_slot;
-static wc_slot wc_slots[WC_SLOTS];
+static wc_slot wc_slots[WC_SLOTS] __attribute__((section(".bss.at_walks")));
 static _Atomic uint32_t wc_kept; /* walks kept (each one a walk no kept one served) */
 uint32_t at_stack_walks_kept(void) { return atomic_load(&wc_kept); }
 

@@ -57,7 +57,7 @@
 #define OUT 48                  /* rcx rsi rdi r8 r9 r10 r11 (56 bytes) */
 #define RLOCALS 112
 /* rbp-based */
-#define KSLOT 8                 /* k, written by the trampoline below its rsp */
+#define KSLOT 8                 /* RREC * k (record k's offset), written by the trampoline below its rsp */
 #define RSLOT 16                /* the hooked call's return slot: the real return address again */
 #define RRESERVE (RLOCALS + 16 + 16)
 
@@ -183,8 +183,8 @@ at_stub_common:
 
 /* The return records' code. Record k (1 <= k < NRET) is at at_ret_pool + 32k:
  *   C_k: call *at_ret_rec[k].fn(%rip)
- *   R_k: movl $k, -16(%rsp) ; jmp at_ret_common ; .long &at_ret_rec[k].ra - .
- * k goes below rsp, into the red zone, so that rsp, and the rules that find the caller, are the
+ *   R_k: movl $(RREC * k), -16(%rsp) ; jmp at_ret_common ; .long &at_ret_rec[k].ra - .
+ * RREC * k goes below rsp, into the red zone, so that rsp, and the rules that find the caller, are the
  * same at every instruction until at_ret_common has a frame. Record 0 holds no code: an unwinder
  * looks up the byte before a return address. */
     .section .text.at_ret,"ax",@progbits
@@ -214,8 +214,8 @@ at_ret_pool:
     .rept NRET - 1
     .byte 0xff, 0x15                    /* call *record k's fn(%rip) */
     .long at_ret_rec + RREC * k + FN - (. + 4)
-    .byte 0xc7, 0x44, 0x24, 0xf0        /* movl $k, -16(%rsp) */
-    .long k
+    .byte 0xc7, 0x44, 0x24, 0xf0        /* movl $(RREC * k), -16(%rsp) */
+    .long RREC * k
     .byte 0xe9                          /* jmp at_ret_common */
     .long at_ret_common - (. + 4)
     .long at_ret_rec + RREC * k + RA - .
@@ -264,12 +264,12 @@ at_ret_common:
     movq %r10, OUT+40(%rsp)
     movq %r11, OUT+48(%rsp)
     /* the real return address back where the call put it */
-    movl KSLOT(%rbp), %edi
-    movl %edi, %ecx
-    shlq $RREC_SHIFT, %rcx              /* the flags are saved */
+    movl KSLOT(%rbp), %ecx              /* record k's offset: its ra without a shift on the way */
     leaq at_ret_rec(%rip), %rax
     movq RA(%rax,%rcx), %rax
     movq %rax, RSLOT(%rbp)
+    movl %ecx, %edi
+    shrl $RREC_SHIFT, %edi              /* k (the flags are saved) */
     /* DW_CFA_val_expression r16: DW_OP_lit8; DW_OP_minus; DW_OP_deref; DW_OP_lit1; DW_OP_minus
      * (the call's last byte, as the trampolines give it) */
     .cfi_escape 0x16, 0x10, 0x05, 0x38, 0x1c, 0x06, 0x31, 0x1c
