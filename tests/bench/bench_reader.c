@@ -261,7 +261,15 @@ static long long writer_generate(const char *path, unsigned long long bytes)
                         0x7f0000003000, 0x7f0000004000};
     long long n = 0;
     struct stat st = {0};
-    for (;;) {
+    /* at most 64 rounds (each ~60 MB): a writer that wrote elsewhere or dropped its events never
+     * loops until the disk is full */
+    for (int round = 0;; round++) {
+        if (round == 64) {
+            at_trace_stop();
+            fprintf(stderr, "bench_reader: %s is %lld bytes after %lld events\n", path,
+                    (long long)st.st_size, n);
+            return -1;
+        }
         for (int i = 0; i < 1000000; i++, n++) {
             uint8_t pl[64], *p = pl;
             uint64_t id = (uint64_t)n, el = (uint64_t)n * 977u % 100000u;
@@ -301,10 +309,12 @@ int main(int argc, char **argv)
         }
         unlink(big);
     }
-    char wg[] = "/tmp/at_bench_reader_w_XXXXXX";
-    fd = mkstemp(wg);
-    if (fd >= 0) {
-        close(fd);
+    /* the writer creates its file itself (it never writes into one that exists): a name in a
+     * folder of our own */
+    char wdir[] = "/tmp/at_bench_reader_w_XXXXXX";
+    if (mkdtemp(wdir)) {
+        char wg[sizeof wdir + 16];
+        snprintf(wg, sizeof wg, "%s/w.nettrace", wdir);
         long long n = writer_generate(wg, 1000ull << 20);
         if (n > 0) {
             bench_file("writer-generated 1 GB trace", wg, 2);
@@ -315,6 +325,7 @@ int main(int argc, char **argv)
         else
             printf("reader: writer-generated 1 GB trace\tnot run (the writer failed)\t>= 300 MB/s\n");
         unlink(wg);
+        rmdir(wdir);
     }
     return 0;
 }
