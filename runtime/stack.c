@@ -278,6 +278,7 @@ typedef struct wc_slot {
     _Atomic uint32_t seq;
     uint16_t n, nreads;
     uint32_t skip, max;
+    uint32_t bp_used; /* the walk's result depends on its start's rbp (else any rbp serves) */
     uint64_t ip, sp, bp;
     uint64_t ips[WC_IPS];
     uint64_t addr[WC_READS], val[WC_READS];
@@ -319,8 +320,9 @@ NO_ASAN static int wc_find(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t
 {
     wc_slot *w = wc_slot_of(ip, sp);
     uint32_t s1 = atomic_load_explicit(&w->seq, memory_order_acquire);
-    if ((s1 & 1) || WC_LOAD(w->ip) != ip || WC_LOAD(w->sp) != sp || WC_LOAD(w->bp) != bp ||
-        WC_LOAD(w->skip) != skip || WC_LOAD(w->max) != max)
+    if ((s1 & 1) || WC_LOAD(w->ip) != ip || WC_LOAD(w->sp) != sp ||
+        (WC_LOAD(w->bp_used) && WC_LOAD(w->bp) != bp) || WC_LOAD(w->skip) != skip ||
+        WC_LOAD(w->max) != max)
         return -1;
     uint32_t nr = WC_LOAD(w->nreads), n = WC_LOAD(w->n);
     if (nr > WC_READS || n > WC_IPS || n > max)
@@ -344,7 +346,7 @@ NO_ASAN static int wc_find(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t
 }
 
 NO_ASAN static void wc_keep(const wc_log *l, const uintptr_t *ips, uint32_t n, uint32_t max,
-                            uint32_t skip, uint64_t ip, uint64_t sp, uint64_t bp)
+                            uint32_t skip, uint64_t ip, uint64_t sp, uint64_t bp, bool bp_used)
 {
     if (l->full || n > WC_IPS)
         return;
@@ -357,6 +359,7 @@ NO_ASAN static void wc_keep(const wc_log *l, const uintptr_t *ips, uint32_t n, u
     WC_STORE(w->ip, ip);
     WC_STORE(w->sp, sp);
     WC_STORE(w->bp, bp);
+    WC_STORE(w->bp_used, (uint32_t)bp_used);
     WC_STORE(w->skip, skip);
     WC_STORE(w->max, max);
     WC_STORE(w->n, (uint16_t)n);
@@ -392,6 +395,13 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
     log.full = false;
     uint64_t ip0 = ip, sp0 = sp, bp0 = bp;
     uint32_t n = 0, skip0 = skip;
+    /* rbp is the start's until a frame's rule reloads it from memory: only a rule that takes the
+     * CFA from it makes the walk depend on that value (code built without frame pointers keeps
+     * anything in rbp, a request's pointer, different at every call). So the start's rbp is part
+     * of what a kept walk needs only when such a rule used it, and a word reloaded into rbp is
+     * logged only when such a rule uses it (its address came from words logged before it). */
+    bool bp_start = true, bp_used = false, bp_pending = false;
+    const uint64_t *bp_addr = NULL;
     while (n < max) {
         uint64_t r = rule_get(ip);
         unsigned kind = (unsigned)(r & 7);
@@ -406,24 +416,38 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
         if (kind == K_SIGRETURN) {
             const uint8_t *uc = (const uint8_t *)(uintptr_t)sp;
             ip = tramp_fix_logged(&log, wc_read(&log, (const uint64_t *)(uc + UC_RIP)));
-            bp = wc_read(&log, (const uint64_t *)(uc + UC_RBP));
+            bp_addr = (const uint64_t *)(uc + UC_RBP);
+            bp = *bp_addr;
+            bp_start = false;
+            bp_pending = true;
             sp = wc_read(&log, (const uint64_t *)(uc + UC_RSP));
             if (ip == 0 || sp == 0 || (sp & 7))
                 break;
             continue;
         }
+        if (kind == K_RBP) {
+            if (bp_start)
+                bp_used = true;
+            else if (bp_pending)
+                wc_read(&log, bp_addr);
+            bp_pending = false;
+        }
         uint64_t cfa = (kind == K_RSP ? sp : bp) + (r >> 19);
         if (!frame_ok(sp, cfa))
             break;
         uint64_t boff = (r >> 3) & 0xFFFF;
-        if (boff)
-            bp = wc_read(&log, (const uint64_t *)(cfa - 8 * boff));
+        if (boff) {
+            bp_addr = (const uint64_t *)(cfa - 8 * boff);
+            bp = *bp_addr;
+            bp_start = false;
+            bp_pending = true;
+        }
         ip = tramp_fix_logged(&log, wc_read(&log, (const uint64_t *)(cfa - 8)));
         sp = cfa;
         if (ip == 0)
             break;
     }
-    wc_keep(&log, ips, n, max, skip0, ip0, sp0, bp0);
+    wc_keep(&log, ips, n, max, skip0, ip0, sp0, bp0, bp_used);
     return n;
 }
 

@@ -586,12 +586,40 @@ NOINL static void *kept_walks(void *arg)
     return arg;
 }
 
+/* A frame whose CFA comes from rbp (alloca makes it keep a frame pointer) above frames that keep
+ * other values in rbp: walks kept and served through it still agree with libunwind (kept_walk
+ * compares every one), and a walk is served again after the first kept one. */
+static uintptr_t fp_out[MAXF];
+static uint32_t fp_n;
+NOIPA static void kept_fp(int size)
+{
+    volatile char *p = __builtin_alloca((size_t)size);
+    p[0] = 1;
+    kept_walk(via_a, fp_out, &fp_n);
+    KEEP_FRAME();
+}
+NOINL static void *kept_fp_walks(void *arg)
+{
+    uint32_t kept[5];
+    kept[0] = at_stack_walks_kept();
+    for (volatile int i = 0; i < 4; i++) {
+        kept_fp(96);
+        kept[i + 1] = at_stack_walks_kept();
+    }
+    ck_assert_uint_eq(kept[4], kept[3]); /* the fourth served by the kept walk */
+    ck_assert_uint_eq(kept[3], kept[2]);
+    KEEP_FRAME();
+    return arg;
+}
+
 START_TEST(kept_walks_checked)
 {
     char err[256];
     ck_assert_int_eq(at_stack_init(AT_STACK_SHARED, err, sizeof err), 0);
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, kept_walks, NULL), 0);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(pthread_create(&t, NULL, kept_fp_walks, NULL), 0);
     pthread_join(t, NULL);
 }
 END_TEST
