@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "at_testlib.h"
+#include "at_web.h"
 #include "at_tracegen.h"
 
 static at_session s;
@@ -37,37 +38,10 @@ typedef struct act {
 static act acts[64];
 static int nacts;
 
-/* Why the consumers cannot run here, or NULL when they can. */
-static const char *missing(void)
-{
-    static char why[512];
-    char stamp[4200];
-    snprintf(stamp, sizeof stamp, "%s/tests/consumers/node_modules/.package-lock.json", AT_SOURCE_DIR);
-    const char *argv[] = {"node", "--version", NULL};
-    at_run_opts o = {.argv = argv, .no_preload = true};
-    at_run_result r;
-    if (at_run(&o, &r) != 0 || !r.exited || r.status != 0) {
-        at_run_result_free(&r);
-        return "node is not on PATH";
-    }
-    at_run_result_free(&r);
-    if (!at_file_exists(stamp)) {
-        snprintf(why, sizeof why, "the consumer packages are not installed (%s: run make check, or npm ci there)",
-                 "tests/consumers");
-        return why;
-    }
-    const char *chromium = getenv("AT_CHROMIUM") ? getenv("AT_CHROMIUM") : "/usr/bin/chromium";
-    if (!at_file_exists(chromium)) {
-        snprintf(why, sizeof why, "%s is missing (Debian's chromium package)", chromium);
-        return why;
-    }
-    return NULL;
-}
-
 /* True when the consumers can run; otherwise says why (a failure under CI). */
 static bool ready(void)
 {
-    const char *why = missing();
+    const char *why = at_web_missing_in(AT_SOURCE_DIR "/tests/consumers", "speedscope");
     if (!why) return true;
     if (at_traceevent_required()) ck_abort_msg("the export consumers cannot run under CI: %s", why);
     printf("test_export_consumers: skipped: %s\n", why);

@@ -21,10 +21,12 @@ static inline const char *at_web_chromium(void)
     return c && *c ? c : "/usr/bin/chromium";
 }
 
-/* NULL when the browser tests can run here; else what is missing, said so a person can act on it. */
-static inline const char *at_web_missing(void)
+/* NULL when node scripts that drive Chromium can run here with the packages of dir (a folder of
+ * the source tree with its own package-lock.json, installed by `make check` with npm ci; module: a
+ * package it must hold); else what is missing, said so a person can act on it. */
+static inline const char *at_web_missing_in(const char *dir, const char *module)
 {
-    static char why[512];
+    static char why[4600];
     if (access(at_web_chromium(), X_OK) != 0) {
         snprintf(why, sizeof why, "no Chromium at %s (Debian package chromium; .ci/deps installs it)", at_web_chromium());
         return why;
@@ -37,10 +39,20 @@ static inline const char *at_web_missing(void)
         return "node is not on PATH";
     }
     at_run_result_free(&r);
-    if (!at_file_exists(AT_WEB_DIR "/node_modules/playwright-core/package.json"))
-        return "playwright-core is not installed in " AT_WEB_DIR "/node_modules (make check runs npm ci there; it "
-               "needs the npm registry)";
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/node_modules/%s/package.json", dir, module);
+    if (!at_file_exists(probe)) {
+        snprintf(why, sizeof why, "%s is not installed in %s/node_modules (make check runs npm ci there; it "
+                 "needs the npm registry)", module, dir);
+        return why;
+    }
     return NULL;
+}
+
+/* The same for the report's browser tests (tests/web). */
+static inline const char *at_web_missing(void)
+{
+    return at_web_missing_in(AT_WEB_DIR, "playwright-core");
 }
 
 /* Where a test's screenshots go: $AT_REPORT_SHOTS/<tag> when set (kept), else <tmp>/shots. */
