@@ -776,7 +776,7 @@ static void chrome_write(ex_ctx *c)
         chrome_meta(c, "thread_sort_index", pid, s->tid, "sort_index", false, s->tid == pid ? "-1" : "0", &first);
     }
     /* slices and flows in time order */
-    qsort(c->fl, c->nfl, sizeof *c->fl, by_flow_time);
+    if (c->nfl) qsort(c->fl, c->nfl, sizeof *c->fl, by_flow_time);
     size_t nit = c->nsl + 2 * c->nfl;
     ex_item *it = malloc((nit ? nit : 1) * sizeof *it);
     if (!it) {
@@ -1047,7 +1047,7 @@ int at_cmd_export(int argc, char **argv)
         }
         c.file_proc[i] = (uint32_t)(p - c.procs);
     }
-    {
+    if (c.nprocs) {
         ex_proc *sorted = malloc(c.nprocs * sizeof *sorted);
         if (sorted) {
             memcpy(sorted, c.procs, c.nprocs * sizeof *sorted);
