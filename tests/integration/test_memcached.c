@@ -62,6 +62,23 @@ static int session(int port, int c)
     return ok;
 }
 
+/* Every connection got all its replies right; then memcached's trace (its last image) is loaded
+ * into s, and memcached ended well with a complete trace. */
+static void replies_and_trace(at_session *s, const int *ok)
+{
+    for (int c = 0; c < NCONN; c++)
+        ck_assert_msg(ok[c] == 2 * NREQ, "connection %d: %d of %d replies right", c, ok[c], 2 * NREQ);
+    char *path = at_trace_file_last_image(s->dir, s->r.pid);
+    if (path) {
+        s->has_trace = true;
+        s->load_rc = at_trace_load(path, &s->t);
+        free(path);
+    }
+    char d[1024];
+    ck_assert_msg(s->r.exited && s->r.status == 0, "%s", at_session_describe(s, d, sizeof d));
+    ck_assert_msg(s->has_trace && s->t.complete, "%s", at_session_describe(s, d, sizeof d));
+}
+
 START_TEST(test_connections_cross_once)
 {
     ck_assert_msg(at_file_exists("/usr/bin/memcached"), "memcached is missing (.ci/deps installs it)");
@@ -86,17 +103,7 @@ START_TEST(test_connections_cross_once)
     kill(p.pid, SIGTERM);
     ck_assert_int_eq(at_wait(&p, &s.r), 0);
     ck_assert_msg(up, "memcached never listened on %d: %s", port, s.r.err);
-    for (int c = 0; c < NCONN; c++)
-        ck_assert_msg(ok[c] == 2 * NREQ, "connection %d: %d of %d replies right", c, ok[c], 2 * NREQ);
-    char *path = at_trace_file_last_image(s.dir, s.r.pid);
-    if (path) {
-        s.has_trace = true;
-        s.load_rc = at_trace_load(path, &s.t);
-        free(path);
-    }
-    char d[1024];
-    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
-    ck_assert_msg(s.has_trace && s.t.complete, "%s", at_session_describe(&s, d, sizeof d));
+    replies_and_trace(&s, ok);
     const at_trace *t = &s.t;
     uint64_t main_tid = (uint64_t)s.r.pid;
     int conns = 0, crossed = 0;
@@ -146,17 +153,7 @@ START_TEST(test_bench_config_requests_in_connections)
     ck_assert_int_eq(at_wait(&p, &s.r), 0);
     ck_assert_msg(up, "memcached never listened on %d: %s", port, s.r.err);
     ck_assert_msg(strstr(s.r.err, "4 of 4 functions hooked"), "stderr: %s", s.r.err);
-    for (int c = 0; c < NCONN; c++)
-        ck_assert_msg(ok[c] == 2 * NREQ, "connection %d: %d of %d replies right", c, ok[c], 2 * NREQ);
-    char *path = at_trace_file_last_image(s.dir, s.r.pid);
-    if (path) {
-        s.has_trace = true;
-        s.load_rc = at_trace_load(path, &s.t);
-        free(path);
-    }
-    char d[1024];
-    ck_assert_msg(s.r.exited && s.r.status == 0, "%s", at_session_describe(&s, d, sizeof d));
-    ck_assert_msg(s.has_trace && s.t.complete, "%s", at_session_describe(&s, d, sizeof d));
+    replies_and_trace(&s, ok);
     const at_trace *t = &s.t;
     uint64_t main_tid = (uint64_t)s.r.pid;
     struct { const char *path, *fd; int reads, sends; } conn[NCONN + 1];
