@@ -13,7 +13,9 @@
 # holds samples only (SampleProfiler ThreadSample, GC allocation ticks, TPL task events); activities
 # appear as "Activity <Name>(<path>)" frames above the samples taken inside them. acttrace writes
 # samples when sampling is on (ACTTRACE_SAMPLE_HZ): then every activity that holds a sample must be
-# such a frame, with its path; a trace without samples converts to no activity frame.
+# such a frame, with its path (but for the thread's last sample, which the converter never writes: it
+# weighs each sample by the time to the thread's next one); a trace without samples converts to no
+# activity frame.
 set -u
 build=$(cd "$1" && pwd); shift
 version=${DOTNET_TRACE_VERSION:-10.0.750501}
@@ -56,13 +58,19 @@ for f in "${files[@]}"; do
     if [ $rc -ne 0 ] || ! grep -q "Conversion complete" "$log" || grep -qE "Exception|potentially broken" "$log" || [ ! -s "$json" ]; then
       echo "FAIL convert $fmt $f: exit $rc; see $log"; failed=$((failed + 1)); continue
     fi
-    if msg=$(python3 - "$fmt" "$json" "$out/$base.tree" "$out/$base.dump" <<'EOF'
+    if msg=$(python3 - "$fmt" "$json" "$out/$base.tree" "$out/$base.dump" 2>&1 <<'EOF'
 import json, re, sys
 fmt, path, tree, dump = sys.argv[1:]
-sampled = set()
+# The converter logs each sample's stack when the thread's next sample arrives (its weight is the time
+# between them), so a thread's last sample is never written: it counts only if it is not the last.
+per_thread = {}
 for line in open(dump, errors="replace"):
-    m = re.search(r'SampleProfiler/.* act=\S+ (//[0-9/]+) ', line)
-    if m: sampled.add(m.group(1))
+    m = re.search(r'^\s*([0-9.]+) ms\s+tid (\d+)\s+Microsoft-DotNETCore-SampleProfiler/.* act=\S+ (//[0-9/]+) ', line)
+    if m: per_thread.setdefault(m.group(2), []).append((float(m.group(1)), m.group(3)))
+sampled = set()
+for samples in per_thread.values():
+    samples.sort()
+    sampled.update(path for _, path in samples[:-1])
 doc = json.load(open(path))
 names = set()
 for line in open(tree):
@@ -96,7 +104,7 @@ EOF
     ); then
       passed=$((passed + 1)); echo "ok convert $fmt $base: $msg" >>"$out/summary.log"
     else
-      echo "FAIL convert $fmt $f: $msg"; failed=$((failed + 1))
+      echo "FAIL convert $fmt $f: ${msg##*$'\n'}"; failed=$((failed + 1))
     fi
   done
 done
