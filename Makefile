@@ -43,7 +43,7 @@ FFI_LIBS = $(shell pkg-config --libs libffi 2>/dev/null || echo -lffi)
 
 RUNTIME_SRC := $(wildcard runtime/*.c)
 CONFIG_SRC := $(wildcard config/*.c)
-SHIM_SRC := $(wildcard shim/*.c shim/*/*.c)
+SHIM_SRC := $(filter-out shim/hooks.c shim/hook/stub.c,$(wildcard shim/*.c shim/*/*.c))
 SHIM_ASM := $(wildcard shim/*.S shim/*/*.S)
 TOOLLIB_SRC := $(filter-out tools/main.c,$(wildcard tools/*.c))
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -100,12 +100,12 @@ $(BUILD)/obj/shim/hook/ffiwrap.o: CFLAGS += -fexceptions
 NOVEC_CFLAGS = -mgeneral-regs-only -fno-tree-loop-distribute-patterns
 NOVEC_OBJ = $(addprefix $(BUILD)/obj/runtime/,activity.o actpath.o tbuf.o flusher.o payload.o stack.o \
               tid.o clock.o xstate.o saferead.o) \
-            $(addprefix $(BUILD)/obj/shim/,hooks.o fdflow.o events.o stacks.o hook/stub.o)
+            $(addprefix $(BUILD)/obj/shim/,hookpath.o fdflow.o events.o stacks.o)
 $(NOVEC_OBJ): CFLAGS += $(NOVEC_CFLAGS)
 # The hooked call's logic reads no constant of its own from memory: a switch's jump or lookup table
 # is on a read-only data page of its own, one more TLB miss per hooked call of a server between two system calls
 # (shim/start.ld gathers its code on few pages).
-PATH_OBJ = $(BUILD)/obj/shim/hooks.o $(BUILD)/obj/shim/hook/stub.o $(BUILD)/obj/config/signature.o
+PATH_OBJ = $(BUILD)/obj/shim/hookpath.o $(BUILD)/obj/config/signature.o
 $(PATH_OBJ): CFLAGS += -fno-jump-tables -fno-tree-switch-conversion
 # the report's page and script are linked in from their own files (.incbin)
 REPORT_ASSETS := $(wildcard tools/report/*)

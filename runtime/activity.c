@@ -19,6 +19,7 @@
 #include "activity.h"
 
 #include "activity_int.h"
+#include "activity_plain.h"
 #include "actpath.h"
 #include "tbuf_hot.h"
 #include "xstate.h"
@@ -30,22 +31,15 @@
 #include <unistd.h>
 
 
-struct at_activity_kind {
-    at_activity_kind *next;     /* registry list */
-    char *provider, *name;
-    unsigned flags;
-    at_event_type *start_ev, *stop_ev;
-};
-
 /* --- process-wide state --- */
-static uint32_t g_pid AT_FORK_DATA; /* the pid in checksums; set lazily and after fork */
-static at_guid g_root_prefix AT_START_DATA;     /* "//1" (the AppDomain) encoded, set in init_once before g_pid */
-static int g_root_off AT_START_DATA;
+uint32_t at_actg_pid AT_FORK_DATA; /* the pid in checksums; set lazily and after fork */
+at_guid at_actg_root_prefix AT_START_DATA;     /* "//1" (the AppDomain) encoded, set in init_once before at_actg_pid */
+int at_actg_root_off AT_START_DATA;
 static uint32_t g_root_next;      /* atomic: EventSource's static m_nextId (wraps, by design) */
 static uint32_t g_domain = 1;     /* the AppDomain part of root paths: 1, or 1 + the exec generation */
 static uint64_t g_unique_next = 1;/* atomic: per-thread blocks of <Name>Id values are taken from it */
-static at_guid g_process_parent;  /* RelatedActivityId of root Starts (exec chains) */
-static bool g_have_process_parent;
+at_guid at_actg_process_parent;  /* RelatedActivityId of root Starts (exec chains) */
+bool at_actg_have_process_parent;
 static pthread_mutex_t g_kinds_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 static at_activity_kind *g_kinds AT_START_DATA;
 static pthread_once_t g_once AT_START_DATA = PTHREAD_ONCE_INIT;
@@ -55,7 +49,7 @@ static pthread_key_t g_thread_key AT_START_DATA;
 
 /* --- per-thread state --- */
 #define UNIQUE_BLOCK 1024u
-#define CACHE_MAX 256u
+#define CACHE_MAX AT_ACT_CACHE_MAX
 AT_TLS at_act_tls at_act_t; /* activity_inline.h */
 #define REFC_EXITED 0x10000u /* at_refc_busy after the thread's exit: no caching any more */
 #define at_free_list (at_act_t.free_list)
@@ -84,16 +78,16 @@ AT_FORK_TEXT static void after_fork_child(void)
 
 static void init_once(void)
 {
-    memset(&g_root_prefix, 0, sizeof g_root_prefix);
-    g_root_off = at_actpath_add_id(&g_root_prefix, 0, g_domain, false, (uint32_t)getpid());
+    memset(&at_actg_root_prefix, 0, sizeof at_actg_root_prefix);
+    at_actg_root_off = at_actpath_add_id(&at_actg_root_prefix, 0, g_domain, false, (uint32_t)getpid());
     pthread_key_create(&g_thread_key, thread_exit);
     pthread_atfork(NULL, NULL, after_fork_child);
-    __atomic_store_n(&g_pid, (uint32_t)getpid(), __ATOMIC_RELEASE); /* last: the fast check reads it */
+    __atomic_store_n(&at_actg_pid, (uint32_t)getpid(), __ATOMIC_RELEASE); /* last: the fast check reads it */
 }
 
 static inline void ensure_init(void)
 {
-    if (AT_UNLIKELY(__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) == 0))
+    if (AT_UNLIKELY(__atomic_load_n(&at_actg_pid, __ATOMIC_ACQUIRE) == 0))
         at_xs_once(&g_once, init_once); /* may be inside a hooked call: xstate.h */
 }
 
@@ -424,7 +418,7 @@ static inline __attribute__((always_inline)) void write_own_event(const at_event
 /* inline in the Start: a hooked call's Start is the common caller */
 static inline __attribute__((always_inline)) void make_id(at_activity *a, at_activity *parent)
 {
-    uint32_t pid = g_pid;
+    uint32_t pid = at_actg_pid;
     if (!parent) {
         if (AT_UNLIKELY(at_root_left == 0)) {
             uint32_t blk = 1u << at_root_grow;
@@ -437,7 +431,7 @@ static inline __attribute__((always_inline)) void make_id(at_activity *a, at_act
         uint32_t n = at_root_next++;
         /* every root path starts with the AppDomain, always 1: encoded once in init_once (the
          * checksum, the only pid-dependent part, is rewritten by the next id) */
-        a->path_end = (int8_t)at_actpath_child(&a->id, &g_root_prefix, g_root_off, n, pid);
+        a->path_end = (int8_t)at_actpath_child(&a->id, &at_actg_root_prefix, at_actg_root_off, n, pid);
         return;
     }
     uint32_t n = __atomic_add_fetch(&parent->last_child, 1, __ATOMIC_RELAXED);
@@ -503,8 +497,8 @@ static inline __attribute__((always_inline)) at_activity *start(at_activity_kind
     at_activity *cur = at_act_cur;
     at_activity *parent = live_from(cur);
     const at_guid *related = id_or_null(parent);
-    if (!related && g_have_process_parent)
-        related = &g_process_parent;
+    if (!related && at_actg_have_process_parent)
+        related = &at_actg_process_parent;
 
     if (parent) {
         if (AT_UNLIKELY(parent->level >= AT_ACTIVITY_MAX_DEPTH)) {
@@ -526,8 +520,8 @@ static inline __attribute__((always_inline)) at_activity *start(at_activity_kind
                 /* related is what is current once the namesake stopped, as in the runtime
                  * (tests/unit/test_actpath_live.c) */
                 related = id_or_null(parent);
-                if (!related && g_have_process_parent)
-                    related = &g_process_parent;
+                if (!related && at_actg_have_process_parent)
+                    related = &at_actg_process_parent;
             }
         }
     }
@@ -630,83 +624,26 @@ AT_CORE_FN at_activity *at_activity_start_held(at_activity_kind *k, const void *
 }
 
 /* --- the plain shape: a Start with no fields, a Stop with one 32-bit field, no stack ---
- * What a plain hooked call runs. The common case goes in one pass that makes no call (a leaf: no
- * register to save and restore around it); anything else (the engine or the thread not set up, a
- * block of numbers or the allocation cache to refill, a borrowed or stopped current activity, a
- * namesake to stop first, the depth limit, a long path, a record the fast writer does not take)
- * goes through the general body, each way out a tail call of a function of its own. */
+ * What a plain hooked call runs: the one-pass bodies are activity_plain.h's (the hook path inlines
+ * them); these are their ways out, each a tail call of a function of its own. */
 
-static AT_NOINLINE at_activity *start_plain_general(at_activity_kind *k)
+AT_NOINLINE at_activity *at_act_start_plain_general(at_activity_kind *k)
 {
     return start(k, NULL, 0, NULL, 0, true);
 }
 
 /* The fast Start's record by the general writer, and what follows it. */
-static AT_NOINLINE at_activity *start_plain_written_general(at_activity *a,
-                                                            const at_guid *related)
+AT_NOINLINE at_activity *at_act_start_plain_written_general(at_activity *a, const at_guid *related)
 {
     at_tbuf_write_act_general(a->kind->start_ev, &a->id, related, a->unique, NULL, 0);
     at_act_cur = a;
     return a;
 }
 
+/* activity_plain.h's body, for the engine's other callers */
 AT_CORE_FN at_activity *at_activity_start_held_plain(at_activity_kind *k)
 {
-    at_act_tls *s = &at_act_t;
-    at_activity *parent = s->cur;
-    uint32_t pid = __atomic_load_n(&g_pid, __ATOMIC_ACQUIRE); /* 0: ensure_init has not run */
-    if (AT_UNLIKELY(!k || !pid || s->borrowed))
-        return start_plain_general(k);
-    const at_guid *related;
-    if (parent) {
-        /* start()'s tests for a live current activity (the parent then): the depth limit, a path
-         * that may need the general encoder, a namesake on the chain when not recursive */
-        if (AT_UNLIKELY(!is_live(parent) || parent->level >= AT_ACTIVITY_MAX_DEPTH ||
-                        (unsigned)parent->path_end > 7))
-            return start_plain_general(k);
-        if (!(k->flags & AT_ACT_RECURSIVE))
-            for (at_activity *same = parent; same; same = same->creator)
-                if (same->kind == k && is_live(same))
-                    return start_plain_general(k);
-        related = &parent->id;
-    } else {
-        if (AT_UNLIKELY((unsigned)g_root_off > 7))
-            return start_plain_general(k);
-        related = g_have_process_parent ? &g_process_parent : NULL;
-    }
-    /* The thread's caches, tested right before they are used, as start() and make_id() do (a
-     * signal handler's Start in between could empty them). From here on as they do it. */
-    at_activity *a = s->free_list;
-    if (AT_UNLIKELY(!a || s->unique_next == s->unique_end || (!parent && !s->root_left)))
-        return start_plain_general(k);
-    s->free_list = a->creator;
-    s->free_count--;
-    a->refs = 2; /* the thread's and the caller's: only this thread can reach it so far */
-    a->stopped = ACT_LIVE;
-    a->last_child = 0;
-    a->kind = k;
-    a->unique = s->unique_next++;
-    if (parent) {
-        a->level = (uint16_t)(parent->level + 1);
-        uint32_t n = __atomic_add_fetch(&parent->last_child, 1, __ATOMIC_RELAXED);
-        a->path_end = (int8_t)at_actpath_child_near(&a->id, &parent->id, parent->path_end, n, pid);
-    } else {
-        a->level = 0;
-        s->root_left--;
-        uint32_t n = s->root_next++;
-        a->path_end = (int8_t)at_actpath_child_near(&a->id, &g_root_prefix, g_root_off, n, pid);
-    }
-    a->creator = parent; /* the thread's reference on it becomes a's */
-    const at_event_type *t = k->start_ev;
-    if (at_event_enabled(t)) {
-        /* the record's shape made constant both ways */
-        bool put = related ? at_tbuf_try_put_act(t, &a->id, true, related, true, a->unique, NULL, 0)
-                           : at_tbuf_try_put_act(t, &a->id, true, NULL, false, a->unique, NULL, 0);
-        if (AT_UNLIKELY(!put))
-            return start_plain_written_general(a, related);
-    }
-    s->cur = a;
-    return a;
+    return at_act_start_plain(k);
 }
 
 static inline __attribute__((always_inline)) bool stop_held(at_activity *a, const void *extra,
@@ -757,20 +694,20 @@ static AT_NOINLINE void end_held_shared(at_activity *a, const void *extra, uint3
     at_activity_unref(a);
 }
 
-static AT_NOINLINE void end_u32_general(at_activity *a, uint32_t v)
+AT_NOINLINE void at_act_end_u32_general(at_activity *a, uint32_t v)
 {
     if (!stop_held(a, &v, sizeof v, NULL, 0))
         end_held_shared(a, &v, sizeof v);
 }
 
 /* The fast Stop's record by the general writer, and what follows it. */
-static AT_NOINLINE void end_u32_written_general(at_activity *a, uint32_t v)
+AT_NOINLINE void at_act_end_u32_written_general(at_activity *a, uint32_t v)
 {
     at_tbuf_write_act_general(a->kind->stop_ev, &a->id, NULL, a->unique, &v, sizeof v);
     act_free(a);
 }
 
-static AT_NOINLINE void end_u32_free_general(at_activity *a)
+AT_NOINLINE void at_act_end_u32_free_general(at_activity *a)
 {
     act_free(a);
 }
@@ -786,27 +723,7 @@ void at_activity_stop_untracked(at_activity_kind *k, const void *extra, uint32_t
 
 AT_CORE_FN void at_activity_end_held_u32(at_activity *a, uint32_t v)
 {
-    at_act_tls *s = &at_act_t;
-    /* stop_held()'s tests: current, live, held by the thread and the caller alone (the flow
-     * caches then hold none), its creator live */
-    if (AT_UNLIKELY(!a || a != s->cur || s->borrowed || !is_live(a) ||
-                    __atomic_load_n(&a->refs, __ATOMIC_ACQUIRE) != 2 ||
-                    (a->creator && !is_live(a->creator))))
-        return end_u32_general(a, v);
-    __atomic_store_n(&a->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
-    /* a's reference on its creator becomes the thread's. Before the record (stop_held() makes it
-     * after): a signal handler in between sees the creator current either way (a is stopped), and
-     * a stays off the allocation cache until its record is written. */
-    s->cur = a->creator;
-    const at_event_type *t = a->kind->stop_ev;
-    if (at_event_enabled(t) &&
-        AT_UNLIKELY(!at_tbuf_try_put_act(t, &a->id, true, NULL, false, a->unique, &v, sizeof v)))
-        return end_u32_written_general(a, v);
-    if (AT_UNLIKELY(s->free_count >= CACHE_MAX || !s->registered))
-        return end_u32_free_general(a);
-    a->creator = s->free_list; /* act_free() */
-    s->free_list = a;
-    s->free_count++;
+    at_act_end_u32(a, v);
 }
 
 bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,
@@ -965,25 +882,25 @@ AT_HOT_FN void at_flow_transfer_receive_from(at_activity *a, const at_guid *prev
 void at_activity_set_process_parent(const at_guid *parent_id)
 {
     if (parent_id && !at_guid_is_zero(parent_id)) {
-        g_process_parent = *parent_id;
-        g_have_process_parent = true;
+        at_actg_process_parent = *parent_id;
+        at_actg_have_process_parent = true;
     } else {
-        g_have_process_parent = false;
+        at_actg_have_process_parent = false;
     }
 }
 
 void at_activity_set_exec_generation(uint32_t gen)
 {
-    if (__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) == 0) /* before the first activity only */
+    if (__atomic_load_n(&at_actg_pid, __ATOMIC_ACQUIRE) == 0) /* before the first activity only */
         g_domain = gen + 1;
 }
 
 AT_FORK_TEXT void at_activity_after_fork_child(void)
 {
     at_tid_cache = 0;
-    /* only once initialized: g_pid != 0 is what tells ensure_init that init_once has run */
-    if (__atomic_load_n(&g_pid, __ATOMIC_ACQUIRE) != 0)
-        __atomic_store_n(&g_pid, (uint32_t)at_raw_getpid(), __ATOMIC_RELEASE);
+    /* only once initialized: at_actg_pid != 0 is what tells ensure_init that init_once has run */
+    if (__atomic_load_n(&at_actg_pid, __ATOMIC_ACQUIRE) != 0)
+        __atomic_store_n(&at_actg_pid, (uint32_t)at_raw_getpid(), __ATOMIC_RELEASE);
 }
 
 /* --- test hooks (activity_int.h) --- */
@@ -991,7 +908,7 @@ AT_FORK_TEXT void at_activity_after_fork_child(void)
 void at_activity_test_set_pid(uint32_t pid)
 {
     ensure_init();
-    __atomic_store_n(&g_pid, pid ? pid : (uint32_t)getpid(), __ATOMIC_RELEASE);
+    __atomic_store_n(&at_actg_pid, pid ? pid : (uint32_t)getpid(), __ATOMIC_RELEASE);
 }
 
 uint32_t at_activity_test_refs(const at_activity *a)

@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "activity_plain.h"
 #include "hook/hook.h"
 #include "hookconf.h"
 #include "shim.h"
@@ -481,13 +482,13 @@ static inline void errno_set(int v)
 
 /* The call of a plain rule's function (rule.plain): the Start with no fields, no stack and no test,
  * listed for its Stop. What at_hook_enter does for such a rule, without what it does not need. */
-AT_PATH_CORE static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
+static inline __attribute__((always_inline)) void plain_enter(probe *pr, at_hook_call *c)
 {
     AT_INTERNAL_BEGIN();
     int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
-    at_activity *a = at_activity_start_held_plain(pr->plain_kind);
+    at_activity *a = at_act_start_plain(pr->plain_kind);
     if (AT_UNLIKELY(a == AT_ACTIVITY_UNTRACKED)) {
         c->started = 3; /* its Start has no id: so will its Stop */
     } else if (a) {
@@ -506,9 +507,11 @@ AT_PATH_CORE static AT_NOINLINE void plain_enter(probe *pr, at_hook_call *c)
 
 static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args);
 
-/* The plain rule's path and the others' are functions of their own: the others' frame (payload and
- * stack buffers, many live values) is not set up for the plain one. */
-static inline void enter_rule(at_hook *h, at_hook_call *c, uint64_t *args)
+/* The plain rule's path is inline, down to the engine's one-pass Start and Stop (activity_plain.h):
+ * the stub's entry and return (hook/stub.c, the same translation unit: hookpath.c) make no call for
+ * it. The others' is a function of its own: its frame (payload and stack buffers, many live values)
+ * is not set up for the plain one. */
+static inline __attribute__((always_inline)) void enter_rule(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     probe *pr = h->user;
     if (AT_LIKELY(pr->plain_kind))
@@ -525,7 +528,9 @@ static AT_NOINLINE void enter_unsure(at_hook *h, at_hook_call *c, uint64_t *args
         enter_rule(h, c, args);
 }
 
-AT_PATH_CORE void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
+/* at_hook_enter's body, for the stub's entry to inline */
+static inline __attribute__((always_inline)) void hook_enter_inline(at_hook *h, at_hook_call *c,
+                                                                   uint64_t *args)
 {
     /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
      * without recording: close in libelf, malloc in libunwind as a stack is taken */
@@ -534,6 +539,11 @@ AT_PATH_CORE void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
     if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
         return enter_unsure(h, c, args);
     enter_rule(h, c, args);
+}
+
+AT_PATH_CORE void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
+{
+    hook_enter_inline(h, c, args);
 }
 
 AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
@@ -664,7 +674,7 @@ AT_PATH_CORE static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call
 
 /* The common case first: the call is the innermost one listed (nothing jumped over it), in the
  * thread's own entries. */
-AT_PATH_CORE static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, int status)
+static inline __attribute__((always_inline)) void plain_exit(const rule *r, at_hook_call *c, int status)
 {
     int n = hk_nlive;
     if (AT_UNLIKELY(c->started != 1 || n <= 0 || n > LIVE_INLINE ||
@@ -674,7 +684,7 @@ AT_PATH_CORE static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, 
     int err = errno_get();
     hk_nlive = n - 1;
     c->started = 0;
-    at_activity_end_held_u32(c->act, (uint32_t)status);
+    at_act_end_u32(c->act, (uint32_t)status);
     AT_INTERNAL_END();
     errno_set(err);
 }
@@ -682,8 +692,9 @@ AT_PATH_CORE static AT_NOINLINE void plain_exit(const rule *r, at_hook_call *c, 
 static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status);
 
-static inline void exit_rule(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret,
-                             int status)
+static inline __attribute__((always_inline)) void exit_rule(at_hook *h, at_hook_call *c,
+                                                           const uint64_t *args, uint64_t ret,
+                                                           int status)
 {
     probe *pr = h->user;
     if (AT_LIKELY(pr->plain_kind))
@@ -699,13 +710,21 @@ static AT_NOINLINE void exit_unsure(at_hook *h, at_hook_call *c, const uint64_t 
         exit_rule(h, c, args, ret, status);
 }
 
-AT_PATH_CORE void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+/* at_hook_exit's body, for the stub's return to inline */
+static inline __attribute__((always_inline)) void hook_exit_inline(at_hook *h, at_hook_call *c,
+                                                                  const uint64_t *args, uint64_t ret,
+                                                                  int status)
 {
     if (at_internal)
         return;
     if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
         return exit_unsure(h, c, args, ret, status);
     exit_rule(h, c, args, ret, status);
+}
+
+AT_PATH_CORE void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+{
+    hook_exit_inline(h, c, args, ret, status);
 }
 
 AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
