@@ -629,14 +629,19 @@ AT_CORE_FN at_activity *at_activity_start_held(at_activity_kind *k, const void *
 
 AT_NOINLINE at_activity *at_act_start_plain_general(at_activity_kind *k)
 {
-    return start(k, NULL, 0, NULL, 0, true);
+    int e = errno;
+    at_activity *a = start(k, NULL, 0, NULL, 0, true);
+    errno = e;
+    return a;
 }
 
 /* The fast Start's record by the general writer, and what follows it. */
 AT_NOINLINE at_activity *at_act_start_plain_written_general(at_activity *a, const at_guid *related)
 {
+    int e = errno;
     at_tbuf_write_act_general(a->kind->start_ev, &a->id, related, a->unique, NULL, 0);
     at_act_cur = a;
+    errno = e;
     return a;
 }
 
@@ -696,20 +701,26 @@ static AT_NOINLINE void end_held_shared(at_activity *a, const void *extra, uint3
 
 AT_NOINLINE void at_act_end_u32_general(at_activity *a, uint32_t v)
 {
+    int e = errno;
     if (!stop_held(a, &v, sizeof v, NULL, 0))
         end_held_shared(a, &v, sizeof v);
+    errno = e;
 }
 
 /* The fast Stop's record by the general writer, and what follows it. */
 AT_NOINLINE void at_act_end_u32_written_general(at_activity *a, uint32_t v)
 {
+    int e = errno;
     at_tbuf_write_act_general(a->kind->stop_ev, &a->id, NULL, a->unique, &v, sizeof v);
     act_free(a);
+    errno = e;
 }
 
 AT_NOINLINE void at_act_end_u32_free_general(at_activity *a)
 {
+    int e = errno;
     act_free(a);
+    errno = e;
 }
 
 at_activity at_act_untracked;

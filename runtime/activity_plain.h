@@ -27,7 +27,9 @@ extern bool at_actg_have_process_parent;
 
 #define AT_ACT_CACHE_MAX 256u /* freed activities a thread keeps for its next Starts */
 
-/* The ways out of the one-pass bodies below (activity.c), each a tail call of its own. */
+/* The ways out of the one-pass bodies below (activity.c), each a tail call of its own. They leave
+ * errno as they found it, and the one-pass bodies make no call: a caller that keeps errno for the
+ * program (the hooked call's path) need not save it around them. */
 at_activity *at_act_start_plain_general(at_activity_kind *k);
 at_activity *at_act_start_plain_written_general(at_activity *a, const at_guid *related);
 void at_act_end_u32_general(at_activity *a, uint32_t v);

@@ -482,12 +482,21 @@ static inline void errno_set(int v)
 
 /* The call of a plain rule's function (rule.plain): the Start with no fields, no stack and no test,
  * listed for its Stop. What at_hook_enter does for such a rule, without what it does not need. */
+static AT_NOINLINE void abandon_below_keep_errno(uintptr_t sp, bool entering)
+{
+    int err = errno_get();
+    abandon_below(sp, entering);
+    errno_set(err);
+}
+
+/* errno is the program's: nothing here changes it (the engine's one-pass Start makes no call, and
+ * its ways out, the deep call list's mapping and the abandoning of calls jumped over keep it), so
+ * it is not saved and restored on every call. */
 static inline __attribute__((always_inline)) void plain_enter(probe *pr, at_hook_call *c)
 {
     AT_INTERNAL_BEGIN();
-    int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
-        abandon_below(c->sp, true);
+        abandon_below_keep_errno(c->sp, true);
     at_activity *a = at_act_start_plain(pr->plain_kind);
     if (AT_UNLIKELY(a == AT_ACTIVITY_UNTRACKED)) {
         c->started = 3; /* its Start has no id: so will its Stop */
@@ -502,7 +511,6 @@ static inline __attribute__((always_inline)) void plain_enter(probe *pr, at_hook
         }
     }
     AT_INTERNAL_END();
-    errno_set(err);
 }
 
 static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args);
@@ -528,14 +536,11 @@ static AT_NOINLINE void enter_unsure(at_hook *h, at_hook_call *c, uint64_t *args
         enter_rule(h, c, args);
 }
 
-/* at_hook_enter's body, for the stub's entry to inline */
-static inline __attribute__((always_inline)) void hook_enter_inline(at_hook *h, at_hook_call *c,
+/* at_hook_enter's body past its test of at_internal, for the stub's entry to inline (it has just
+ * made that test, and nothing since can have changed it) */
+static inline __attribute__((always_inline)) void hook_enter_tested(at_hook *h, at_hook_call *c,
                                                                    uint64_t *args)
 {
-    /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
-     * without recording: close in libelf, malloc in libunwind as a stack is taken */
-    if (at_internal)
-        return;
     if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
         return enter_unsure(h, c, args);
     enter_rule(h, c, args);
@@ -543,7 +548,11 @@ static inline __attribute__((always_inline)) void hook_enter_inline(at_hook *h, 
 
 AT_PATH_CORE void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
-    hook_enter_inline(h, c, args);
+    /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
+     * without recording: close in libelf, malloc in libunwind as a stack is taken */
+    if (at_internal)
+        return;
+    hook_enter_tested(h, c, args);
 }
 
 AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
@@ -681,12 +690,10 @@ static inline __attribute__((always_inline)) void plain_exit(const rule *r, at_h
                     hk_live_in[n - 1].sp != c->sp || hk_live_in[n - 1].a != c->act))
         return plain_exit_slow(r, c, status);
     AT_INTERNAL_BEGIN();
-    int err = errno_get();
     hk_nlive = n - 1;
     c->started = 0;
-    at_act_end_u32(c->act, (uint32_t)status);
+    at_act_end_u32(c->act, (uint32_t)status); /* keeps errno (activity_plain.h) */
     AT_INTERNAL_END();
-    errno_set(err);
 }
 
 static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
@@ -708,6 +715,12 @@ static AT_NOINLINE void exit_unsure(at_hook *h, at_hook_call *c, const uint64_t 
 {
     if (at_on() || c->started) /* what a call started is stopped, whatever came since */
         exit_rule(h, c, args, ret, status);
+}
+
+/* A call of h takes the plain rule's path: no stack, so no return point to walk from. */
+static inline bool hook_plain(const at_hook *h)
+{
+    return ((const probe *)h->user)->plain_kind != NULL;
 }
 
 /* at_hook_exit's body, for the stub's return to inline */

@@ -425,7 +425,7 @@ AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     __atomic_store_n(&c->done, 0, __ATOMIC_RELAXED);
     c->ret_ip = 0; /* an exit through the personality (an unwind) walks from where it is */
     if (AT_LIKELY(!h->sig))
-        hook_enter_inline(h, c, NULL); /* hooks.c's at_hook_enter, inline (hookpath.c) */
+        hook_enter_tested(h, c, NULL); /* hooks.c's at_hook_enter, inline (hookpath.c) */
     else
         typed_enter(h, r, regs, caller_sp);
     /* the return comes back through R_k (the stack taken above saw the real caller) */
@@ -448,15 +448,16 @@ AT_PATH_CORE AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, 
             at_ctype t = (at_ctype)h->ret_type;
             v = from_slot(t, (t == AT_CT_F32 || t == AT_CT_F64) ? rets[2] : rets[0]);
         }
-        /* the caller as the function returned to it: its return address, its stack pointer past
-         * the return slot, its rbp as the function left it */
-        c->ret_ip = r->ra;
-        c->ret_sp = (uint64_t)(uintptr_t)r->slot + 8;
-        c->ret_bp = bp;
-        if (AT_LIKELY(!h->sig))
-            hook_exit_inline(h, c, NULL, v, AT_HOOK_RETURNED);
-        else
-            at_hook_exit(h, c, r->args, v, AT_HOOK_RETURNED);
+        if (AT_LIKELY(!h->sig && hook_plain(h))) {
+            hook_exit_inline(h, c, NULL, v, AT_HOOK_RETURNED); /* hooks.c's, inline (hookpath.c) */
+        } else {
+            /* the caller as the function returned to it, for a Stop's stack: its return address,
+             * its stack pointer past the return slot, its rbp as the function left it */
+            c->ret_ip = r->ra;
+            c->ret_sp = (uint64_t)(uintptr_t)r->slot + 8;
+            c->ret_bp = bp;
+            at_hook_exit(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED);
+        }
     }
     ret_done(k);
 }

@@ -9,6 +9,8 @@
  *   hk_regs: assembly leaves whose callers check r10, r11, rcx, rdx, rsi, rdi, r8, r9, the flags,
  *     xmm/ymm/zmm0-31, k0-7, MXCSR and the x87 control word after the call, and what the leaf
  *     was entered with (r10, r11, flags), hooked without a signature, with one, and with stacks.
+ *   hk_errno: errno after each hooked call is what the function left (untouched, or its own
+ *     failure), through every way out of the hook's one-pass path, on two threads.
  *   libacttrace.so itself: no code the stub's C calls reach touches vector/x87 state, and it calls
  *     out only to functions known not to, or through the XSAVE guard (runtime/xstate.h). */
 #include <check.h>
@@ -154,6 +156,29 @@ static const char *const guarded[][2] = {{"at_xs_malloc", "*"},   /* smalloc.c *
                                          {"walk_libunwind", "*"},       /* libunwind, guarded */
                                          {"walk_slow_unguarded", "*"}}; /* only from walk_slow */
 
+#define ERRNO_N 5000
+
+START_TEST(test_errno)
+{
+    at_session s;
+    char *conf = conf_path("errno.conf");
+    char n[16];
+    snprintf(n, sizeof n, "%d", ERRNO_N);
+    run_both(&s, "hk_errno", conf, n);
+    ck_assert_msg(strstr(s.r.out, "ok 5000"), "hk_errno: %s", s.r.out);
+    ck_assert_msg(strstr(s.r.err, "acttrace: 5 of 5 functions hooked (0 GOT, 5 entry)"), "%s",
+                  s.r.err);
+    const at_trace *t = &s.t;
+    expect_calls(t, "Keep", 2 * (2 * ERRNO_N + ERRNO_N / 100));
+    expect_calls(t, "Fail", 2 * 2 * ERRNO_N);
+    expect_calls(t, "Nested", 2 * ERRNO_N);
+    expect_calls(t, "Stacked", 2 * ERRNO_N);
+    expect_calls(t, "Jump", 2 * (ERRNO_N / 100));
+    at_session_free(&s);
+    free(conf);
+}
+END_TEST
+
 static bool in_list(const char *const *l, const char *s)
 {
     for (; *l; l++)
@@ -296,6 +321,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_loop_test(tc, test_matrix, 0, (int)(sizeof matrix / sizeof matrix[0]));
     tcase_add_test(tc, test_registers);
+    tcase_add_test(tc, test_errno);
     tcase_add_test(tc, test_hook_code_is_vector_free);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
