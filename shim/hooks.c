@@ -519,13 +519,25 @@ static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint6
  * the stub's entry and return (hook/stub.c, the same translation unit: hookpath.c) make no call for
  * it. The others' is a function of its own: its frame (payload and stack buffers, many live values)
  * is not set up for the plain one. */
-static inline __attribute__((always_inline)) void enter_rule(at_hook *h, at_hook_call *c, uint64_t *args)
+AT_PATH_CORE static AT_NOINLINE void plain_enter_call(probe *pr, at_hook_call *c)
+{
+    plain_enter(pr, c);
+}
+
+/* inline_plain: the plain path inline here (the stub's entry), else a call (at_hook_enter, whose
+ * other callers then keep the frame they had) */
+static inline __attribute__((always_inline)) void enter_rule(at_hook *h, at_hook_call *c,
+                                                            uint64_t *args, bool inline_plain)
 {
     probe *pr = h->user;
-    if (AT_LIKELY(pr->plain_kind))
-        plain_enter(pr, c);
-    else
+    if (AT_LIKELY(pr->plain_kind)) {
+        if (inline_plain)
+            plain_enter(pr, c);
+        else
+            plain_enter_call(pr, c);
+    } else {
         hook_enter(pr, h, c, args);
+    }
 }
 
 /* The shim not simply on (a clone(CLONE_VM) child may run on this thread's TLS): a function of its
@@ -533,17 +545,18 @@ static inline __attribute__((always_inline)) void enter_rule(at_hook *h, at_hook
 static AT_NOINLINE void enter_unsure(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     if (at_on())
-        enter_rule(h, c, args);
+        enter_rule(h, c, args, false);
 }
 
 /* at_hook_enter's body past its test of at_internal, for the stub's entry to inline (it has just
  * made that test, and nothing since can have changed it) */
 static inline __attribute__((always_inline)) void hook_enter_tested(at_hook *h, at_hook_call *c,
-                                                                   uint64_t *args)
+                                                                   uint64_t *args,
+                                                                   bool inline_plain)
 {
     if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
         return enter_unsure(h, c, args);
-    enter_rule(h, c, args);
+    enter_rule(h, c, args, inline_plain);
 }
 
 AT_PATH_CORE void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
@@ -552,7 +565,7 @@ AT_PATH_CORE void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
      * without recording: close in libelf, malloc in libunwind as a stack is taken */
     if (at_internal)
         return;
-    hook_enter_tested(h, c, args);
+    hook_enter_tested(h, c, args, false);
 }
 
 AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint64_t *args)
@@ -699,22 +712,31 @@ static inline __attribute__((always_inline)) void plain_exit(const rule *r, at_h
 static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status);
 
+AT_PATH_CORE static AT_NOINLINE void plain_exit_call(const rule *r, at_hook_call *c, int status)
+{
+    plain_exit(r, c, status);
+}
+
 static inline __attribute__((always_inline)) void exit_rule(at_hook *h, at_hook_call *c,
                                                            const uint64_t *args, uint64_t ret,
-                                                           int status)
+                                                           int status, bool inline_plain)
 {
     probe *pr = h->user;
-    if (AT_LIKELY(pr->plain_kind))
-        plain_exit(pr->r, c, status);
-    else
+    if (AT_LIKELY(pr->plain_kind)) {
+        if (inline_plain)
+            plain_exit(pr->r, c, status);
+        else
+            plain_exit_call(pr->r, c, status);
+    } else {
         hook_exit(pr, h, c, args, ret, status);
+    }
 }
 
 static AT_NOINLINE void exit_unsure(at_hook *h, at_hook_call *c, const uint64_t *args,
                                     uint64_t ret, int status)
 {
     if (at_on() || c->started) /* what a call started is stopped, whatever came since */
-        exit_rule(h, c, args, ret, status);
+        exit_rule(h, c, args, ret, status, false);
 }
 
 /* A call of h takes the plain rule's path: no stack, so no return point to walk from. */
@@ -723,21 +745,21 @@ static inline bool hook_plain(const at_hook *h)
     return ((const probe *)h->user)->plain_kind != NULL;
 }
 
-/* at_hook_exit's body, for the stub's return to inline */
+/* at_hook_exit's body (the stub's return inlines it with the plain path inline too) */
 static inline __attribute__((always_inline)) void hook_exit_inline(at_hook *h, at_hook_call *c,
                                                                   const uint64_t *args, uint64_t ret,
-                                                                  int status)
+                                                                  int status, bool inline_plain)
 {
     if (at_internal)
         return;
     if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
         return exit_unsure(h, c, args, ret, status);
-    exit_rule(h, c, args, ret, status);
+    exit_rule(h, c, args, ret, status, inline_plain);
 }
 
 AT_PATH_CORE void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
 {
-    hook_exit_inline(h, c, args, ret, status);
+    hook_exit_inline(h, c, args, ret, status, false);
 }
 
 AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,

@@ -425,7 +425,7 @@ AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     __atomic_store_n(&c->done, 0, __ATOMIC_RELAXED);
     c->ret_ip = 0; /* an exit through the personality (an unwind) walks from where it is */
     if (AT_LIKELY(!h->sig))
-        hook_enter_tested(h, c, NULL); /* hooks.c's at_hook_enter, inline (hookpath.c) */
+        hook_enter_tested(h, c, NULL, true); /* hooks.c's at_hook_enter, inline (hookpath.c) */
     else
         typed_enter(h, r, regs, caller_sp);
     /* the return comes back through R_k (the stack taken above saw the real caller) */
@@ -436,30 +436,47 @@ AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     return 1;
 }
 
-AT_PATH_CORE AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
+/* The return of a call whose rule is plain: hooks.c's at_hook_exit with its plain path, inline
+ * (hookpath.c); no stack, so no return point to keep. */
+AT_PATH_CORE static AT_NOINLINE void ret_exit_plain(unsigned k, at_hook *h, at_hook_call *c,
+                                                    uint64_t v)
 {
-    ret_rec *r = &rt_rec[k];
+    hook_exit_inline(h, c, NULL, v, AT_HOOK_RETURNED, true);
+    ret_done(k);
+}
+
+/* The return of any other call: typed, or taking a stack, or already stopped (by an unwind). */
+AT_PATH_CORE static AT_NOINLINE void ret_exit_other(unsigned k, ret_rec *r, at_hook *h,
+                                                    const uint64_t *rets, uint64_t bp)
+{
     at_hook_call *c = &r->c;
     if (AT_LIKELY(!c->done)) {
         c->done = 1;
-        at_hook *h = at_stub_table[r->index];
         uint64_t v = rets[0];
         if (h->sig) {
             at_ctype t = (at_ctype)h->ret_type;
             v = from_slot(t, (t == AT_CT_F32 || t == AT_CT_F64) ? rets[2] : rets[0]);
         }
-        if (AT_LIKELY(!h->sig && hook_plain(h))) {
-            hook_exit_inline(h, c, NULL, v, AT_HOOK_RETURNED); /* hooks.c's, inline (hookpath.c) */
-        } else {
-            /* the caller as the function returned to it, for a Stop's stack: its return address,
-             * its stack pointer past the return slot, its rbp as the function left it */
-            c->ret_ip = r->ra;
-            c->ret_sp = (uint64_t)(uintptr_t)r->slot + 8;
-            c->ret_bp = bp;
-            at_hook_exit(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED);
-        }
+        /* the caller as the function returned to it, for a Stop's stack: its return address, its
+         * stack pointer past the return slot, its rbp as the function left it */
+        c->ret_ip = r->ra;
+        c->ret_sp = (uint64_t)(uintptr_t)r->slot + 8;
+        c->ret_bp = bp;
+        at_hook_exit(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED);
     }
     ret_done(k);
+}
+
+/* Each way is a function of its own, reached by a tail call: neither sets up the other's frame. */
+AT_PATH_CORE AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
+{
+    ret_rec *r = &rt_rec[k];
+    at_hook *h = at_stub_table[r->index];
+    if (AT_LIKELY(!r->c.done && !h->sig && hook_plain(h))) {
+        r->c.done = 1;
+        return ret_exit_plain(k, h, &r->c, rets[0]);
+    }
+    return ret_exit_other(k, r, h, rets, bp);
 }
 
 /* An exception (or pthread_exit's forced unwind) goes through a hooked call: its Stop, and the
