@@ -4,8 +4,8 @@
  *   Debian's memcached (one worker thread, `-t 1`) by memcaslap -T1 -c8 (libmemcached-tools):
  *   ASCII gets and sets 9:1 over a key set of fixed size (a task window of 1024 keys per
  *   connection, keys of 16 bytes, values of 100).
- * They run in rounds of 3 s: in each round each server runs once in each configuration in turn, so
- * that the machine's drift hits them alike:
+ * They run in rounds of 3 s: in each round each server runs once in each configuration in turn (each
+ * round starting with another one), so that the machine's drift hits them alike:
  *   untraced;
  *   the shim without a config;
  *   the server's per-request config, without stacks: tests/data/hooks/nginx.conf (a Connection
@@ -14,15 +14,19 @@
  *   through its pipe, and events on read and sendmsg); all with signatures and fd/return captured;
  *   the same with the default stacks.
  * Each row is the median over the rounds of the per-round ratio to the untraced run, for requests per
- * second and for CPU per request (the server's processes and threads, from wait4's rusage: what the
- * server itself spent, its trace writer thread included, whatever the load generator did), with the
- * page faults per request (minor and major, the same rusage) beside them. The extra CPU per hooked
+ * second and for CPU per request (the server's processes and threads, their CPU time from /proc
+ * before and after the timed load: what the server itself spent on the requests, its trace writer
+ * thread included, whatever the load generator did), with the page faults per request (minor and
+ * major, from wait4's rusage) beside them. What the server's start and exit cost (its whole life's
+ * CPU from wait4 outside the timed load: the shim's set-up, the last flush and the symbols of the
+ * trace's stacks) is a row of its own, not spread over the requests. The extra CPU per hooked
  * call is the CPU per request added over the shim without a config, divided by the hooked calls a
  * request makes: for nginx three (recv, writev, and the close of the file nginx opens for it, which
  * the Connection's stop sees but which writes no event); for memcached every hooked call writes an
  * event, so they are counted in each traced run's own trace (one read and one sendmsg per request,
  * plus a connection's few). Needs nginx and wrk, memcached and memcaslap (Debian packages); says so
  * for a server whose tools are missing. Prints rows "metric<TAB>measured<TAB>target". */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -66,9 +70,10 @@ struct server {
     char hooks[4300];
 };
 
-/* What one run measured, per request except rps. */
+/* What one run measured, per request except rps and life_ms. */
 typedef struct run {
     double rps, cpu_ns, faults, calls;
+    double life_ms; /* CPU of the server's whole life outside the timed load: start and exit */
 } run;
 
 static int cmpd(const void *a, const void *b)
@@ -84,6 +89,81 @@ static double median(const double *v, int n)
     memcpy(c, v, (size_t)n * sizeof *v);
     qsort(c, (size_t)n, sizeof *c, cmpd);
     return n ? c[n / 2] : 0;
+}
+
+/* CPU time (ns) the threads of pid and of its children have used so far: each thread's time on a
+ * CPU from its schedstat (ns), or from its stat (clock ticks) where the kernel keeps no schedstat. */
+static double task_cpu_ns(const char *taskdir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/schedstat", taskdir);
+    FILE *f = fopen(path, "r");
+    unsigned long long ns;
+    if (f) {
+        bool ok = fscanf(f, "%llu", &ns) == 1;
+        fclose(f);
+        if (ok)
+            return (double)ns;
+    }
+    snprintf(path, sizeof path, "%s/stat", taskdir);
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+        return (double)(ut + st) * 1e9 / (double)sysconf(_SC_CLK_TCK);
+    return 0;
+}
+
+static double proc_cpu_ns(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    double sum = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char t[512];
+        snprintf(t, sizeof t, "%s/%s", dir, e->d_name);
+        sum += task_cpu_ns(t);
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
+static double tree_cpu_ns(pid_t pid)
+{
+    double sum = proc_cpu_ns(pid);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int child = atoi(e->d_name);
+        if (child <= 0)
+            continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", child);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *p = strrchr(buf, ')');
+        int ppid = 0;
+        if (p && sscanf(p + 2, "%*c %d", &ppid) == 1 && ppid == pid)
+            sum += proc_cpu_ns(child);
+    }
+    if (d)
+        closedir(d);
+    return sum;
 }
 
 static bool port_open(int port)
@@ -253,7 +333,9 @@ static bool one_run(const server *s, int conf, run *r)
         nanosleep(&d, NULL);
     }
     double rps = -1, reqs = -1;
+    double cpu0 = tree_cpu_ns(pid);
     bool driven = s->drive(s, &rps, &reqs);
+    double window_ns = tree_cpu_ns(pid) - cpu0;
     kill(pid, s->stop_sig);
     int st;
     struct rusage ru;
@@ -270,7 +352,8 @@ static bool one_run(const server *s, int conf, run *r)
     if (!driven || rps <= 0 || reqs <= 0 || (conf >= NOSTACKS && r->calls <= 0))
         return false;
     r->rps = rps;
-    r->cpu_ns = cpu_ns / reqs;
+    r->cpu_ns = window_ns / reqs;
+    r->life_ms = (cpu_ns - window_ns) / 1e6;
     r->faults = (double)(ru.ru_minflt + ru.ru_majflt) / reqs;
     return true;
 }
@@ -294,7 +377,7 @@ static void report(const server *s, run res[][NCONF], int n)
            median(f, n));
     double d_noconf = 0;
     for (int c = 1; c < NCONF; c++) {
-        double rr[ROUNDS], rc[ROUNDS], dc[ROUNDS], df[ROUNDS], calls[ROUNDS];
+        double rr[ROUNDS], rc[ROUNDS], dc[ROUNDS], df[ROUNDS], calls[ROUNDS], dl[ROUNDS];
         for (int i = 0; i < n; i++) {
             const run *b = &res[i][UNTRACED], *t = &res[i][c];
             rr[i] = t->rps / b->rps;
@@ -302,6 +385,7 @@ static void report(const server *s, run res[][NCONF], int n)
             dc[i] = t->cpu_ns - b->cpu_ns;
             df[i] = t->faults - b->faults;
             calls[i] = t->calls;
+            dl[i] = t->life_ms - b->life_ms;
         }
         double mdc = median(dc, n);
         if (c == NOCONF)
@@ -309,6 +393,8 @@ static void report(const server *s, run res[][NCONF], int n)
         printf("%s, %s: fewer req/s (CPU per request; page faults per request)\t%.1f%% (%+.1f%%, "
                "%+.0f ns/req; %+.4f faults/req)\t%s\n", s->name, conf_name[c],
                (1 - median(rr, n)) * 100, (median(rc, n) - 1) * 100, mdc, median(df, n), target[c]);
+        printf("  %s: its start and exit, CPU added (the server's whole life outside the timed "
+               "load)\t%+.1f ms\t-\n", conf_name[c], median(dl, n));
         if (c == NOSTACKS || c == STACKS) {
             double k = median(calls, n);
             printf("  extra CPU per hooked call, %s (%.*f per request%s)\t%.0f ns\t<= 150 ns\n",
@@ -352,8 +438,11 @@ int main(void)
     for (int round = 0; round < ROUNDS && live; round++)
         for (int i = 0; i < NSRV; i++) {
             bool ok = on[i];
-            for (int c = 0; c < NCONF && ok; c++)
+            /* each round starts with another configuration: none is always first or last */
+            for (int k = 0; k < NCONF && ok; k++) {
+                int c = (k + round) % NCONF;
                 ok = one_run(&servers[i], c, &res[i][n[i]][c]);
+            }
             n[i] += ok;
         }
     for (int i = 0; i < NSRV; i++) {
