@@ -380,7 +380,9 @@ AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook
     int n = h->nparams;
     for (int i = 0; i < n; i++)
         args[i] = from_slot(ptype(h, i), *param_slot(h, i, regs, caller_sp));
-    at_hook_enter(h, &r->c, args);
+    /* at_hook_enter past its test of at_internal, which the stub's entry has just made (a typed
+     * rule is never plain: its path stays a call) */
+    hook_enter_tested(h, &r->c, args, false);
     /* pointers the semantics replaced (a callback flow), in registers only: the original reads its
      * stack arguments where the caller put them */
     for (int i = 0; i < n; i++) {
