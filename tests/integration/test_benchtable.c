@@ -41,6 +41,16 @@ static size_t bt_count(const char *s, const char *what)
     return n;
 }
 
+/* Each of the n rows is a line of the table out (printed whole when one is missing). */
+static void bt_expect_rows(const char *out, const char *const *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strstr(out, rows[i])) {
+            fprintf(stderr, "%s", out);
+            ck_abort_msg("no row\n%s(the table is above)", rows[i]);
+        }
+}
+
 /* One saved run: every row of the table, numbers as printed, targets as ≤/≥, noise left out. */
 START_TEST(one_run_gives_every_row)
 {
@@ -70,11 +80,7 @@ START_TEST(one_run_gives_every_row)
         "| reader: max RSS growth over the 1 GB trace | 0 KiB | flat |\n",
         "| clock read clock_gettime(CLOCK_MONOTONIC) (ns) | 26.2 |  |\n",
     };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        if (!strstr(r.out, rows[i])) {
-            fprintf(stderr, "%s", r.out);
-            ck_abort_msg("no row\n%s(the table is above)", rows[i]);
-        }
+    bt_expect_rows(r.out, rows, sizeof rows / sizeof rows[0]);
     free(sample);
     at_run_result_free(&r);
 }
@@ -122,11 +128,7 @@ START_TEST(several_runs_give_ranges)
         /* a row the other runs do not have stays as the sample printed it */
         "| event write, no payload (ns, clock excluded) | 5.7 | ≤ 25 |\n",
     };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        if (!strstr(r.out, rows[i])) {
-            fprintf(stderr, "%s", r.out);
-            ck_abort_msg("no row\n%s(the table is above)", rows[i]);
-        }
+    bt_expect_rows(r.out, rows, sizeof rows / sizeof rows[0]);
     /* depth 10 and depth 30 stay two rows */
     ck_assert_uint_eq(bt_count(r.out, "| stack: frame pointers, depth "), 2);
     at_run_result_free(&r);

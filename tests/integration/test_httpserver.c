@@ -111,12 +111,7 @@ static void run_server(at_session *s, const char *const *extra_env, bool want_tr
     ck_assert_msg(up, "python3 http.server never listened on %d: %s", port, s->r.err);
     for (int i = 0; i < NREQ; i++)
         ck_assert_msg(codes[i] == 200, "request %d: status %d", i, codes[i]);
-    char *path = at_trace_file_last_image(s->dir, s->r.pid);
-    if (path) {
-        s->has_trace = true;
-        s->load_rc = at_trace_load(path, &s->t);
-        free(path);
-    }
+    at_session_load_last_image(s);
     char d[1024];
     ck_assert_msg(s->r.exited && s->r.status == 0, "%s", at_session_describe(s, d, sizeof d));
     ck_assert_msg(s->has_trace == want_trace && (!want_trace || s->t.complete), "%s",

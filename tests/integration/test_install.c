@@ -43,29 +43,12 @@ static void in_walk(const char *root, const char *rel, char ***v, size_t *n)
     closedir(d);
 }
 
-static int in_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static char *in_files(const char *root)
 {
     char **v = NULL;
     size_t n = 0;
     in_walk(root, "", &v, &n);
-    if (n)
-        qsort(v, n, sizeof *v, in_cmp);
-    size_t len = 1;
-    for (size_t i = 0; i < n; i++)
-        len += strlen(v[i]) + 1;
-    char *s = calloc(1, len);
-    for (size_t i = 0; i < n; i++) {
-        strcat(s, v[i]);
-        strcat(s, "\n");
-        free(v[i]);
-    }
-    free(v);
-    return s;
+    return at_strv_join_sorted(v, n);
 }
 
 /* make TARGET DESTDIR=dir PREFIX=/usr/local in the source tree, against the build under test. */

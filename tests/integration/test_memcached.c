@@ -68,12 +68,7 @@ static void replies_and_trace(at_session *s, const int *ok)
 {
     for (int c = 0; c < NCONN; c++)
         ck_assert_msg(ok[c] == 2 * NREQ, "connection %d: %d of %d replies right", c, ok[c], 2 * NREQ);
-    char *path = at_trace_file_last_image(s->dir, s->r.pid);
-    if (path) {
-        s->has_trace = true;
-        s->load_rc = at_trace_load(path, &s->t);
-        free(path);
-    }
+    at_session_load_last_image(s);
     char d[1024];
     ck_assert_msg(s->r.exited && s->r.status == 0, "%s", at_session_describe(s, d, sizeof d));
     ck_assert_msg(s->has_trace && s->t.complete, "%s", at_session_describe(s, d, sizeof d));

@@ -88,8 +88,6 @@ static counts count(const char *path)
     return c;
 }
 
-static int str_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* The names of `dump --frame-names` (addresses dropped), sorted, one a line. */
 static char *names(const char *frames)
 {
@@ -104,18 +102,7 @@ static char *names(const char *frames)
             v = realloc(v, (cap *= 2) * sizeof *v);
         v[n++] = strndup(a + 1, (size_t)(e - a - 1));
     }
-    qsort(v, n, sizeof *v, str_cmp);
-    size_t len = 1;
-    for (size_t i = 0; i < n; i++)
-        len += strlen(v[i]) + 1;
-    char *s = calloc(1, len);
-    for (size_t i = 0; i < n; i++) {
-        strcat(s, v[i]);
-        strcat(s, "\n");
-        free(v[i]);
-    }
-    free(v);
-    return s;
+    return at_strv_join_sorted(v, n);
 }
 
 /* The checker of tests/clrsym built against TraceEvent version (at_dotnet_built), or NULL without

@@ -566,6 +566,23 @@ void at_strv_free(char **v)
     free(v);
 }
 
+char *at_strv_join_sorted(char **v, size_t n)
+{
+    if (n)
+        qsort(v, n, sizeof *v, cmp_str);
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(v[i]) + 1;
+    char *s = calloc(1, len);
+    for (size_t i = 0; i < n; i++) {
+        strcat(s, v[i]);
+        strcat(s, "\n");
+        free(v[i]);
+    }
+    free(v);
+    return s;
+}
+
 size_t at_strv_len(char *const *v)
 {
     size_t n = 0;
@@ -822,6 +839,16 @@ int at_session_run_deadline(at_session *s, const char *tag, const char *const *a
         free(path);
     }
     return 0;
+}
+
+void at_session_load_last_image(at_session *s)
+{
+    char *path = at_trace_file_last_image(s->dir, s->r.pid);
+    if (path) {
+        s->has_trace = true;
+        s->load_rc = at_trace_load(path, &s->t);
+        free(path);
+    }
 }
 
 bool at_session_load_pid(const at_session *s, int pid, at_trace *t)

@@ -120,6 +120,9 @@ void at_trace_free(at_trace *t);
 char **at_trace_files(const char *dir);
 void at_strv_free(char **v);
 size_t at_strv_len(char *const *v);
+/* The n strings of v sorted, one a line (each followed by '\n'), as one malloc'd string; v and its
+ * strings are freed. */
+char *at_strv_join_sorted(char **v, size_t n);
 /* The trace file of process pid in dir (acttrace-<pid>.nettrace, or any file whose header pid is
  * pid). malloc'd, NULL when none. */
 char *at_trace_file_for_pid(const char *dir, int pid);
@@ -165,6 +168,9 @@ int at_session_run(at_session *s, const char *tag, const char *const *argv, cons
 /* The same with a deadline (at_run_opts.deadline_s): a program that hangs is killed, s->r.timed_out. */
 int at_session_run_deadline(at_session *s, const char *tag, const char *const *argv,
                             const char *const *env, unsigned deadline_s);
+/* Load the trace of the run's process as its last image left it (after an exec or rotation) into s
+ * (s->has_trace, s->load_rc, s->t), for a run the test started itself. */
+void at_session_load_last_image(at_session *s);
 /* Load the trace of another process of the run (fork/exec children); returns has-file. */
 bool at_session_load_pid(const at_session *s, int pid, at_trace *t);
 void at_session_free(at_session *s);
