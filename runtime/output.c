@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "nt_format.h"
 #include "trace_int.h"
 
 /* The trace file's descriptor (-1: none), for the preload library to keep out of the program's
@@ -320,10 +321,21 @@ static void file_name(const at_output *o, unsigned k, char *out, size_t cap)
 }
 
 /* The name is taken (EEXIST). A file of ours from an earlier run may go: a regular file of this
- * user, with no other link, that nobody else may write and no live writer holds (each holds an flock
- * on its file). 0: removed, *held is the old file's descriptor, locked, for the caller to close once
+ * user, with no other link, that nobody else may write, that starts as a trace does (the Nettrace
+ * magic: a program's own file that happens to bear the name, or an output named after one of the
+ * user's files, is never replaced) and that no live writer holds (each holds an flock on its file).
+ * 0: removed, *held is the old file's descriptor, locked, for the caller to close once
  * its new file exists (a process that waited for that lock then finds another file at the name and
  * leaves it). -EBUSY: a live writer's. -EEXIST: anything else, left alone. */
+static bool starts_as_trace(int fd)
+{
+    char head[sizeof NT_MAGIC - 1];
+    ssize_t n;
+    while ((n = pread(fd, head, sizeof head, 0)) < 0 && errno == EINTR) {
+    }
+    return n == (ssize_t)sizeof head && !memcmp(head, NT_MAGIC, sizeof head);
+}
+
 static int remove_stale(const char *path, int *held)
 {
     struct stat st, st2;
@@ -346,6 +358,8 @@ static int remove_stale(const char *path, int *held)
             rc = errno == EWOULDBLOCK ? -EBUSY : -EEXIST;
         else if (lstat(path, &st2) != 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino)
             rc = -EBUSY; /* a process that had it locked put its new file there meanwhile */
+        else if (!starts_as_trace(fd))
+            rc = -EEXIST;
         else if (unlink(path) == 0 || errno == ENOENT)
             rc = 0;
     }

@@ -5,7 +5,9 @@
  *   - a symlink planted at the trace's name (to a victim file, or dangling) is never followed: the
  *     victim is unchanged, nothing is created at the link's target, the trace takes -dup2;
  *   - a file of another user planted at the name (world-writable) is untouched;
- *   - a trace file of ours from an earlier run is replaced by a fresh one;
+ *   - a trace file of ours from an earlier run is replaced by a fresh one; a file of ours at the
+ *     name that is not a trace (the user's own notes, or an output pattern that names one of their
+ *     files) is untouched, the trace taking -dup2;
  *   - trace files are 0600 under umask 022 and 000, or what ACTTRACE_FILE_MODE asks for;
  *   - a program that chdir()s: every rotated segment still lands in the start folder, and circular
  *     mode removes only its own segments there (same-named files in the new folder stay). */
@@ -222,11 +224,12 @@ START_TEST(test_planted_file_untouched)
 }
 END_TEST
 
-/* an earlier run's trace of our own: replaced, as a re-run is expected to */
+/* an earlier run's trace of our own (torn: its run was killed; it starts as every trace does):
+ * replaced, as a re-run is expected to */
 static void prep_stale(const char *dir)
 {
     char *f = path2(dir, "t.nettrace");
-    put_file(f, "an older trace\n", 0600);
+    put_file(f, "Nettrace, torn after its magic", 0600);
     free(f);
 }
 
@@ -238,6 +241,29 @@ START_TEST(test_own_stale_file_replaced)
     char *d2 = path2(p.dir[0], "t-dup2.nettrace");
     ck_assert(!at_file_exists(d2));
     free(d2);
+    pair_free(&p);
+}
+END_TEST
+
+/* a file of the user's own at the name, not a trace: never replaced, whatever its mode */
+static void prep_own_notes(const char *dir)
+{
+    char *f = path2(dir, "t.nettrace");
+    put_file(f, "my notes\n", 0644);
+    free(f);
+}
+
+START_TEST(test_own_other_file_kept)
+{
+    pair p;
+    run_pair(&p, "harm-notes", "-", 50, NULL, NULL, prep_own_notes);
+    char *f = path2(p.dir[0], "t.nettrace");
+    ck_assert_msg(file_is(f, "my notes\n"), "the user's own file at the trace's name was replaced");
+    struct stat st;
+    ck_assert_int_eq(lstat(f, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0644);
+    check_trace(p.dir[0], "t-dup2.nettrace", 50);
+    free(f);
     pair_free(&p);
 }
 END_TEST
@@ -365,6 +391,7 @@ int main(void)
     tcase_add_test(tc, test_dangling_symlink_not_followed);
     tcase_add_test(tc, test_planted_file_untouched);
     tcase_add_test(tc, test_own_stale_file_replaced);
+    tcase_add_test(tc, test_own_other_file_kept);
     tcase_add_test(tc, test_mode_0600);
     tcase_add_test(tc, test_rotate_after_chdir);
     tcase_add_test(tc, test_circular_after_chdir);
