@@ -167,6 +167,52 @@ bool at_cli_ms(at_cli *c, bool negative_ok, int64_t *ns)
     return true;
 }
 
+int at_cli_check_output(const at_cli *c, const char *path, char *const *files, int n)
+{
+    struct stat out, in;
+    if (!path || !strcmp(path, "-") || stat(path, &out) != 0)
+        return AT_EXIT_OK; /* a new file cannot be an input */
+    for (int i = 0; i < n; i++)
+        if (strcmp(files[i], "-") && stat(files[i], &in) == 0 && in.st_dev == out.st_dev &&
+            in.st_ino == out.st_ino)
+            return at_cli_usage_error(c, "-o %s is the input trace %s: writing it would destroy "
+                                         "what is being read; choose another name",
+                                      path, files[i]);
+    return AT_EXIT_OK;
+}
+
+static bool stdout_reported; /* its failure has had its line */
+
+int at_cli_close_output(const char *cmd, FILE *f, const char *path)
+{
+    if (!path && stdout_reported)
+        return AT_EXIT_ERROR;
+    bool failed = ferror(f) != 0;
+    int e = 0;
+    if (path) {
+        if (fclose(f) != 0 && !failed) {
+            failed = true;
+            e = errno;
+        }
+    } else if (fflush(f) != 0 && !failed) {
+        failed = true;
+        e = errno;
+    }
+    if (!failed)
+        return AT_EXIT_OK;
+    if (!path)
+        stdout_reported = true;
+    if (e)
+        fprintf(stderr, "acttrace %s: %s: write failed: %s\n", cmd, path ? path : "standard output",
+                strerror(e));
+    else
+        fprintf(stderr, "acttrace %s: %s: write failed\n", cmd, path ? path : "standard output");
+    struct stat st;
+    if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+        remove(path); /* incomplete (a device or a pipe stays) */
+    return AT_EXIT_ERROR;
+}
+
 int at_cli_check_inputs(const char *cmd, char *const *files, int n)
 {
     for (int i = 0; i < n; i++) {

@@ -59,6 +59,15 @@ bool at_cli_ms(at_cli *c, bool negative_ok, int64_t *ns); /* a time in ms ("12.5
  * directory"); a missing file its system error. Returns AT_EXIT_OK, or AT_EXIT_ERROR after the line.
  * "-" (standard input) and other non-regular files are left to the reader. */
 int at_cli_check_inputs(const char *cmd, char *const *files, int n);
+/* An output file (-o PATH) that is one of the input files (the same file, by any name) is refused
+ * before anything is read: writing it would destroy the trace being read. AT_EXIT_OK, or
+ * AT_EXIT_USAGE after one line. */
+int at_cli_check_output(const at_cli *c, const char *path, char *const *files, int n);
+/* Finish an output the command wrote: f is path's stream, or stdout when path is NULL. A write
+ * that failed at any point (a full disk, /dev/full, a closed pipe with SIGPIPE ignored) gives one
+ * line naming the output and AT_EXIT_ERROR, and an incomplete file is removed; else AT_EXIT_OK.
+ * Standard output's failure has its line once (main checks it again after every command). */
+int at_cli_close_output(const char *cmd, FILE *f, const char *path);
 /* The files for a message: "t.nettrace", "a.nettrace and b.nettrace", "the 5 files". */
 const char *at_cli_files_desc(char *const *files, int n, char *out, size_t len);
 

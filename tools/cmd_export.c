@@ -1009,7 +1009,9 @@ int at_cmd_export(int argc, char **argv)
     char **files = at_cli_operands(&cli, &nfiles);
     if (!format) return at_cli_usage_error(&cli, "say which format: --format chrome or --format speedscope");
     if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
-    int status = at_cli_check_inputs("export", files, nfiles);
+    int status = at_cli_check_output(&cli, outpath, files, nfiles);
+    if (status) return status;
+    status = at_cli_check_inputs("export", files, nfiles);
     if (status) return status;
     c.speedscope = !strcmp(format, "speedscope");
     char err[600];
@@ -1077,16 +1079,8 @@ int at_cmd_export(int argc, char **argv)
         am_errorf("export", "out of memory: the export is incomplete");
         status = AT_EXIT_ERROR;
     }
-    if (outpath) {
-        if (fclose(c.out) != 0) {
-            am_errorf("export", "%s: write failed", outpath);
-            status = AT_EXIT_ERROR;
-            remove(outpath);
-        }
-    } else if (fflush(stdout) != 0 || ferror(stdout)) {
-        am_errorf("export", "standard output: write failed");
+    if (at_cli_close_output("export", c.out, outpath))
         status = AT_EXIT_ERROR;
-    }
     int dmg = am_report_damage(m, "export");
     if (!status) status = dmg;
     ctx_free(&c);

@@ -678,6 +678,7 @@ int at_cmd_report(int argc, char **argv)
         status = at_cli_usage_error(&cli, "give at least one trace FILE");
         goto out;
     }
+    if ((status = at_cli_check_output(&cli, outpath, files, nfiles))) goto out;
     if ((status = at_cli_check_inputs("report", files, nfiles))) goto out;
     status = AT_EXIT_ERROR;
     bool to_stdout = !strcmp(outpath, "-");
@@ -712,21 +713,14 @@ int at_cmd_report(int argc, char **argv)
     am_buf_str(&c->out, at_report_js);
     am_buf_str(&c->out, "</script>\n</body></html>\n");
     am_buf_flush(&c->out);
-    if (to_stdout) {
-        if (fflush(f) != 0 || ferror(f)) {
-            am_errorf("report", "standard output: write failed");
-            goto out;
-        }
-    } else {
+    {
         FILE *g = f;
         f = NULL;
-        if (fclose(g) != 0) {
-            am_errorf("report", "%s: write failed", outpath);
-            remove(outpath);
+        if (at_cli_close_output("report", g, to_stdout ? NULL : outpath))
             goto out;
-        }
-        fprintf(stderr, "acttrace report: wrote %s\n", outpath);
     }
+    if (!to_stdout)
+        fprintf(stderr, "acttrace report: wrote %s\n", outpath);
     status = am_report_damage(m, "report");
 out:
     if (f && f != stdout) fclose(f);

@@ -90,5 +90,9 @@ int main(int argc, char **argv)
         usage(stderr);
         return AT_EXIT_USAGE;
     }
-    return c->run(n, rest);
+    int status = c->run(n, rest);
+    /* what a command printed to standard output reached it (a full disk, /dev/full) */
+    if (at_cli_close_output(c->name, stdout, NULL))
+        return AT_EXIT_ERROR;
+    return status;
 }

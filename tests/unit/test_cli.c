@@ -300,6 +300,102 @@ START_TEST(not_traces)
 }
 END_TEST
 
+/* The first bytes of path, for an "is it still the trace" check. */
+static bool starts_with(const char *path, const char *head)
+{
+    char b[16] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    size_t n = fread(b, 1, strlen(head), f);
+    fclose(f);
+    return n == strlen(head) && !memcmp(b, head, n);
+}
+
+/* -o naming an input trace (by its name or another link to it) is refused before anything is
+ * written: the trace is still there afterwards */
+START_TEST(output_is_input)
+{
+    char alias[4200];
+    snprintf(alias, sizeof alias, "%s/same.nettrace", dir);
+    ck_assert_int_eq(link(trace, alias), 0);
+    static const char *const writers[][3] = {{"export", "--format", "chrome"}, {"report"}};
+    const char *names[] = {trace, alias};
+    for (size_t i = 0; i < 2; i++)
+        for (size_t k = 0; k < 2; k++) {
+            const char *args[8];
+            int n = 0;
+            for (int j = 0; j < 3 && writers[i][j]; j++) args[n++] = writers[i][j];
+            args[n++] = "-o";
+            args[n++] = names[k];
+            args[n++] = trace;
+            args[n] = NULL;
+            char line[9000];
+            snprintf(line, sizeof line,
+                     "acttrace %s: -o %s is the input trace %s: writing it would destroy what is being read; "
+                     "choose another name\n",
+                     writers[i][0], names[k], trace);
+            expect_err(2, line, args);
+            ck_assert_msg(starts_with(trace, "Nettrace"), "%s -o %s: the input trace was overwritten", writers[i][0],
+                          names[k]);
+        }
+    /* and the trace still reads as before */
+    char *a = out_of((const char *const[]){"stats", trace, NULL});
+    ck_assert_msg(strstr(a, "Request") != NULL, "stats after the refusals: %s", a);
+    free(a);
+}
+END_TEST
+
+/* A write that fails (a full disk: /dev/full) is an error with one line naming the output, never
+ * exit 0 with the output lost; /dev/full stays the device it is */
+START_TEST(write_failures)
+{
+    struct stat st;
+    ck_assert_msg(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode),
+                  "this test needs /dev/full, the character device that fails every write");
+    char tool[4096];
+    snprintf(tool, sizeof tool, "%s/acttrace", at_build_dir());
+    static const char *const cmds[] = {"events", "tree", "stats", "stacks", "dump", "verify",
+                                       "export --format chrome", "export --format speedscope",
+                                       "report -o -"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char script[9000];
+        snprintf(script, sizeof script, "exec '%s' %s '%s' > /dev/full", tool, cmds[i], trace);
+        const char *argv[] = {"sh", "-c", script, NULL};
+        at_run_opts o = {.argv = argv, .no_preload = true};
+        at_run_result r;
+        ck_assert_int_eq(at_run(&o, &r), 0);
+        char cmd[32], want[128];
+        sscanf(cmds[i], "%31s", cmd);
+        snprintf(want, sizeof want, "acttrace %s: standard output: write failed", cmd);
+        ck_assert_msg(r.exited && r.status == 1 && !strncmp(r.err, want, strlen(want)) &&
+                          !strchr(r.err, '\n')[1],
+                      "acttrace %s > /dev/full: exit %d, stderr '%s' (not exit 1 and one line '%s...')", cmds[i],
+                      r.status, r.err, want);
+        at_run_result_free(&r);
+    }
+    static const char *const writers[][3] = {{"export", "--format", "chrome"}, {"report"}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *args[8];
+        int n = 0;
+        for (int j = 0; j < 3 && writers[i][j]; j++) args[n++] = writers[i][j];
+        args[n++] = "-o";
+        args[n++] = "/dev/full";
+        args[n++] = trace;
+        args[n] = NULL;
+        at_run_result r;
+        run(&r, 1, args);
+        char want[128];
+        snprintf(want, sizeof want, "acttrace %s: /dev/full: write failed", writers[i][0]);
+        ck_assert_msg(!strncmp(r.err, want, strlen(want)) && !strstr(r.err, "wrote"),
+                      "%s -o /dev/full: stderr '%s'", writers[i][0], r.err);
+        at_run_result_free(&r);
+        ck_assert_msg(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode), "%s -o /dev/full removed the device",
+                      writers[i][0]);
+    }
+}
+END_TEST
+
 /* python3 reads text from its stdin with script; returns its stdout after asserting exit 0. */
 static char *python_stdin(const char *script, const char *text)
 {
@@ -453,6 +549,8 @@ int main(void)
     tcase_add_test(tc, filters_matching_nothing);
     tcase_add_test(tc, not_traces);
     tcase_add_test(tc, output_to_stdout);
+    tcase_add_test(tc, output_is_input);
+    tcase_add_test(tc, write_failures);
     tcase_add_test(tc, durations);
     tcase_add_test(tc, check_scripts);
     suite_add_tcase(s, tc);
