@@ -5,6 +5,7 @@
  * names them: every traced process appends the path of each file it creates to a manifest in a
  * private folder (ACTTRACE_MANIFEST), read once the program has ended. */
 #include "cmds.h"
+#include "hookconf.h"
 #include "ntreader.h"
 
 #include <errno.h>
@@ -71,16 +72,34 @@ static bool find_shim(char *out, size_t n)
 /* The output pattern can take the files: its folder exists, is a folder and can be written; a name
  * without %p or %t is not something else already (the shim creates its files anew and never writes
  * through a link or into a device: it would take another name beside it). false with one line said. */
-static bool output_ok(const char *pat)
+static bool output_ok(const char *what, const char *pat)
 {
     if (!*pat) {
-        fprintf(stderr, "acttrace run: -o: the pattern is empty\n");
+        fprintf(stderr, "acttrace run: %s: the pattern is empty\n", what);
+        return false;
+    }
+    if (!strcmp(pat, "-")) {
+        fprintf(stderr, "acttrace run: %s -: each traced process writes a file of its own; give a "
+                        "file name pattern such as acttrace-%%p.nettrace\n", what);
         return false;
     }
     size_t n = strlen(pat);
+    if (n >= PATH_MAX) {
+        fprintf(stderr, "acttrace run: %s: the pattern is longer than %d bytes\n", what, PATH_MAX - 1);
+        return false;
+    }
+    for (const char *p = pat; *p; p++)
+        if (*p == '%') {
+            if (p[1] != 'p' && p[1] != 't' && p[1] != '%') {
+                fprintf(stderr, "acttrace run: %s %s: unknown %% sequence '%%%.1s' (use %%p, %%t or "
+                                "%%%%)\n", what, pat, p[1] ? p + 1 : "");
+                return false;
+            }
+            p++;
+        }
     if (pat[n - 1] == '/') {
-        fprintf(stderr, "acttrace run: -o %s: names a folder; give a file name pattern such as "
-                        "%sacttrace-%%p.nettrace\n", pat, pat);
+        fprintf(stderr, "acttrace run: %s %s: names a folder; give a file name pattern such as "
+                        "%sacttrace-%%p.nettrace\n", what, pat, pat);
         return false;
     }
     char dir[PATH_MAX];
@@ -91,16 +110,16 @@ static bool output_ok(const char *pat)
     struct stat st;
     if (!strchr(dir, '%')) { /* a folder with %p or %t in it is the shim's to make sense of */
         if (stat(dir, &st) != 0) {
-            fprintf(stderr, "acttrace run: -o %s: the folder %s %s\n", pat, dir,
+            fprintf(stderr, "acttrace run: %s %s: the folder %s %s\n", what, pat, dir,
                     errno == ENOENT ? "does not exist" : strerror(errno));
             return false;
         }
         if (!S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "acttrace run: -o %s: %s is not a folder\n", pat, dir);
+            fprintf(stderr, "acttrace run: %s %s: %s is not a folder\n", what, pat, dir);
             return false;
         }
         if (access(dir, W_OK | X_OK) != 0) {
-            fprintf(stderr, "acttrace run: -o %s: the folder %s %s\n", pat, dir,
+            fprintf(stderr, "acttrace run: %s %s: the folder %s %s\n", what, pat, dir,
                     errno == EROFS ? "is on a read-only file system" : errno == EACCES ? "is not writable" : strerror(errno));
             return false;
         }
@@ -112,8 +131,8 @@ static bool output_ok(const char *pat)
             p++;
         }
     if (fixed && lstat(pat, &st) == 0 && !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "acttrace run: -o %s: %s, not a file the trace can replace (it writes new "
-                        "regular files only)\n", pat,
+        fprintf(stderr, "acttrace run: %s %s: %s, not a file the trace can replace (it writes new "
+                        "regular files only)\n", what, pat,
                 S_ISDIR(st.st_mode) ? "is a folder" : S_ISLNK(st.st_mode) ? "is a symbolic link"
                 : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "is a device" : S_ISFIFO(st.st_mode) ? "is a FIFO"
                 : "is not a regular file");
@@ -224,6 +243,29 @@ static void run_forward(int sig, siginfo_t *si, void *uc)
     errno = e;
 }
 
+/* pat made absolute against the working directory of run ('%' in it doubled, as the pattern takes
+ * it): the program's children that start in other folders (a server's workers, git's helpers) then
+ * write their files beside the others, not into the folders they work in. false: no working
+ * directory, or too long (pat stays as it is). */
+static bool output_absolute(const char *pat, char *out, size_t n)
+{
+    if (pat[0] == '/') return false;
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd) || cwd[0] != '/') return false;
+    size_t k = 0;
+    for (const char *c = cwd; *c; c++) {
+        if (k + 3 >= n) return false;
+        if (*c == '%') out[k++] = '%';
+        out[k++] = *c;
+    }
+    if (k > 1) out[k++] = '/';
+    if (pat[0] == '.' && pat[1] == '/') pat += 2;
+    size_t pl = strlen(pat);
+    if (k + pl >= n || k + pl >= PATH_MAX) return false;
+    memcpy(out + k, pat, pl + 1);
+    return true;
+}
+
 /* The option getopt stopped at, as the user wrote it: "--name" whole, or the letter of a cluster. */
 static const char *opt_named(const char *arg, int opt)
 {
@@ -288,8 +330,32 @@ int at_cmd_run(int argc, char **argv)
         }
         setenv("ACTTRACE_CONFIG", cfg, 1);
     }
-    if (output && !output_ok(output)) return 2;
-    if (output) setenv("ACTTRACE_OUTPUT", output, 1);
+    /* the config the program's processes will read (-c, or ACTTRACE_CONFIG as it is): a mistake in
+     * it is said now, before the program starts, rather than by each process as it runs untraced */
+    const char *conf = getenv("ACTTRACE_CONFIG");
+    char conf_output[sizeof ((at_hookconf *)0)->output] = "";
+    if (conf && *conf) {
+        at_hookconf *hc = malloc(sizeof *hc);
+        char err[1024];
+        if (!hc) return 1;
+        if (at_hookconf_load(conf, hc, err, sizeof err) != 0) {
+            fprintf(stderr, "acttrace run: %s\n", err);
+            free(hc);
+            return 2;
+        }
+        snprintf(conf_output, sizeof conf_output, "%s", hc->output);
+        at_hookconf_free(hc);
+        free(hc);
+    }
+    /* the pattern in effect (-o, else ACTTRACE_OUTPUT, else the config's, else the default), checked
+     * and made absolute */
+    const char *what = "-o", *env_output = getenv("ACTTRACE_OUTPUT");
+    if (!output && env_output && *env_output) output = env_output, what = "ACTTRACE_OUTPUT";
+    if (!output && conf_output[0]) output = conf_output, what = "the config's output";
+    if (!output) output = "acttrace-%p.nettrace", what = "the default output";
+    if (!output_ok(what, output)) return 2;
+    char absout[PATH_MAX];
+    setenv("ACTTRACE_OUTPUT", output_absolute(output, absout, sizeof absout) ? absout : output, 1);
     if (sample) setenv("ACTTRACE_SAMPLE_HZ", sample, 1);
     if (follow) setenv("ACTTRACE_FOLLOW", follow, 1);
     if (quiet) setenv("ACTTRACE_QUIET", "1", 1);
@@ -312,10 +378,20 @@ int at_cmd_run(int argc, char **argv)
         sigaction(run_forwarded[k], NULL, &was[k]);
         if (was[k].sa_handler != SIG_IGN) sigaction(run_forwarded[k], &fwd, NULL); /* nohup stays nohup */
     }
+    /* a pipe the child's exec closes: the program ran, or the child says why it could not */
+    int xp[2];
+    if (pipe2(xp, O_CLOEXEC) != 0) {
+        fprintf(stderr, "acttrace run: pipe: %s\n", strerror(errno));
+        free(pre);
+        manifest_report(&m, true);
+        return 1;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "acttrace run: fork: %s\n", strerror(errno));
+        close(xp[0]);
+        close(xp[1]);
         free(pre);
         manifest_report(&m, true);
         return 1;
@@ -326,19 +402,31 @@ int at_cmd_run(int argc, char **argv)
         sigprocmask(SIG_SETMASK, &saved, NULL);
         setenv("LD_PRELOAD", pre, 1);
         setenv("ACTTRACE_MANIFEST", m.path, 1);
+        close(xp[0]);
         execvp(prog[0], prog);
-        fprintf(stderr, "acttrace run: cannot run %s: %s\n", prog[0], strerror(errno));
-        _exit(errno == ENOENT ? 127 : 126);
+        int e = errno;
+        struct stat ps;
+        if (e == EACCES && strchr(prog[0], '/') && stat(prog[0], &ps) == 0 && S_ISDIR(ps.st_mode))
+            fprintf(stderr, "acttrace run: cannot run %s: it is a folder\n", prog[0]);
+        else
+            fprintf(stderr, "acttrace run: cannot run %s: %s%s\n", prog[0], strerror(e),
+                    e == ENOENT && !strchr(prog[0], '/') ? " (not found in PATH)" : "");
+        (void)!write(xp[1], &e, sizeof e);
+        _exit(e == ENOENT ? 127 : 126);
     }
+    close(xp[1]);
     free(pre);
     run_child = pid;
     sigprocmask(SIG_SETMASK, &saved, NULL);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     run_child = 0;
+    int exec_errno = 0;
+    bool not_run = read(xp[0], &exec_errno, sizeof exec_errno) == (ssize_t)sizeof exec_errno;
+    close(xp[0]);
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
     if (WIFSIGNALED(st) && !quiet)
         fprintf(stderr, "acttrace: %s was killed by signal %d (%s)\n", prog[0], WTERMSIG(st), strsignal(WTERMSIG(st)));
-    manifest_report(&m, quiet);
+    manifest_report(&m, quiet || not_run); /* nothing ran: no "recorded no event" */
     return code;
 }

@@ -2,8 +2,12 @@
  * it (the tool sets LD_PRELOAD itself):
  *   - it names exactly the files the run wrote: a second run in the same folder names only its own,
  *     and a config file's output pattern is followed;
- *   - an output pattern that cannot take the files (a missing folder, a read-only one, /dev/null) is
+ *   - an output pattern that cannot take the files (a missing folder, a read-only one, /dev/null,
+ *     an unknown % sequence, "-"), a config's output that cannot, and a config with a mistake are
  *     refused with one line and exit 2, the program never started;
+ *   - a relative pattern is the folder run was started in: a child that starts in another folder
+ *     writes its file beside the others, not into the folder it works in;
+ *   - a program that cannot be started is one line (not found in PATH, a folder) and no more;
  *   - SIGTERM sent to acttrace run reaches the program once, and run exits 143 once the program has
  *     ended (no orphan); ^C typed at a terminal reaches the program once too (the terminal sends it
  *     to both);
@@ -172,6 +176,8 @@ START_TEST(test_output_checked_first)
     snprintf(pat, sizeof pat, "%s/missing/t-%%p.nettrace", dir);
     refused(dir, pat, "does not exist");
     refused(dir, "/dev/null", "is a device");
+    refused(dir, "x-%x.nettrace", "unknown % sequence '%x' (use %p, %t or %%)");
+    refused(dir, "-", "each traced process writes a file of its own");
     snprintf(pat, sizeof pat, "%s/", dir);
     refused(dir, pat, "names a folder");
     /* a folder root may not write: on a read-only bind mount (the tests run as root, for whom
@@ -204,6 +210,118 @@ START_TEST(test_output_checked_first)
     ck_assert(at_file_exists(ran));
     at_run_result_free(&r);
 out:
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* run -c CONF refused before the program starts: exit 2, the one line want_prefix... */
+static void config_refused(const char *dir, const char *conf_text, const char *want_prefix)
+{
+    char conf[4300];
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert(f != NULL);
+    fputs(conf_text, f);
+    fclose(f);
+    const char *args[] = {"run", "-c", conf, "--", "sh", "-c", "echo ran > ran.txt", NULL};
+    at_run_result r;
+    tool(&r, dir, NULL, args);
+    char want[4600];
+    snprintf(want, sizeof want, want_prefix, conf);
+    ck_assert_msg(r.exited && r.status == 2 && !strncmp(r.err, want, strlen(want)) &&
+                      strchr(r.err, '\n') == r.err + r.errlen - 1,
+                  "config %s: exit %d, stderr '%s' (not exit 2 and one line '%s...')", conf_text, r.status,
+                  r.err, want);
+    char ran[4300];
+    snprintf(ran, sizeof ran, "%s/ran.txt", dir);
+    ck_assert_msg(!at_file_exists(ran), "config %s: the program ran", conf_text);
+    at_run_result_free(&r);
+}
+
+START_TEST(test_config_checked_first)
+{
+    char *dir = at_tmpdir("run-conf");
+    config_refused(dir, "[activity A]\nfunctoin = x\n",
+                   "acttrace run: %s:2:1: unknown key 'functoin' in [activity A]");
+    config_refused(dir, "not a config\n", "acttrace run: %s:1:");
+    char text[4400], want[4600];
+    snprintf(text, sizeof text, "[trace]\noutput = %s/missing/t-%%p.nettrace\n", dir);
+    snprintf(want, sizeof want, "acttrace run: the config's output %s/missing/t-%%p.nettrace: the folder %s/missing "
+                                "does not exist", dir, dir);
+    /* want holds no %s for the config's name: escape none */
+    char esc[9300];
+    size_t k = 0;
+    for (const char *c = want; *c && k + 2 < sizeof esc; c++) {
+        if (*c == '%')
+            esc[k++] = '%';
+        esc[k++] = *c;
+    }
+    esc[k] = 0;
+    config_refused(dir, text, esc);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A relative -o, and the default pattern, are run's folder: the program's image that starts in
+ * another folder (a shell that cd's, then execs it) and its fork child write there, not where they
+ * work. */
+START_TEST(test_children_elsewhere)
+{
+    SKIP_UNDER_ASAN();
+    char *dir = at_tmpdir("run-elsewhere");
+    char *fx = at_fixture_path("proc_chain");
+    char other[4300], script[8800];
+    snprintf(other, sizeof other, "%s/other", dir);
+    ck_assert_int_eq(mkdir(other, 0755), 0);
+    snprintf(script, sizeof script, "cd '%s' && exec '%s' fork", other, fx);
+    const char *with_o[] = {"run", "-o", "t-%p.nettrace", "--", "sh", "-c", script, NULL};
+    const char *plain[] = {"run", "--", "sh", "-c", script, NULL};
+    const char *const *cases[] = {with_o, plain};
+    for (int c = 0; c < 2; c++) {
+        at_run_result r;
+        tool(&r, dir, NULL, cases[c]);
+        ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+        char **named = named_files(r.err, dir), **here = at_trace_files(dir), **there = at_trace_files(other);
+        ck_assert_msg(at_strv_len(there) == 0, "%s: a trace file was written into the program's folder %s: %s",
+                      c ? "the default pattern" : "-o t-%p.nettrace", other, there[0]);
+        ck_assert_msg(at_strv_len(named) == 2 && at_strv_len(here) == 2 * (size_t)(c + 1),
+                      "files named %zu, in run's folder %zu: %s", at_strv_len(named), at_strv_len(here), r.err);
+        for (size_t i = 0; named[i]; i++)
+            ck_assert_msg(strv_has(here, named[i]), "%s is not in %s", named[i], dir);
+        at_strv_free(named);
+        at_strv_free(here);
+        at_strv_free(there);
+        at_run_result_free(&r);
+    }
+    free(fx);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A program that cannot be started: exit 127 or 126 and the one line that says why */
+START_TEST(test_not_run)
+{
+    char *dir = at_tmpdir("run-notrun");
+    struct {
+        const char *prog;
+        int status;
+        const char *line;
+    } cases[] = {
+        {"no-such-program-xyz", 127,
+         "acttrace run: cannot run no-such-program-xyz: No such file or directory (not found in PATH)\n"},
+        {"/", 126, "acttrace run: cannot run /: it is a folder\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *args[] = {"run", "--", cases[i].prog, NULL};
+        at_run_result r;
+        tool(&r, dir, NULL, args);
+        ck_assert_msg(r.exited && r.status == cases[i].status && !strcmp(r.err, cases[i].line),
+                      "run %s: exit %d, stderr '%s'", cases[i].prog, r.status, r.err);
+        at_run_result_free(&r);
+    }
     at_rmtree(dir);
     free(dir);
 }
@@ -526,11 +644,15 @@ START_TEST(test_option_forms)
     const char *sp[] = {"run", "--output", "o-%p.nettrace", "--follow", "none", "-q", "--", "sh", "-c",
                         "echo \"$ACTTRACE_OUTPUT $ACTTRACE_FOLLOW $ACTTRACE_QUIET $0\"", "-x", NULL};
     const char *const *forms[] = {eq, sp};
+    /* the pattern made absolute: run's folder */
+    char real[4096], want[4200];
+    ck_assert(realpath(dir, real) != NULL);
+    snprintf(want, sizeof want, "%s/o-%%p.nettrace none 1 -x\n", real);
     for (int i = 0; i < 2 && !getenv("ACTTRACE_ASAN"); i++) {
         at_run_result r;
         tool(&r, dir, NULL, forms[i]);
         ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
-        ck_assert_str_eq(r.out, "o-%p.nettrace none 1 -x\n");
+        ck_assert_str_eq(r.out, want);
         at_run_result_free(&r);
     }
     /* usage errors: one line, then the usage, exit 2 */
@@ -563,6 +685,9 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_names_exactly_its_files);
     tcase_add_test(tc, test_output_checked_first);
+    tcase_add_test(tc, test_config_checked_first);
+    tcase_add_test(tc, test_children_elsewhere);
+    tcase_add_test(tc, test_not_run);
     tcase_add_test(tc, test_sigterm_forwarded);
     tcase_add_test(tc, test_terminal_interrupt_once);
     tcase_add_test(tc, test_follow_exec);
