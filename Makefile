@@ -206,6 +206,7 @@ $(filter $(BUILD)/fixtures/sa_%,$(FIXTURE_BIN)): $(BUILD)/fixtures/libsafx.so
 $(BUILD)/fixtures/libsafx.so $(filter $(BUILD)/fixtures/sa_args%,$(FIXTURE_BIN)): tests/fixtures/sa_funcs.h
 $(BUILD)/fixtures/sa_nest $(BUILD)/fixtures/sa_prolog: FIXTURE_FLAGS = -rdynamic
 $(BUILD)/fixtures/sa_tail: FIXTURE_FLAGS = -O2
+$(BUILD)/fixtures/static_exit: FIXTURE_FLAGS = -static
 $(BUILD)/fixtures/sa_args-%: tests/fixtures/sa_args.c
 	@mkdir -p $(dir $@)
 	$(CC) $(FIX_CFLAGS) -$* -o $@ $< $(FIX_LIBS)

@@ -18,6 +18,7 @@
 #include "cliopt.h"
 #include "cmds.h"
 #include "hookconf.h"
+#include "progcheck.h"
 #include "sigcheck.h"
 
 static void usage(FILE *f)
@@ -36,35 +37,7 @@ static void usage(FILE *f)
                "prototype; 1 otherwise, or a config error, or a PROGRAM that cannot run; 2 usage error.\n");
 }
 
-/* PROGRAM as execvp finds it: a name with a '/' as it is, else the first PATH entry holding it.
- * 0, or an errno (ENOENT: nowhere). */
-static int find_program(const char *prog, char *out, size_t n)
-{
-    if (strchr(prog, '/')) {
-        snprintf(out, n, "%s", prog);
-        struct stat st;
-        return stat(out, &st) == 0 ? 0 : errno;
-    }
-    const char *path = getenv("PATH");
-    if (!path || !*path) path = "/bin:/usr/bin";
-    int found = ENOENT;
-    for (const char *p = path;; ) {
-        const char *colon = strchr(p, ':');
-        size_t len = colon ? (size_t)(colon - p) : strlen(p);
-        snprintf(out, n, "%.*s%s%s", (int)len, p, len ? "/" : "", prog);
-        struct stat st;
-        if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
-            if (access(out, X_OK) == 0) return 0;
-            found = EACCES; /* execvp goes on looking, then says EACCES */
-        }
-        if (!colon) break;
-        p = colon + 1;
-    }
-    snprintf(out, n, "%s", prog);
-    return found;
-}
-
-/* Why path (found for what, find_program's err) cannot run as a program, as the end of a sentence
+/* Why path (found for what, at_prog_find's err) cannot run as a program, as the end of a sentence
  * about it ("is a directory"); NULL when it can. */
 static const char *why_not(const char *what, const char *path, int err, char *buf, size_t n)
 {
@@ -87,7 +60,7 @@ static int program_argv(char **args, int nargs, char *exe, char *script, char *i
 {
     int n = 0;
     char why[128];
-    const char *no = why_not(args[0], script, find_program(args[0], script, PATH_MAX), why, sizeof why);
+    const char *no = why_not(args[0], script, at_prog_find(args[0], script, PATH_MAX), why, sizeof why);
     if (no) {
         fprintf(stderr, "acttrace check: %s %s\n", strchr(args[0], '/') ? script : args[0], no);
         return 1;
@@ -126,21 +99,29 @@ static int program_argv(char **args, int nargs, char *exe, char *script, char *i
         return 1;
     }
     const char *base = strrchr(line, '/') ? strrchr(line, '/') + 1 : line;
+    char shebang[256]; /* as written, for the messages */
+    snprintf(shebang, sizeof shebang, "%s%s%s", line, *arg ? " " : "", arg);
+    /* "#!/usr/bin/env -S NAME ARGS": env splits the rest and runs NAME from PATH as well */
+    if (!strcmp(base, "env") && !strncmp(arg, "-S", 2)) {
+        char *w = arg + 2 + strspn(arg + 2, " \t");
+        w[strcspn(w, " \t")] = 0;
+        if (*w) arg = w;
+    }
     bool via_env = !strcmp(base, "env") && *arg && arg[0] != '-' && !strpbrk(arg, " \t");
     if (via_env) /* #!/usr/bin/env NAME: env runs NAME from PATH */
-        no = why_not(arg, exe, find_program(arg, exe, PATH_MAX), why, sizeof why);
+        no = why_not(arg, exe, at_prog_find(arg, exe, PATH_MAX), why, sizeof why);
     else {
         snprintf(exe, PATH_MAX, "%s", line);
         no = why_not(exe, exe, access(exe, F_OK) == 0 ? 0 : errno, why, sizeof why);
     }
     if (no) {
-        fprintf(stderr, "acttrace check: %s is a script for %s (#!%s%s%s), which %s\n", script, via_env ? arg : exe,
-                line, *arg ? " " : "", arg, no);
+        fprintf(stderr, "acttrace check: %s is a script for %s (#!%s), which %s\n", script, via_env ? arg : exe,
+                shebang, no);
         return 1;
     }
-    printf("%s is a script: its interpreter is %s (#!%s%s%s); the hooks apply to that binary and the "
+    printf("%s is a script: its interpreter is %s (#!%s); the hooks apply to that binary and the "
            "libraries it loads, so it is the one checked here\n",
-           script, exe, line, *arg ? " " : "", arg);
+           script, exe, shebang);
     snprintf(iarg, PATH_MAX, "%s", arg);
     argv_out[n++] = exe;
     if (!via_env && *arg) argv_out[n++] = iarg;
@@ -234,6 +215,14 @@ int at_cmd_check(int argc, char **argv)
     if (!pargv || program_argv(ops + 1, nops - 1, exe, script, iarg, pargv)) {
         free(pargv);
         at_hookconf_free(&hc);
+        return AT_EXIT_ERROR;
+    }
+    char blocked[256];
+    const char *no_shim = at_prog_preload_blocked(exe, blocked, sizeof blocked);
+    if (no_shim) { /* it would run its main: the shim that stops it never loads */
+        fprintf(stderr, "acttrace check: %s %s\n", exe, no_shim);
+        at_hookconf_free(&hc);
+        free(pargv);
         return AT_EXIT_ERROR;
     }
     char shim[PATH_MAX], confabs[PATH_MAX];

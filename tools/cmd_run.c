@@ -7,6 +7,7 @@
 #include "cmds.h"
 #include "hookconf.h"
 #include "ntreader.h"
+#include "progcheck.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -378,6 +379,12 @@ int at_cmd_run(int argc, char **argv)
         sigaction(run_forwarded[k], NULL, &was[k]);
         if (was[k].sa_handler != SIG_IGN) sigaction(run_forwarded[k], &fwd, NULL); /* nohup stays nohup */
     }
+    /* a program the shim cannot be loaded into runs all the same, untraced, and run says why */
+    char found[PATH_MAX], blocked[256];
+    const char *no_shim = at_prog_find(prog[0], found, sizeof found) == 0
+                              ? at_prog_preload_blocked(found, blocked, sizeof blocked)
+                              : NULL;
+    if (no_shim) fprintf(stderr, "acttrace run: %s %s; it runs untraced\n", prog[0], no_shim);
     /* a pipe the child's exec closes: the program ran, or the child says why it could not */
     int xp[2];
     if (pipe2(xp, O_CLOEXEC) != 0) {
@@ -427,6 +434,7 @@ int at_cmd_run(int argc, char **argv)
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
     if (WIFSIGNALED(st) && !quiet)
         fprintf(stderr, "acttrace: %s was killed by signal %d (%s)\n", prog[0], WTERMSIG(st), strsignal(WTERMSIG(st)));
-    manifest_report(&m, quiet || not_run); /* nothing ran: no "recorded no event" */
+    /* nothing ran, or untraced as said: no "recorded no event" */
+    manifest_report(&m, quiet || not_run || no_shim);
     return code;
 }

@@ -7,7 +7,8 @@
  *     refused with one line and exit 2, the program never started;
  *   - a relative pattern is the folder run was started in: a child that starts in another folder
  *     writes its file beside the others, not into the folder it works in;
- *   - a program that cannot be started is one line (not found in PATH, a folder) and no more;
+ *   - a program that cannot be started is one line (not found in PATH, a folder) and no more; one
+ *     the shim cannot be loaded into (statically linked) runs untraced, run saying why;
  *   - SIGTERM sent to acttrace run reaches the program once, and run exits 143 once the program has
  *     ended (no orphan); ^C typed at a terminal reaches the program once too (the terminal sends it
  *     to both);
@@ -322,6 +323,28 @@ START_TEST(test_not_run)
                       "run %s: exit %d, stderr '%s'", cases[i].prog, r.status, r.err);
         at_run_result_free(&r);
     }
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A program the shim cannot be loaded into runs all the same, with its own output and status, and
+ * run says in one line why it is untraced (not "recorded no event") */
+START_TEST(test_unhookable_runs_untraced)
+{
+    char *dir = at_tmpdir("run-static");
+    char *st = at_fixture_path("static_exit");
+    const char *args[] = {"run", "--", st, NULL};
+    at_run_result r;
+    tool(&r, dir, NULL, args);
+    char want[4600];
+    snprintf(want, sizeof want, "acttrace run: %s is statically linked: no dynamic loader runs for it to read "
+                                "LD_PRELOAD, so the shim cannot be loaded into it and nothing in it can be hooked; it "
+                                "runs untraced\n", st);
+    ck_assert_msg(r.exited && r.status == 3 && !strcmp(r.out, "static program ran\n") && !strcmp(r.err, want),
+                  "run static_exit: exit %d, stdout '%s', stderr '%s'", r.status, r.out, r.err);
+    at_run_result_free(&r);
+    free(st);
     at_rmtree(dir);
     free(dir);
 }
@@ -688,6 +711,7 @@ int main(void)
     tcase_add_test(tc, test_config_checked_first);
     tcase_add_test(tc, test_children_elsewhere);
     tcase_add_test(tc, test_not_run);
+    tcase_add_test(tc, test_unhookable_runs_untraced);
     tcase_add_test(tc, test_sigterm_forwarded);
     tcase_add_test(tc, test_terminal_interrupt_once);
     tcase_add_test(tc, test_follow_exec);

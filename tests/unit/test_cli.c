@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "at_testlib.h"
@@ -492,6 +493,39 @@ static char *write_file(const char *name, const char *text, mode_t mode)
     return p;
 }
 
+/* A program the shim cannot be loaded into (statically linked; setuid to another user) is said to
+ * be one, exit 1, and never run: check would otherwise run its main */
+START_TEST(check_unhookable)
+{
+    char *conf = write_file("c.conf", "[activity W]\nfunction = write\n", 0644);
+    char *st = at_fixture_path("static_exit");
+    char want[8400];
+    snprintf(want, sizeof want, "acttrace check: %s is statically linked: no dynamic loader runs for it to read "
+                                "LD_PRELOAD, so the shim cannot be loaded into it and nothing in it can be hooked\n", st);
+    expect_err(1, want, (const char *const[]){"check", conf, "--", st, NULL});
+    /* setuid to another user: secure execution (as root, a copy of true owned by nobody) */
+    char su[4200];
+    snprintf(su, sizeof su, "%s/su-true", dir);
+    const char *cp[] = {"cp", "/bin/true", su, NULL};
+    at_run_opts o = {.argv = cp, .no_preload = true};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&o, &r), 0);
+    at_run_result_free(&r);
+    struct statvfs vfs;
+    if (geteuid() != 0 || chown(su, 65534, 65534) != 0 || chmod(su, 04755) != 0 ||
+        statvfs(su, &vfs) != 0 || (vfs.f_flag & ST_NOSUID)) {
+        fprintf(stderr, "check_unhookable: the setuid case needs root and a folder without nosuid: skipped\n");
+    } else {
+        snprintf(want, sizeof want, "acttrace check: %s is setuid (to uid 65534): the loader runs it in "
+                                    "secure-execution mode and ignores LD_PRELOAD, so the shim cannot be loaded into it\n",
+                 su);
+        expect_err(1, want, (const char *const[]){"check", conf, "--", su, NULL});
+    }
+    free(st);
+    free(conf);
+}
+END_TEST
+
 START_TEST(check_scripts)
 {
     char *conf = write_file("c.conf", "[activity Alloc]\nfunction = malloc\n", 0644);
@@ -515,6 +549,14 @@ START_TEST(check_scripts)
     ck_assert_msg(!strncmp(r.out, want, strlen(want)) && strstr(r.out, "bash (#!/usr/bin/env bash); the hooks apply"),
                   "check on an env bash script: %s%s", r.out, r.err);
     at_run_result_free(&r);
+    /* #!/usr/bin/env -S NAME ARGS: NAME as PATH finds it */
+    char *envs = write_file("es.sh", "#!/usr/bin/env -S sh -e\nexit 0\n", 0755);
+    ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"check", conf, "--", envs, NULL}), 0);
+    snprintf(want, sizeof want, "%s is a script: its interpreter is ", envs);
+    ck_assert_msg(!strncmp(r.out, want, strlen(want)) && strstr(r.out, "/sh (#!/usr/bin/env -S sh -e); the hooks apply"),
+                  "check on an env -S script: %s%s", r.out, r.err);
+    at_run_result_free(&r);
+    free(envs);
     snprintf(want, sizeof want, "acttrace check: %s is not executable (mode 0644)\n", plain);
     expect_err(1, want, (const char *const[]){"check", conf, "--", plain, NULL});
     snprintf(want, sizeof want, "acttrace check: %s is a script for /nonexistent/sh (#!/nonexistent/sh), which does "
@@ -553,6 +595,7 @@ int main(void)
     tcase_add_test(tc, write_failures);
     tcase_add_test(tc, durations);
     tcase_add_test(tc, check_scripts);
+    tcase_add_test(tc, check_unhookable);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
