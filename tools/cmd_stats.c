@@ -29,7 +29,7 @@ static void stats_usage(FILE *f)
     fprintf(f, "usage: acttrace stats FILE...\n"
                "  Per activity name: COUNT, P50/P90/P99/MAX duration (stopped activities; in us below 1 ms,\n"
                "  in ms below 1 s, else in s), THREADS (distinct threads visited), EVENTS (events inside\n"
-               "  them), NEVER_STOPPED.\n");
+               "  them), NEVER_STOPPED. A name none of whose activities stopped shows - for the durations.\n");
     at_cli_exit_codes(f);
 }
 
@@ -110,10 +110,14 @@ int at_cmd_stats(int argc, char **argv)
         for (size_t i = 0; i < c.n; i++) {
             st_name *s = &c.v[i];
             char p50[AM_DUR_MAX], p90[AM_DUR_MAX], p99[AM_DUR_MAX], max[AM_DUR_MAX];
-            am_fmt_dur(p50, am_dist_pct(&s->d, 50));
-            am_fmt_dur(p90, am_dist_pct(&s->d, 90));
-            am_fmt_dur(p99, am_dist_pct(&s->d, 99));
-            am_fmt_dur(max, s->d.max);
+            if (s->count > s->never) {
+                am_fmt_dur(p50, am_dist_pct(&s->d, 50));
+                am_fmt_dur(p90, am_dist_pct(&s->d, 90));
+                am_fmt_dur(p99, am_dist_pct(&s->d, 99));
+                am_fmt_dur(max, s->d.max);
+            } else { /* none stopped: no duration to show, rather than 0us */
+                strcpy(p50, "-"), strcpy(p90, "-"), strcpy(p99, "-"), strcpy(max, "-");
+            }
             printf("%-24s %8llu %10s %10s %10s %10s %7u %8llu %13llu\n", s->name, (unsigned long long)s->count,
                    p50, p90, p99, max, s->ntids, (unsigned long long)s->events, (unsigned long long)s->never);
         }

@@ -312,7 +312,7 @@ START_TEST(long_lived_root)
            "Main //1  start 1.000  NEVER STOPPED (open 54.0ms at the end)  threads T1\n");
     expect((const char *const[]){"stats", paths[0], NULL},
            "NAME                        COUNT        P50        P90        P99        MAX THREADS   EVENTS NEVER_STOPPED\n"
-           "Main                            1        0us        0us        0us        0us       1        1             1\n"
+           "Main                            1          -          -          -          -       1        1             1\n"
            "Parse                           5     1.00ms     1.00ms     1.00ms     1.00ms       1       10             0\n"
            "Request                         5     5.00ms     5.00ms     5.00ms     5.00ms       1       10             0\n");
 }
