@@ -173,9 +173,24 @@ static int arg_ref(parser *p, const at_hc_probe *pb, const char *name, at_hc_pos
         return 0;
     }
     int i = at_sig_param_index(&pb->sig, name);
-    if (i < 0)
-        return fail(p, pos, "%s: '%s' is not a parameter of %s; expected one of its parameter "
-                            "names, argN or return", what, name, pb->sig.fname);
+    if (i < 0) {
+        /* the names it has, as the signature gives them (an unnamed one as argN) */
+        char names[512] = "";
+        size_t k = 0;
+        for (int j = 0; j < pb->sig.nparams && k + 80 < sizeof names; j++) {
+            int w = pb->sig.p[j].name[0]
+                        ? snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "", pb->sig.p[j].name)
+                        : snprintf(names + k, sizeof names - k, "%sarg%d", k ? ", " : "", j);
+            if (w > 0)
+                k += (size_t)w;
+        }
+        bool ret = allow_return && pb->sig.ret != AT_CT_VOID;
+        if (!pb->sig.nparams)
+            return fail(p, pos, "%s: '%s' is not a parameter of %s, which has none%s", what, name,
+                        pb->sig.fname, ret ? "; expected return" : "");
+        return fail(p, pos, "%s: '%s' is not a parameter of %s; expected one of %s%s", what, name,
+                    pb->sig.fname, names, ret ? " or return" : "");
+    }
     *out = i;
     return 0;
 }

@@ -195,11 +195,17 @@ int at_cmd_check(int argc, char **argv)
     }
     at_cli cli;
     at_cli_init(&cli, "check", usage, "", NULL, argc, argv);
+    /* CONFIG PROGRAM without the --: said as such, before the program's own options would be taken
+     * for check's ("unknown option '--version'") */
+    if (!dashes && before >= 2)
+        return at_cli_usage_error(&cli, "put -- between the CONFIG and the PROGRAM: acttrace check CONFIG -- PROGRAM [ARGS]");
     int o;
     while ((o = at_cli_next(&cli)) > 0) {}
     if (o == AT_CLI_EXIT) return cli.status;
     int nops;
     char **ops = at_cli_operands(&cli, &nops);
+    if (dashes && before == 0)
+        return at_cli_usage_error(&cli, "give the CONFIG before --: acttrace check CONFIG -- PROGRAM [ARGS]");
     if (!dashes || before != 1 || nops < 2)
         return at_cli_usage_error(&cli, !dashes || nops < 2 ? "give the program after --: acttrace check CONFIG -- PROGRAM"
                                                             : "one CONFIG before --");

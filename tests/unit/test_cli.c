@@ -568,8 +568,15 @@ START_TEST(check_scripts)
     expect_err(1, want, (const char *const[]){"check", conf, "--", missing, NULL});
     expect_err(1, "acttrace check: no-such-program-here is not found in PATH\n",
                (const char *const[]){"check", conf, "--", "no-such-program-here", NULL});
-    expect_err(2, "acttrace check: give the program after --: acttrace check CONFIG -- PROGRAM\n",
+    expect_err(2, "acttrace check: put -- between the CONFIG and the PROGRAM: acttrace check CONFIG -- PROGRAM [ARGS]\n",
                (const char *const[]){"check", conf, sh, NULL});
+    /* the program's own options are not taken for check's */
+    expect_err(2, "acttrace check: put -- between the CONFIG and the PROGRAM: acttrace check CONFIG -- PROGRAM [ARGS]\n",
+               (const char *const[]){"check", conf, sh, "--version", NULL});
+    expect_err(2, "acttrace check: give the CONFIG before --: acttrace check CONFIG -- PROGRAM [ARGS]\n",
+               (const char *const[]){"check", "--", sh, NULL});
+    expect_err(2, "acttrace check: give the program after --: acttrace check CONFIG -- PROGRAM\n",
+               (const char *const[]){"check", conf, "--", NULL});
     free(conf);
     free(sh);
     free(envbash);
