@@ -1359,8 +1359,14 @@ void *at_hk_dlopen_c(const char *file, int mode)
 }
 
 /* A fork child has one thread: locks another thread of the parent held stay held forever. */
+/* In a fork child: the hooked calls the forking thread was inside (the fork itself when it is hooked,
+ * and what called it) are the parent's. Their activities were started, and are stopped, in the
+ * parent's file; the child's returns from them write no Stop and leave the current activity as the
+ * fork left it, so the child's own work and its execs stay under the activity that forked it. Off
+ * the thread's list, a return finds its call unlisted, as it does one that a longjmp abandoned. */
 AT_FORK_TEXT static void hk_atfork_child(void)
 {
+    hk_nlive = 0;
     at_mutex_fork_reset(&hk_install_lock);
     for (int i = 0; hk_conf && i < hk_conf->nentries; i++)
         if (hk_rules[i].keys.direct)

@@ -1,5 +1,6 @@
 /* test_process: process boundaries and exit paths, read back from the files: a fork child writes
- * its own file (its pid) and keeps its activity; exec chains link each new image's root activity
+ * its own file (its pid) and keeps its activity, the hooked call it forked in (fork itself, or a
+ * function of the program's) stopped in the parent's file only; exec chains link each new image's root activity
  * to the activity current at exec (RelatedActivityId), also through fork+exec, posix_spawn and
  * vfork; every exit path (return from main, exit from another thread, _exit, _Exit, SIGSEGV,
  * SIGABRT, SIGTERM, SIGBUS, SIGFPE by default action) leaves the same status as without the shim and
@@ -142,6 +143,60 @@ START_TEST(test_fork_child_file)
     ck_assert(at_find(&c, "acttrace-shim", "ProcessForked", 0) >= 0);
     at_trace_free(&c);
     at_session_free(&s);
+}
+END_TEST
+
+/* fork() made inside a hooked call (the program's spawn_worker, or libc's fork hooked itself): the
+ * call is the parent's. Its Start and its one Stop are in the parent's file; the child's return from
+ * it writes nothing (a second Stop, which no Start matched, and the child's work made a root), so the
+ * child's own hooked work is a child of that activity. */
+static void hooked_fork(const char *conf, const char *name)
+{
+    char cpath[4200], env0[4300];
+    snprintf(cpath, sizeof cpath, "%s/tests/data/hooks/%s", AT_SOURCE_DIR, conf);
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", cpath);
+    const char *env[] = {env0, NULL};
+    const char *argv[] = {"fork_hooked", NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run(&s, "forkhook", argv, env), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete && strstr(s.r.out, "child ok"),
+                  "%s", at_session_describe(&s, d, sizeof d));
+    int pids[4];
+    ck_assert_int_eq(pids_of(s.r.out, pids, 4), 2);
+    char start[64], stop[64];
+    snprintf(start, sizeof start, "%sStart", name);
+    snprintf(stop, sizeof stop, "%sStop", name);
+    ck_assert_uint_eq(at_count(&s.t, NULL, start), 1);
+    ck_assert_uint_eq(at_count(&s.t, NULL, stop), 1);
+    long fs = at_find(&s.t, NULL, start, 0);
+    const char *fp = s.t.ev[fs].act_path;
+    at_trace c;
+    ck_assert_msg(at_session_load_pid(&s, pids[1], &c), "no file for the child pid %d in %s", pids[1], s.dir);
+    ck_assert_msg(c.complete, "child file: %s", c.err);
+    ck_assert_msg(at_count(&c, NULL, stop) == 0, "the child wrote a %s of the parent's call", stop);
+    long ws = at_find(&c, NULL, "WorkStart", 0);
+    ck_assert(ws >= 0);
+    ck_assert_msg(!strcmp(c.ev[ws].rel_path, fp), "%s: the child's WorkStart is related to '%s', not to %s %s", conf,
+                  c.ev[ws].rel_path, name, fp);
+    ck_assert_uint_eq(at_count(&c, NULL, "WorkStop"), 1);
+    /* the parent's own Work, after the call returned there: a root */
+    long pw = at_find(&s.t, NULL, "WorkStart", 0);
+    ck_assert(pw >= 0);
+    ck_assert_str_eq(s.t.ev[pw].rel_path, "");
+    at_trace_free(&c);
+    at_session_free(&s);
+}
+
+START_TEST(test_hooked_fork_own)
+{
+    hooked_fork("fork-spawn.conf", "Spawn");
+}
+END_TEST
+
+START_TEST(test_hooked_fork_libc)
+{
+    hooked_fork("fork-libc.conf", "Fork");
 }
 END_TEST
 
@@ -557,6 +612,8 @@ int main(void)
     TCase *tp = tcase_create("children");
     tcase_set_timeout(tp, 0);
     tcase_add_test(tp, test_fork_child_file);
+    tcase_add_test(tp, test_hooked_fork_own);
+    tcase_add_test(tp, test_hooked_fork_libc);
     tcase_add_test(tp, test_exec_chain);
     tcase_add_loop_test(tp, test_started_children_keep_parent_file, 0, 3);
     tcase_add_loop_test(tp, test_creds_calls_as_untraced, 0, 3);
