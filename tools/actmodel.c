@@ -56,6 +56,7 @@ struct am_model {
     size_t nnames, cnames;
     size_t mem, mem_peak;      /* bytes allocated for activities, table, names, rare fields */
     uint64_t never_stopped, unmatched_stops;
+    char unmatched_first[320]; /* the first of them, described for the warning */
     uint64_t total_size;
     uint64_t serial;
     uint64_t held, hold_limit;
@@ -1022,6 +1023,18 @@ static void xfer_receive(am_model *m, am_activity *a, int f, const nt_event *ev,
     if (from != ev->thread) add_xfer(m, a, from, st, ev->thread, t);
 }
 
+/* A Stop no open activity took: counted, and the first described for the warning. */
+static void unmatched_stop(am_model *m, const nt_event *ev, uint32_t pid, int64_t t, const char *why)
+{
+    if (m->unmatched_stops++)
+        return;
+    char path[96];
+    am_format_id(&ev->activity, pid, path, sizeof path);
+    snprintf(m->unmatched_first, sizeof m->unmatched_first, "%s of %s in pid %u, thread %llu, at %.3f ms: %s",
+             ev->meta->name ? ev->meta->name : "a Stop", path[0] ? path : "no activity", pid,
+             (unsigned long long)ev->thread, (double)t / 1e6, why);
+}
+
 static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
 {
     uint32_t pid = (uint32_t)m->in[f].info.pid;
@@ -1042,7 +1055,7 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
         e.act = a;
         if (op == NT_OPCODE_STOP) {
             e.act = NULL;
-            m->unmatched_stops++;
+            unmatched_stop(m, ev, pid, t, "its activity had stopped already (a second Stop of one Start)");
         }
         if (m->cb.event) m->cb.event(m->cb.ctx, &e);
         return;
@@ -1083,6 +1096,7 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
     if (op == NT_OPCODE_STOP) {
         /* EventSource logs a Stop that finds no live activity of its name with the current id: such
          * a Stop (another name) leaves the activity of that id running */
+        am_activity *named = a;
         if (a && !stop_names(ev->meta->name, a->name)) a = NULL;
         if (a) {
             a->stopped = true;
@@ -1091,7 +1105,9 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
             if (a->moved && extra(m, a)) a->x->stop_tid = ev->thread;
             e.stopped = a;
         } else {
-            m->unmatched_stops++;
+            unmatched_stop(m, ev, pid, t,
+                           named ? "the activity of that id has another name (a Stop of another kind leaves it running)"
+                                 : "no activity of that id was open (stopped already, or its Start is in a file not given or was lost)");
         }
     }
     if (m->cb.event) m->cb.event(m->cb.ctx, &e);
@@ -1323,4 +1339,5 @@ int64_t am_origin_ns(const am_model *m) { return m->origin; }
 int64_t am_end_ns(const am_model *m) { return m->end; }
 uint64_t am_never_stopped(const am_model *m) { return m->never_stopped; }
 uint64_t am_unmatched_stops(const am_model *m) { return m->unmatched_stops; }
+const char *am_unmatched_first(const am_model *m) { return m->unmatched_first; }
 size_t am_mem_peak(const am_model *m) { return m->mem_peak; }

@@ -183,6 +183,8 @@ int64_t am_time(const am_model *m, int file, uint64_t ts);
 /* Activities that were never stopped, and Stops that matched no open activity. */
 uint64_t am_never_stopped(const am_model *m);
 uint64_t am_unmatched_stops(const am_model *m);
+/* The first of them ("ForkStop of //1/7 in pid 22058, thread 22058, at 14.668 ms: why"), "" when none. */
+const char *am_unmatched_first(const am_model *m);
 
 /* Helpers the commands share. */
 /* Activity name from an event name: "RequestStart" -> "Request" (copied into out). */

@@ -615,6 +615,8 @@ static void write_meta(rp_ctx *c, const am_model *m, char *const *files, int nfi
     am_buf_u64(b, (uint64_t)damaged);
     am_buf_str(b, ",\"unmatched\":");
     am_buf_u64(b, am_unmatched_stops(m));
+    am_buf_str(b, ",\"unmatched_first\":");
+    put_str(b, am_unmatched_first(m));
     am_buf_str(b, ",\"xfers_dropped\":");
     am_buf_u64(b, c->xdropped);
     am_buf_str(b, ",\"marks_cut\":");

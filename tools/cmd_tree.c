@@ -297,8 +297,10 @@ int at_cmd_tree(int argc, char **argv)
     fflush(stdout);
     status = am_report_damage(m, "tree");
     if (am_unmatched_stops(m))
-        fprintf(stderr, "acttrace tree: %llu Stop events matched no open activity\n",
-                (unsigned long long)am_unmatched_stops(m));
+        fprintf(stderr, "acttrace tree: %llu Stop event%s matched no open activity; the first: %s "
+                        "(tree --tsv lists each as a stop line with no activity)\n",
+                (unsigned long long)am_unmatched_stops(m), am_unmatched_stops(m) == 1 ? "" : "s",
+                am_unmatched_first(m));
     if (!c.printed && (c.name || c.has_min)) {
         no_match(&c, files, nfiles);
         if (!status) status = AT_EXIT_ERROR;

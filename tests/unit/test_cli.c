@@ -397,6 +397,43 @@ START_TEST(write_failures)
 }
 END_TEST
 
+/* Request //1 stopped twice; Other //2 stopped by a Stop of another name */
+static void gen_unmatched(void *ctx)
+{
+    (void)ctx;
+    at_gen_note_thread(0);
+    at_gen_start("Request", "//1", NULL, 1);
+    at_gen_stop("Request", "//1", 2);
+    at_gen_stop("Request", "//1", 3.5);
+    at_gen_start("Other", "//2", NULL, 4);
+    at_gen_stop("Request", "//2", 5);
+    at_gen_stop("Other", "//2", 6);
+}
+
+/* Stops that match no open activity: how many, and the first said in full, by tree and the report */
+START_TEST(unmatched_stops_named)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/u.nettrace", dir);
+    pid_t pid = at_gen_trace(path, gen_unmatched, NULL);
+    ck_assert_int_gt(pid, 0);
+    at_run_result r;
+    run(&r, 0, (const char *const[]){"tree", path, NULL});
+    char want[512];
+    snprintf(want, sizeof want,
+             "acttrace tree: 2 Stop events matched no open activity; the first: RequestStop of //1 in pid %d, "
+             "thread %llu, at 3.500 ms: no activity of that id was open (stopped already, or its Start is in a file "
+             "not given or was lost) (tree --tsv lists each as a stop line with no activity)\n",
+             (int)pid, (unsigned long long)at_gen_tids[0]);
+    ck_assert_msg(strstr(r.err, want) != NULL, "tree's stderr:\n%s\nlacks\n%s", r.err, want);
+    at_run_result_free(&r);
+    run(&r, 0, (const char *const[]){"report", "-o", "-", path, NULL});
+    ck_assert_msg(strstr(r.out, "\"unmatched\":2,\"unmatched_first\":\"RequestStop of //1 in pid ") != NULL,
+                  "the report's data lacks the first unmatched Stop");
+    at_run_result_free(&r);
+}
+END_TEST
+
 /* python3 reads text from its stdin with script; returns its stdout after asserting exit 0. */
 static char *python_stdin(const char *script, const char *text)
 {
@@ -600,6 +637,7 @@ int main(void)
     tcase_add_test(tc, output_to_stdout);
     tcase_add_test(tc, output_is_input);
     tcase_add_test(tc, write_failures);
+    tcase_add_test(tc, unmatched_stops_named);
     tcase_add_test(tc, durations);
     tcase_add_test(tc, check_scripts);
     tcase_add_test(tc, check_unhookable);

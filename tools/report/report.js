@@ -264,7 +264,8 @@ let selRow = -1;
   const warn = [];
   if (META.lost) warn.push(fmtInt(META.lost) + ' events were lost by the writer: what they held is missing here');
   if (META.damaged) warn.push(META.damaged + ' file(s) damaged: only what was read before the damage is shown');
-  if (META.unmatched) warn.push(fmtInt(META.unmatched) + ' Stop events matched no open activity');
+  if (META.unmatched) warn.push(fmtInt(META.unmatched) + ' Stop event' + (META.unmatched === 1 ? '' : 's') +
+    ' matched no open activity; the first: ' + META.unmatched_first);
   if (META.xfers_dropped) warn.push(fmtInt(META.xfers_dropped) + ' transfers beyond the per-activity cap are not drawn');
   if (META.marks_cut) warn.push(fmtInt(META.marks_cut) + ' events inside activities are not listed in waterfalls (past the first ' + fmtInt(D.marks.length / 4) + ')');
   $('summary').innerHTML = parts.join(' · ') + '.' + warn.map((w) => '<br><span class="warn">' + esc(w) + '.</span>').join('');
