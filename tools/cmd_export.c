@@ -3,7 +3,8 @@
  *   activity as a complete ("X") slice on each thread it ran on, with its Start and Stop payload as
  *   args; process_name / thread_name metadata; flow arrows ("s" -> "f", bound to the enclosing slice)
  *   for transfers between threads, for thread creation (the creator's slice -> the new thread's
- *   first slice) and for processes (the fork, spawn or exec point -> the child's activity).
+ *   first slice) and for processes (the fork, spawn or exec point -> the child image's first root
+ *   activity under that point's activity: one arrow per child image, however many roots it has).
  * speedscope: one evented profile per thread (the program's main thread first), activities as
  *   frames, every profile on the trace's time line (ms from the trace start).
  * Both keep one record per slice until the end: the slices of a thread must nest, and come in time
@@ -70,6 +71,14 @@ typedef struct ex_start {
     int64_t ts;
 } ex_start;
 
+/* A child image linked to its parent's activity by a process flow (fl[flow]); an image with many
+ * roots under that activity gets the one arrow, to the root that starts first. */
+typedef struct ex_plink {
+    uint32_t child;
+    uint64_t parent_serial;
+    size_t flow;
+} ex_plink;
+
 typedef struct ex_ctx {
     FILE *out;
     bool speedscope;
@@ -95,6 +104,8 @@ typedef struct ex_ctx {
     size_t nthreads, cthreads;
     ex_start *starts;
     size_t nstarts, cstarts;
+    ex_plink *plinks;         /* the process flows made: one per (child pid, parent activity) */
+    size_t nplinks, cplinks;
     nt_symbolizer **syms;     /* per file */
     char *buf;                /* a field's JSON */
     size_t nbuf;
@@ -540,10 +551,26 @@ static void on_activity(void *vc, const am_activity *a)
             if (c->starts[i].child == a->pid && c->starts[i].serial == p->serial &&
                 c->starts[i].exec == (p->pid == a->pid) && c->starts[i].ts <= a->start)
                 s = &c->starts[i];
-        if (s || p->pid != a->pid) /* one pid without an exec: a rotated file of the same image */
-            add_flow(c, (ex_flow){.serial_from = p->serial, .tid_from = s ? s->tid : am_start_tid(p),
-                                  .serial_to = a->serial, .tid_to = am_start_tid(a),
-                                  .ts_from = s ? s->ts : a->start, .ts_to = a->start, .kind = FL_PROCESS});
+        if (s || p->pid != a->pid) { /* one pid without an exec: a rotated file of the same image */
+            ex_plink *l = NULL;
+            for (size_t i = 0; i < c->nplinks && !l; i++)
+                if (c->plinks[i].child == a->pid && c->plinks[i].parent_serial == p->serial)
+                    l = &c->plinks[i];
+            if (l) { /* the image's arrow goes to its first root */
+                ex_flow *f = &c->fl[l->flow];
+                if (a->start < f->ts_to) {
+                    f->serial_to = a->serial;
+                    f->tid_to = am_start_tid(a);
+                    f->ts_to = a->start;
+                    if (!s) f->ts_from = a->start;
+                }
+            } else if (grow(c, (void **)&c->plinks, &c->cplinks, c->nplinks + 1, sizeof *c->plinks)) {
+                c->plinks[c->nplinks++] = (ex_plink){.child = a->pid, .parent_serial = p->serial, .flow = c->nfl};
+                add_flow(c, (ex_flow){.serial_from = p->serial, .tid_from = s ? s->tid : am_start_tid(p),
+                                      .serial_to = a->serial, .tid_to = am_start_tid(a),
+                                      .ts_from = s ? s->ts : a->start, .ts_to = a->start, .kind = FL_PROCESS});
+            }
+        }
     }
     if (c->speedscope) return;
     ex_act *x = act_of(c, a->serial);
@@ -978,6 +1005,7 @@ static void ctx_free(ex_ctx *c)
     free(c->arena);
     free(c->threads);
     free(c->starts);
+    free(c->plinks);
     free(c->buf);
 }
 

@@ -134,6 +134,55 @@ START_TEST(chrome)
 }
 END_TEST
 
+/* A fork child whose image starts three root activities under the parent's Spawn: Main first,
+ * Side (it ends first) and Last */
+static void gen_pchild(void *ctx)
+{
+    (void)ctx;
+    at_gen_note_thread(1);
+    at_guid rel = at_gen_id((uint32_t)getppid(), "//1/1");
+    at_gen_start_rel("Main", "//1", &rel, 300);
+    at_gen_start_rel("Side", "//2", &rel, 302);
+    at_gen_stop("Side", "//2", 303);
+    at_gen_start_rel("Last", "//3", &rel, 304);
+    at_gen_stop("Last", "//3", 305);
+    at_gen_stop("Main", "//1", 306);
+}
+
+static void gen_pparent(void *ctx)
+{
+    (void)ctx;
+    at_gen_note_thread(0);
+    at_gen_start("Request", "//1", NULL, 1);
+    at_gen_start("Spawn", "//1/1", "//1", 2);
+    ck_assert_int_gt(at_gen_fork(gen_pchild, NULL), 0);
+    at_gen_stop("Spawn", "//1/1", 310);
+    at_gen_stop("Request", "//1", 315);
+}
+
+/* One process-start arrow per child image, to its first root under the parent's activity, however
+ * many roots it has (an exec'd program with thousands of roots drew thousands of arrows from one
+ * point) */
+START_TEST(chrome_one_arrow_per_child)
+{
+    char parent[4200], child[4200], out[4200];
+    snprintf(parent, sizeof parent, "%s/p.nettrace", dir);
+    snprintf(out, sizeof out, "%s/p.json", dir);
+    ck_assert_int_gt(at_gen_trace(parent, gen_pparent, NULL), 0);
+    snprintf(child, sizeof child, "%s/p-%d.nettrace", dir, (int)at_gen_tids[AT_GEN_SLOTS - 2]);
+    ck_assert_msg(at_file_exists(child), "%s", child);
+    tool_ok((const char *const[]){"export", "--format", "chrome", "-o", out, parent, child, NULL});
+    char *got = python(chrome_check, out);
+    char *flows = strstr(got, "flow ");
+    ck_assert_ptr_nonnull(flows);
+    char *end = strstr(flows, "process_name");
+    ck_assert_ptr_nonnull(end);
+    *end = 0;
+    ck_assert_str_eq(flows, "flow process start ts=300000.0 -> ts=300000.0\n");
+    free(got);
+}
+END_TEST
+
 static const char speedscope_check[] =
     "import json,sys\n"
     "d=json.load(open(sys.argv[1]))\n"
@@ -260,8 +309,10 @@ START_TEST(run_passes_status)
     at_run_result r;
     ck_assert_int_eq(at_run(&o, &r), 0);
     ck_assert_msg(r.exited && r.status == 3, "%s", r.err);
-    char want[9000];
-    snprintf(want, sizeof want, "%s/libacttrace.so|%s|out-%%p.nettrace\n", bin, cfg);
+    char want[13000];
+    char real[4096];
+    ck_assert(realpath(dir, real) != NULL);
+    snprintf(want, sizeof want, "%s/libacttrace.so|%s|%s/out-%%p.nettrace\n", bin, cfg, real); /* made absolute */
     ck_assert_str_eq(r.out, want);
     int child = 0;
     ck_assert_msg(sscanf(r.err, "acttrace: trace written to out-%d.nettrace\n", &child) == 1 && child > 0, "%s", r.err);
@@ -383,6 +434,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, chrome);
+    tcase_add_test(tc, chrome_one_arrow_per_child);
     tcase_add_test(tc, speedscope);
     tcase_add_test(tc, report_in_chromium);
     tcase_add_test(tc, run_passes_status);
