@@ -592,9 +592,18 @@ function drawGutter(top, bottom) {
     } else {
       ctx.fillStyle = '#1d2330';
       ctx.font = '11px system-ui, sans-serif';
-      ctx.fillText('tid ' + b.tid, 14, y + TH_PAD + LH / 2);
-      ctx.fillStyle = '#7a8594';
-      ctx.fillText(fmtInt(b.slices) + (b.slices === 1 ? ' slice' : ' slices'), 14, y + TH_PAD + LH * 1.5, GUTTER - 20);
+      const count = fmtInt(b.slices) + (b.slices === 1 ? ' slice' : ' slices');
+      if (b.lanes.length > 1) {
+        ctx.fillText('tid ' + b.tid, 14, y + TH_PAD + LH / 2);
+        ctx.fillStyle = '#7a8594';
+        ctx.fillText(count, 14, y + TH_PAD + LH * 1.5, GUTTER - 20);
+      } else { /* one lane: one line, or the count would run into the next row's label */
+        const tid = 'tid ' + b.tid;
+        ctx.fillText(tid, 14, y + TH_PAD + LH / 2);
+        ctx.fillStyle = '#7a8594';
+        const w = ctx.measureText(tid + '  ').width;
+        ctx.fillText('· ' + count, 14 + w, y + TH_PAD + LH / 2, GUTTER - 20 - w);
+      }
       ctx.strokeStyle = '#e6e9ee';
       ctx.beginPath();
       ctx.moveTo(0, y + b.h - 0.5);
