@@ -124,6 +124,11 @@ int at_cli_next(at_cli *c)
     c->arg = optarg;
     if (li >= 0) snprintf(c->opt, sizeof c->opt, "--%s", c->opts[li].name);
     else snprintf(c->opt, sizeof c->opt, "-%c", o);
+    if (optarg && !*optarg) { /* --name= or -o '': a value that says nothing */
+        at_cli_usage_error(c, "option '%s' needs a value (it is empty)", c->opt);
+        c->status = AT_EXIT_USAGE;
+        return AT_CLI_EXIT;
+    }
     return o;
 }
 

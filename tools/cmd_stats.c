@@ -5,6 +5,7 @@
 #include "cliopt.h"
 #include "cmds.h"
 
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,15 +22,17 @@ typedef struct st_name {
 
 typedef struct st_ctx {
     st_name *v;
+    const char *name; /* --name: only that row */
     size_t n, cap;
 } st_ctx;
 
 static void stats_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace stats FILE...\n"
+    fprintf(f, "usage: acttrace stats [--name NAME] FILE...\n"
                "  Per activity name: COUNT, P50/P90/P99/MAX duration (stopped activities; in us below 1 ms,\n"
                "  in ms below 1 s, else in s), THREADS (distinct threads visited), EVENTS (events inside\n"
-               "  them), NEVER_STOPPED. A name none of whose activities stopped shows - for the durations.\n");
+               "  them), NEVER_STOPPED. A name none of whose activities stopped shows - for the durations.\n"
+               "  --name NAME   only the row of activities named NAME\n");
     at_cli_exit_codes(f);
 }
 
@@ -67,6 +70,8 @@ static void add_tid(st_name *s, uint64_t tid)
 
 static void on_activity(void *vc, const am_activity *a)
 {
+    st_ctx *c = vc;
+    if (c->name && strcmp(a->name, c->name) != 0) return;
     st_name *s = st_get(vc, a->name);
     if (!s) return;
     s->count++;
@@ -83,17 +88,20 @@ static int by_name(const void *x, const void *y)
 
 int at_cmd_stats(int argc, char **argv)
 {
+    enum { O_NAME = 256 };
+    static const struct option opts[] = {{"name", required_argument, NULL, O_NAME}, {0}};
+    st_ctx c = {0};
     at_cli cli;
-    at_cli_init(&cli, "stats", stats_usage, "", NULL, argc, argv);
+    at_cli_init(&cli, "stats", stats_usage, "", opts, argc, argv);
     int o;
-    while ((o = at_cli_next(&cli)) > 0) {}
+    while ((o = at_cli_next(&cli)) > 0)
+        if (o == O_NAME) c.name = cli.arg;
     if (o == AT_CLI_EXIT) return cli.status;
     int nfiles;
     char **files = at_cli_operands(&cli, &nfiles);
     if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
     int status = at_cli_check_inputs("stats", files, nfiles);
     if (status) return status;
-    st_ctx c = {0};
     char err[600];
     am_options mo = {.progress = true};
     am_callbacks cb = {.activity = on_activity, .ctx = &c};
@@ -103,7 +111,7 @@ int at_cmd_stats(int argc, char **argv)
         return AT_EXIT_ERROR;
     }
     am_run(m, err, sizeof err); /* a damaged file: what was read before the damage, then the damage */
-    {
+    if (!c.name || c.n) {
         if (c.n) qsort(c.v, c.n, sizeof *c.v, by_name);
         printf("%-24s %8s %10s %10s %10s %10s %7s %8s %13s\n", "NAME", "COUNT", "P50", "P90", "P99", "MAX",
                "THREADS", "EVENTS", "NEVER_STOPPED");
@@ -124,6 +132,12 @@ int at_cmd_stats(int argc, char **argv)
     }
     fflush(stdout);
     status = am_report_damage(m, "stats");
+    if (c.name && !c.n) {
+        char in[600];
+        at_cli_files_desc(files, nfiles, in, sizeof in);
+        am_errorf("stats", "no activity named '%s' in %s", c.name, in);
+        if (!status) status = AT_EXIT_ERROR;
+    }
     am_close(m);
     for (size_t i = 0; i < c.n; i++) {
         am_dist_free(&c.v[i].d);

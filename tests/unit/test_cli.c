@@ -231,6 +231,11 @@ START_TEST(usage_errors)
     expect_err(2, "acttrace export: unknown format 'svg' (chrome or speedscope)\n",
                (const char *const[]){"export", "--format", "svg", trace, NULL});
     expect_err(2, "acttrace tree: give at least one trace FILE\n", (const char *const[]){"tree", "--name", "x", NULL});
+    /* an empty value says nothing: refused, not taken as a name no event has */
+    expect_err(2, "acttrace events: option '--name' needs a value (it is empty)\n",
+               (const char *const[]){"events", "--name=", trace, NULL});
+    expect_err(2, "acttrace stats: option '--name' needs a value (it is empty)\n",
+               (const char *const[]){"stats", "--name", "", trace, NULL});
 }
 END_TEST
 
@@ -259,7 +264,12 @@ START_TEST(filters_matching_nothing)
     snprintf(line, sizeof line, "acttrace stacks: no event with a stack inside an activity named 'Request' in %s\n",
              trace);
     expect_err(1, line, (const char *const[]){"stacks", "--name", "Request", trace, NULL});
+    snprintf(line, sizeof line, "acttrace stats: no activity named 'Nope' in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"stats", "--name", "Nope", trace, NULL});
     /* the same filters when they match: exit 0 */
+    char *st = out_of((const char *const[]){"stats", "--name", "Request", trace, NULL});
+    ck_assert_msg(strstr(st, "\nRequest ") && !strstr(st, "Batch") && !strstr(st, "Work"), "%s", st);
+    free(st);
     char *s = out_of((const char *const[]){"events", "--activity", "//3", "--name", "Batch", trace, NULL});
     ck_assert_msg(strstr(s, "BatchStart") && strstr(s, "BatchStop"), "%s", s);
     free(s);
