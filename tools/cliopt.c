@@ -233,6 +233,17 @@ int at_cli_check_inputs(const char *cmd, char *const *files, int n)
             return AT_EXIT_ERROR;
         }
         if (!S_ISREG(st.st_mode)) continue; /* a pipe or a device: read as it comes */
+        for (int j = 0; j < i; j++) { /* one file read twice would count each event twice */
+            struct stat sj;
+            if (strcmp(files[j], "-") && stat(files[j], &sj) == 0 && sj.st_dev == st.st_dev &&
+                sj.st_ino == st.st_ino) {
+                if (strcmp(files[j], f))
+                    fprintf(stderr, "acttrace %s: %s and %s are the same file: give it once\n", cmd, files[j], f);
+                else
+                    fprintf(stderr, "acttrace %s: %s is given twice: give it once\n", cmd, f);
+                return AT_EXIT_ERROR;
+            }
+        }
         if (st.st_size == 0) {
             fprintf(stderr, "acttrace %s: %s is empty\n", cmd, f);
             return AT_EXIT_ERROR;

@@ -57,7 +57,8 @@ bool at_cli_ms(at_cli *c, bool negative_ok, int64_t *ns); /* a time in ms ("12.5
 /* Every input file of an analysis command can be read as a trace: a directory, an empty file and a
  * file that does not start with the Nettrace magic each get their own line ("acttrace tree: X is a
  * directory"); a missing file its system error. Returns AT_EXIT_OK, or AT_EXIT_ERROR after the line.
- * "-" (standard input) and other non-regular files are left to the reader. */
+ * "-" (standard input) and other non-regular files are left to the reader. A file given twice (by
+ * one name or two) is a line and AT_EXIT_ERROR too: read twice, its events would count twice. */
 int at_cli_check_inputs(const char *cmd, char *const *files, int n);
 /* An output file (-o PATH) that is one of the input files (the same file, by any name) is refused
  * before anything is read: writing it would destroy the trace being read. AT_EXIT_OK, or

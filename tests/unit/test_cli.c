@@ -276,6 +276,32 @@ START_TEST(filters_matching_nothing)
 }
 END_TEST
 
+/* one file given twice (by one name, or through a link) would count each event twice: refused */
+START_TEST(same_file_twice)
+{
+    char alias[4200], line[9000];
+    snprintf(alias, sizeof alias, "%s/alias.nettrace", dir);
+    ck_assert_int_eq(symlink(trace, alias), 0);
+    static const char *const readers[] = {"events", "tree", "stats", "stacks", "report", "export"};
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++) {
+        const char *args[8];
+        int n = 0;
+        args[n++] = readers[i];
+        if (!strcmp(readers[i], "report")) args[n++] = "-o", args[n++] = "-";
+        if (!strcmp(readers[i], "export")) args[n++] = "--format", args[n++] = "chrome";
+        args[n++] = trace;
+        args[n++] = trace;
+        args[n] = NULL;
+        snprintf(line, sizeof line, "acttrace %s: %s is given twice: give it once\n", readers[i], trace);
+        expect_err(1, line, args);
+        args[n - 1] = alias;
+        snprintf(line, sizeof line, "acttrace %s: %s and %s are the same file: give it once\n", readers[i], trace,
+                 alias);
+        expect_err(1, line, args);
+    }
+}
+END_TEST
+
 START_TEST(not_traces)
 {
     char empty[4200], text[4200], sub[4200];
@@ -644,6 +670,7 @@ int main(void)
     tcase_add_test(tc, usage_errors);
     tcase_add_test(tc, filters_matching_nothing);
     tcase_add_test(tc, not_traces);
+    tcase_add_test(tc, same_file_twice);
     tcase_add_test(tc, output_to_stdout);
     tcase_add_test(tc, output_is_input);
     tcase_add_test(tc, write_failures);
