@@ -129,6 +129,16 @@ int at_cmd_stacks(int argc, char **argv)
             am_errorf("stacks", "no %s inside an activity named '%s' in %s",
                       c->samples ? "CPU sample" : "event with a stack", c->name, in);
         if (!status) status = AT_EXIT_ERROR;
+    } else if (!c->lines) { /* nothing to fold at all: say why rather than print nothing */
+        char in[600];
+        at_cli_files_desc(files, nfiles, in, sizeof in);
+        if (c->samples)
+            am_errorf("stacks", "no CPU sample in %s (record them with acttrace run --sample HZ, or "
+                                "ACTTRACE_SAMPLE_HZ)", in);
+        else
+            am_errorf("stacks", "no event with a stack in %s (the config's stacks setting, or "
+                                "ACTTRACE_STACKS, decides which events carry one)", in);
+        if (!status) status = AT_EXIT_ERROR;
     }
     am_close(m);
 out:

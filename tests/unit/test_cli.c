@@ -264,6 +264,10 @@ START_TEST(filters_matching_nothing)
     snprintf(line, sizeof line, "acttrace stacks: no event with a stack inside an activity named 'Request' in %s\n",
              trace);
     expect_err(1, line, (const char *const[]){"stacks", "--name", "Request", trace, NULL});
+    snprintf(line, sizeof line,
+             "acttrace stacks: no CPU sample in %s (record them with acttrace run --sample HZ, or ACTTRACE_SAMPLE_HZ)\n",
+             trace);
+    expect_err(1, line, (const char *const[]){"stacks", "--samples", trace, NULL});
     snprintf(line, sizeof line, "acttrace stats: no activity named 'Nope' in %s\n", trace);
     expect_err(1, line, (const char *const[]){"stats", "--name", "Nope", trace, NULL});
     /* the same filters when they match: exit 0 */
