@@ -119,9 +119,24 @@ static int program_argv(char **args, int nargs, char *exe, char *script, char *i
                 shebang, no);
         return 1;
     }
-    printf("%s is a script: its interpreter is %s (#!%s); the hooks apply to that binary and the "
-           "libraries it loads, so it is the one checked here\n",
-           script, exe, shebang);
+    char inner[256] = "";
+    FILE *g = fopen(exe, "re");
+    size_t gk = g ? fread(inner, 1, sizeof inner - 1, g) : 0;
+    if (g) fclose(g);
+    inner[gk] = 0;
+    if (gk > 2 && inner[0] == '#' && inner[1] == '!') {
+        /* a wrapper script (pyenv's and asdf's shims, a virtualenv launcher): the kernel runs its own
+         * interpreter, which is what loads the shim; the program it then starts is not known here */
+        inner[strcspn(inner, "\n")] = 0;
+        printf("%s is a script: its interpreter is %s (#!%s), itself a script (%s): the program checked "
+               "here is the one that script runs first; if it only starts the real interpreter (as pyenv's "
+               "and asdf's shims do), check that one instead: acttrace check CONFIG -- /path/to/it\n",
+               script, exe, shebang, inner);
+    } else {
+        printf("%s is a script: its interpreter is %s (#!%s); the hooks apply to that binary and the "
+               "libraries it loads, so it is the one checked here\n",
+               script, exe, shebang);
+    }
     snprintf(iarg, PATH_MAX, "%s", arg);
     argv_out[n++] = exe;
     if (!via_env && *arg) argv_out[n++] = iarg;

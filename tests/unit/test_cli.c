@@ -626,6 +626,18 @@ START_TEST(check_scripts)
     ck_assert_msg(!strncmp(r.out, want, strlen(want)) && strstr(r.out, "bash (#!/usr/bin/env bash); the hooks apply"),
                   "check on an env bash script: %s%s", r.out, r.err);
     at_run_result_free(&r);
+    /* an interpreter that is itself a script (a pyenv shim): said, with what to check instead */
+    char *wrap = write_file("wrap", "#!/bin/sh\nexec /bin/sh \"$@\"\n", 0755);
+    char text[4400];
+    snprintf(text, sizeof text, "#!%s\nexit 0\n", wrap);
+    char *inner = write_file("in.sh", text, 0755);
+    ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"check", conf, "--", inner, NULL}), 0);
+    snprintf(want, sizeof want, "%s is a script: its interpreter is %s (#!%s), itself a script (#!/bin/sh): the program "
+                                "checked here is the one that script runs first;", inner, wrap, wrap);
+    ck_assert_msg(!strncmp(r.out, want, strlen(want)), "check with a wrapper interpreter: %s%s", r.out, r.err);
+    at_run_result_free(&r);
+    free(wrap);
+    free(inner);
     /* #!/usr/bin/env -S NAME ARGS: NAME as PATH finds it */
     char *envs = write_file("es.sh", "#!/usr/bin/env -S sh -e\nexit 0\n", 0755);
     ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"check", conf, "--", envs, NULL}), 0);
