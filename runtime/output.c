@@ -447,6 +447,7 @@ static int resolve_dir(at_output *o, char *err, size_t errlen)
             o->pattern[k++] = '%';
         o->pattern[k++] = *c;
     }
+    o->rel_dir_len = (unsigned)k;
     if (k < n)
         o->pattern[k] = '/';
     return 0;
@@ -527,6 +528,7 @@ static bool resolve_dir_inplace(at_output *o)
         return false;
     }
     size_t n = strlen(o->pattern);
+    size_t dir = n;
     if (n > 1)
         o->pattern[n++] = '/';
     if (n + pl >= sizeof o->pattern) {
@@ -534,6 +536,7 @@ static bool resolve_dir_inplace(at_output *o)
         return false;
     }
     memcpy(o->pattern + n, name, pl + 1);
+    o->rel_dir_len = (unsigned)dir;
     return true;
 }
 

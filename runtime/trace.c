@@ -729,6 +729,22 @@ bool at_trace_flusher_yield(void)
     return run;
 }
 
+size_t at_trace_output_dir(char *out, size_t n)
+{
+    size_t len = at_out.rel_dir_len, k = 0;
+    if (!len || len >= sizeof at_out.pattern)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        if (k + 1 >= n)
+            return 0;
+        out[k++] = at_out.pattern[i];
+        if (at_out.pattern[i] == '%' && i + 1 < len && at_out.pattern[i + 1] == '%')
+            i++; /* '%' was doubled for the pattern */
+    }
+    out[k] = 0;
+    return k;
+}
+
 bool at_trace_pid_named(void)
 {
     if (atomic_load(&sess_state) == 1 && atomic_load(&at_sess_active) == AT_SESS_PENDING &&

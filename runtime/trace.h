@@ -222,6 +222,10 @@ int at_fd_move_high(int fd);
 /* The file of this process carries its pid though the pattern has no %p (a fork child, a process
  * another traced one started, or one that found a live process writing the plain name). */
 bool at_trace_pid_named(void);
+/* The folder a relative output pattern was resolved against at the session's start, into out
+ * (NUL-terminated): its length, or 0 when the pattern was absolute (or is too long for out). No
+ * call, no write: safe in a vfork child. */
+size_t at_trace_output_dir(char *out, size_t n);
 /* A lazy session whose file is not open yet opens it now (with its flusher), named as at the start:
  * before the program starts a child that carries nothing of ours (system(), popen()) and would
  * otherwise take the plain name first. */

@@ -223,6 +223,8 @@ typedef struct at_output {
     unsigned file_mode;   /* permissions of every file created (0: 0600) */
     uint64_t seg_dev[4], seg_ino[4]; /* circular: the files of the last segments (index % 4), so
                                       * only a file of ours is ever unlinked */
+    unsigned rel_dir_len; /* a relative pattern made absolute: the bytes of pattern that name the
+                           * folder it was resolved against ('%' doubled); 0: it was absolute */
     /* The names last: a session whose file waits for its first event writes the scalars, the
      * pattern and the base name at start, two pages of a page-aligned at_output, not four. */
     char pattern[4096];

@@ -134,6 +134,7 @@ __attribute__((constructor)) static void at_preload_init(void)
             hookconf_apply(&hc, &at_cfg);
         }
     }
+    at_exec_output_base(at_cfg.output, sizeof at_cfg.output); /* the first traced process's folder */
     if (check && *check) {
         /* acttrace check: the program is loaded, its main never runs */
         int rc = have_hc ? at_hooks_check(&hc, stdout) : 2;

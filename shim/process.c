@@ -30,6 +30,7 @@ extern char **environ;
 #define AT_ENV_PARENT "ACTTRACE_PARENT_ACTIVITY"
 #define AT_ENV_GEN "ACTTRACE_EXEC_GEN"
 #define AT_ENV_MANIFEST "ACTTRACE_MANIFEST"
+#define AT_ENV_OUTDIR "ACTTRACE_OUTPUT_DIR"
 #define AT_ENV_PRELOAD "LD_PRELOAD"
 /* Environments larger than this are passed through unchanged (the link is then lost, not the exec). */
 #define AT_ENV_MAX 8192
@@ -44,6 +45,14 @@ static at_guid at_process_parent;  /* the activity of the process that exec'd us
  * environment entry exec_env passes on. */
 static char manifest_entry[sizeof AT_ENV_MANIFEST + 4096];
 const char *at_manifest_path AT_START_DATA; /* in manifest_entry, or NULL */
+
+/* ACTTRACE_OUTPUT_DIR=<folder>: the folder a relative output pattern is resolved against, given to
+ * the images and children of a process whose pattern was relative (the folder the first traced
+ * process started in): a child that starts elsewhere (a server's worker that chdir'd, git's helpers
+ * in the repository they serve) writes its file beside the others, never into the folder it works
+ * in. Taken out of environ at start like the others; kept here whole, as the entry passed on. */
+static char outdir_entry[sizeof AT_ENV_OUTDIR + 4096];
+static const char *outdir_inherited; /* in outdir_entry, or NULL */
 
 /* ACTTRACE_FOLLOW=exec|none: this process is a fork child left untraced (the shim is off in it),
  * whose own children and images get an environment without the shim either. */
@@ -84,6 +93,16 @@ void at_exec_env_init(void)
         }
         unsetenv(AT_ENV_MANIFEST);
     }
+    const char *d = at_env(AT_ENV_OUTDIR);
+    if (d) {
+        size_t n = strlen(d);
+        if (d[0] == '/' && n + sizeof AT_ENV_OUTDIR + 1 <= sizeof outdir_entry) {
+            memcpy(outdir_entry, AT_ENV_OUTDIR "=", sizeof AT_ENV_OUTDIR);
+            memcpy(outdir_entry + sizeof AT_ENV_OUTDIR, d, n + 1);
+            outdir_inherited = outdir_entry + sizeof AT_ENV_OUTDIR;
+        }
+        unsetenv(AT_ENV_OUTDIR);
+    }
     const char *v = at_env(AT_ENV_PARENT);
     if (!v)
         return;
@@ -96,6 +115,28 @@ void at_exec_env_init(void)
                 AT_ENV_PARENT, v);
     }
     unsetenv(AT_ENV_PARENT); /* the program sees the environment it was given */
+}
+
+void at_exec_output_base(char *pattern, size_t size)
+{
+    if (!outdir_inherited || pattern[0] == '/' || !pattern[0])
+        return;
+    const char *p = pattern;
+    if (p[0] == '.' && p[1] == '/')
+        p += 2;
+    size_t pl = strlen(p), dl = 0;
+    for (const char *c = outdir_inherited; *c; c++)
+        dl += *c == '%' ? 2 : 1;
+    if (dl + 1 + pl >= size)
+        return; /* too long: resolved against the start folder, as without the variable */
+    memmove(pattern + dl + 1, p, pl + 1);
+    size_t k = 0;
+    for (const char *c = outdir_inherited; *c; c++) {
+        if (*c == '%')
+            pattern[k++] = '%';
+        pattern[k++] = *c;
+    }
+    pattern[k] = '/';
 }
 
 static bool in_vfork_child(void)
@@ -111,7 +152,8 @@ static bool env_is(const char *e, const char *name, size_t namesz)
 
 static bool env_ours(const char *e)
 {
-    return ENV_IS(e, AT_ENV_PARENT) || ENV_IS(e, AT_ENV_GEN) || ENV_IS(e, AT_ENV_MANIFEST);
+    return ENV_IS(e, AT_ENV_PARENT) || ENV_IS(e, AT_ENV_GEN) || ENV_IS(e, AT_ENV_MANIFEST) ||
+           ENV_IS(e, AT_ENV_OUTDIR);
 }
 
 /* Whether the process an exec or a spawn starts is traced (ACTTRACE_FOLLOW): same_pid, an exec of
@@ -179,10 +221,11 @@ AT_COLD static char *const *untraced_env(char *const envp[], const char **out, s
     return (char *const *)out;
 }
 
-/* Fill out (n+4 slots) with envp minus our variables plus the current link, the exec generation and
- * the manifest. Only the stack: this runs in vfork children. Returns out. */
+/* Fill out (n+5 slots) with envp minus our variables plus the current link, the exec generation, the
+ * manifest and the output folder. Only the stack: this runs in vfork children. Returns out. */
+#define AT_OUTDIR_BUF (sizeof AT_ENV_OUTDIR + 4096)
 AT_COLD static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
-                             char *gbuf, bool same_pid)
+                             char *gbuf, char *obuf, bool same_pid)
 {
     const at_activity *cur = at_activity_current();
     const at_guid *id = cur ? at_activity_id(cur) : &at_process_parent;
@@ -196,6 +239,12 @@ AT_COLD static char *const *exec_env(char *const envp[], const char **out, size_
     }
     if (at_manifest_path)
         out[k++] = manifest_entry;
+    if (outdir_inherited) {
+        out[k++] = outdir_entry;
+    } else if (at_trace_output_dir(obuf + sizeof AT_ENV_OUTDIR, AT_OUTDIR_BUF - sizeof AT_ENV_OUTDIR)) {
+        memcpy(obuf, AT_ENV_OUTDIR "=", sizeof AT_ENV_OUTDIR);
+        out[k++] = obuf;
+    }
     if (!at_guid_is_zero(id)) {
         char *p = pbuf;
         memcpy(p, AT_ENV_PARENT "=", sizeof AT_ENV_PARENT);
@@ -279,11 +328,12 @@ AT_COLD static void exec_before(const char *path)
     bool vf_ = ok_ && in_vfork_child();                                                            \
     bool tr_ = ok_ && child_traced(!vf_);                                                          \
     bool rec_ = on_ && ok_ && !vf_; /* this image records the exec */                              \
-    const char *slots_[ok_ ? n_ + 4 : 1];                                                          \
+    const char *slots_[ok_ ? n_ + 5 : 1];                                                          \
     char pbuf_[sizeof AT_ENV_PARENT + 34], gbuf_[sizeof AT_ENV_GEN + 32];                          \
+    char obuf_[ok_ ? AT_OUTDIR_BUF : 1];                                                           \
     char ldbuf_[ok_ && !tr_ ? preload_len(env_, n_) + 1 : 1];                                      \
     char *const *env = !ok_ ? env_                                                                 \
-                       : tr_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, !vf_)                      \
+                       : tr_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, obuf_, !vf_)               \
                              : untraced_env(env_, slots_, n_, ldbuf_);                             \
     if (rec_) {                                                                                    \
         exec_before(path);                                                                         \
@@ -412,11 +462,11 @@ AT_COLD static int spawn_common(bool search, pid_t *pid, const char *path,
     size_t n = env_count(in);
     if (n > AT_ENV_MAX)
         return real(pid, path, fa, attr, argv, envp);
-    const char *slots[n + 4];
+    const char *slots[n + 5];
     char pbuf[sizeof AT_ENV_PARENT + 34], gbuf[sizeof AT_ENV_GEN + 32];
     bool traced = child_traced(false);
-    char ldbuf[traced ? 1 : preload_len(in, n) + 1];
-    char *const *env = traced ? exec_env(in, slots, n, pbuf, gbuf, false) : untraced_env(in, slots, n, ldbuf);
+    char ldbuf[traced ? 1 : preload_len(in, n) + 1], obuf[traced ? AT_OUTDIR_BUF : 1];
+    char *const *env = traced ? exec_env(in, slots, n, pbuf, gbuf, obuf, false) : untraced_env(in, slots, n, ldbuf);
     if (!on)
         return real(pid, path, fa, attr, argv, env);
     pid_t child = 0;
@@ -486,11 +536,12 @@ AT_COLD static bool program_alone(void)
     size_t sn_ = env_count(environ);                                                               \
     bool sw_ = (use) && (at_on() || at_untraced) && sn_ <= AT_ENV_MAX && program_alone();          \
     bool str_ = sw_ && child_traced(false);                                                        \
-    const char *sslots_[sw_ ? sn_ + 4 : 1];                                                        \
+    const char *sslots_[sw_ ? sn_ + 5 : 1];                                                        \
     char spbuf_[sizeof AT_ENV_PARENT + 34], sgbuf_[sizeof AT_ENV_GEN + 32];                        \
+    char sobuf_[str_ ? AT_OUTDIR_BUF : 1];                                                         \
     char sldbuf_[sw_ && !str_ ? preload_len(environ, sn_) + 1 : 1];                                \
     if (sw_)                                                                                       \
-        environ = (char **)(str_ ? exec_env(saved_env_, sslots_, sn_, spbuf_, sgbuf_, false)       \
+        environ = (char **)(str_ ? exec_env(saved_env_, sslots_, sn_, spbuf_, sgbuf_, sobuf_, false) \
                                  : untraced_env(saved_env_, sslots_, sn_, sldbuf_));
 #define SPAWN_ENV_END()                                                                            \
     do {                                                                                           \
@@ -626,6 +677,14 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
 }
 
 AT_COLD static void signals_untrace(void);
+
+/* ACTTRACE_OUTPUT_DIR=<folder>: the folder a relative output pattern is resolved against, given to
+ * the images and children of a process whose pattern was relative (the folder the first traced
+ * process started in): a child that starts elsewhere (a server's worker that chdir'd, git's helpers
+ * in the repository they serve) writes its file beside the others, never into the folder it works
+ * in. Taken out of environ at start like the others; kept here whole, as the entry passed on. */
+static char outdir_entry[sizeof AT_ENV_OUTDIR + 4096];
+static const char *outdir_inherited; /* in outdir_entry, or NULL */
 
 /* ACTTRACE_FOLLOW=exec|none: a fork child runs untraced. The shim cannot leave its memory, so it
  * goes quiet there as if it had never started: every wrapper and hook passes straight through, no

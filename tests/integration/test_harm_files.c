@@ -9,6 +9,8 @@
  *     name that is not a trace (the user's own notes, or an output pattern that names one of their
  *     files) is untouched, the trace taking -dup2;
  *   - trace files are 0600 under umask 022 and 000, or what ACTTRACE_FILE_MODE asks for;
+ *   - a program that changes folder and execs another: the new image's files (and its children's)
+ *     land in the folder the first traced process started in, never in the one it works in;
  *   - a program that chdir()s: every rotated segment still lands in the start folder, and circular
  *     mode removes only its own segments there (same-named files in the new folder stay). */
 #include <check.h>
@@ -268,6 +270,52 @@ START_TEST(test_own_other_file_kept)
 }
 END_TEST
 
+/* ---- an image that starts in another folder ---- */
+
+/* A relative pattern is the folder the first traced process started in: a program that changes
+ * folder and execs another (a wrapper script, a server's worker, git's helpers in the repository
+ * they serve) gets its trace files there, never in the folder it works in, which holds only what it
+ * holds untraced. */
+START_TEST(test_exec_elsewhere)
+{
+    char *fx = at_fixture_path("proc_chain");
+    char *dir[2];
+    at_run_result r[2];
+    for (int u = 0; u < 2; u++) {
+        dir[u] = at_tmpdir("harm-elsewhere");
+        char *sub = path2(dir[u], "sub");
+        ck_assert_int_eq(mkdir(sub, 0755), 0);
+        free(sub);
+        const char *argv[] = {"sh", "-c", "cd sub && exec \"$0\" fork", fx, NULL};
+        const char *env[] = {"ACTTRACE_OUTPUT=t-%p.nettrace", NULL};
+        at_run_opts o = {.argv = argv, .env = env, .no_preload = u == 1, .cwd = dir[u], .deadline_s = DEADLINE_S};
+        ck_assert_int_eq(at_run(&o, &r[u]), 0);
+        ck_assert_msg(r[u].exited && r[u].status == 0, "%s: %s", u ? "untraced" : "traced", r[u].err);
+    }
+    char *sub0 = path2(dir[0], "sub");
+    char **in_sub = at_trace_files(sub0), **in_start = at_trace_files(dir[0]);
+    ck_assert_msg(at_strv_len(in_sub) == 0, "a trace file was written into the folder the program works in: %s",
+                  in_sub[0]);
+    ck_assert_msg(at_strv_len(in_start) == 2, "the start folder holds %zu trace files, not the exec'd image's and "
+                                              "its fork child's", at_strv_len(in_start));
+    for (size_t i = 0; in_start[i]; i++) {
+        at_trace t;
+        ck_assert_msg(at_trace_load(in_start[i], &t) == 0 && t.complete, "%s: %s", in_start[i], t.err);
+        at_trace_free(&t);
+    }
+    at_strv_free(in_sub);
+    at_strv_free(in_start);
+    free(sub0);
+    for (int u = 0; u < 2; u++) {
+        at_run_result_free(&r[u]);
+        if (!getenv("AT_KEEP_TMP"))
+            at_rmtree(dir[u]);
+        free(dir[u]);
+    }
+    free(fx);
+}
+END_TEST
+
 /* ---- permissions ---- */
 
 static void check_mode(mode_t umask_v, const char *const *env, unsigned want)
@@ -392,6 +440,7 @@ int main(void)
     tcase_add_test(tc, test_planted_file_untouched);
     tcase_add_test(tc, test_own_stale_file_replaced);
     tcase_add_test(tc, test_own_other_file_kept);
+    tcase_add_test(tc, test_exec_elsewhere);
     tcase_add_test(tc, test_mode_0600);
     tcase_add_test(tc, test_rotate_after_chdir);
     tcase_add_test(tc, test_circular_after_chdir);
