@@ -53,6 +53,11 @@ static const at_subcommand *find(const char *name)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"version", no_argument, NULL, 'V'}, {0}};
+    /* acttrace --help CMD: CMD's help, as acttrace help CMD and acttrace CMD --help */
+    if (argc == 3 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) && find(argv[2])) {
+        char *hargv[] = {argv[2], "--help", NULL};
+        return find(argv[2])->run(2, hargv);
+    }
     /* '+': stop at the command's name; what follows it is the command's to read */
     at_cli cli;
     at_cli_init(&cli, "", usage, "+V", opts, argc, argv);
@@ -74,6 +79,11 @@ int main(int argc, char **argv)
         if (n < 2) {
             usage(stdout);
             return AT_EXIT_OK;
+        }
+        if (n > 2) {
+            fprintf(stderr, "acttrace help: one command at a time (not '%s')\n", rest[2]);
+            usage(stderr);
+            return AT_EXIT_USAGE;
         }
         const at_subcommand *c = find(rest[1]);
         if (!c) {

@@ -147,9 +147,12 @@ START_TEST(help)
         char *s = out_of((const char *const[]){commands[i], "-h", NULL});
         char *l = out_of((const char *const[]){commands[i], "--help", NULL});
         char *viahelp = out_of((const char *const[]){"help", commands[i], NULL});
+        char *before = out_of((const char *const[]){"--help", commands[i], NULL});
         ck_assert_msg(!strncmp(s, usage, strlen(usage)), "acttrace %s -h: %s", commands[i], s);
         ck_assert_str_eq(s, l);
         ck_assert_str_eq(s, viahelp);
+        ck_assert_str_eq(s, before);
+        free(before);
         if (strcmp(commands[i], "run")) /* run's own */
             ck_assert_msg(strstr(s, "Exit status") && strstr(s, "2 usage error"),
                           "acttrace %s --help lacks its exit codes:\n%s", commands[i], s);
@@ -215,6 +218,13 @@ START_TEST(usage_errors)
     expect_err(2, "acttrace tree: unknown option '-z'\n", (const char *const[]){"tree", "-z", trace, NULL});
     expect_err(2, "acttrace: unknown option '--bogus'\n", (const char *const[]){"--bogus", NULL});
     expect_err(2, "acttrace: unknown command 'trees'\n", (const char *const[]){"trees", trace, NULL});
+    {
+        at_run_result hr;
+        run(&hr, 2, (const char *const[]){"help", "run", "extra", NULL});
+        ck_assert_msg(!strncmp(hr.err, "acttrace help: one command at a time (not 'extra')\nusage: acttrace [", 60),
+                      "help run extra: %s", hr.err);
+        at_run_result_free(&hr);
+    }
     /* a missing value, a value where none is taken, a bad value */
     expect_err(2, "acttrace events: option '--thread' needs a value\n", (const char *const[]){"events", trace, "--thread", NULL});
     expect_err(2, "acttrace export: option '-o' needs a value\n",
