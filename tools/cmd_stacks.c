@@ -15,6 +15,7 @@ typedef struct sk_ctx {
     bool by_activity, all, offsets, samples;
     bool name_seen;  /* an activity named name */
     uint64_t lines;  /* stacks folded */
+    uint64_t other_kind; /* stacks of the kind not asked for (samples, or events with --samples) */
     char key[65536];
 } sk_ctx;
 
@@ -45,7 +46,10 @@ static void on_event(void *vc, const am_event *e)
     if (!e->ev->nframes || nt_sym_is_symbol_event(e->ev)) return;
     uint64_t cpu_ns = 0;
     bool sample = nt_event_cpu_sample(e->ev, &cpu_ns);
-    if (sample != c->samples) return; /* samples weigh CPU time, events count: never one sum */
+    if (sample != c->samples) { /* samples weigh CPU time, events count: never one sum */
+        c->other_kind++;
+        return;
+    }
     if (!e->act && (!c->all || c->name)) return;
     uint64_t w = !sample ? 1 : cpu_ns ? (cpu_ns + 500) / 1000 : 1000;
     if (am_fold_key(c->key, sizeof c->key, e->act, c->name, c->by_activity, e->ev, c->sym[e->file])) {
@@ -132,13 +136,17 @@ int at_cmd_stacks(int argc, char **argv)
     } else if (!c->lines) { /* nothing to fold at all: say why rather than print nothing */
         char in[600];
         at_cli_files_desc(files, nfiles, in, sizeof in);
-        if (c->samples)
-            am_errorf("stacks", "no CPU sample in %s (record them with acttrace run --sample HZ, or "
-                                "ACTTRACE_SAMPLE_HZ)", in);
-        else
+        if (c->samples) { /* asked for samples, as a filter is: none is an error */
+            am_errorf("stacks", "no CPU sample in %s (%s)", in,
+                      c->other_kind ? "its events with a stack fold without --samples"
+                                    : "record them with acttrace run --sample HZ, or ACTTRACE_SAMPLE_HZ");
+            if (!status) status = AT_EXIT_ERROR;
+        } else if (c->other_kind) {
+            am_errorf("stacks", "the only stacks in %s are CPU samples: fold them with --samples", in);
+        } else {
             am_errorf("stacks", "no event with a stack in %s (the config's stacks setting, or "
                                 "ACTTRACE_STACKS, decides which events carry one)", in);
-        if (!status) status = AT_EXIT_ERROR;
+        }
     }
     am_close(m);
 out:

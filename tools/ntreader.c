@@ -145,6 +145,7 @@ struct nt_reader {
     bool seq_baseline;
     uint64_t good_end;      /* end of the last complete object: where damage starts */
     uint64_t tail_off;      /* > 0: reading a part after an end tag whose first byte was never written */
+    uint64_t trailing;      /* bytes after the end tag that are no part of ours (damage) */
     nt_damage damage;
     char damage_msg[NT_ERR_LEN];
 };
@@ -1089,6 +1090,7 @@ static int read_object(nt_reader *r)
             uint64_t extra = r->file_size ? r->file_size - r->off : more;
             problem(r, r->off, "%llu%s trailing byte(s) after the end-of-stream tag", (unsigned long long)extra,
                     r->file_size ? "" : "+");
+            r->trailing = extra;
             return 2;
         } else {
             return 2;
@@ -1416,6 +1418,17 @@ int nt_next(nt_reader *r, nt_event *ev)
         d->kind = NT_DAMAGE_BROKEN;
         d->events_before = r->counts.events;
         d->text = r->err;
+    } else if (rc == 0 && r->trailing) {
+        /* the trace itself is whole; what follows its end (another file appended to it, a copy gone
+         * wrong) is not read, and the results say so */
+        d->kind = NT_DAMAGE_BROKEN;
+        d->events_before = r->counts.events;
+        snprintf(r->damage_msg, sizeof r->damage_msg,
+                 "%s: offset %llu (0x%llx): %llu%s byte(s) after the end-of-stream tag are not part of the trace "
+                 "(another file appended to it?) and were not read",
+                 r->name, (unsigned long long)r->good_end, (unsigned long long)r->good_end,
+                 (unsigned long long)r->trailing, r->file_size ? "" : "+");
+        d->text = r->damage_msg;
     }
     return rc;
 }

@@ -274,10 +274,21 @@ START_TEST(filters_matching_nothing)
     snprintf(line, sizeof line, "acttrace stacks: no event with a stack inside an activity named 'Request' in %s\n",
              trace);
     expect_err(1, line, (const char *const[]){"stacks", "--name", "Request", trace, NULL});
-    snprintf(line, sizeof line,
-             "acttrace stacks: no CPU sample in %s (record them with acttrace run --sample HZ, or ACTTRACE_SAMPLE_HZ)\n",
+    snprintf(line, sizeof line, "acttrace stacks: no CPU sample in %s (its events with a stack fold without --samples)\n",
              trace);
     expect_err(1, line, (const char *const[]){"stacks", "--samples", trace, NULL});
+    {
+        /* a .NET runtime's sample trace: its only stacks are samples, which plain stacks leaves out */
+        char rt[4200];
+        snprintf(rt, sizeof rt, "%s/tests/data/nettrace-samples/dotnet-5.0-SampleProfiler-single-thread.golden.nettrace",
+                 AT_SOURCE_DIR);
+        at_run_result rr;
+        run(&rr, 0, (const char *const[]){"stacks", rt, NULL});
+        snprintf(line, sizeof line, "acttrace stacks: the only stacks in %s are CPU samples: fold them with --samples\n",
+                 rt);
+        ck_assert_msg(rr.outlen == 0 && !strcmp(rr.err, line), "stacks on runtime samples: '%s'", rr.err);
+        at_run_result_free(&rr);
+    }
     snprintf(line, sizeof line, "acttrace stats: no activity named 'Nope' in %s\n", trace);
     expect_err(1, line, (const char *const[]){"stats", "--name", "Nope", trace, NULL});
     /* the same filters when they match: exit 0 */
