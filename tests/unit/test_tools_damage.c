@@ -161,6 +161,38 @@ START_TEST(runtime_samples)
 }
 END_TEST
 
+/* A whole trace with bytes after its end tag (another file appended to it): every command reads the
+ * trace, names the bytes it did not read and where the trace ends, exit 3 */
+START_TEST(appended_bytes)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/appended.nettrace", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(good_data, 1, good_len, f), good_len);
+    fputs("another file", f);
+    fclose(f);
+    for (size_t i = 0; i < NCMDS; i++) {
+        ck_assert_int_eq(run_cmd(i, path, "a trace with 12 bytes appended"), 3);
+        const char *args[8];
+        char out[4200];
+        snprintf(out, sizeof out, "%s/report.html", dir);
+        int n = 0;
+        for (int k = 0; cmds[i][k]; k++) args[n++] = cmds[i][k];
+        if (!strcmp(cmds[i][0], "report")) args[n++] = out;
+        args[n++] = path;
+        args[n] = NULL;
+        at_run_result r;
+        ck_assert_int_eq(at_tool_run(&r, args), 0);
+        char want[600];
+        snprintf(want, sizeof want, "the results cover its first %zu of %zu bytes", good_len, good_len + 12);
+        ck_assert_msg(strstr(r.err, want) && strstr(r.err, "12 byte(s) after the end-of-stream tag are not part of the trace"),
+                      "acttrace %s on an appended trace: %s", cmds[i][0], r.err);
+        at_run_result_free(&r);
+    }
+}
+END_TEST
+
 START_TEST(truncated)
 {
     char path[4200];
@@ -294,6 +326,7 @@ int main(void)
     tcase_add_test(tc, corrupted);
     tcase_add_test(tc, not_traces);
     tcase_add_test(tc, deep_chain);
+    tcase_add_test(tc, appended_bytes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
