@@ -411,8 +411,12 @@ int at_cmd_dump(int argc, char **argv)
         fflush(out);
         if (d->kind == NT_DAMAGE_TORN)
             fprintf(stderr, "acttrace dump: %s: %s\n", path, d->text);
+        else if (d->file_size) /* as the analysis commands say it */
+            fprintf(stderr, "acttrace dump: damaged file: the dump covers its first %llu of %llu bytes (%llu events); %s\n",
+                    (unsigned long long)d->offset, (unsigned long long)d->file_size,
+                    (unsigned long long)d->events_before, d->text);
         else
-            fprintf(stderr, "acttrace dump: damaged file: the dump covers its first %llu bytes (%llu events); %s\n",
+            fprintf(stderr, "acttrace dump: damaged input: the dump covers its first %llu bytes (%llu events); %s\n",
                     (unsigned long long)d->offset, (unsigned long long)d->events_before, d->text);
         status = 3;
     } else if (rc < 0) {
