@@ -84,16 +84,23 @@ static void write_copy(const char *path, const char *data, size_t len)
 
 /* Runs command i on file; returns its exit status after checking it did not crash and that an error
  * is one clear line. */
-static int run_cmd(size_t i, const char *file, const char *what)
+/* Command i's arguments on file (out: the report's output path, filled in). */
+static void cmd_args(size_t i, const char *file, const char **args, char *out, size_t outlen)
 {
-    const char *args[8];
-    char out[4200];
-    snprintf(out, sizeof out, "%s/report.html", dir);
+    snprintf(out, outlen, "%s/report.html", dir);
     int n = 0;
     for (int k = 0; cmds[i][k]; k++) args[n++] = cmds[i][k];
     if (!strcmp(cmds[i][0], "report")) args[n++] = out;
     args[n++] = file;
     args[n] = NULL;
+}
+
+/* The same, keeping stderr in *err (malloc'd) when err is not NULL. */
+static int run_cmd_err(size_t i, const char *file, const char *what, char **err)
+{
+    const char *args[8];
+    char out[4200];
+    cmd_args(i, file, args, out, sizeof out);
     at_run_result r;
     ck_assert_int_eq(at_tool_run(&r, args), 0);
     char how[128];
@@ -116,8 +123,14 @@ static int run_cmd(size_t i, const char *file, const char *what)
                           strchr(r.err, '\n') == r.err + r.errlen - 1,
                       "acttrace %s on %s: unclear error: %s", cmds[i][0], what, r.err);
     }
+    if (err) *err = strdup(r.err);
     at_run_result_free(&r);
     return st;
+}
+
+static int run_cmd(size_t i, const char *file, const char *what)
+{
+    return run_cmd_err(i, file, what, NULL);
 }
 
 /* Command i on file exits 1 with the one line "acttrace CMD: FILE <says>". */
@@ -125,12 +138,7 @@ static void not_a_trace(size_t i, const char *file, const char *says)
 {
     const char *args[8];
     char out[4200], want[8600];
-    snprintf(out, sizeof out, "%s/report.html", dir);
-    int n = 0;
-    for (int k = 0; cmds[i][k]; k++) args[n++] = cmds[i][k];
-    if (!strcmp(cmds[i][0], "report")) args[n++] = out;
-    args[n++] = file;
-    args[n] = NULL;
+    cmd_args(i, file, args, out, sizeof out);
     at_run_result r;
     ck_assert_int_eq(at_tool_run(&r, args), 0);
     snprintf(want, sizeof want, "acttrace %s: %s %s\n", cmds[i][0], file, says);
@@ -173,22 +181,13 @@ START_TEST(appended_bytes)
     fputs("another file", f);
     fclose(f);
     for (size_t i = 0; i < NCMDS; i++) {
-        ck_assert_int_eq(run_cmd(i, path, "a trace with 12 bytes appended"), 3);
-        const char *args[8];
-        char out[4200];
-        snprintf(out, sizeof out, "%s/report.html", dir);
-        int n = 0;
-        for (int k = 0; cmds[i][k]; k++) args[n++] = cmds[i][k];
-        if (!strcmp(cmds[i][0], "report")) args[n++] = out;
-        args[n++] = path;
-        args[n] = NULL;
-        at_run_result r;
-        ck_assert_int_eq(at_tool_run(&r, args), 0);
+        char *err = NULL;
+        ck_assert_int_eq(run_cmd_err(i, path, "a trace with 12 bytes appended", &err), 3);
         char want[600];
         snprintf(want, sizeof want, "the results cover its first %zu of %zu bytes", good_len, good_len + 12);
-        ck_assert_msg(strstr(r.err, want) && strstr(r.err, "12 byte(s) after the end-of-stream tag are not part of the trace"),
-                      "acttrace %s on an appended trace: %s", cmds[i][0], r.err);
-        at_run_result_free(&r);
+        ck_assert_msg(strstr(err, want) && strstr(err, "12 byte(s) after the end-of-stream tag are not part of the trace"),
+                      "acttrace %s on an appended trace: %s", cmds[i][0], err);
+        free(err);
     }
 }
 END_TEST
