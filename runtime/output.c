@@ -321,19 +321,24 @@ static void file_name(const at_output *o, unsigned k, char *out, size_t cap)
 }
 
 /* The name is taken (EEXIST). A file of ours from an earlier run may go: a regular file of this
- * user, with no other link, that nobody else may write, that starts as a trace does (the Nettrace
- * magic: a program's own file that happens to bear the name, or an output named after one of the
- * user's files, is never replaced) and that no live writer holds (each holds an flock on its file).
+ * user, with no other link, that its owner may write and nobody else may, that starts as a trace
+ * does (starts_as_trace: a program's own file that happens to bear the name, or an output named after
+ * one of the user's files, is never replaced) and that no live writer holds (each holds an flock on
+ * its file).
  * 0: removed, *held is the old file's descriptor, locked, for the caller to close once
  * its new file exists (a process that waited for that lock then finds another file at the name and
  * leaves it). -EBUSY: a live writer's. -EEXIST: anything else, left alone. */
+/* The file starts as every trace does: the magic, then the serializer's signature with its length
+ * (a writer writes them first, in one write, so even a torn trace has them); a text that merely
+ * begins with the word "Nettrace" is not one. */
 static bool starts_as_trace(int fd)
 {
-    char head[sizeof NT_MAGIC - 1];
+    static const char want[] = NT_MAGIC "\x14\0\0\0" NT_SERIALIZER_SIG;
+    char head[sizeof want - 1];
     ssize_t n;
     while ((n = pread(fd, head, sizeof head, 0)) < 0 && errno == EINTR) {
     }
-    return n == (ssize_t)sizeof head && !memcmp(head, NT_MAGIC, sizeof head);
+    return n == (ssize_t)sizeof head && !memcmp(head, want, sizeof head);
 }
 
 static int remove_stale(const char *path, int *held)
@@ -342,8 +347,9 @@ static int remove_stale(const char *path, int *held)
     *held = -1;
     if (lstat(path, &st) != 0)
         return errno == ENOENT ? 0 : -EEXIST;
+    /* a file its owner made read-only is one they mean to keep */
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1 ||
-        (st.st_mode & (S_IWGRP | S_IWOTH)))
+        (st.st_mode & (S_IWGRP | S_IWOTH)) || !(st.st_mode & S_IWUSR))
         return -EEXIST;
     /* Empty: another process may have just created it and not yet taken its lock (two pid 1s of
      * two pid namespaces name their files alike); a file of ours has its header once locked. */

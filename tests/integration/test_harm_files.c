@@ -7,7 +7,8 @@
  *   - a file of another user planted at the name (world-writable) is untouched;
  *   - a trace file of ours from an earlier run is replaced by a fresh one; a file of ours at the
  *     name that is not a trace (the user's own notes, or an output pattern that names one of their
- *     files) is untouched, the trace taking -dup2;
+ *     files, notes that begin with the word Nettrace) is untouched, and so is an earlier trace made
+ *     read-only, the trace taking -dup2;
  *   - trace files are 0600 under umask 022 and 000, or what ACTTRACE_FILE_MODE asks for;
  *   - a program that changes folder and execs another: the new image's files (and its children's)
  *     land in the folder the first traced process started in, never in the one it works in;
@@ -231,7 +232,11 @@ END_TEST
 static void prep_stale(const char *dir)
 {
     char *f = path2(dir, "t.nettrace");
-    put_file(f, "Nettrace, torn after its magic", 0600);
+    put_file(f, "Nettrace\x14", 0600); /* the rest of the header: put_file writes text */
+    FILE *a = fopen(f, "ab");
+    ck_assert_ptr_nonnull(a);
+    fwrite("\0\0\0!FastSerialization.1, torn after its header", 1, 46, a);
+    fclose(a);
     free(f);
 }
 
@@ -247,20 +252,48 @@ START_TEST(test_own_stale_file_replaced)
 }
 END_TEST
 
-/* a file of the user's own at the name, not a trace: never replaced, whatever its mode */
+/* a file of the user's own at the name, not a trace: never replaced, whatever its mode (notes about
+ * the format that begin with its magic word are notes) */
 static void prep_own_notes(const char *dir)
 {
     char *f = path2(dir, "t.nettrace");
-    put_file(f, "my notes\n", 0644);
+    put_file(f, "Nettrace notes: my notes\n", 0644);
     free(f);
 }
+
+/* an earlier trace its owner made read-only: kept, the trace taking -dup2 */
+static void prep_readonly_trace(const char *dir)
+{
+    char *f = path2(dir, "t.nettrace");
+    put_file(f, "Nettrace\x14", 0600);
+    FILE *a = fopen(f, "ab");
+    ck_assert_ptr_nonnull(a);
+    fwrite("\0\0\0!FastSerialization.1, kept", 1, 29, a);
+    fclose(a);
+    ck_assert_int_eq(chmod(f, 0444), 0);
+    free(f);
+}
+
+START_TEST(test_readonly_trace_kept)
+{
+    pair p;
+    run_pair(&p, "harm-rotrace", "-", 50, NULL, NULL, prep_readonly_trace);
+    char *f = path2(p.dir[0], "t.nettrace");
+    struct stat st;
+    ck_assert_int_eq(lstat(f, &st), 0);
+    ck_assert_msg(st.st_size == 38 && (st.st_mode & 07777) == 0444, "the read-only trace was replaced");
+    check_trace(p.dir[0], "t-dup2.nettrace", 50);
+    free(f);
+    pair_free(&p);
+}
+END_TEST
 
 START_TEST(test_own_other_file_kept)
 {
     pair p;
     run_pair(&p, "harm-notes", "-", 50, NULL, NULL, prep_own_notes);
     char *f = path2(p.dir[0], "t.nettrace");
-    ck_assert_msg(file_is(f, "my notes\n"), "the user's own file at the trace's name was replaced");
+    ck_assert_msg(file_is(f, "Nettrace notes: my notes\n"), "the user's own file at the trace's name was replaced");
     struct stat st;
     ck_assert_int_eq(lstat(f, &st), 0);
     ck_assert_uint_eq(st.st_mode & 07777, 0644);
@@ -440,6 +473,7 @@ int main(void)
     tcase_add_test(tc, test_planted_file_untouched);
     tcase_add_test(tc, test_own_stale_file_replaced);
     tcase_add_test(tc, test_own_other_file_kept);
+    tcase_add_test(tc, test_readonly_trace_kept);
     tcase_add_test(tc, test_exec_elsewhere);
     tcase_add_test(tc, test_mode_0600);
     tcase_add_test(tc, test_rotate_after_chdir);
