@@ -183,6 +183,14 @@ int at_cli_check_output(const at_cli *c, const char *path, char *const *files, i
             return at_cli_usage_error(c, "-o %s is the input trace %s: writing it would destroy "
                                          "what is being read; choose another name",
                                       path, files[i]);
+    /* a trace that is not an input: an export written over it would destroy it as well */
+    static const char head[] = NT_MAGIC "\x14\0\0\0" NT_SERIALIZER_SIG;
+    char b[sizeof head - 1];
+    int fd = S_ISREG(out.st_mode) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    bool trace = fd >= 0 && read(fd, b, sizeof b) == (ssize_t)sizeof b && !memcmp(b, head, sizeof b);
+    if (fd >= 0) close(fd);
+    if (trace)
+        return at_cli_usage_error(c, "-o %s is a trace: writing it would destroy it; choose another name", path);
     return AT_EXIT_OK;
 }
 

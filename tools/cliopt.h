@@ -60,8 +60,8 @@ bool at_cli_ms(at_cli *c, bool negative_ok, int64_t *ns); /* a time in ms ("12.5
  * "-" (standard input) and other non-regular files are left to the reader. A file given twice (by
  * one name or two) is a line and AT_EXIT_ERROR too: read twice, its events would count twice. */
 int at_cli_check_inputs(const char *cmd, char *const *files, int n);
-/* An output file (-o PATH) that is one of the input files (the same file, by any name) is refused
- * before anything is read: writing it would destroy the trace being read. AT_EXIT_OK, or
+/* An output file (-o PATH) that is one of the input files (the same file, by any name), or another
+ * trace, is refused before anything is read: writing it would destroy the trace. AT_EXIT_OK, or
  * AT_EXIT_USAGE after one line. */
 int at_cli_check_output(const at_cli *c, const char *path, char *const *files, int n);
 /* Finish an output the command wrote: f is path's stream, or stdout when path is NULL. A write

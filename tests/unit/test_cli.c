@@ -374,8 +374,8 @@ static bool starts_with(const char *path, const char *head)
     return n == strlen(head) && !memcmp(b, head, n);
 }
 
-/* -o naming an input trace (by its name or another link to it) is refused before anything is
- * written: the trace is still there afterwards */
+/* -o naming an input trace (by its name or another link to it), or another trace, is refused
+ * before anything is written: the traces are still there afterwards */
 START_TEST(output_is_input)
 {
     char alias[4200];
@@ -401,6 +401,28 @@ START_TEST(output_is_input)
             ck_assert_msg(starts_with(trace, "Nettrace"), "%s -o %s: the input trace was overwritten", writers[i][0],
                           names[k]);
         }
+    /* another trace (not an input) is not written over either */
+    char other[4200];
+    snprintf(other, sizeof other, "%s/other.nettrace", dir);
+    {
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", trace, other);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+    for (size_t i = 0; i < 2; i++) {
+        const char *args[8];
+        int n = 0;
+        for (int j = 0; j < 3 && writers[i][j]; j++) args[n++] = writers[i][j];
+        args[n++] = "-o";
+        args[n++] = other;
+        args[n++] = trace;
+        args[n] = NULL;
+        char line[9000];
+        snprintf(line, sizeof line, "acttrace %s: -o %s is a trace: writing it would destroy it; choose another name\n",
+                 writers[i][0], other);
+        expect_err(2, line, args);
+        ck_assert(starts_with(other, "Nettrace"));
+    }
     /* and the trace still reads as before */
     char *a = out_of((const char *const[]){"stats", trace, NULL});
     ck_assert_msg(strstr(a, "Request") != NULL, "stats after the refusals: %s", a);
