@@ -98,18 +98,36 @@ static bool output_ok(const char *what, const char *pat)
             }
             p++;
         }
+    const char *slash = strrchr(pat, '/');
+    /* %p or %t before the last '/': a folder per process or per start, which nothing makes (the
+     * shim creates files, never folders) */
+    for (const char *p = pat; slash && p < slash; p++)
+        if (*p == '%') {
+            if (p[1] == 'p' || p[1] == 't') {
+                fprintf(stderr, "acttrace run: %s %s: %%%c names a folder here, and folders are not made "
+                                "for traces; put %%p and %%t in the file name, in a folder that exists\n",
+                        what, pat, p[1]);
+                return false;
+            }
+            p++;
+        }
     if (pat[n - 1] == '/') {
         fprintf(stderr, "acttrace run: %s %s: names a folder; give a file name pattern such as "
                         "%sacttrace-%%p.nettrace\n", what, pat, pat);
         return false;
     }
     char dir[PATH_MAX];
-    const char *slash = strrchr(pat, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == pat) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - pat), pat);
+    size_t dl = 0; /* the folder as a path: '%%' is one '%' */
+    if (!slash) dir[dl++] = '.';
+    else if (slash == pat) dir[dl++] = '/';
+    else
+        for (const char *p = pat; p < slash && dl + 1 < sizeof dir; p++) {
+            dir[dl++] = *p;
+            if (p[0] == '%' && p[1] == '%') p++;
+        }
+    dir[dl] = 0;
     struct stat st;
-    if (!strchr(dir, '%')) { /* a folder with %p or %t in it is the shim's to make sense of */
+    {
         if (stat(dir, &st) != 0) {
             fprintf(stderr, "acttrace run: %s %s: the folder %s %s\n", what, pat, dir,
                     errno == ENOENT ? "does not exist" : strerror(errno));

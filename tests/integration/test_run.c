@@ -179,6 +179,7 @@ START_TEST(test_output_checked_first)
     refused(dir, "/dev/null", "is a device");
     refused(dir, "x-%x.nettrace", "unknown % sequence '%x' (use %p, %t or %%)");
     refused(dir, "-", "each traced process writes a file of its own");
+    refused(dir, "run-%t/t-%p.nettrace", "%t names a folder here, and folders are not made for traces");
     snprintf(pat, sizeof pat, "%s/", dir);
     refused(dir, pat, "names a folder");
     /* a folder root may not write: on a read-only bind mount (the tests run as root, for whom
