@@ -1018,8 +1018,11 @@ static void summary(void)
         if (k > 0 && aoff + (size_t)k < sizeof al)
             aoff += (size_t)k;
     }
-    fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s%s\n", got + entry,
-            hk_nbase, got, entry, skipped ? "; skipped: " : "", skip, al);
+    /* which program the line is about: under a wrapper (a shell, a script) the first is not the
+     * one whose functions the config names */
+    fprintf(stderr, "acttrace: %d of %d functions hooked (%d GOT, %d entry)%s%s%s [in %s, pid %d]\n",
+            got + entry, hk_nbase, got, entry, skipped ? "; skipped: " : "", skip, al,
+            program_invocation_short_name, (int)at_pid);
 }
 
 /* Whether a configured function is hooked now or may be once a later dlopen brings its module: the
