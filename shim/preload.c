@@ -127,6 +127,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     const char *check = at_env("ACTTRACE_CHECK");
     const char *cfg_env = at_env("ACTTRACE_CONFIG"); /* not config_file[0]: a page of its own */
     if (cfg_env && *cfg_env && at_cfg.config_file[0]) {
+        at_exec_config_base(at_cfg.config_file, sizeof at_cfg.config_file);
         if (at_hookconf_load(at_cfg.config_file, &hc, err, sizeof err) != 0)
             fprintf(stderr, "acttrace: %s; no function is hooked\n", err);
         else {

@@ -30,7 +30,7 @@ extern char **environ;
 #define AT_ENV_PARENT "ACTTRACE_PARENT_ACTIVITY"
 #define AT_ENV_GEN "ACTTRACE_EXEC_GEN"
 #define AT_ENV_MANIFEST "ACTTRACE_MANIFEST"
-#define AT_ENV_OUTDIR "ACTTRACE_OUTPUT_DIR"
+#define AT_ENV_STARTDIR "ACTTRACE_START_DIR"
 #define AT_ENV_PRELOAD "LD_PRELOAD"
 /* Environments larger than this are passed through unchanged (the link is then lost, not the exec). */
 #define AT_ENV_MAX 8192
@@ -46,13 +46,15 @@ static at_guid at_process_parent;  /* the activity of the process that exec'd us
 static char manifest_entry[sizeof AT_ENV_MANIFEST + 4096];
 const char *at_manifest_path AT_START_DATA; /* in manifest_entry, or NULL */
 
-/* ACTTRACE_OUTPUT_DIR=<folder>: the folder a relative output pattern is resolved against, given to
- * the images and children of a process whose pattern was relative (the folder the first traced
- * process started in): a child that starts elsewhere (a server's worker that chdir'd, git's helpers
- * in the repository they serve) writes its file beside the others, never into the folder it works
- * in. Taken out of environ at start like the others; kept here whole, as the entry passed on. */
-static char outdir_entry[sizeof AT_ENV_OUTDIR + 4096];
-static const char *outdir_inherited; /* in outdir_entry, or NULL */
+/* ACTTRACE_START_DIR=<folder>: the folder relative settings (the output pattern, the config file)
+ * are resolved against, given to the images and children of a process that had one (the folder the
+ * first traced process started in): a child that starts elsewhere (a server's worker that chdir'd,
+ * git's helpers in the repository they serve) reads the same config and writes its file beside the
+ * others, never into the folder it works in. Taken out of environ at start like the others; kept
+ * here whole, as the entry passed on. */
+static char startdir_entry[sizeof AT_ENV_STARTDIR + 4096];
+static const char *startdir; /* in startdir_entry: inherited, or this process's own start folder
+                              * when its config was named relative to it; else NULL */
 
 /* ACTTRACE_FOLLOW=exec|none: this process is a fork child left untraced (the shim is off in it),
  * whose own children and images get an environment without the shim either. */
@@ -93,15 +95,15 @@ void at_exec_env_init(void)
         }
         unsetenv(AT_ENV_MANIFEST);
     }
-    const char *d = at_env(AT_ENV_OUTDIR);
+    const char *d = at_env(AT_ENV_STARTDIR);
     if (d) {
         size_t n = strlen(d);
-        if (d[0] == '/' && n + sizeof AT_ENV_OUTDIR + 1 <= sizeof outdir_entry) {
-            memcpy(outdir_entry, AT_ENV_OUTDIR "=", sizeof AT_ENV_OUTDIR);
-            memcpy(outdir_entry + sizeof AT_ENV_OUTDIR, d, n + 1);
-            outdir_inherited = outdir_entry + sizeof AT_ENV_OUTDIR;
+        if (d[0] == '/' && n + sizeof AT_ENV_STARTDIR + 1 <= sizeof startdir_entry) {
+            memcpy(startdir_entry, AT_ENV_STARTDIR "=", sizeof AT_ENV_STARTDIR);
+            memcpy(startdir_entry + sizeof AT_ENV_STARTDIR, d, n + 1);
+            startdir = startdir_entry + sizeof AT_ENV_STARTDIR;
         }
-        unsetenv(AT_ENV_OUTDIR);
+        unsetenv(AT_ENV_STARTDIR);
     }
     const char *v = at_env(AT_ENV_PARENT);
     if (!v)
@@ -117,21 +119,41 @@ void at_exec_env_init(void)
     unsetenv(AT_ENV_PARENT); /* the program sees the environment it was given */
 }
 
+void at_exec_config_base(char *path, size_t size)
+{
+    if (!path[0] || path[0] == '/')
+        return;
+    const char *p = path[0] == '.' && path[1] == '/' ? path + 2 : path;
+    if (!startdir) { /* this process's own start folder, for the images and children after it */
+        char *d = startdir_entry + sizeof AT_ENV_STARTDIR;
+        if (!getcwd(d, sizeof startdir_entry - sizeof AT_ENV_STARTDIR) || d[0] != '/')
+            return;
+        memcpy(startdir_entry, AT_ENV_STARTDIR "=", sizeof AT_ENV_STARTDIR);
+        startdir = d;
+    }
+    size_t pl = strlen(p), dl = strlen(startdir);
+    if (dl + 1 + pl >= size)
+        return;
+    memmove(path + dl + 1, p, pl + 1);
+    memcpy(path, startdir, dl);
+    path[dl] = '/';
+}
+
 void at_exec_output_base(char *pattern, size_t size)
 {
-    if (!outdir_inherited || pattern[0] == '/' || !pattern[0])
+    if (!startdir || pattern[0] == '/' || !pattern[0])
         return;
     const char *p = pattern;
     if (p[0] == '.' && p[1] == '/')
         p += 2;
     size_t pl = strlen(p), dl = 0;
-    for (const char *c = outdir_inherited; *c; c++)
+    for (const char *c = startdir; *c; c++)
         dl += *c == '%' ? 2 : 1;
     if (dl + 1 + pl >= size)
         return; /* too long: resolved against the start folder, as without the variable */
     memmove(pattern + dl + 1, p, pl + 1);
     size_t k = 0;
-    for (const char *c = outdir_inherited; *c; c++) {
+    for (const char *c = startdir; *c; c++) {
         if (*c == '%')
             pattern[k++] = '%';
         pattern[k++] = *c;
@@ -153,7 +175,7 @@ static bool env_is(const char *e, const char *name, size_t namesz)
 static bool env_ours(const char *e)
 {
     return ENV_IS(e, AT_ENV_PARENT) || ENV_IS(e, AT_ENV_GEN) || ENV_IS(e, AT_ENV_MANIFEST) ||
-           ENV_IS(e, AT_ENV_OUTDIR);
+           ENV_IS(e, AT_ENV_STARTDIR);
 }
 
 /* Whether the process an exec or a spawn starts is traced (ACTTRACE_FOLLOW): same_pid, an exec of
@@ -223,7 +245,7 @@ AT_COLD static char *const *untraced_env(char *const envp[], const char **out, s
 
 /* Fill out (n+5 slots) with envp minus our variables plus the current link, the exec generation, the
  * manifest and the output folder. Only the stack: this runs in vfork children. Returns out. */
-#define AT_OUTDIR_BUF (sizeof AT_ENV_OUTDIR + 4096)
+#define AT_OUTDIR_BUF (sizeof AT_ENV_STARTDIR + 4096)
 AT_COLD static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
                              char *gbuf, char *obuf, bool same_pid)
 {
@@ -239,10 +261,10 @@ AT_COLD static char *const *exec_env(char *const envp[], const char **out, size_
     }
     if (at_manifest_path)
         out[k++] = manifest_entry;
-    if (outdir_inherited) {
-        out[k++] = outdir_entry;
-    } else if (at_trace_output_dir(obuf + sizeof AT_ENV_OUTDIR, AT_OUTDIR_BUF - sizeof AT_ENV_OUTDIR)) {
-        memcpy(obuf, AT_ENV_OUTDIR "=", sizeof AT_ENV_OUTDIR);
+    if (startdir) {
+        out[k++] = startdir_entry;
+    } else if (at_trace_output_dir(obuf + sizeof AT_ENV_STARTDIR, AT_OUTDIR_BUF - sizeof AT_ENV_STARTDIR)) {
+        memcpy(obuf, AT_ENV_STARTDIR "=", sizeof AT_ENV_STARTDIR);
         out[k++] = obuf;
     }
     if (!at_guid_is_zero(id)) {
@@ -677,14 +699,6 @@ AT_FORK_TEXT static void fork_child_fixup(pid_t parent)
 }
 
 AT_COLD static void signals_untrace(void);
-
-/* ACTTRACE_OUTPUT_DIR=<folder>: the folder a relative output pattern is resolved against, given to
- * the images and children of a process whose pattern was relative (the folder the first traced
- * process started in): a child that starts elsewhere (a server's worker that chdir'd, git's helpers
- * in the repository they serve) writes its file beside the others, never into the folder it works
- * in. Taken out of environ at start like the others; kept here whole, as the entry passed on. */
-static char outdir_entry[sizeof AT_ENV_OUTDIR + 4096];
-static const char *outdir_inherited; /* in outdir_entry, or NULL */
 
 /* ACTTRACE_FOLLOW=exec|none: a fork child runs untraced. The shim cannot leave its memory, so it
  * goes quiet there as if it had never started: every wrapper and hook passes straight through, no

@@ -174,9 +174,12 @@ void at_sampler_stop(void); /* no more samples in the process (its end) */
 /* Tell the safe reader which memory stays mapped (saferanges.c); before the hooks go in. */
 void at_saferanges_init(void);
 void at_exec_env_init(void); /* consumes ACTTRACE_PARENT_ACTIVITY from environ */
-/* A relative output pattern made absolute against the folder ACTTRACE_OUTPUT_DIR named (the folder
+/* A relative output pattern made absolute against the folder ACTTRACE_START_DIR named (the folder
  * the first traced process started in), in place; left as it is without one. */
 void at_exec_output_base(char *pattern, size_t size);
+/* A relative config path made absolute, in place: against ACTTRACE_START_DIR's folder, else this
+ * process's working folder, which its images and children are then given as ACTTRACE_START_DIR. */
+void at_exec_config_base(char *path, size_t size);
 const char *at_env(const char *name); /* getenv without libc's code (preload.c) */
 /* fdguard.c: the shim's own descriptors (the trace file's, at_trace_fd in the writer, and
  * libunwind's pipe) are hidden from the program's closes; a dup2/dup3 onto the trace's number moves

@@ -11,7 +11,8 @@
  *     read-only, the trace taking -dup2;
  *   - trace files are 0600 under umask 022 and 000, or what ACTTRACE_FILE_MODE asks for;
  *   - a program that changes folder and execs another: the new image's files (and its children's)
- *     land in the folder the first traced process started in, never in the one it works in;
+ *     land in the folder the first traced process started in, never in the one it works in, and a
+ *     relative config is found there too;
  *   - a program that chdir()s: every rotated segment still lands in the start folder, and circular
  *     mode removes only its own segments there (same-named files in the new folder stay). */
 #include <check.h>
@@ -349,6 +350,46 @@ START_TEST(test_exec_elsewhere)
 }
 END_TEST
 
+/* A relative ACTTRACE_CONFIG is the folder the first traced process started in too: the image that
+ * starts elsewhere reads the same config (it said "cannot open" and hooked nothing) */
+START_TEST(test_config_elsewhere)
+{
+    char *dir = at_tmpdir("harm-confelse");
+    char *sub = path2(dir, "sub"), *conf = path2(dir, "demo.conf"), *out = path2(dir, "t-%p.nettrace");
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    char src[4200];
+    snprintf(src, sizeof src, "%s/tests/demo/demo.conf", AT_SOURCE_DIR);
+    char *text = at_read_file(src, NULL);
+    ck_assert_ptr_nonnull(text);
+    put_file(conf, text, 0644);
+    free(text);
+    char *fx = at_fixture_path("demo_server");
+    char env_out[4300];
+    snprintf(env_out, sizeof env_out, "ACTTRACE_OUTPUT=%s", out);
+    const char *env[] = {"ACTTRACE_CONFIG=demo.conf", env_out, NULL};
+    const char *argv[] = {"sh", "-c", "cd sub && exec \"$0\" 4 1 2 > /dev/null", fx, NULL};
+    at_run_opts o = {.argv = argv, .env = env, .cwd = dir, .deadline_s = DEADLINE_S};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&o, &r), 0);
+    ck_assert_msg(r.exited && r.status == 0 && !strstr(r.err, "cannot open"), "%s", r.err);
+    char **files = at_trace_files(dir);
+    ck_assert_msg(at_strv_len(files) == 1, "%zu trace files: %s", at_strv_len(files), r.err);
+    at_trace t;
+    ck_assert_msg(at_trace_load(files[0], &t) == 0 && t.complete, "%s", t.err);
+    ck_assert_msg(at_count(&t, NULL, "ConnectionStart") == 4, "the exec'd image hooked nothing: %s", r.err);
+    at_trace_free(&t);
+    at_strv_free(files);
+    at_run_result_free(&r);
+    free(fx);
+    free(sub);
+    free(conf);
+    free(out);
+    if (!getenv("AT_KEEP_TMP"))
+        at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ---- permissions ---- */
 
 static void check_mode(mode_t umask_v, const char *const *env, unsigned want)
@@ -475,6 +516,7 @@ int main(void)
     tcase_add_test(tc, test_own_other_file_kept);
     tcase_add_test(tc, test_readonly_trace_kept);
     tcase_add_test(tc, test_exec_elsewhere);
+    tcase_add_test(tc, test_config_elsewhere);
     tcase_add_test(tc, test_mode_0600);
     tcase_add_test(tc, test_rotate_after_chdir);
     tcase_add_test(tc, test_circular_after_chdir);
