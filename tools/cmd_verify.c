@@ -35,7 +35,8 @@ static void verify_usage(FILE *f)
                "  points, the end tag and trailing bytes. Each problem is printed with its file offset.\n"
                "  Exit 0 only for a clean file; dropped events are reported but are not a problem.\n"
                "  Exit status: 0 a clean file; 1 problems, or a file that cannot be read; 2 usage error;\n"
-               "  3 sound up to its end tag, then a torn tail (a writer killed while flushing).\n");
+               "  3 a damaged file with no problem before the damage: cut short or broken from some point,\n"
+               "  bytes after its end tag, or a torn tail (a writer killed while flushing).\n");
 }
 
 int at_cmd_verify(int argc, char **argv)
@@ -88,10 +89,10 @@ int at_cmd_verify(int argc, char **argv)
         status = v.total ? 1 : 3;
     } else if (rc < 0) {
         printf("%s: FAILED (fatal error above; %llu other problem(s))\n", path, v.total);
-        status = 1;
+        status = v.total ? 1 : 3; /* damaged, sound before the damage: as every command says it */
     } else if (v.total) {
         printf("%s: FAILED (%llu problem(s))\n", path, v.total);
-        status = 1;
+        status = d && v.total == 1 ? 3 : 1; /* the one problem: bytes after the end tag (damage) */
     } else {
         printf("%s: OK\n", path);
         status = 0;
