@@ -16,6 +16,7 @@ typedef struct sk_ctx {
     bool name_seen;  /* an activity named name */
     uint64_t lines;  /* stacks folded */
     uint64_t other_kind; /* stacks of the kind not asked for (samples, or events with --samples) */
+    uint64_t samples_seen; /* CPU samples, with a stack or not */
     char key[65536];
 } sk_ctx;
 
@@ -43,9 +44,11 @@ static void on_event(void *vc, const am_event *e)
 {
     sk_ctx *c = vc;
     nt_sym_observe(c->sym[e->file], e->ev);
-    if (!e->ev->nframes || nt_sym_is_symbol_event(e->ev)) return;
+    if (nt_sym_is_symbol_event(e->ev)) return;
     uint64_t cpu_ns = 0;
     bool sample = nt_event_cpu_sample(e->ev, &cpu_ns);
+    if (sample) c->samples_seen++;
+    if (!e->ev->nframes) return;
     if (sample != c->samples) { /* samples weigh CPU time, events count: never one sum */
         c->other_kind++;
         return;
@@ -136,7 +139,11 @@ int at_cmd_stacks(int argc, char **argv)
     } else if (!c->lines) { /* nothing to fold at all: say why rather than print nothing */
         char in[600];
         at_cli_files_desc(files, nfiles, in, sizeof in);
-        if (c->samples) { /* asked for samples, as a filter is: none is an error */
+        if (c->samples && c->samples_seen) { /* recorded, and none folded: say why */
+            am_errorf("stacks", "none of the %llu CPU samples in %s %s", (unsigned long long)c->samples_seen, in,
+                      c->all ? "carries a stack" : "was taken inside an activity with a stack (--all folds those outside activities too)");
+            if (!status) status = AT_EXIT_ERROR;
+        } else if (c->samples) { /* asked for samples, as a filter is: none is an error */
             am_errorf("stacks", "no CPU sample in %s (%s)", in,
                       c->other_kind ? "its events with a stack fold without --samples"
                                     : "record them with acttrace run --sample HZ, or ACTTRACE_SAMPLE_HZ");

@@ -288,6 +288,17 @@ START_TEST(filters_matching_nothing)
                  rt);
         ck_assert_msg(rr.outlen == 0 && !strcmp(rr.err, line), "stacks on runtime samples: '%s'", rr.err);
         at_run_result_free(&rr);
+        /* with --samples: recorded, none inside an activity (the runtime writes none): said, not "record them" */
+        run(&rr, 1, (const char *const[]){"stacks", "--samples", rt, NULL});
+        snprintf(line, sizeof line,
+                 "acttrace stacks: none of the 5564 CPU samples in %s was taken inside an activity with a stack "
+                 "(--all folds those outside activities too)\n",
+                 rt);
+        ck_assert_msg(!strcmp(rr.err, line), "stacks --samples on runtime samples: '%s'", rr.err);
+        at_run_result_free(&rr);
+        run(&rr, 0, (const char *const[]){"stacks", "--samples", "--all", rt, NULL});
+        ck_assert_msg(rr.outlen > 0, "stacks --samples --all folded nothing: %s", rr.err);
+        at_run_result_free(&rr);
     }
     snprintf(line, sizeof line, "acttrace stats: no activity named 'Nope' in %s\n", trace);
     expect_err(1, line, (const char *const[]){"stats", "--name", "Nope", trace, NULL});
