@@ -215,11 +215,12 @@ int at_cli_close_output(const char *cmd, FILE *f, const char *path)
         return AT_EXIT_OK;
     if (!path)
         stdout_reported = true;
+    const char *sp = *cmd ? " " : ""; /* "acttrace: " before a command is named */
     if (e)
-        fprintf(stderr, "acttrace %s: %s: write failed: %s\n", cmd, path ? path : "standard output",
+        fprintf(stderr, "acttrace%s%s: %s: write failed: %s\n", sp, cmd, path ? path : "standard output",
                 strerror(e));
     else
-        fprintf(stderr, "acttrace %s: %s: write failed\n", cmd, path ? path : "standard output");
+        fprintf(stderr, "acttrace%s%s: %s: write failed\n", sp, cmd, path ? path : "standard output");
     struct stat st;
     if (path && lstat(path, &st) == 0 && S_ISREG(st.st_mode))
         remove(path); /* incomplete (a device or a pipe stays) */
@@ -230,7 +231,14 @@ int at_cli_check_inputs(const char *cmd, char *const *files, int n)
 {
     for (int i = 0; i < n; i++) {
         const char *f = files[i];
-        if (!strcmp(f, "-")) continue;
+        if (!strcmp(f, "-")) {
+            for (int j = 0; j < i; j++)
+                if (!strcmp(files[j], "-")) {
+                    fprintf(stderr, "acttrace %s: - (standard input) is given twice: it can be read once\n", cmd);
+                    return AT_EXIT_ERROR;
+                }
+            continue;
+        }
         struct stat st;
         if (stat(f, &st) != 0) {
             fprintf(stderr, "acttrace %s: %s: %s\n", cmd, f, strerror(errno));

@@ -335,6 +335,7 @@ int at_cmd_run(int argc, char **argv)
         }
     }
     if (optind >= argc) return run_usage_error("%s", "no program to run");
+    if (!argv[optind][0]) return run_usage_error("%s", "the program's name is empty");
     char **prog = argv + optind;
     char shim[PATH_MAX + 32];
     if (!find_shim(shim, sizeof shim)) {

@@ -50,7 +50,19 @@ static const at_subcommand *find(const char *name)
     return NULL;
 }
 
+static int main_cmd(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    int status = main_cmd(argc, argv);
+    /* what was printed to standard output reached it (a full disk, /dev/full): help and --version
+     * too; a command that reported its own failure is not reported twice */
+    if (at_cli_close_output(argc > 1 && find(argv[1]) ? argv[1] : "", stdout, NULL))
+        return AT_EXIT_ERROR;
+    return status;
+}
+
+static int main_cmd(int argc, char **argv)
 {
     static const struct option opts[] = {{"version", no_argument, NULL, 'V'}, {0}};
     /* acttrace --help CMD: CMD's help, as acttrace help CMD and acttrace CMD --help */
@@ -100,9 +112,5 @@ int main(int argc, char **argv)
         usage(stderr);
         return AT_EXIT_USAGE;
     }
-    int status = c->run(n, rest);
-    /* what a command printed to standard output reached it (a full disk, /dev/full) */
-    if (at_cli_close_output(c->name, stdout, NULL))
-        return AT_EXIT_ERROR;
-    return status;
+    return c->run(n, rest);
 }

@@ -246,6 +246,7 @@ START_TEST(usage_errors)
                (const char *const[]){"events", "--name=", trace, NULL});
     expect_err(2, "acttrace stats: option '--name' needs a value (it is empty)\n",
                (const char *const[]){"stats", "--name", "", trace, NULL});
+    expect_err(2, "acttrace run: the program's name is empty\n", (const char *const[]){"run", "--", "", NULL});
 }
 END_TEST
 
@@ -335,6 +336,8 @@ START_TEST(same_file_twice)
                  alias);
         expect_err(1, line, args);
     }
+    snprintf(line, sizeof line, "acttrace stats: - (standard input) is given twice: it can be read once\n");
+    expect_err(1, line, (const char *const[]){"stats", "-", "-", NULL});
 }
 END_TEST
 
@@ -467,6 +470,19 @@ START_TEST(write_failures)
                           !strchr(r.err, '\n')[1],
                       "acttrace %s > /dev/full: exit %d, stderr '%s' (not exit 1 and one line '%s...')", cmds[i],
                       r.status, r.err, want);
+        at_run_result_free(&r);
+    }
+    /* the overview and the version too */
+    static const char *const plain[] = {"--help", "--version", "help stats"};
+    for (size_t i = 0; i < 3; i++) {
+        char script[9000];
+        snprintf(script, sizeof script, "exec '%s' %s > /dev/full", tool, plain[i]);
+        const char *argv[] = {"sh", "-c", script, NULL};
+        at_run_opts o = {.argv = argv, .no_preload = true};
+        at_run_result r;
+        ck_assert_int_eq(at_run(&o, &r), 0);
+        ck_assert_msg(r.exited && r.status == 1 && strstr(r.err, ": standard output: write failed"),
+                      "acttrace %s > /dev/full: exit %d, stderr '%s'", plain[i], r.status, r.err);
         at_run_result_free(&r);
     }
     static const char *const writers[][3] = {{"export", "--format", "chrome"}, {"report"}};
