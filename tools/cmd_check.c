@@ -88,6 +88,12 @@ static int program_argv(char **args, int nargs, char *exe, char *script, char *i
         return 1;
     }
     *nl = 0;
+    if (nl > line && nl[-1] == '\r') { /* the kernel keeps the CR: it looks for "/bin/sh\r" */
+        fprintf(stderr, "acttrace check: %s: its #! line ends with a carriage return (DOS line ends), which the "
+                        "kernel takes as part of the interpreter's name: it cannot run (dos2unix mends it)\n",
+                script);
+        return 1;
+    }
     line += strspn(line, " \t");
     char *end = line + strcspn(line, " \t");
     char *arg = *end ? end + 1 : end;
@@ -103,9 +109,24 @@ static int program_argv(char **args, int nargs, char *exe, char *script, char *i
     snprintf(shebang, sizeof shebang, "%s%s%s", line, *arg ? " " : "", arg);
     /* "#!/usr/bin/env -S NAME ARGS": env splits the rest and runs NAME from PATH as well */
     if (!strcmp(base, "env") && !strncmp(arg, "-S", 2)) {
-        char *w = arg + 2 + strspn(arg + 2, " \t");
-        w[strcspn(w, " \t")] = 0;
-        if (*w) arg = w;
+        /* its words: options (-i, -u NAME, ...) and NAME=VALUE settings first, then the program */
+        char *w = arg + 2;
+        for (;;) {
+            w += strspn(w, " \t");
+            size_t l = strcspn(w, " \t");
+            if (!l) break;
+            bool takes = l == 2 && (!strncmp(w, "-u", 2) || !strncmp(w, "-C", 2));
+            if (w[0] != '-' && !memchr(w, '=', l)) {
+                w[l] = 0;
+                arg = w;
+                break;
+            }
+            w += l;
+            if (takes) { /* and the option's value */
+                w += strspn(w, " \t");
+                w += strcspn(w, " \t");
+            }
+        }
     }
     bool via_env = !strcmp(base, "env") && *arg && arg[0] != '-' && !strpbrk(arg, " \t");
     if (via_env) /* #!/usr/bin/env NAME: env runs NAME from PATH */

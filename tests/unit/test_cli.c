@@ -708,6 +708,19 @@ START_TEST(check_scripts)
     at_run_result_free(&r);
     free(wrap);
     free(inner);
+    /* env -S with settings and options before the program's name; a #! line with DOS line ends */
+    char *envset = write_file("ev.sh", "#!/usr/bin/env -S A=1 -u HOME sh -e\nexit 0\n", 0755);
+    ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"check", conf, "--", envset, NULL}), 0);
+    ck_assert_msg(strstr(r.out, "/sh (#!/usr/bin/env -S A=1 -u HOME sh -e); the hooks apply"), "%s%s", r.out, r.err);
+    at_run_result_free(&r);
+    free(envset);
+    char *crlf = write_file("crlf.sh", "#!/bin/sh\r\nexit 0\r\n", 0755);
+    snprintf(want, sizeof want,
+             "acttrace check: %s: its #! line ends with a carriage return (DOS line ends), which the kernel takes as "
+             "part of the interpreter's name: it cannot run (dos2unix mends it)\n",
+             crlf);
+    expect_err(1, want, (const char *const[]){"check", conf, "--", crlf, NULL});
+    free(crlf);
     /* #!/usr/bin/env -S NAME ARGS: NAME as PATH finds it */
     char *envs = write_file("es.sh", "#!/usr/bin/env -S sh -e\nexit 0\n", 0755);
     ck_assert_int_eq(at_tool_run(&r, (const char *const[]){"check", conf, "--", envs, NULL}), 0);
