@@ -4,6 +4,7 @@
 
 #include "nt_format.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -170,6 +171,34 @@ bool at_cli_ms(at_cli *c, bool negative_ok, int64_t *ns)
                                         : "a time in ms (a number such as 12.5, not negative)");
     *ns = (int64_t)(v * 1e6);
     return true;
+}
+
+static bool path_syntax(const char *p)
+{
+    if (strlen(p) == 36) {
+        bool guid = true;
+        for (int i = 0; i < 36; i++)
+            guid &= (i == 8 || i == 13 || i == 18 || i == 23) ? p[i] == '-' : isxdigit((unsigned char)p[i]) != 0;
+        if (guid) return true;
+    }
+    if (strncmp(p, "//", 2) != 0) return false;
+    p += 2;
+    if (!*p) return true; /* "//": every activity */
+    for (;;) {
+        if (!isdigit((unsigned char)*p)) return false;
+        while (isdigit((unsigned char)*p)) p++;
+        if (!*p || (p[0] == '/' && !p[1])) return true;
+        if (*p != '/' && *p != '$') return false;
+        p++;
+    }
+}
+
+bool at_cli_activity_path(at_cli *c)
+{
+    if (path_syntax(c->arg)) return true;
+    at_cli_usage_error(c, "%s wants an activity path such as //1/5 (or a GUID), not '%s'", c->opt, c->arg);
+    c->failed = true;
+    return false;
 }
 
 int at_cli_check_output(const at_cli *c, const char *path, char *const *files, int n)

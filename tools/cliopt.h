@@ -53,6 +53,8 @@ int at_cli_usage_error(const at_cli *c, const char *fmt, ...) __attribute__((for
  * c->failed set, false returned (at_cli_next then returns AT_CLI_EXIT). */
 bool at_cli_u64(at_cli *c, const char *what, uint64_t *out);
 bool at_cli_ms(at_cli *c, bool negative_ok, int64_t *ns); /* a time in ms ("12.5") into ns */
+/* c->arg is an activity path (//1/5, //1/5$300, //) or a GUID; else the usage error, c->failed set. */
+bool at_cli_activity_path(at_cli *c);
 
 /* Every input file of an analysis command can be read as a trace: a directory, an empty file and a
  * file that does not start with the Nettrace magic each get their own line ("acttrace tree: X is a

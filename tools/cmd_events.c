@@ -206,25 +206,6 @@ static void on_event(void *vc, const am_event *e)
 
 /* The activity filter's syntax: a path as the commands print it ("//1/5", "//1/5$300", with or
  * without a closing '/') or a GUID. */
-static bool path_syntax(const char *p)
-{
-    if (strlen(p) == 36) {
-        bool guid = true;
-        for (int i = 0; i < 36; i++)
-            guid &= (i == 8 || i == 13 || i == 18 || i == 23) ? p[i] == '-' : isxdigit((unsigned char)p[i]) != 0;
-        if (guid) return true;
-    }
-    if (strncmp(p, "//", 2) != 0) return false;
-    p += 2;
-    if (!*p) return true; /* "//": every activity */
-    for (;;) {
-        if (!isdigit((unsigned char)*p)) return false;
-        while (isdigit((unsigned char)*p)) p++;
-        if (!*p || (p[0] == '/' && !p[1])) return true;
-        if (*p != '/' && *p != '$') return false;
-        p++;
-    }
-}
 
 /* Nothing printed: the filters that matched nothing, each named, or the set of them together. */
 static void no_match(const ev_ctx *c, char *const *files, int nfiles)
@@ -290,11 +271,7 @@ int at_cmd_events(int argc, char **argv)
         case O_NAME: c->name = cli.arg; break;
         case O_ACTIVITY:
             c->prefix = cli.arg;
-            if (!path_syntax(c->prefix)) {
-                at_cli_usage_error(&cli, "--activity wants an activity path such as //1/5 (or a GUID), not '%s'",
-                                   c->prefix);
-                cli.failed = true;
-            }
+            at_cli_activity_path(&cli);
             break;
         case O_THREAD: c->has_tid = at_cli_u64(&cli, "a thread id (a number)", &c->tid); break;
         case O_FROM: c->has_from = at_cli_ms(&cli, true, &c->from); break;

@@ -22,6 +22,10 @@ typedef struct tree_ctx {
     uint64_t hold;
     bool has_min;
     bool name_seen, long_seen; /* an activity of that name, one lasting at least min_dur */
+    uint64_t tid;               /* --thread: activities that ran on it */
+    bool has_tid, tid_seen;
+    const char *prefix;         /* --activity: that activity and the ones below it */
+    bool prefix_seen;
     uint64_t shown[1024]; /* serials of the open ancestors whose "(running)" lines were printed last */
     int nshown;
     bool tsv;
@@ -29,13 +33,17 @@ typedef struct tree_ctx {
 
 static void tree_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--hold N] [--tsv] FILE...\n"
+    fprintf(f, "usage: acttrace tree [--name NAME] [--min-ms MS] [--thread TID] [--activity PATH] [--hold N]\n"
+               "       [--tsv] FILE...\n"
                "  Prints the activity tree: name, path, start (ms from the trace start), duration, threads\n"
                "  visited and the transfers between them (from->to@ms), children indented below their\n"
                "  parent. Durations show in us below 1 ms, in ms below 1 s, else in s. Activities never\n"
                "  stopped show as such. Several files (parent and child processes) merge into one tree.\n"
                "  --name NAME   only activities named NAME (with their ancestors and descendants)\n"
                "  --min-ms MS   only activities lasting at least MS (with their ancestors)\n"
+               "  --thread TID  only activities that ran on thread TID (with their ancestors)\n"
+               "  --activity P  only the activity at path P (//1/5, or a GUID) and those below it (with\n"
+               "                its ancestors)\n"
                "  --hold N      finished activities kept for ancestors still running (default %d); past\n"
                "                that they are printed early under a '(running)' line for the ancestors,\n"
                "                which keeps memory bounded under a long-lived root\n"
@@ -45,14 +53,23 @@ static void tree_usage(FILE *f)
                "                start (duration -1: never stopped), ActivityId, the path in PerfView's\n"
                "                notation; per Stop that stopped nothing: stop, pid, thread, event name,\n"
                "                time, ActivityId; per Start with a RelatedActivityId: related, serial,\n"
-               "                RelatedActivityId. Tab-separated; every activity (no --name, --min-ms)\n"
+               "                RelatedActivityId. Tab-separated; every activity (no filter)\n"
                "  A filter that matches nothing says so on stderr (exit 1).\n", AM_HOLD_DEFAULT);
     at_cli_exit_codes(f);
+}
+
+static bool within_prefix(const tree_ctx *c, const am_activity *a)
+{
+    char path[AM_PATH_MAX];
+    am_act_path(a, path, sizeof path);
+    return am_path_within(path, c->prefix);
 }
 
 static bool node_matches(const tree_ctx *c, const am_activity *a)
 {
     if (c->name && strcmp(a->name, c->name) != 0) return false;
+    if (c->has_tid && am_visit_index(a, c->tid) < 0) return false;
+    if (c->prefix && !within_prefix(c, a)) return false;
     return a->stop - a->start >= c->min_dur;
 }
 
@@ -233,6 +250,8 @@ static void note_activity(void *vc, const am_activity *a)
     tree_ctx *c = vc;
     if (c->name && !strcmp(a->name, c->name)) c->name_seen = true;
     if (a->stop - a->start >= c->min_dur) c->long_seen = true;
+    if (c->has_tid && am_visit_index(a, c->tid) >= 0) c->tid_seen = true;
+    if (c->prefix && within_prefix(c, a)) c->prefix_seen = true;
 }
 
 /* Nothing printed for --name / --min-ms: which of them matched nothing. */
@@ -245,15 +264,31 @@ static void no_match(const tree_ctx *c, char *const *files, int nfiles)
         am_errorf("tree", "no activity named '%s' in %s", c->name, in);
     else if (c->has_min && !c->long_seen)
         am_errorf("tree", "no activity lasting at least %s ms in %s", ms, in);
-    else
+    else if (c->has_tid && !c->tid_seen)
+        am_errorf("tree", "no activity on thread %llu in %s", (unsigned long long)c->tid, in);
+    else if (c->prefix && !c->prefix_seen)
+        am_errorf("tree", "no activity %s or below it in %s", c->prefix, in);
+    else if (c->name && c->has_min && !c->has_tid && !c->prefix)
         am_errorf("tree", "no activity named '%s' lasts at least %s ms in %s", c->name, ms, in);
+    else { /* each matched something, never together */
+        char f[400] = "";
+        size_t k = 0;
+        if (c->name) k += (size_t)snprintf(f + k, sizeof f - k, " --name %s", c->name);
+        if (c->has_min && k < sizeof f) k += (size_t)snprintf(f + k, sizeof f - k, " --min-ms %s", ms);
+        if (c->has_tid && k < sizeof f)
+            k += (size_t)snprintf(f + k, sizeof f - k, " --thread %llu", (unsigned long long)c->tid);
+        if (c->prefix && k < sizeof f) snprintf(f + k, sizeof f - k, " --activity %s", c->prefix);
+        am_errorf("tree", "no activity matches%s together in %s", f, in);
+    }
 }
 
 int at_cmd_tree(int argc, char **argv)
 {
     static tree_ctx c;
-    enum { O_NAME = 256, O_MIN, O_HOLD, O_TSV };
+    enum { O_NAME = 256, O_MIN, O_HOLD, O_TSV, O_THREAD, O_ACTIVITY };
     static const struct option opts[] = {{"name", required_argument, NULL, O_NAME},
+                                         {"thread", required_argument, NULL, O_THREAD},
+                                         {"activity", required_argument, NULL, O_ACTIVITY},
                                          {"min-ms", required_argument, NULL, O_MIN},
                                          {"hold", required_argument, NULL, O_HOLD},
                                          {"tsv", no_argument, NULL, O_TSV},
@@ -268,21 +303,28 @@ int at_cmd_tree(int argc, char **argv)
         case O_MIN: c.has_min = at_cli_ms(&cli, false, &c.min_dur); break;
         case O_HOLD: at_cli_u64(&cli, "a number of activities", &c.hold); break;
         case O_TSV: c.tsv = true; break;
+        case O_THREAD: c.has_tid = at_cli_u64(&cli, "a thread id (a number)", &c.tid); break;
+        case O_ACTIVITY:
+            c.prefix = cli.arg;
+            at_cli_activity_path(&cli);
+            break;
         }
     }
     if (o == AT_CLI_EXIT) return cli.status;
     int nfiles;
     char **files = at_cli_operands(&cli, &nfiles);
     if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
-    if (c.tsv && (c.name || c.has_min))
-        return at_cli_usage_error(&cli, "--tsv lists every activity: --name and --min-ms do not apply to it");
+    bool filtered = c.name || c.has_min || c.has_tid || c.prefix;
+    if (c.tsv && filtered)
+        return at_cli_usage_error(&cli, "--tsv lists every activity: --name, --min-ms, --thread and --activity do "
+                                        "not apply to it");
     int status = at_cli_check_inputs("tree", files, nfiles);
     if (status) return status;
     c.multi = nfiles > 1;
     char err[600];
     am_options mo = {.tree = true, .progress = true, .hold = c.hold};
     am_callbacks cb = {.tree = on_tree, .spill = on_spill, .ctx = &c};
-    if (c.name || c.has_min) cb.activity = note_activity;
+    if (filtered) cb.activity = note_activity;
     if (c.tsv) {
         cb = (am_callbacks){.activity = on_activity, .event = on_event, .ctx = &c};
         mo.need_events = true;
@@ -301,7 +343,7 @@ int at_cmd_tree(int argc, char **argv)
                         "(tree --tsv lists each as a stop line with no activity)\n",
                 (unsigned long long)am_unmatched_stops(m), am_unmatched_stops(m) == 1 ? "" : "s",
                 am_unmatched_first(m));
-    if (!c.printed && (c.name || c.has_min)) {
+    if (!c.printed && filtered) {
         no_match(&c, files, nfiles);
         if (!status) status = AT_EXIT_ERROR;
     }

@@ -238,6 +238,8 @@ START_TEST(usage_errors)
                (const char *const[]){"tree", "--min-ms", "-1", trace, NULL});
     expect_err(2, "acttrace events: --activity wants an activity path such as //1/5 (or a GUID), not '1/1'\n",
                (const char *const[]){"events", "--activity", "1/1", trace, NULL});
+    expect_err(2, "acttrace tree: --activity wants an activity path such as //1/5 (or a GUID), not '1/1'\n",
+               (const char *const[]){"tree", "--activity", "1/1", trace, NULL});
     expect_err(2, "acttrace export: unknown format 'svg' (chrome or speedscope)\n",
                (const char *const[]){"export", "--format", "svg", trace, NULL});
     expect_err(2, "acttrace tree: give at least one trace FILE\n", (const char *const[]){"tree", "--name", "x", NULL});
@@ -259,6 +261,13 @@ START_TEST(filters_matching_nothing)
     expect_err(1, line, (const char *const[]){"tree", "--min-ms", "5000", trace, NULL});
     snprintf(line, sizeof line, "acttrace tree: no activity named 'Work' lasts at least 2 ms in %s\n", trace);
     expect_err(1, line, (const char *const[]){"tree", "--name", "Work", "--min-ms", "2", trace, NULL});
+    snprintf(line, sizeof line, "acttrace tree: no activity on thread 999999 in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"tree", "--thread", "999999", trace, NULL});
+    snprintf(line, sizeof line, "acttrace tree: no activity //7 or below it in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"tree", "--activity", "//7", trace, NULL});
+    snprintf(line, sizeof line, "acttrace tree: no activity matches --thread %s --activity //1 together in %s\n",
+             worker_tid, trace);
+    expect_err(1, line, (const char *const[]){"tree", "--thread", worker_tid, "--activity", "//1", trace, NULL});
     snprintf(line, sizeof line, "acttrace events: no event named 'Nope' (or 'NopeStart', 'NopeStop') in %s\n", trace);
     expect_err(1, line, (const char *const[]){"events", "--name", "Nope", trace, NULL});
     snprintf(line, sizeof line, "acttrace events: no event on thread 999999 in %s\n", trace);
@@ -304,6 +313,12 @@ START_TEST(filters_matching_nothing)
     snprintf(line, sizeof line, "acttrace stats: no activity named 'Nope' in %s\n", trace);
     expect_err(1, line, (const char *const[]){"stats", "--name", "Nope", trace, NULL});
     /* the same filters when they match: exit 0 */
+    char *tw = out_of((const char *const[]){"tree", "--thread", worker_tid, trace, NULL});
+    ck_assert_msg(!strncmp(tw, "Work //4 ", 9) && !strchr(tw, '\n')[1], "tree --thread %s:\n%s", worker_tid, tw);
+    free(tw);
+    char *ta = out_of((const char *const[]){"tree", "--activity", "//3", trace, NULL});
+    ck_assert_msg(!strncmp(ta, "Batch //3 ", 10) && !strchr(ta, '\n')[1], "tree --activity //3:\n%s", ta);
+    free(ta);
     char *st = out_of((const char *const[]){"stats", "--name", "Request", trace, NULL});
     ck_assert_msg(strstr(st, "\nRequest ") && !strstr(st, "Batch") && !strstr(st, "Work"), "%s", st);
     free(st);
