@@ -17,18 +17,25 @@ typedef struct sk_ctx {
     uint64_t lines;  /* stacks folded */
     uint64_t other_kind; /* stacks of the kind not asked for (samples, or events with --samples) */
     uint64_t samples_seen; /* CPU samples, with a stack or not */
+    uint64_t tid;             /* --thread: events of that thread only */
+    bool has_tid;
+    const char *prefix;       /* --activity: events inside that activity or below it only */
+    uint64_t filtered_out;    /* stacks the --thread/--activity filters left out */
     char key[65536];
 } sk_ctx;
 
 static void stacks_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace stacks [--name NAME] [--by-activity] [--all] [--offsets] [--samples] FILE...\n"
+    fprintf(f, "usage: acttrace stacks [--name NAME] [--thread TID] [--activity PATH] [--by-activity] [--all]\n"
+               "       [--offsets] [--samples] FILE...\n"
                "  Folded stacks of the events that carry a stack: activity names from the root down,\n"
                "  then frames from the outermost, then the number of events (flamegraph.pl/inferno).\n"
                "  Frames are grouped by function (\"module!function\"). The count is a number of\n"
                "  events (Starts, Stops, marks) taken with that stack, not time: in a flame graph\n"
                "  drawn from it a frame's width is how many such events were taken under it.\n"
                "  --name NAME     only events inside an activity NAME; stacks start at that activity\n"
+               "  --thread TID    only events of thread TID\n"
+               "  --activity P    only events inside the activity at path P (//1/5, or a GUID) or below it\n"
                "  --by-activity   one stack per activity (\"Name //1/5\") rather than per name\n"
                "  --all           also events outside any activity, under \"(no activity)\"\n"
                "  --offsets       frames with their offset (\"module!function+0x1a\"): one per call site\n"
@@ -36,7 +43,7 @@ static void stacks_usage(FILE *f)
                "                  CPU, so a frame's width is the CPU time spent under it in each activity\n"
                "                  (a sample that does not say its CPU time counts 1 ms, the .NET runtime's\n"
                "                  period)\n"
-               "  --name NAME that matches nothing says so on stderr (exit 1).\n");
+               "  A filter that matches nothing says so on stderr (exit 1).\n");
     at_cli_exit_codes(f);
 }
 
@@ -53,7 +60,19 @@ static void on_event(void *vc, const am_event *e)
         c->other_kind++;
         return;
     }
-    if (!e->act && (!c->all || c->name)) return;
+    if (!e->act && (!c->all || c->name || c->prefix)) return;
+    if (c->has_tid && e->ev->thread != c->tid) {
+        c->filtered_out++;
+        return;
+    }
+    if (c->prefix) {
+        char path[AM_PATH_MAX];
+        am_act_path(e->act, path, sizeof path);
+        if (!am_path_within(path, c->prefix)) {
+            c->filtered_out++;
+            return;
+        }
+    }
     uint64_t w = !sample ? 1 : cpu_ns ? (cpu_ns + 500) / 1000 : 1000;
     if (am_fold_key(c->key, sizeof c->key, e->act, c->name, c->by_activity, e->ev, c->sym[e->file])) {
         am_fold_add(c->fold, c->key, w);
@@ -74,8 +93,10 @@ static void print_line(void *ctx, const char *key, uint64_t n)
 
 int at_cmd_stacks(int argc, char **argv)
 {
-    enum { O_NAME = 256, O_BY_ACTIVITY, O_ALL, O_OFFSETS, O_SAMPLES };
+    enum { O_NAME = 256, O_BY_ACTIVITY, O_ALL, O_OFFSETS, O_SAMPLES, O_THREAD, O_ACTIVITY };
     static const struct option opts[] = {{"name", required_argument, NULL, O_NAME},
+                                         {"thread", required_argument, NULL, O_THREAD},
+                                         {"activity", required_argument, NULL, O_ACTIVITY},
                                          {"by-activity", no_argument, NULL, O_BY_ACTIVITY},
                                          {"all", no_argument, NULL, O_ALL},
                                          {"offsets", no_argument, NULL, O_OFFSETS},
@@ -95,6 +116,11 @@ int at_cmd_stacks(int argc, char **argv)
         case O_ALL: c->all = true; break;
         case O_OFFSETS: c->offsets = true; break;
         case O_SAMPLES: c->samples = true; break;
+        case O_THREAD: c->has_tid = at_cli_u64(&cli, "a thread id (a number)", &c->tid); break;
+        case O_ACTIVITY:
+            c->prefix = cli.arg;
+            at_cli_activity_path(&cli);
+            break;
         }
     }
     if (o == AT_CLI_EXIT) {
@@ -139,7 +165,15 @@ int at_cmd_stacks(int argc, char **argv)
     } else if (!c->lines) { /* nothing to fold at all: say why rather than print nothing */
         char in[600];
         at_cli_files_desc(files, nfiles, in, sizeof in);
-        if (c->samples && c->samples_seen) { /* recorded, and none folded: say why */
+        if (c->filtered_out) { /* stacks there were, none of that thread or activity */
+            char f[200] = "";
+            if (c->has_tid) snprintf(f, sizeof f, "on thread %llu", (unsigned long long)c->tid);
+            if (c->prefix)
+                snprintf(f + strlen(f), sizeof f - strlen(f), "%sinside %s or below it", c->has_tid ? " and " : "",
+                         c->prefix);
+            am_errorf("stacks", "no %s %s in %s", c->samples ? "CPU sample" : "event with a stack", f, in);
+            if (!status) status = AT_EXIT_ERROR;
+        } else if (c->samples && c->samples_seen) { /* recorded, and none folded: say why */
             am_errorf("stacks", "none of the %llu CPU samples in %s %s", (unsigned long long)c->samples_seen, in,
                       c->all ? "carries a stack" : "was taken inside an activity with a stack (--all folds those outside activities too)");
             if (!status) status = AT_EXIT_ERROR;

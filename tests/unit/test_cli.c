@@ -310,6 +310,13 @@ START_TEST(filters_matching_nothing)
         ck_assert_msg(rr.outlen > 0, "stacks --samples --all folded nothing: %s", rr.err);
         at_run_result_free(&rr);
     }
+    snprintf(line, sizeof line, "acttrace stacks: no event with a stack on thread %s in %s\n", worker_tid, trace);
+    expect_err(1, line, (const char *const[]){"stacks", "--thread", worker_tid, trace, NULL});
+    snprintf(line, sizeof line, "acttrace stacks: no event with a stack inside //1 or below it in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"stacks", "--activity", "//1", trace, NULL});
+    char *sk = out_of((const char *const[]){"stacks", "--activity", "//3", trace, NULL});
+    ck_assert_msg(!strncmp(sk, "Batch;", 6), "stacks --activity //3: %s", sk);
+    free(sk);
     snprintf(line, sizeof line, "acttrace stats: no activity named 'Nope' in %s\n", trace);
     expect_err(1, line, (const char *const[]){"stats", "--name", "Nope", trace, NULL});
     /* the same filters when they match: exit 0 */
