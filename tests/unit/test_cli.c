@@ -335,7 +335,8 @@ START_TEST(filters_matching_nothing)
 }
 END_TEST
 
-/* one file given twice (by one name, or through a link) would count each event twice: refused */
+/* one file given twice (by one name, through a link, or as a copy) would count each event twice:
+ * refused */
 START_TEST(same_file_twice)
 {
     char alias[4200], line[9000];
@@ -358,6 +359,16 @@ START_TEST(same_file_twice)
                  alias);
         expect_err(1, line, args);
     }
+    /* and a copy of it */
+    char copy[4200];
+    snprintf(copy, sizeof copy, "%s/copy.nettrace", dir);
+    {
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", trace, copy);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+    snprintf(line, sizeof line, "acttrace tree: %s and %s hold the same trace (a copy?): give it once\n", trace, copy);
+    expect_err(1, line, (const char *const[]){"tree", trace, copy, NULL});
     snprintf(line, sizeof line, "acttrace stats: - (standard input) is given twice: it can be read once\n");
     expect_err(1, line, (const char *const[]){"stats", "-", "-", NULL});
 }
