@@ -82,6 +82,8 @@ typedef struct ex_plink {
 typedef struct ex_ctx {
     FILE *out;
     bool speedscope;
+    const char *name;         /* --name: activities named so and those below them, alone */
+    uint64_t named;           /* activities --name kept */
     am_model *m;
     ex_slice *sl;
     size_t nsl, csl;
@@ -114,13 +116,15 @@ typedef struct ex_ctx {
 
 static void export_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace export --format chrome|speedscope [-o OUT] FILE...\n"
+    fprintf(f, "usage: acttrace export --format chrome|speedscope [-o OUT] [--name NAME] FILE...\n"
                "  chrome      Chrome trace-event JSON for Perfetto UI (ui.perfetto.dev) or chrome://tracing:\n"
                "              activities as slices on their threads with their payload as args, process and\n"
                "              thread names, flow arrows for transfers, thread starts and child processes\n"
                "  speedscope  speedscope JSON (www.speedscope.app): a profile per thread (the main thread\n"
                "              first), activities as frames, times in ms from the trace start\n"
-               "  -o, --output OUT  output file (default, and with -o -: standard output)\n");
+               "  -o, --output OUT  output file (default, and with -o -: standard output)\n"
+               "  --name NAME       only activities named NAME and those below them; none is said on\n"
+               "                    stderr (exit 1)\n");
     at_cli_exit_codes(f);
 }
 
@@ -532,9 +536,21 @@ static void add_flow(ex_ctx *c, ex_flow f)
     if (grow(c, (void **)&c->fl, &c->cfl, c->nfl + 1, sizeof *c->fl)) c->fl[c->nfl++] = f;
 }
 
+/* --name: a is so named, or below one so named (across processes too) */
+static bool kept_by_name(const ex_ctx *c, const am_activity *a)
+{
+    for (const am_activity *p = a; p; p = p->parent)
+        if (!strcmp(p->name, c->name)) return true;
+    return false;
+}
+
 static void on_activity(void *vc, const am_activity *a)
 {
     ex_ctx *c = vc;
+    if (c->name) {
+        if (!kept_by_name(c, a)) return; /* no slice: no flow binds to it either */
+        c->named++;
+    }
     am_slices(a, on_slice, c);
     for (uint32_t i = 0; i < am_nxfers(a); i++) {
         const am_transfer *x = am_xfer_at(a, i);
@@ -1011,8 +1027,9 @@ static void ctx_free(ex_ctx *c)
 
 int at_cmd_export(int argc, char **argv)
 {
-    enum { O_FORMAT = 256 };
+    enum { O_FORMAT = 256, O_NAME };
     static const struct option opts[] = {{"format", required_argument, NULL, O_FORMAT},
+                                         {"name", required_argument, NULL, O_NAME},
                                          {"output", required_argument, NULL, 'o'},
                                          {0}};
     ex_ctx c = {.last_file = -1};
@@ -1030,6 +1047,7 @@ int at_cmd_export(int argc, char **argv)
             }
             break;
         case 'o': outpath = strcmp(cli.arg, "-") ? cli.arg : NULL; break;
+        case O_NAME: c.name = cli.arg; break;
         }
     }
     if (o == AT_CLI_EXIT) return cli.status;
@@ -1087,6 +1105,15 @@ int at_cmd_export(int argc, char **argv)
         }
     }
     am_run(m, err, sizeof err); /* a damaged file: what was read before the damage is exported */
+    if (c.name && !c.named) { /* before any output is made */
+        char in[600];
+        at_cli_files_desc(files, nfiles, in, sizeof in);
+        am_errorf("export", "no activity named '%s' in %s", c.name, in);
+        int dmg = am_report_damage(m, "export");
+        am_close(m);
+        ctx_free(&c);
+        return dmg ? dmg : AT_EXIT_ERROR;
+    }
     c.out = outpath ? fopen(outpath, "w") : stdout;
     if (!c.out) {
         am_errorf("export", "%s: %m", outpath);

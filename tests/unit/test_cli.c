@@ -317,6 +317,13 @@ START_TEST(filters_matching_nothing)
     char *sk = out_of((const char *const[]){"stacks", "--activity", "//3", trace, NULL});
     ck_assert_msg(!strncmp(sk, "Batch;", 6), "stacks --activity //3: %s", sk);
     free(sk);
+    snprintf(line, sizeof line, "acttrace export: no activity named 'Nope' in %s\n", trace);
+    expect_err(1, line, (const char *const[]){"export", "--format", "chrome", "--name", "Nope", trace, NULL});
+    char *ex = out_of((const char *const[]){"export", "--format", "chrome", "--name", "Batch", trace, NULL});
+    ck_assert_msg(strstr(ex, "\"name\":\"Batch\"") && !strstr(ex, "\"name\":\"Request\"") &&
+                      !strstr(ex, "\"name\":\"Work\""),
+                  "export --name Batch: %.400s", ex);
+    free(ex);
     snprintf(line, sizeof line, "acttrace stats: no activity named 'Nope' in %s\n", trace);
     expect_err(1, line, (const char *const[]){"stats", "--name", "Nope", trace, NULL});
     /* the same filters when they match: exit 0 */
