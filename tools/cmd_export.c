@@ -1110,8 +1110,8 @@ int at_cmd_export(int argc, char **argv)
         at_cli_files_desc(files, nfiles, in, sizeof in);
         am_errorf("export", "no activity named '%s' in %s", c.name, in);
         int dmg = am_report_damage(m, "export");
+        ctx_free(&c); /* reads the model: before it closes */
         am_close(m);
-        ctx_free(&c);
         return dmg ? dmg : AT_EXIT_ERROR;
     }
     c.out = outpath ? fopen(outpath, "w") : stdout;
