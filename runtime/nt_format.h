@@ -5,6 +5,9 @@
 
 #define NT_MAGIC "Nettrace"
 #define NT_SERIALIZER_SIG "!FastSerialization.1"
+/* A file's first 32 bytes: the magic, then the signature with its length. A writer writes them
+ * first, in one write, so even a torn trace starts with them. */
+#define NT_FILE_HEAD NT_MAGIC "\x14\0\0\0" NT_SERIALIZER_SIG
 
 /* FastSerialization tags */
 enum {

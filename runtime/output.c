@@ -320,6 +320,18 @@ static void file_name(const at_output *o, unsigned k, char *out, size_t cap)
     memcpy(out + pre + 1 + nl, dot, strlen(dot) + 1);
 }
 
+/* The file starts as every trace does (NT_FILE_HEAD); a text that merely begins with the word
+ * "Nettrace" is not one. */
+static bool starts_as_trace(int fd)
+{
+    static const char want[] = NT_FILE_HEAD;
+    char head[sizeof want - 1];
+    ssize_t n;
+    while ((n = pread(fd, head, sizeof head, 0)) < 0 && errno == EINTR) {
+    }
+    return n == (ssize_t)sizeof head && !memcmp(head, want, sizeof head);
+}
+
 /* The name is taken (EEXIST). A file of ours from an earlier run may go: a regular file of this
  * user, with no other link, that its owner may write and nobody else may, that starts as a trace
  * does (starts_as_trace: a program's own file that happens to bear the name, or an output named after
@@ -328,19 +340,6 @@ static void file_name(const at_output *o, unsigned k, char *out, size_t cap)
  * 0: removed, *held is the old file's descriptor, locked, for the caller to close once
  * its new file exists (a process that waited for that lock then finds another file at the name and
  * leaves it). -EBUSY: a live writer's. -EEXIST: anything else, left alone. */
-/* The file starts as every trace does: the magic, then the serializer's signature with its length
- * (a writer writes them first, in one write, so even a torn trace has them); a text that merely
- * begins with the word "Nettrace" is not one. */
-static bool starts_as_trace(int fd)
-{
-    static const char want[] = NT_MAGIC "\x14\0\0\0" NT_SERIALIZER_SIG;
-    char head[sizeof want - 1];
-    ssize_t n;
-    while ((n = pread(fd, head, sizeof head, 0)) < 0 && errno == EINTR) {
-    }
-    return n == (ssize_t)sizeof head && !memcmp(head, want, sizeof head);
-}
-
 static int remove_stale(const char *path, int *held)
 {
     struct stat st, st2;

@@ -1361,9 +1361,9 @@ void *at_hk_dlopen_c(const char *file, int mode)
     return r;
 }
 
-/* A fork child has one thread: locks another thread of the parent held stay held forever. */
-/* In a fork child: the hooked calls the forking thread was inside (the fork itself when it is hooked,
- * and what called it) are the parent's. Their activities were started, and are stopped, in the
+/* A fork child has one thread: locks another thread of the parent held stay held forever. And the
+ * hooked calls the forking thread was inside (the fork itself when it is hooked, and what called it)
+ * are the parent's. Their activities were started, and are stopped, in the
  * parent's file; the child's returns from them write no Stop and leave the current activity as the
  * fork left it, so the child's own work and its execs stay under the activity that forked it. Off
  * the thread's list, a return finds its call unlisted, as it does one that a longjmp abandoned. */

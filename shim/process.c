@@ -119,11 +119,30 @@ void at_exec_env_init(void)
     unsetenv(AT_ENV_PARENT); /* the program sees the environment it was given */
 }
 
+/* rel (a relative path, "./" dropped) made startdir/rel in place, '%' doubled for a pattern; left as
+ * it is when it would not fit. */
+static void join_startdir(char *rel, size_t size, bool pattern)
+{
+    const char *p = rel[0] == '.' && rel[1] == '/' ? rel + 2 : rel;
+    size_t pl = strlen(p), dl = 0;
+    for (const char *c = startdir; *c; c++)
+        dl += pattern && *c == '%' ? 2 : 1;
+    if (dl + 1 + pl >= size)
+        return;
+    memmove(rel + dl + 1, p, pl + 1);
+    size_t k = 0;
+    for (const char *c = startdir; *c; c++) {
+        if (pattern && *c == '%')
+            rel[k++] = '%';
+        rel[k++] = *c;
+    }
+    rel[k] = '/';
+}
+
 void at_exec_config_base(char *path, size_t size)
 {
     if (!path[0] || path[0] == '/')
         return;
-    const char *p = path[0] == '.' && path[1] == '/' ? path + 2 : path;
     if (!startdir) { /* this process's own start folder, for the images and children after it */
         char *d = startdir_entry + sizeof AT_ENV_STARTDIR;
         if (!getcwd(d, sizeof startdir_entry - sizeof AT_ENV_STARTDIR) || d[0] != '/')
@@ -131,34 +150,13 @@ void at_exec_config_base(char *path, size_t size)
         memcpy(startdir_entry, AT_ENV_STARTDIR "=", sizeof AT_ENV_STARTDIR);
         startdir = d;
     }
-    size_t pl = strlen(p), dl = strlen(startdir);
-    if (dl + 1 + pl >= size)
-        return;
-    memmove(path + dl + 1, p, pl + 1);
-    memcpy(path, startdir, dl);
-    path[dl] = '/';
+    join_startdir(path, size, false);
 }
 
 void at_exec_output_base(char *pattern, size_t size)
 {
-    if (!startdir || pattern[0] == '/' || !pattern[0])
-        return;
-    const char *p = pattern;
-    if (p[0] == '.' && p[1] == '/')
-        p += 2;
-    size_t pl = strlen(p), dl = 0;
-    for (const char *c = startdir; *c; c++)
-        dl += *c == '%' ? 2 : 1;
-    if (dl + 1 + pl >= size)
-        return; /* too long: resolved against the start folder, as without the variable */
-    memmove(pattern + dl + 1, p, pl + 1);
-    size_t k = 0;
-    for (const char *c = startdir; *c; c++) {
-        if (*c == '%')
-            pattern[k++] = '%';
-        pattern[k++] = *c;
-    }
-    pattern[k] = '/';
+    if (startdir && pattern[0] && pattern[0] != '/')
+        join_startdir(pattern, size, true); /* too long: the start folder's, as without it */
 }
 
 static bool in_vfork_child(void)
@@ -244,8 +242,8 @@ AT_COLD static char *const *untraced_env(char *const envp[], const char **out, s
 }
 
 /* Fill out (n+5 slots) with envp minus our variables plus the current link, the exec generation, the
- * manifest and the output folder. Only the stack: this runs in vfork children. Returns out. */
-#define AT_OUTDIR_BUF (sizeof AT_ENV_STARTDIR + 4096)
+ * manifest and the start folder. Only the stack: this runs in vfork children. Returns out. */
+#define AT_STARTDIR_BUF (sizeof AT_ENV_STARTDIR + 4096)
 AT_COLD static char *const *exec_env(char *const envp[], const char **out, size_t n, char *pbuf,
                              char *gbuf, char *obuf, bool same_pid)
 {
@@ -263,7 +261,7 @@ AT_COLD static char *const *exec_env(char *const envp[], const char **out, size_
         out[k++] = manifest_entry;
     if (startdir) {
         out[k++] = startdir_entry;
-    } else if (at_trace_output_dir(obuf + sizeof AT_ENV_STARTDIR, AT_OUTDIR_BUF - sizeof AT_ENV_STARTDIR)) {
+    } else if (at_trace_output_dir(obuf + sizeof AT_ENV_STARTDIR, AT_STARTDIR_BUF - sizeof AT_ENV_STARTDIR)) {
         memcpy(obuf, AT_ENV_STARTDIR "=", sizeof AT_ENV_STARTDIR);
         out[k++] = obuf;
     }
@@ -352,7 +350,7 @@ AT_COLD static void exec_before(const char *path)
     bool rec_ = on_ && ok_ && !vf_; /* this image records the exec */                              \
     const char *slots_[ok_ ? n_ + 5 : 1];                                                          \
     char pbuf_[sizeof AT_ENV_PARENT + 34], gbuf_[sizeof AT_ENV_GEN + 32];                          \
-    char obuf_[ok_ ? AT_OUTDIR_BUF : 1];                                                           \
+    char obuf_[ok_ ? AT_STARTDIR_BUF : 1];                                                           \
     char ldbuf_[ok_ && !tr_ ? preload_len(env_, n_) + 1 : 1];                                      \
     char *const *env = !ok_ ? env_                                                                 \
                        : tr_ ? exec_env(env_, slots_, n_, pbuf_, gbuf_, obuf_, !vf_)               \
@@ -487,7 +485,7 @@ AT_COLD static int spawn_common(bool search, pid_t *pid, const char *path,
     const char *slots[n + 5];
     char pbuf[sizeof AT_ENV_PARENT + 34], gbuf[sizeof AT_ENV_GEN + 32];
     bool traced = child_traced(false);
-    char ldbuf[traced ? 1 : preload_len(in, n) + 1], obuf[traced ? AT_OUTDIR_BUF : 1];
+    char ldbuf[traced ? 1 : preload_len(in, n) + 1], obuf[traced ? AT_STARTDIR_BUF : 1];
     char *const *env = traced ? exec_env(in, slots, n, pbuf, gbuf, obuf, false) : untraced_env(in, slots, n, ldbuf);
     if (!on)
         return real(pid, path, fa, attr, argv, env);
@@ -560,7 +558,7 @@ AT_COLD static bool program_alone(void)
     bool str_ = sw_ && child_traced(false);                                                        \
     const char *sslots_[sw_ ? sn_ + 5 : 1];                                                        \
     char spbuf_[sizeof AT_ENV_PARENT + 34], sgbuf_[sizeof AT_ENV_GEN + 32];                        \
-    char sobuf_[str_ ? AT_OUTDIR_BUF : 1];                                                         \
+    char sobuf_[str_ ? AT_STARTDIR_BUF : 1];                                                         \
     char sldbuf_[sw_ && !str_ ? preload_len(environ, sn_) + 1 : 1];                                \
     if (sw_)                                                                                       \
         environ = (char **)(str_ ? exec_env(saved_env_, sslots_, sn_, spbuf_, sgbuf_, sobuf_, false) \

@@ -213,7 +213,7 @@ int at_cli_check_output(const at_cli *c, const char *path, char *const *files, i
                                          "what is being read; choose another name",
                                       path, files[i]);
     /* a trace that is not an input: an export written over it would destroy it as well */
-    static const char head[] = NT_MAGIC "\x14\0\0\0" NT_SERIALIZER_SIG;
+    static const char head[] = NT_FILE_HEAD;
     char b[sizeof head - 1];
     int fd = S_ISREG(out.st_mode) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     bool trace = fd >= 0 && read(fd, b, sizeof b) == (ssize_t)sizeof b && !memcmp(b, head, sizeof b);

@@ -89,21 +89,19 @@ static bool output_ok(const char *what, const char *pat)
         fprintf(stderr, "acttrace run: %s: the pattern is longer than %d bytes\n", what, PATH_MAX - 1);
         return false;
     }
+    const char *slash = strrchr(pat, '/');
+    bool fixed = true; /* no %p or %t: one name for every process */
     for (const char *p = pat; *p; p++)
         if (*p == '%') {
+            fixed &= p[1] == '%';
             if (p[1] != 'p' && p[1] != 't' && p[1] != '%') {
                 fprintf(stderr, "acttrace run: %s %s: unknown %% sequence '%%%.1s' (use %%p, %%t or "
                                 "%%%%)\n", what, pat, p[1] ? p + 1 : "");
                 return false;
             }
-            p++;
-        }
-    const char *slash = strrchr(pat, '/');
-    /* %p or %t before the last '/': a folder per process or per start, which nothing makes (the
-     * shim creates files, never folders) */
-    for (const char *p = pat; slash && p < slash; p++)
-        if (*p == '%') {
-            if (p[1] == 'p' || p[1] == 't') {
+            /* %p or %t before the last '/': a folder per process or per start, which nothing
+             * makes (the shim creates files, never folders) */
+            if (p[1] != '%' && slash && p < slash) {
                 fprintf(stderr, "acttrace run: %s %s: %%%c names a folder here, and folders are not made "
                                 "for traces; put %%p and %%t in the file name, in a folder that exists\n",
                         what, pat, p[1]);
@@ -127,28 +125,20 @@ static bool output_ok(const char *what, const char *pat)
         }
     dir[dl] = 0;
     struct stat st;
-    {
-        if (stat(dir, &st) != 0) {
-            fprintf(stderr, "acttrace run: %s %s: the folder %s %s\n", what, pat, dir,
-                    errno == ENOENT ? "does not exist" : strerror(errno));
-            return false;
-        }
-        if (!S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "acttrace run: %s %s: %s is not a folder\n", what, pat, dir);
-            return false;
-        }
-        if (access(dir, W_OK | X_OK) != 0) {
-            fprintf(stderr, "acttrace run: %s %s: the folder %s %s\n", what, pat, dir,
-                    errno == EROFS ? "is on a read-only file system" : errno == EACCES ? "is not writable" : strerror(errno));
-            return false;
-        }
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "acttrace run: %s %s: the folder %s %s\n", what, pat, dir,
+                errno == ENOENT ? "does not exist" : strerror(errno));
+        return false;
     }
-    bool fixed = true;
-    for (const char *p = pat; *p; p++)
-        if (p[0] == '%' && p[1]) {
-            fixed &= p[1] == '%';
-            p++;
-        }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "acttrace run: %s %s: %s is not a folder\n", what, pat, dir);
+        return false;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "acttrace run: %s %s: the folder %s %s\n", what, pat, dir,
+                errno == EROFS ? "is on a read-only file system" : errno == EACCES ? "is not writable" : strerror(errno));
+        return false;
+    }
     if (fixed && lstat(pat, &st) == 0 && !S_ISREG(st.st_mode)) {
         fprintf(stderr, "acttrace run: %s %s: %s, not a file the trace can replace (it writes new "
                         "regular files only)\n", what, pat,
