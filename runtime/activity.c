@@ -783,7 +783,7 @@ int at_activity_path(const at_activity *a, char *buf, size_t n)
     return at_actpath_format(&a->id, at_actpath_pid(&a->id), buf, n);
 }
 
-AT_CORE_FN int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
+AT_PATH_EVENT int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
                       const uintptr_t *ips, uint32_t nips)
 {
     if (!t || !at_event_enabled(t))

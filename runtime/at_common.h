@@ -34,6 +34,10 @@
  * event write) and the interposed I/O calls a server makes between two of them. */
 #define AT_PATH_CORE __attribute__((section("at_path_core")))
 #define AT_CORE_FN __attribute__((hot, section("at_path_core")))
+/* Of the core, the event of a rule with fields (payload, record, its activity): right after the
+ * stub's entry and return, before the activity engine's Start and Stop a rule with fields does not
+ * run on every call (shim/start.ld). */
+#define AT_PATH_EVENT __attribute__((hot, section("at_path_event")))
 #define AT_FORK_DATA __attribute__((section("at_fork_data")))
 /* Small variables an image's start writes (settings, event types, one-time flags), together on one
  * page instead of a page each wherever the linker put them in .bss: with shadow paging the first

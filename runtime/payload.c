@@ -14,11 +14,11 @@ static void put(at_payload *pl, const void *v, size_t n)
     pl->p += n;
 }
 
-AT_PATH_CORE void at_payload_u32(at_payload *pl, uint32_t v) { put(pl, &v, 4); }
-AT_PATH_CORE void at_payload_u64(at_payload *pl, uint64_t v) { put(pl, &v, 8); }
-AT_PATH_CORE void at_payload_i32(at_payload *pl, int32_t v) { put(pl, &v, 4); }
-AT_PATH_CORE void at_payload_i64(at_payload *pl, int64_t v) { put(pl, &v, 8); }
-AT_PATH_CORE void at_payload_guid(at_payload *pl, const at_guid *g)
+AT_PATH_EVENT void at_payload_u32(at_payload *pl, uint32_t v) { put(pl, &v, 4); }
+AT_PATH_EVENT void at_payload_u64(at_payload *pl, uint64_t v) { put(pl, &v, 8); }
+AT_PATH_EVENT void at_payload_i32(at_payload *pl, int32_t v) { put(pl, &v, 4); }
+AT_PATH_EVENT void at_payload_i64(at_payload *pl, int64_t v) { put(pl, &v, 8); }
+AT_PATH_EVENT void at_payload_guid(at_payload *pl, const at_guid *g)
 {
     static const at_guid zero;
     put(pl, g ? g : &zero, 16);
@@ -124,7 +124,7 @@ static void put_str(at_payload *pl, const char *s, size_t max_chars, uintptr_t b
     pl->p += 2;
 }
 
-AT_PATH_CORE void at_payload_str(at_payload *pl, const char *s, size_t max_chars)
+AT_PATH_EVENT void at_payload_str(at_payload *pl, const char *s, size_t max_chars)
 {
     put_str(pl, s, max_chars, 0);
 }

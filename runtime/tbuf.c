@@ -766,7 +766,7 @@ AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_
                       false, 0);
 }
 
-AT_CORE_FN int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
+AT_PATH_EVENT int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
     return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);

@@ -519,7 +519,7 @@ static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_call *c, uint6
  * the stub's entry and return (hook/stub.c, the same translation unit: hookpath.c) make no call for
  * it. The others' is a function of its own: its frame (payload and stack buffers, many live values)
  * is not set up for the plain one. */
-AT_PATH_CORE static AT_NOINLINE void plain_enter_call(probe *pr, at_hook_call *c)
+AT_PATH_TEXT static AT_NOINLINE void plain_enter_call(probe *pr, at_hook_call *c)
 {
     plain_enter(pr, c);
 }
@@ -664,7 +664,7 @@ static inline bool unlist(const at_hook_call *c)
 }
 
 /* The return (or unwind) of a plain rule's function: its Stop with the Status. */
-AT_PATH_CORE static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int status)
+AT_PATH_TEXT static AT_NOINLINE void plain_exit_slow(const rule *r, at_hook_call *c, int status)
 {
     AT_INTERNAL_BEGIN();
     int err = errno_get();
@@ -712,7 +712,7 @@ static inline __attribute__((always_inline)) void plain_exit(const rule *r, at_h
 static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status);
 
-AT_PATH_CORE static AT_NOINLINE void plain_exit_call(const rule *r, at_hook_call *c, int status)
+AT_PATH_TEXT static AT_NOINLINE void plain_exit_call(const rule *r, at_hook_call *c, int status)
 {
     plain_exit(r, c, status);
 }
@@ -886,30 +886,31 @@ static void install(probe *pr)
     at_hook *h = &pr->hook;
     pr->plain_kind = pr->r->plain ? pr->r->kind : NULL;
     char why[256] = "";
-    if (at_resolve(h->spec, &h->res, why, sizeof why) < 0) {
+    if (at_resolve(h->text->spec, &h->text->res, why, sizeof why) < 0) {
         pr->pending = true;
-        snprintf(h->why, sizeof h->why, "%s", why);
+        snprintf(h->text->why, sizeof h->text->why, "%s", why);
         return;
     }
     pr->pending = false;
-    h->addr = h->res.addr;
+    h->addr = h->text->res.addr;
     const at_hc_entry *e = pr->r->e;
-    if (h->res.table == AT_SYM_OFFSET && e->build_id[0]) {
+    if (h->text->res.table == AT_SYM_OFFSET && e->build_id[0]) {
         char id[128];
-        at_module_build_id(h->res.module, id, sizeof id);
+        at_module_build_id(h->text->res.module, id, sizeof id);
         if (strcmp(id, e->build_id)) {
-            snprintf(h->why, sizeof h->why, "%s has build-id %s, the config names %s", h->res.module,
-                     id[0] ? id : "(none)", e->build_id);
+            /* the module's path cut to what leaves room for the rest */
+            snprintf(h->text->why, sizeof h->text->why, "%.200s has build-id %s, the config names %s",
+                     h->text->res.module, id[0] ? id : "(none)", e->build_id);
             return;
         }
     }
     /* an alias is hooked where modules import it, never by patching: the function's own entry is
      * patched already, or its other names' GOT slots are */
     int tier = pr->alias_of ? AT_HC_TIER_GOT : pr->r->e->tier;
-    bool got = tier != AT_HC_TIER_ENTRY && h->res.exported && !h->res.is_exe && h->res.sym[0] &&
-               at_got_patch(h->res.sym, hook_version(&h->res), NULL, NULL, 0) > 0;
+    bool got = tier != AT_HC_TIER_ENTRY && h->text->res.exported && !h->text->res.is_exe && h->text->res.sym[0] &&
+               at_got_patch(h->text->res.sym, hook_version(&h->text->res), NULL, NULL, 0) > 0;
     if (tier == AT_HC_TIER_GOT && !got) {
-        snprintf(h->why, sizeof h->why, "no module imports it through a GOT slot (tier = got)");
+        snprintf(h->text->why, sizeof h->text->why, "no module imports it through a GOT slot (tier = got)");
         pr->pending = pr->alias_of != NULL; /* a module loaded later may */
         return;
     }
@@ -923,21 +924,21 @@ static void install(probe *pr)
     if (!h->wrapper && (!ffi || !at_cfg.hook_wrapper_ffi || at_ffi_make(h, why, sizeof why) != 0) &&
         at_stub_make(h) != 0) {
         if (!ffi || at_ffi_make(h, why, sizeof why) != 0) {
-            snprintf(h->why, sizeof h->why, "%s", ffi ? why : "no stub left (512 hooks at most)");
+            snprintf(h->text->why, sizeof h->text->why, "%s", ffi ? why : "no stub left (512 hooks at most)");
             return;
         }
     }
     if (got) {
-        h->orig = call_target(&h->res, h->spec);
+        h->orig = call_target(&h->text->res, h->text->spec);
         /* the same function hooked by an earlier entry: its wrapper holds the slots now, and
          * calling through it keeps both hooks */
         for (int i = 0; i < hk_nprobes; i++) {
             at_hook *o = &hk_probes[i].hook;
-            if (o != h && o->tier == 1 && !strcmp(o->res.sym, h->res.sym) &&
-                o->res.addr == h->res.addr)
+            if (o != h && o->tier == 1 && !strcmp(o->text->res.sym, h->text->res.sym) &&
+                o->text->res.addr == h->text->res.addr)
                 h->orig = o->wrapper;
         }
-        int n = at_got_patch(h->res.sym, hook_version(&h->res), h->wrapper, why, sizeof why);
+        int n = at_got_patch(h->text->res.sym, hook_version(&h->text->res), h->wrapper, why, sizeof why);
         if (n > 0) {
             h->tier = 1;
             h->nslots = n;
@@ -945,14 +946,14 @@ static void install(probe *pr)
         }
     }
     if (h->closure) {
-        snprintf(h->why, sizeof h->why, "its GOT slots could not be rewritten (%s)", why);
+        snprintf(h->text->why, sizeof h->text->why, "its GOT slots could not be rewritten (%s)", why);
         return;
     }
     if (at_entry_patch(h, why, sizeof why) == 0) {
         h->tier = 2;
         return;
     }
-    snprintf(h->why, sizeof h->why, "%s", why);
+    snprintf(h->text->why, sizeof h->text->why, "%s", why);
 }
 
 /* Is the parent process traced too (this shim mapped in it)? Then this is a child it ran (a shell,
@@ -992,7 +993,7 @@ static void summary(void)
             skipped++;
             missing += hk_probes[i].pending;
             int k = snprintf(skip + off, sizeof skip - off, "%s%s (%s)", skipped > 1 ? "; " : "",
-                             h->spec, h->why);
+                             h->text->spec, h->text->why);
             if (k > 0 && off + (size_t)k < sizeof skip)
                 off += (size_t)k;
         }
@@ -1013,8 +1014,8 @@ static void summary(void)
         if (h->tier != 1)
             continue;
         int k = snprintf(al + aoff, sizeof al - aoff, "%s%s (%s, %d slot%s)",
-                         aoff ? ", " : "; aliases: ", h->res.sym,
-                         hk_probes[i].alias_of->hook.res.sym, h->nslots, h->nslots > 1 ? "s" : "");
+                         aoff ? ", " : "; aliases: ", h->text->res.sym,
+                         hk_probes[i].alias_of->hook.text->res.sym, h->nslots, h->nslots > 1 ? "s" : "");
         if (k > 0 && aoff + (size_t)k < sizeof al)
             aoff += (size_t)k;
     }
@@ -1139,8 +1140,8 @@ static void add_aliases(void)
         probe *b = &hk_probes[i];
         at_resolved lbuf;
         const at_resolved *lc;
-        if (b->pending || b->hook.tier == 2 || strchr(b->hook.spec, '@') ||
-            !(lc = libc_def(&b->hook.res, &lbuf)))
+        if (b->pending || b->hook.tier == 2 || strchr(b->hook.text->spec, '@') ||
+            !(lc = libc_def(&b->hook.text->res, &lbuf)))
             continue;
         char names[HK_ALIASES_EACH][64];
         int n = at_resolve_aliases(lc, names, HK_ALIASES_EACH);
@@ -1153,9 +1154,10 @@ static void add_aliases(void)
                 continue;
             }
             probe *pr = &hk_probes[hk_nprobes++];
-            *pr = (probe){.r = b->r, .role = b->role, .p = ap, .alias_of = b};
+            *pr = (probe){.r = b->r, .role = b->role, .p = ap, .alias_of = b,
+                          .hook.text = pr->hook.text};
             pc_make(pr);
-            snprintf(pr->hook.spec, sizeof pr->hook.spec, "%s", ap->symbol);
+            snprintf(pr->hook.text->spec, sizeof pr->hook.text->spec, "%s", ap->symbol);
             pr->hook.sig = ap->has_sig ? &ap->sig : NULL;
             pr->hook.user = pr;
             install(pr);
@@ -1271,7 +1273,7 @@ void *at_hk_dlsym_c(void *handle, const char *name)
     hk_rescan("an earlier dlopen"); /* after a bare-name dlopen: its modules are hooked now */
     for (int i = 0; i < hk_nprobes; i++) {
         at_hook *h = &hk_probes[i].hook;
-        if (h->tier == 1 && (r == h->orig || r == (void *)h->res.addr) && !strcmp(h->res.sym, name))
+        if (h->tier == 1 && (r == h->orig || r == (void *)h->text->res.addr) && !strcmp(h->text->res.sym, name))
             return h->wrapper;
     }
     return r;
@@ -1304,13 +1306,13 @@ static void hk_rescan(const char *file)
     for (int i = 0; i < hk_nprobes; i++) {
         at_hook *h = &hk_probes[i].hook;
         if (h->tier == 1)
-            h->nslots += at_got_patch(h->res.sym, hook_version(&h->res), h->wrapper, NULL, 0);
+            h->nslots += at_got_patch(h->text->res.sym, hook_version(&h->text->res), h->wrapper, NULL, 0);
         else if (h->tier == 0 && hk_probes[i].pending) {
             install(&hk_probes[i]);
             if (!hk_probes[i].pending && !hk_probes[i].alias_of && !(at_cfg.quiet && h->tier))
-                fprintf(stderr, "acttrace: %s %s after dlopen(%s)%s%s\n", h->spec,
+                fprintf(stderr, "acttrace: %s %s after dlopen(%s)%s%s\n", h->text->spec,
                         h->tier == 1 ? "hooked (GOT)" : h->tier == 2 ? "hooked (entry)" : "not hooked",
-                        file, h->tier ? "" : ": ", h->tier ? "" : h->why);
+                        file, h->tier ? "" : ": ", h->tier ? "" : h->text->why);
         }
     }
     pthread_mutex_unlock(&hk_install_lock);
@@ -1387,12 +1389,21 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     if (at_dynlib_load(err, n) < 0)
         return -1;
     const char *provider = hc->provider[0] ? hc->provider : AT_ACTIVITY_PROVIDER;
-    hk_rules = calloc((size_t)hc->nentries, sizeof *hk_rules);
-    hk_probes = calloc((size_t)hc->nentries * 2 + HK_ALIASES_MAX, sizeof *hk_probes);
-    if (!hk_rules || !hk_probes) {
+    /* the rules and then the probes in one block: a hooked call reads its probe and its rule */
+    size_t nprobes = (size_t)hc->nentries * 2 + HK_ALIASES_MAX;
+    size_t rules_size = ((size_t)hc->nentries * sizeof *hk_rules + 63) & ~(size_t)63;
+    char *block = calloc(1, rules_size + nprobes * sizeof *hk_probes);
+    at_hook_text *texts = calloc(nprobes, sizeof *texts);
+    if (!block || !texts) {
+        free(block);
+        free(texts);
         snprintf(err, n, "out of memory");
         return -1;
     }
+    hk_rules = (rule *)block;
+    hk_probes = (probe *)(block + rules_size);
+    for (size_t i = 0; i < nprobes; i++)
+        hk_probes[i].hook.text = &texts[i];
     for (int i = 0; i < hc->nentries; i++) {
         const at_hc_entry *e = &hc->entries[i];
         if (e->kind == AT_HC_FLOW_CALLBACK && e->callback_arg == AT_HC_NONE) {
@@ -1410,7 +1421,7 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
             pr->role = k;
             pr->p = &e->probe[k];
             pc_make(pr);
-            snprintf(pr->hook.spec, sizeof pr->hook.spec, "%s", e->probe[k].symbol);
+            snprintf(pr->hook.text->spec, sizeof pr->hook.text->spec, "%s", e->probe[k].symbol);
             pr->hook.sig = e->probe[k].has_sig ? &e->probe[k].sig : NULL;
             pr->hook.user = pr;
         }

@@ -280,7 +280,7 @@ static int write_code(uintptr_t at, const void *bytes, size_t len, char *why, si
 
 int at_entry_patch(at_hook *h, char *why, size_t n)
 {
-    uintptr_t addr = h->res.addr;
+    uintptr_t addr = h->text->res.addr;
     uint8_t *isl = island_alloc(addr);
     if (!isl) {
         snprintf(why, n, "no free memory within 2 GB of the function for its island");
@@ -288,8 +288,8 @@ int at_entry_patch(at_hook *h, char *why, size_t n)
     }
     plan pl;
     uintptr_t code_at = (uintptr_t)isl + JMP_ABS;
-    if (plan_make(addr, h->res.size, code_at, &pl, why, n) < 0 ||
-        scan_branches(addr, h->res.size, &pl, why, n) < 0) {
+    if (plan_make(addr, h->text->res.size, code_at, &pl, why, n) < 0 ||
+        scan_branches(addr, h->text->res.size, &pl, why, n) < 0) {
         munmap(isl, ISLAND_SIZE);
         return -1;
     }

@@ -75,6 +75,15 @@ typedef struct at_hook_call {
 
 enum at_hook_status { AT_HOOK_RETURNED = 0, AT_HOOK_UNWOUND = 1, AT_HOOK_ABANDONED = 2 };
 
+/* A hook's names and resolution (over 5 KiB, a module's path among them), apart from the hook: the
+ * hooks a server calls between two system calls then share a page or two rather than taking one
+ * each. */
+typedef struct at_hook_text {
+    char spec[512];    /* what to hook */
+    at_resolved res;
+    char why[512];     /* why it is not hooked (tier 0), or a note */
+} at_hook_text;
+
 typedef struct at_hook at_hook;
 struct at_hook {
     /* What a hooked call reads, first and on one cache line: between two system calls of a server
@@ -90,14 +99,12 @@ struct at_hook {
      * 4i..4i+3 of ptypes): the signature itself spreads them over a page */
     uint8_t nparams, ret_type;
     uint64_t ptypes;
-    /* what to hook */
-    char spec[512];
-    /* resolution and installation */
-    at_resolved res;
+    /* what to hook, its resolution, and why it is not hooked: read at install and in reports */
+    at_hook_text *text;
+    /* installation */
     void *wrapper;     /* the address installed in GOT slots / jumped to from the patched entry */
     int tier;          /* 0 not hooked, 1 GOT, 2 entry */
     int nslots;        /* GOT slots rewritten */
-    char why[512];     /* why it is not hooked (tier 0), or a note */
     /* libffi */
     ffi_cif cif;
     ffi_type *atypes[AT_SIG_MAX_PARAMS];
@@ -147,7 +154,7 @@ int at_ffi_make(at_hook *h, char *why, size_t n);
 int at_got_patch(const char *sym, const char *version, void *wrapper, char *why, size_t n);
 /* Nothing is undone: slots are never restored (a wrapper lives as long as the process). */
 
-/* Tier 2: patch h->res.addr to jump to h->wrapper; sets h->orig to the relocated entry.
+/* Tier 2: patch h->text->res.addr to jump to h->wrapper; sets h->orig to the relocated entry.
  * 0, or -1 with the reason (too short, jump back into the patched bytes, ...) in why. */
 int at_entry_patch(at_hook *h, char *why, size_t n);
 /* Only decide whether the function could be patched (acttrace check): 0 or -1 with why. */

@@ -18,7 +18,7 @@
 #include "stack.h"
 #include "trace.h"
 
-extern char at_stub_tramps[];
+extern char at_stub_tramps_end[];
 /* What every hooked call reads here, together (AT_PATH_BSS): first the typed flags, then the
  * table, whose first entries (the hooks a process has) share their page. */
 /* 1 for a hook with a signature: the stub stores xmm0-7 (typed arguments) and xmm0-1 (a typed
@@ -279,7 +279,7 @@ int at_stub_make(at_hook *h)
     h->stub_index = i;
     at_stub_typed[i] = h->sig != NULL;
     __atomic_store_n(&at_stub_table[i], h, __ATOMIC_RELEASE);
-    h->wrapper = at_stub_tramps + 16 * i;
+    h->wrapper = at_stub_tramps_end - 16 * (i + 1);
     if (i == 0) {
         at_stub_main_bounds();
         at_stack_set_trampolines((uintptr_t)at_ret_pool, (uintptr_t)(at_ret_pool_end - at_ret_pool),

@@ -89,8 +89,9 @@
     movq R11(%rsp), %r11
 .endm
 
-    /* right after the code every hooked call runs (AT_PATH_CORE, runtime/at_common.h): a process's
-     * hooks use the first trampolines only */
+    /* right before the code every hooked call runs (AT_PATH_CORE, runtime/at_common.h, which
+     * shim/start.ld puts next), in reverse: hook i's is at at_stub_tramps_end - 16 (i + 1), so a
+     * process's hooks use the last trampolines only, on the core's first page */
     .section at_path_tramps,"ax",@progbits
     .p2align 4
     .globl at_stub_tramps
@@ -98,17 +99,20 @@
     .type at_stub_tramps, @function
 at_stub_tramps:
     .cfi_startproc
-    .set i, 0
+    .set i, NSTUB - 1
     .rept NSTUB
     .p2align 4
     pushq $i
     .cfi_adjust_cfa_offset 8
     jmp at_stub_common
     .cfi_adjust_cfa_offset -8
-    .set i, i + 1
+    .set i, i - 1
     .endr
     .cfi_endproc
     .size at_stub_tramps, . - at_stub_tramps
+    .globl at_stub_tramps_end
+    .hidden at_stub_tramps_end
+at_stub_tramps_end:
 
     /* with the C of every hooked call (AT_PATH_CORE) */
     .section at_path_core,"ax",@progbits
