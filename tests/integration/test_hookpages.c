@@ -1,0 +1,153 @@
+/* test_hookpages: a server's hooked call runs between two system calls, and on a kernel that
+ * isolates page tables without PCID each system call empties the TLB: every page the shim's side
+ * of the call touches is a page walk, whatever its instruction count. The path's code is laid out
+ * in the order a call runs it (shim/start.ld), and what it reads is gathered on few pages (the
+ * hooks' fields apart from their names and resolution, the rules beside the probes, the stub's
+ * tables, the runtime's hot words). This counts those pages with valgrind's lackey, which lists
+ * every instruction and data access: tests/fixtures/hook_pages.c calls writev on an accepted
+ * socket and recv on its peer in a loop, under nginx's per-request config of make bench (a
+ * Connection activity from accept4, fd-keyed, and both calls as events with captures), and one
+ * iteration of the loop, after the trace's writer has started, may run on at most MAX_CODE pages of
+ * the shim's code and touch at most MAX_DATA pages of data other than the stack. The trace holds
+ * every call's event. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "at_testlib.h"
+
+#define ITERS 12
+/* Measured: 7 code pages (the stub's trampolines and entry, the hook logic, the event write, the
+ * return records, the interposed writev and recv with the fd table's slow path) and 11 data pages
+ * (the GOT, .data, the event types, the interposers' page, the stub's tables, a return record, the
+ * thread's TLS, its ring and chunk, the connection's activity, the hooks and rules); before the
+ * path was laid out by page, 9 and 13 */
+#define MAX_CODE 7
+#define MAX_DATA 11
+
+typedef struct range {
+    unsigned long lo, hi;
+} range;
+
+static bool in(const range *r, int n, unsigned long a)
+{
+    for (int i = 0; i < n; i++)
+        if (a >= r[i].lo && a < r[i].hi)
+            return true;
+    return false;
+}
+
+/* distinct pages, a small set */
+typedef struct pageset {
+    unsigned long p[512];
+    int n;
+} pageset;
+
+static void add(pageset *s, unsigned long page)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->p[i] == page)
+            return;
+    if (s->n < 512)
+        s->p[s->n++] = page;
+}
+
+START_TEST(test_hooked_call_pages)
+{
+    ck_assert_msg(system("command -v valgrind >/dev/null 2>&1") == 0,
+                  "valgrind is not installed (.ci/deps installs it)");
+    char *fx = at_fixture_path("hook_pages");
+    char conf[4200], iters[16];
+    snprintf(conf, sizeof conf, "ACTTRACE_CONFIG=%s/tests/data/hooks/nginx.conf", AT_SOURCE_DIR);
+    snprintf(iters, sizeof iters, "%d", ITERS);
+    const char *env[] = {conf, "ACTTRACE_STACKS=none", NULL};
+    const char *argv[] = {"valgrind", "--tool=lackey", "--trace-mem=yes", "--log-file=lackey.out",
+                          fx, iters, NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run(&s, "hookpages", argv, env), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && strstr(s.r.out, "sent 1800") && s.has_trace,
+                  "%s", at_session_describe(&s, d, sizeof d));
+    /* every call's event, in the trace */
+    int nw = 0, nr = 0;
+    for (long i = at_find(&s.t, NULL, "Writev", 0); i >= 0; i = at_find(&s.t, NULL, "Writev", i + 1))
+        nw++;
+    for (long i = at_find(&s.t, NULL, "Recv", 0); i >= 0; i = at_find(&s.t, NULL, "Recv", i + 1))
+        nr++;
+    ck_assert_int_eq(nw, ITERS);
+    ck_assert_int_eq(nr, ITERS);
+
+    /* the fixture's mark, the shim's mappings and main's frame, from its stderr */
+    unsigned long mark = 0;
+    range shim[16] = {{0, 0}}, stack[1] = {{0, 0}};
+    int nshim = 0, nstack = 0;
+    for (const char *l = s.r.err; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : "") {
+        unsigned long lo, hi;
+        char name[256];
+        if (sscanf(l, "MARK %lx", &lo) == 1)
+            mark = lo;
+        else if (sscanf(l, "STACK %lx", &lo) == 1 && !nstack)
+            stack[nstack++] = (range){lo - (1ul << 20), lo + (1ul << 16)}; /* main's frame, below */
+        else if (sscanf(l, "MAP %lx %lx %255s", &lo, &hi, name) == 3 && nshim < 16)
+            shim[nshim++] = (range){lo, hi};
+    }
+    ck_assert_msg(mark && nshim && nstack, "no mark or mappings: %s", s.r.err);
+
+    char path[4300];
+    snprintf(path, sizeof path, "%s/lackey.out", s.dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "no lackey output at %s", path);
+    /* iterations 6 to 9 (the writer started during the fourth): the most pages any of them took */
+    int iter = -1, worst_code = 0, worst_data = 0, worst_stack = 0;
+    pageset code = {0}, data = {0}, stk = {0};
+    bool shim_insn = false;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a;
+        if (line[0] == 'I' && sscanf(line + 1, " %lx", &a) == 1) {
+            if (a == mark) {
+                if (iter >= 6 && iter <= 9) {
+                    worst_code = code.n > worst_code ? code.n : worst_code;
+                    worst_data = data.n > worst_data ? data.n : worst_data;
+                    worst_stack = stk.n > worst_stack ? stk.n : worst_stack;
+                }
+                iter++;
+                code.n = data.n = stk.n = 0;
+            }
+            shim_insn = in(shim, nshim, a);
+            if (shim_insn)
+                add(&code, a >> 12);
+        } else if (line[0] == ' ' && strchr("LSM", line[1]) && sscanf(line + 2, " %lx", &a) == 1) {
+            if (shim_insn)
+                add(in(stack, nstack, a) ? &stk : &data, a >> 12);
+        }
+    }
+    fclose(f);
+    ck_assert_msg(iter >= 10, "only %d iterations marked in lackey's output", iter);
+    ck_assert_msg(worst_code >= 3, "the shim ran on %d code pages: the calls were not hooked",
+                  worst_code);
+    ck_assert_msg(worst_code <= MAX_CODE && worst_data <= MAX_DATA,
+                  "one iteration of two hooked calls ran on %d code pages (at most %d) and touched "
+                  "%d data pages (at most %d) and %d of the stack", worst_code, MAX_CODE,
+                  worst_data, MAX_DATA, worst_stack);
+    unlink(path);
+    at_session_free(&s);
+    free(fx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("hookpages");
+    TCase *tc = tcase_create("pages");
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, test_hooked_call_pages);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
