@@ -35,9 +35,11 @@
 #define AT_PATH_CORE __attribute__((section("at_path_core")))
 #define AT_CORE_FN __attribute__((hot, section("at_path_core")))
 /* Of the core, the event of a rule with fields (payload, record, its activity): right after the
- * stub's entry and return, before the activity engine's Start and Stop a rule with fields does not
- * run on every call (shim/start.ld). */
+ * stub's entry and return (shim/start.ld). */
 #define AT_PATH_EVENT __attribute__((hot, section("at_path_event")))
+/* Of the core, what only an activity rule with fields runs (its Stop, its keys): after the event
+ * and the return records, beside the activity engine's held Start and Stop (shim/start.ld). */
+#define AT_PATH_ACT __attribute__((section("at_path_act")))
 #define AT_FORK_DATA __attribute__((section("at_fork_data")))
 /* Small variables an image's start writes (settings, event types, one-time flags), together on one
  * page instead of a page each wherever the linker put them in .bss: with shadow paging the first

@@ -508,18 +508,13 @@ AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
         return AT_REAL(name) args;                                                                 \
     }
 
+/* In the order they are laid out in the path's code (shim/start.ld): the calls a server makes on
+ * a connection for each request first, then the wait points, then the others, so that a server's
+ * hooked call and the interposed calls around it take as few pages as they can. */
 AT_IO1(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n), fd)
 AT_IO1(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd)
 AT_IO1(ssize_t, readv, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
 AT_IO1(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
-AT_IO1(ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o), fd)
-AT_IO1(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd)
-AT_IO1(ssize_t, pread64, (int fd, void *b, size_t n, off64_t o), (fd, b, n, o), fd)
-AT_IO1(ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o), (fd, b, n, o), fd)
-AT_IO1(ssize_t, preadv, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd)
-AT_IO1(ssize_t, pwritev, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd)
-AT_IO1(ssize_t, preadv2, (int fd, const struct iovec *v, int n, off_t o, int f), (fd, v, n, o, f), fd)
-AT_IO1(ssize_t, pwritev2, (int fd, const struct iovec *v, int n, off_t o, int f), (fd, v, n, o, f), fd)
 AT_IO1(ssize_t, recv, (int fd, void *b, size_t n, int f), (fd, b, n, f), fd)
 AT_IO1(ssize_t, recvfrom, (int fd, void *b, size_t n, int f, struct sockaddr *a, socklen_t *l),
        (fd, b, n, f, a, l), fd)
@@ -530,7 +525,45 @@ AT_IO1(ssize_t, send, (int fd, const void *b, size_t n, int f), (fd, b, n, f), f
 AT_IO1(ssize_t, sendto, (int fd, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l),
        (fd, b, n, f, a, l), fd)
 AT_IO1(ssize_t, sendmsg, (int fd, const struct msghdr *m, int f), (fd, m, f), fd)
+
+/* ---------------- wait points ---------------- */
+
+#define AT_WAIT(ret, name, params, args)                                                           \
+    AT_EXPORT AT_HOT_FN ret name params                                                            \
+    {                                                                                              \
+        fd_wait();                                                                                 \
+        return AT_REAL(name) args;                                                                 \
+    }
+
+AT_WAIT(int, epoll_wait, (int ep, struct epoll_event *e, int n, int t), (ep, e, n, t))
+AT_WAIT(int, epoll_pwait, (int ep, struct epoll_event *e, int n, int t, const sigset_t *m),
+        (ep, e, n, t, m))
+AT_WAIT(int, epoll_pwait2,
+        (int ep, struct epoll_event *e, int n, const struct timespec *t, const sigset_t *m),
+        (ep, e, n, t, m))
+AT_WAIT(int, poll, (struct pollfd *f, nfds_t n, int t), (f, n, t))
+AT_WAIT(int, ppoll, (struct pollfd *f, nfds_t n, const struct timespec *t, const sigset_t *m),
+        (f, n, t, m))
+AT_WAIT(int, __poll_chk, (struct pollfd *f, nfds_t n, int t, size_t fl), (f, n, t, fl))
+AT_WAIT(int, __ppoll_chk,
+        (struct pollfd *f, nfds_t n, const struct timespec *t, const sigset_t *m, size_t fl),
+        (f, n, t, m, fl))
+AT_WAIT(int, select, (int n, fd_set *r, fd_set *w, fd_set *x, struct timeval *t), (n, r, w, x, t))
+AT_WAIT(int, pselect,
+        (int n, fd_set *r, fd_set *w, fd_set *x, const struct timespec *t, const sigset_t *m),
+        (n, r, w, x, t, m))
+
+/* ---------------- the other I/O calls ---------------- */
+
 AT_IO1(int, sendmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f), (fd, m, n, f), fd)
+AT_IO1(ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o), fd)
+AT_IO1(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd)
+AT_IO1(ssize_t, pread64, (int fd, void *b, size_t n, off64_t o), (fd, b, n, o), fd)
+AT_IO1(ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o), (fd, b, n, o), fd)
+AT_IO1(ssize_t, preadv, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd)
+AT_IO1(ssize_t, pwritev, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd)
+AT_IO1(ssize_t, preadv2, (int fd, const struct iovec *v, int n, off_t o, int f), (fd, v, n, o, f), fd)
+AT_IO1(ssize_t, pwritev2, (int fd, const struct iovec *v, int n, off_t o, int f), (fd, v, n, o, f), fd)
 AT_IO1(ssize_t, __read_chk, (int fd, void *b, size_t n, size_t bl), (fd, b, n, bl), fd)
 AT_IO1(ssize_t, __pread_chk, (int fd, void *b, size_t n, off_t o, size_t bl), (fd, b, n, o, bl), fd)
 AT_IO1(ssize_t, __pread64_chk, (int fd, void *b, size_t n, off64_t o, size_t bl), (fd, b, n, o, bl), fd)
@@ -560,30 +593,3 @@ AT_EXPORT AT_HOT_FN ssize_t splice(int in, off64_t *oin, int out, off64_t *oout,
     fd_io(out);
     return AT_REAL(splice)(in, oin, out, oout, n, f);
 }
-
-/* ---------------- wait points ---------------- */
-
-#define AT_WAIT(ret, name, params, args)                                                           \
-    AT_EXPORT AT_HOT_FN ret name params                                                            \
-    {                                                                                              \
-        fd_wait();                                                                                 \
-        return AT_REAL(name) args;                                                                 \
-    }
-
-AT_WAIT(int, epoll_wait, (int ep, struct epoll_event *e, int n, int t), (ep, e, n, t))
-AT_WAIT(int, epoll_pwait, (int ep, struct epoll_event *e, int n, int t, const sigset_t *m),
-        (ep, e, n, t, m))
-AT_WAIT(int, epoll_pwait2,
-        (int ep, struct epoll_event *e, int n, const struct timespec *t, const sigset_t *m),
-        (ep, e, n, t, m))
-AT_WAIT(int, poll, (struct pollfd *f, nfds_t n, int t), (f, n, t))
-AT_WAIT(int, ppoll, (struct pollfd *f, nfds_t n, const struct timespec *t, const sigset_t *m),
-        (f, n, t, m))
-AT_WAIT(int, __poll_chk, (struct pollfd *f, nfds_t n, int t, size_t fl), (f, n, t, fl))
-AT_WAIT(int, __ppoll_chk,
-        (struct pollfd *f, nfds_t n, const struct timespec *t, const sigset_t *m, size_t fl),
-        (f, n, t, m, fl))
-AT_WAIT(int, select, (int n, fd_set *r, fd_set *w, fd_set *x, struct timeval *t), (n, r, w, x, t))
-AT_WAIT(int, pselect,
-        (int n, fd_set *r, fd_set *w, fd_set *x, const struct timespec *t, const sigset_t *m),
-        (n, r, w, x, t, m))

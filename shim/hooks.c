@@ -61,7 +61,7 @@ static int kt_init(keytab *t)
 }
 
 /* Put a (the table's reference); returns what the key held before (a reference) or NULL. */
-AT_PATH_CORE static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
+AT_PATH_ACT static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
 {
     if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], a, __ATOMIC_ACQ_REL);
@@ -84,7 +84,7 @@ AT_PATH_CORE static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
     return old;
 }
 
-AT_PATH_CORE static at_activity *kt_take(keytab *t, uint64_t key)
+AT_PATH_ACT static at_activity *kt_take(keytab *t, uint64_t key)
 {
     if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], NULL, __ATOMIC_ACQ_REL);
@@ -377,7 +377,19 @@ static AT_NOINLINE void stop_shared(const rule *r, at_activity *a, const uint8_t
 
 /* The Stop of call activity a; a NULL for a call whose Start had no id (past the depth limit): the
  * same fields, no id. */
-AT_PATH_CORE static void stop_single(const rule *r, const at_hook *h, at_activity *a, const hk_pc *p,
+/* The call's stack, into an array made on the frame only when a stack is taken: a 2 KiB array in
+ * the frame of every call with fields put the event write below it on one more page of the stack,
+ * another page walk between two system calls of a server. ips is left on a one-entry array (never
+ * NULL) with nips 0 otherwise. */
+#define HK_TAKE_STACK(ips, nips, cond, h, c)                                                       \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            (ips) = __builtin_alloca(AT_STACK_MAX_DEPTH * sizeof(uintptr_t));                      \
+            (nips) = hk_stack((ips), (h), (c));                                                    \
+        }                                                                                          \
+    } while (0)
+
+AT_PATH_ACT static void stop_single(const rule *r, const at_hook *h, at_activity *a, const hk_pc *p,
                         const uint64_t *args, uint64_t ret, int status, const at_hook_call *c)
 {
     uint8_t buf[1024];
@@ -385,8 +397,9 @@ AT_PATH_CORE static void stop_single(const rule *r, const at_hook *h, at_activit
     at_payload_init(&pl, buf, sizeof buf);
     put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
     at_payload_u32(&pl, (uint32_t)status);
-    uintptr_t ips[AT_STACK_MAX_DEPTH];
-    uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h, c) : 0;
+    uintptr_t none[1], *ips = none;
+    uint32_t nips = 0;
+    HK_TAKE_STACK(ips, nips, r->stacks & AT_HC_STACK_STOP, h, c);
     uint32_t len = (uint32_t)(pl.p - buf);
     if (AT_UNLIKELY(!a))
         at_activity_stop_untracked(r->kind, buf, len, ips, nips);
@@ -459,7 +472,7 @@ static void *cb_run(void *p)
     return r;
 }
 
-AT_PATH_CORE static uint64_t key_of(const hk_pc *p, const uint64_t *args, uint64_t ret)
+AT_PATH_ACT static uint64_t key_of(const hk_pc *p, const uint64_t *args, uint64_t ret)
 {
     return p->key == AT_HC_RETURN ? ret : arg_of(p, args, p->key);
 }
@@ -585,8 +598,9 @@ AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
                 break;
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, 0, false, 0);
-            uintptr_t ips[AT_STACK_MAX_DEPTH];
-            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h, c) : 0;
+            uintptr_t none[1], *ips = none;
+            uint32_t nips = 0;
+            HK_TAKE_STACK(ips, nips, r->stacks & AT_HC_STACK_START, h, c);
             /* started with our reference on it, without an atomic operation */
             at_activity *a = at_activity_start_held(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
             if (AT_UNLIKELY(a == AT_ACTIVITY_UNTRACKED)) {
@@ -606,8 +620,9 @@ AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
             if (a) {
                 at_payload_init(&pl, buf, sizeof buf);
                 put_captures(&pl, p, args, 0, false, 0);
-                uintptr_t ips[AT_STACK_MAX_DEPTH];
-                uint32_t nips = r->stacks & AT_HC_STACK_STOP ? hk_stack(ips, h, c) : 0;
+                uintptr_t none[1], *ips = none;
+                uint32_t nips = 0;
+                HK_TAKE_STACK(ips, nips, r->stacks & AT_HC_STACK_STOP, h, c);
                 at_activity_stop_ref(a, buf, (uint32_t)(pl.p - buf), ips, nips);
                 at_activity_unref(a);
             }
@@ -617,8 +632,9 @@ AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
         if (!r->event_on_return && when_holds(p, args, 0) && at_event_enabled(r->event)) {
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, 0, false, 2);
-            uintptr_t ips[AT_STACK_MAX_DEPTH];
-            uint32_t nips = r->stacks ? hk_stack(ips, h, c) : 0;
+            uintptr_t none[1], *ips = none;
+            uint32_t nips = 0;
+            HK_TAKE_STACK(ips, nips, r->stacks, h, c);
             at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), ips, nips);
         }
         break;
@@ -798,8 +814,9 @@ AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
             at_activity *prev = at_flow_enter(base);
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, ret, true, 2);
-            uintptr_t ips[AT_STACK_MAX_DEPTH];
-            uint32_t nips = r->stacks & AT_HC_STACK_START ? hk_stack(ips, h, c) : 0;
+            uintptr_t none[1], *ips = none;
+            uint32_t nips = 0;
+            HK_TAKE_STACK(ips, nips, r->stacks & AT_HC_STACK_START, h, c);
             at_activity *a = at_activity_start(r->kind, buf, (uint32_t)(pl.p - buf), ips, nips);
             uint64_t key = key_of(p, args, ret);
             if (a) {
@@ -821,8 +838,9 @@ AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
             at_event_enabled(r->event)) {
             at_payload_init(&pl, buf, sizeof buf);
             put_captures(&pl, p, args, ret, true, 2);
-            uintptr_t ips[AT_STACK_MAX_DEPTH];
-            uint32_t nips = r->stacks ? hk_stack(ips, h, c) : 0;
+            uintptr_t none[1], *ips = none;
+            uint32_t nips = 0;
+            HK_TAKE_STACK(ips, nips, r->stacks, h, c);
             at_activity_event(r->event, buf, (uint32_t)(pl.p - buf), ips, nips);
         }
         break;

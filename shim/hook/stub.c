@@ -19,13 +19,21 @@
 #include "trace.h"
 
 extern char at_stub_tramps_end[];
-/* What every hooked call reads here, together (AT_PATH_BSS): first the typed flags, then the
- * table, whose first entries (the hooks a process has) share their page. */
+/* What every hooked call reads here, together (AT_PATH_BSS, with the first return records right
+ * after it, shim/start.ld): first the typed flags, then the first hooks' table; the hooks past
+ * those are in a table of their own, so that a process's first records share the page. */
 /* 1 for a hook with a signature: the stub stores xmm0-7 (typed arguments) and xmm0-1 (a typed
  * return value) for it only */
 uint8_t at_stub_typed[AT_STUB_MAX] __attribute__((visibility("hidden"))) AT_PATH_BSS_1;
-static at_hook *at_stub_table[AT_STUB_MAX] AT_PATH_BSS_2;
+#define STUB_NEAR 64
+static at_hook *at_stub_near[STUB_NEAR] AT_PATH_BSS_2;
+static at_hook *at_stub_far[AT_STUB_MAX - STUB_NEAR];
 static int at_stub_used;
+
+static inline at_hook **stub_slot(unsigned index)
+{
+    return AT_LIKELY(index < STUB_NEAR) ? &at_stub_near[index] : &at_stub_far[index - STUB_NEAR];
+}
 
 _Static_assert(sizeof(at_hook_regs) == 192, "stub_asm.S saves 192 bytes of registers");
 
@@ -134,16 +142,22 @@ static AT_NOINLINE uint32_t ret_refill(void)
     errno = e;
     if (!ok)
         return 0;
-    for (int got = 0; got < 32; got++) {
-        uint32_t k;
+    /* pushed in the reverse of the order taken, so that the thread takes fresh records from the
+     * lowest: a process's first records are on the page of the stub's tables */
+    uint32_t got[32];
+    int n = 0;
+    for (; n < 32; n++) {
         if (g_free) {
-            k = g_free;
-            g_free = rt_rec[k].next;
+            got[n] = g_free;
+            g_free = rt_rec[got[n]].next;
         } else if (g_fresh < AT_RET_MAX) {
-            k = g_fresh++;
+            got[n] = g_fresh++;
         } else {
             break;
         }
+    }
+    while (n > 0) {
+        uint32_t k = got[--n];
         rt_rec[k].next = rt_free;
         rt_free = k;
     }
@@ -278,7 +292,7 @@ int at_stub_make(at_hook *h)
         return -1;
     h->stub_index = i;
     at_stub_typed[i] = h->sig != NULL;
-    __atomic_store_n(&at_stub_table[i], h, __ATOMIC_RELEASE);
+    __atomic_store_n(stub_slot((unsigned)i), h, __ATOMIC_RELEASE);
     h->wrapper = at_stub_tramps_end - 16 * (i + 1);
     if (i == 0) {
         at_stub_main_bounds();
@@ -396,7 +410,7 @@ AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook
 /* 1: the call is recorded, *jump is C_k; 0: *jump is the original, straight */
 AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
-    at_hook *h = at_stub_table[index];
+    at_hook *h = *stub_slot(index);
     /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
      * straight to the original, nothing read or recorded, and its return left alone */
     if (AT_UNLIKELY(at_internal != 0)) {
@@ -473,7 +487,7 @@ AT_PATH_CORE static AT_NOINLINE void ret_exit_other(unsigned k, ret_rec *r, at_h
 AT_PATH_CORE AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
 {
     ret_rec *r = &rt_rec[k];
-    at_hook *h = at_stub_table[r->index];
+    at_hook *h = *stub_slot(r->index);
     if (AT_LIKELY(!r->c.done && !h->sig && hook_plain(h))) {
         r->c.done = 1;
         return ret_exit_plain(k, h, &r->c, rets[0]);
@@ -496,7 +510,7 @@ _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint
             if (!r->c.done) {
                 r->c.done = 1;
                 /* no return value, and no typed arguments in the Stop */
-                at_hook_exit(at_stub_table[r->index], &r->c, NULL, 0, AT_HOOK_UNWOUND);
+                at_hook_exit(*stub_slot(r->index), &r->c, NULL, 0, AT_HOOK_UNWOUND);
             }
             r->dead = 1;
         }

@@ -296,6 +296,43 @@ END_TEST
 
 /* [trace] level filters: activities at info are filtered out at level = warning; an event declared
  * at warning passes. The program runs the same. */
+/* More hooks than the stub's first table holds (64, on the page of its other tables): every one of
+ * 80 entry-patched functions gets its own Start and Stop, with the result the program computes
+ * untraced. */
+START_TEST(test_many_hooks)
+{
+    char *dir = at_tmpdir("hkmany");
+    char text[80 * 48] = "";
+    for (int i = 0; i < 80; i++)
+        snprintf(text + strlen(text), sizeof text - strlen(text),
+                 "[activity Many%d]\nfunction = many_%d\n", i, i);
+    char *conf = write_conf(dir, "many.conf", text);
+    char env0[4200];
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *env[] = {env0, NULL};
+    const char *argv[] = {"hk_many", NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run(&s, "hkmany", argv, env), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_msg(strstr(s.r.err, "80 of 80 functions hooked"), "%s", s.r.err);
+    ck_assert_str_eq(s.r.out, "sum 259120\n");
+    for (int i = 0; i < 80; i++) {
+        char start[32], stop[32];
+        snprintf(start, sizeof start, "Many%dStart", i);
+        snprintf(stop, sizeof stop, "Many%dStop", i);
+        ck_assert_msg(at_count(&s.t, NULL, start) == 1 && at_count(&s.t, NULL, stop) == 1,
+                      "many_%d: %zu Start, %zu Stop", i, at_count(&s.t, NULL, start),
+                      at_count(&s.t, NULL, stop));
+    }
+    at_session_free(&s);
+    at_rmtree(dir);
+    free(dir);
+    free(conf);
+}
+END_TEST
+
 START_TEST(test_level_filter)
 {
     char *dir = at_tmpdir("hklevel");
@@ -878,6 +915,7 @@ int main(void)
     tcase_add_test(tc, test_check_command);
     tcase_add_loop_test(tc, test_bad_config, 0, (int)(sizeof bad_configs / sizeof bad_configs[0]));
     tcase_add_test(tc, test_missing_symbol);
+    tcase_add_test(tc, test_many_hooks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
