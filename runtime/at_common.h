@@ -57,6 +57,9 @@
 #define AT_START_BSS_1 __attribute__((section(".bss.at_start.1")))
 #define AT_START_BSS_2 __attribute__((section(".bss.at_start.2")))
 #define AT_START_BSS_3 __attribute__((section(".bss.at_start.3")))
+/* The runtime's words every event reads (at_rt_hot), on the page of the shim's interposers' state
+ * (shim/real.c at_hot, AT_HOT_PAGE; shim/start.ld): one page for both. */
+#define AT_HOT_PAGE_RT __attribute__((section(".bss.at_hot.2")))
 /* The variables every hooked call reads (the stub's tables, the hooks' settings), together on one
  * page (shim/start.ld): _1 first, then _2. */
 #define AT_PATH_BSS_1 __attribute__((section(".bss.at_path.1")))

@@ -22,12 +22,12 @@
 _Static_assert(AT_MAX_PAYLOAD <= UINT16_MAX && AT_MAX_IPS <= UINT16_MAX, "at_rec's 16-bit fields");
 
 at_pool at_pool_g;
-/* with what a fork writes: a fork child writes it too (at_sess_active, at_sess_gen) */
 /* glibc >= 2.35: where each thread's struct rseq lies from the thread pointer (weak: older ones) */
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 extern const unsigned int __rseq_size __attribute__((weak));
 
-at_rt_hot_t at_rt_hot AT_FORK_DATA __attribute__((aligned(64)));
+/* a fork child writes it too (at_sess_active, at_sess_gen) */
+at_rt_hot_t at_rt_hot AT_HOT_PAGE_RT __attribute__((aligned(64)));
 _Atomic uint64_t at_drops_noring AT_FORK_DATA; /* a fork child starts them again */
 _Atomic uint64_t at_drops_retired AT_FORK_DATA;
 _Atomic uint64_t at_drops_damaged AT_FORK_DATA;

@@ -11,8 +11,9 @@
 #include <string.h>
 #include <sys/syscall.h>
 
-at_hot_page at_hot __attribute__((aligned(4096)));
-_Static_assert(sizeof(at_hot_page) <= 4096, "the hot state fits one page");
+at_hot_page at_hot __attribute__((aligned(4096), section(".bss.at_hot.1")));
+_Static_assert(sizeof(at_hot_page) + sizeof(at_rt_hot_t) <= 4096,
+               "the hot state and the runtime's hot words fit one page");
 
 static AT_TLS int at_resolving;
 

@@ -21,12 +21,13 @@
 #define ITERS 12
 /* Measured: 6 code pages (the stub's trampolines and entry, the hook logic, the event write and
  * the return records on four; the interposed writev and recv with the fd table's slow path on two)
- * and 10 data pages (the GOT, .data, the event types, the interposers' page, the stub's tables with
- * the first return records, the thread's TLS, its ring and chunk, the connection's activity, the
- * hooks and rules); before the path was laid out by page, 9 and 13. One page of slack for the
- * code: where a page boundary falls moves with any change to the path's code. */
+ * and 9 data pages (the GOT, the event types, the interposers' state with the runtime's hot words,
+ * the stub's tables with the first return records, the thread's TLS, its ring and chunk, the
+ * connection's activity, the hooks and rules); before the path was laid out by page, 9 and 13. One
+ * page of slack for the code: where a page boundary falls moves with any change to the path's
+ * code. */
 #define MAX_CODE 7
-#define MAX_DATA 10
+#define MAX_DATA 9
 
 typedef struct range {
     unsigned long lo, hi;
