@@ -769,6 +769,17 @@ AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_
 AT_PATH_EVENT int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
+    /* an event without a stack or a related id (a hooked call's with its fields): in one pass,
+     * with the shape made constant each way */
+    if (!nips && !related) {
+        bool put = activity && !at_guid_is_zero(activity)
+                       ? at_tbuf_try_put(t, activity, true, NULL, false, false, 0, payload,
+                                         payload_len)
+                       : at_tbuf_try_put(t, NULL, false, NULL, false, false, 0, payload,
+                                         payload_len);
+        if (AT_LIKELY(put))
+            return 0;
+    }
     return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);
 }
 

@@ -95,34 +95,36 @@ static inline void at_tbuf_count_drop(at_ring *r, uint32_t seq)
     atomic_store_explicit(&r->seq_pub, seq, memory_order_release);
 }
 
-/* An activity event without a stack: at_event_write_head's record (head8, then payload), written in
- * one pass while the thread has its ring in the running session with room in its chunk and is not
+/* An event without a stack: at_event_write's record (with head, at_event_write_head's: head8, then
+ * payload), written in one pass while the thread has its ring in the running session with room in
+ * its chunk and is not
  * inside a write of its own. Otherwise false, with nothing done: the caller writes it with the
  * general writer (at_tbuf_write_act_general), which also chains a new chunk. No call either way, so
  * that a caller with no other can keep to the registers a call may clobber. has_act/has_rel say
  * whether activity/related are present and not zero: callers that know it pass constants. busy is
  * set before the ring is looked at: a handler that interrupts from then on drops its event (as it
  * would inside the general path), so nothing it does can move the ring under this write. */
-static inline __attribute__((always_inline)) bool at_tbuf_try_put_act(const at_event_type *t,
-                                                                      const at_guid *activity,
-                                                                      bool has_act,
-                                                                      const at_guid *related,
-                                                                      bool has_rel, uint64_t head8,
-                                                                      const void *payload,
-                                                                      uint32_t payload_len)
+static inline __attribute__((always_inline)) bool at_tbuf_try_put(const at_event_type *t,
+                                                                  const at_guid *activity,
+                                                                  bool has_act,
+                                                                  const at_guid *related,
+                                                                  bool has_rel, bool head,
+                                                                  uint64_t head8,
+                                                                  const void *payload,
+                                                                  uint32_t payload_len)
 {
     at_thr *th = &at_tbuf_thr;
     if (AT_UNLIKELY(th->busy))
         return false;
-    uint32_t plen = payload_len + 8;
+    uint32_t plen = payload_len + (head ? 8 : 0);
     uint32_t size = (uint32_t)(sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0) + plen + 7)
                     & ~7u;
     th->busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
     at_ring *r = th->ring;
     if (AT_UNLIKELY(!r || th->live != __atomic_load_n(&at_rt_hot.sess_word, __ATOMIC_RELAXED) ||
-                    r->wpos + size > AT_CHUNK_SIZE || payload_len > AT_MAX_PAYLOAD - 8u ||
-                    (payload_len && !payload))) {
+                    r->wpos + size > AT_CHUNK_SIZE ||
+                    payload_len > AT_MAX_PAYLOAD - (head ? 8u : 0u) || (payload_len && !payload))) {
         atomic_signal_fence(memory_order_seq_cst);
         th->busy = 0;
         return false;
@@ -161,9 +163,12 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put_act(const at_e
         __builtin_memcpy(p, related, 16);
         p += 16;
     }
-    __builtin_memcpy(p, &head8, 8);
+    if (head) {
+        __builtin_memcpy(p, &head8, 8);
+        p += 8;
+    }
     if (payload_len)
-        at_copy_small(p + 8, payload, payload_len);
+        at_copy_small(p, payload, payload_len);
     wpos += size;
     r->wpos = wpos;
     atomic_store_explicit(&c->used, wpos, memory_order_release);
@@ -181,6 +186,19 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put_act(const at_e
     th->busy = 0;
     atomic_store_explicit(&r->pending, outer, memory_order_release);
     return true;
+}
+
+/* An activity's Start or Stop: its record's payload starts with head8 (at_event_write_head). */
+static inline __attribute__((always_inline)) bool at_tbuf_try_put_act(const at_event_type *t,
+                                                                      const at_guid *activity,
+                                                                      bool has_act,
+                                                                      const at_guid *related,
+                                                                      bool has_rel, uint64_t head8,
+                                                                      const void *payload,
+                                                                      uint32_t payload_len)
+{
+    return at_tbuf_try_put(t, activity, has_act, related, has_rel, true, head8, payload,
+                           payload_len);
 }
 
 /* The record, by the general writer when the fast one cannot: 0, or -1 when dropped. */
