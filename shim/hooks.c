@@ -132,6 +132,7 @@ typedef struct hk_pc {
     bool has_when, has_sig;
     uint8_t when_op;
     int8_t capture[AT_HC_MAX_CAPTURE];
+    uint8_t cap_nt[AT_HC_MAX_CAPTURE]; /* each capture's field type (NT_TYPE_*), worked out once */
     unsigned max_string;
     int64_t when_value;
     struct {
@@ -266,8 +267,10 @@ static void pc_make(probe *pr)
                  .when_what = (int8_t)p->when_what, .has_when = p->has_when, .has_sig = p->has_sig,
                  .when_op = (uint8_t)p->when_op, .max_string = p->max_string,
                  .when_value = p->when_value};
-    for (int i = 0; i < p->ncapture; i++)
+    for (int i = 0; i < p->ncapture; i++) {
         c->capture[i] = (int8_t)p->capture[i];
+        c->cap_nt[i] = (uint8_t)at_ctype_nt(cap_type(p, p->capture[i]));
+    }
     c->sig.nparams = (uint8_t)p->sig.nparams;
     c->sig.ret = (uint8_t)p->sig.ret;
     /* all of them: an alias with fewer parameters (__open_2) keeps the types of the captured ones
@@ -291,14 +294,32 @@ static uint32_t add_fields(at_field *f, uint32_t n, const at_hc_probe *p, int wh
     return n;
 }
 
-static void put_value(at_payload *pl, at_ctype t, uint64_t v, unsigned max_string)
+/* A field of n bytes (4 or 8), as at_payload_u32/u64 put it, inline: a call's captures are a few
+ * words */
+static inline void put_word(at_payload *pl, uint64_t v, unsigned n)
 {
-    switch (at_ctype_nt(t)) {
-    case NT_TYPE_INT32: at_payload_i32(pl, (int32_t)v); break;
-    case NT_TYPE_UINT32: at_payload_u32(pl, (uint32_t)v); break;
-    case NT_TYPE_INT64: at_payload_i64(pl, (int64_t)v); break;
-    case NT_TYPE_UINT64: at_payload_u64(pl, v); break;
-    case NT_TYPE_DOUBLE: at_payload_u64(pl, v); break; /* the double's bits (no vector register) */
+    if (AT_UNLIKELY(pl->overflow || (size_t)(pl->end - pl->p) < n)) {
+        pl->overflow = true;
+        return;
+    }
+    if (n == 4) {
+        uint32_t w = (uint32_t)v;
+        __builtin_memcpy(pl->p, &w, 4);
+    } else {
+        __builtin_memcpy(pl->p, &v, 8);
+    }
+    pl->p += n;
+}
+
+/* nt: the field's type (hk_pc.cap_nt) */
+static inline void put_value(at_payload *pl, unsigned nt, uint64_t v, unsigned max_string)
+{
+    switch (nt) {
+    case NT_TYPE_INT32:
+    case NT_TYPE_UINT32: put_word(pl, v, 4); break;
+    case NT_TYPE_INT64:
+    case NT_TYPE_UINT64:
+    case NT_TYPE_DOUBLE: put_word(pl, v, 8); break; /* a double's bits (no vector register) */
     case NT_TYPE_STRING: at_payload_str_safe(pl, (const char *)(uintptr_t)v, max_string); break;
     }
 }
@@ -318,10 +339,7 @@ AT_PATH_CORE static AT_NOINLINE void put_captures_slow(at_payload *pl, const hk_
         if ((which == 0 && idx == AT_HC_RETURN) || (which == 1 && idx != AT_HC_RETURN))
             continue;
         uint64_t v = idx == AT_HC_RETURN ? (have_ret ? ret : 0) : arg_of(p, args, idx);
-        at_ctype t = pc_type(p, idx);
-        if (t == AT_CT_STR && idx == AT_HC_RETURN && !have_ret)
-            v = 0;
-        put_value(pl, t, v, p->max_string);
+        put_value(pl, p->cap_nt[i], v, p->max_string);
     }
 }
 
