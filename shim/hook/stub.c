@@ -326,18 +326,22 @@ uint64_t at_stub_f32_bits_to_f64(uint32_t f)
 
 /* A value of type t from a 64-bit register or stack slot (upper bits of narrow integers are
  * undefined in the ABI: extend them here), as hook.h's 64-bit argument form. */
-AT_PATH_CORE static uint64_t from_slot(at_ctype t, uint64_t v)
+/* Inline, without a switch (a chain of compares here: no jump tables on the path): 64-bit values
+ * and pointers as they are, the integer types of 8, 16 and 32 bits (AT_CT_I8..AT_CT_U32, signed
+ * first of each pair) extended by two shifts, a float widened out of line. */
+static inline __attribute__((always_inline)) uint64_t from_slot(at_ctype t, uint64_t v)
 {
-    switch (t) {
-    case AT_CT_I8: return (uint64_t)(int64_t)(int8_t)v;
-    case AT_CT_U8: return (uint8_t)v;
-    case AT_CT_I16: return (uint64_t)(int64_t)(int16_t)v;
-    case AT_CT_U16: return (uint16_t)v;
-    case AT_CT_I32: return (uint64_t)(int64_t)(int32_t)v;
-    case AT_CT_U32: return (uint32_t)v;
-    case AT_CT_F32: return at_stub_f32_bits_to_f64((uint32_t)v);
-    default: return v;
+    _Static_assert(AT_CT_I8 == 1 && AT_CT_U8 == 2 && AT_CT_I16 == 3 && AT_CT_U16 == 4 &&
+                       AT_CT_I32 == 5 && AT_CT_U32 == 6,
+                   "from_slot's order of the narrow integer types");
+    unsigned n = (unsigned)t - AT_CT_I8;
+    if (AT_LIKELY(n >= 6)) {
+        if (AT_UNLIKELY(t == AT_CT_F32))
+            return at_stub_f32_bits_to_f64((uint32_t)v);
+        return v;
     }
+    unsigned shift = 64 - (8u << (n >> 1)); /* 56, 48 or 32 */
+    return n & 1 ? v << shift >> shift : (uint64_t)((int64_t)(v << shift) >> shift);
 }
 
 static inline at_ctype ptype(const at_hook *h, int i)

@@ -317,7 +317,7 @@ START_TEST(test_many_hooks)
     ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
                   at_session_describe(&s, d, sizeof d));
     ck_assert_msg(strstr(s.r.err, "80 of 80 functions hooked"), "%s", s.r.err);
-    ck_assert_str_eq(s.r.out, "sum 259120\n");
+    ck_assert_str_eq(s.r.out, "sum 259120\nnarrow 4000035241\n");
     for (int i = 0; i < 80; i++) {
         char start[32], stop[32];
         snprintf(start, sizeof start, "Many%dStart", i);
@@ -326,6 +326,42 @@ START_TEST(test_many_hooks)
                       "many_%d: %zu Start, %zu Stop", i, at_count(&s.t, NULL, start),
                       at_count(&s.t, NULL, stop));
     }
+    at_session_free(&s);
+    at_rmtree(dir);
+    free(dir);
+    free(conf);
+}
+END_TEST
+
+/* Parameters narrower than their registers, captured as the function sees them: sign- or
+ * zero-extended from their own width, and a float as a double. */
+START_TEST(test_narrow_captures)
+{
+    char *dir = at_tmpdir("hknarrow");
+    char *conf = write_conf(dir, "narrow.conf",
+                            "[event Narrow]\nfunction = narrow\n"
+                            "signature = long narrow(signed char a, unsigned char b, short c, "
+                            "unsigned short d, int e, unsigned f, float g)\n"
+                            "capture = a, b, c, d, e, f, g, return\n");
+    char env0[4200];
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *env[] = {env0, NULL};
+    const char *argv[] = {"hk_many", NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run(&s, "hknarrow", argv, env), 0);
+    char d[512];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "sum 259120\nnarrow 4000035241\n");
+    const at_tev *e = find_ev(&s.t, "Narrow", NULL, NULL);
+    expect_field(e, "a", "-5");
+    expect_field(e, "b", "250");
+    expect_field(e, "c", "-30000");
+    expect_field(e, "d", "65000");
+    expect_field(e, "e", "-7");
+    expect_field(e, "f", "4000000000");
+    expect_field(e, "g", "1.5");
+    expect_field(e, "Return", "4000035241");
     at_session_free(&s);
     at_rmtree(dir);
     free(dir);
@@ -916,6 +952,7 @@ int main(void)
     tcase_add_loop_test(tc, test_bad_config, 0, (int)(sizeof bad_configs / sizeof bad_configs[0]));
     tcase_add_test(tc, test_missing_symbol);
     tcase_add_test(tc, test_many_hooks);
+    tcase_add_test(tc, test_narrow_captures);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
