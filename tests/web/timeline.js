@@ -1,7 +1,7 @@
 /* timeline.js REPORT.html SHOTS-DIR PATH [PID]: the timeline of a report. Says what it shows (the
  * activity count, each name's count, each thread's lanes), then zooms with the wheel and the
  * buttons, pans by dragging, and clicks the bar of activity PATH: the view before and after each
- * step, the colour drawn under the pointer, the waterfall that opened. */
+ * step, the colour its bar is drawn in, the waterfall that opened. */
 'use strict';
 const { say, settle, shot, run } = require('./lib');
 
@@ -55,11 +55,18 @@ run(async (page, dir, [path, pid]) => {
   say('target', a.name, a.path, a.pid, a.start, a.dur);
   await R(([s, d]) => acttraceReport.setView(s - d * 0.5, s + d * 4.5), [a.start, Math.max(a.dur, 1000)]);
   const at = await R((r) => acttraceReport.locate(r), row);
-  const rgb = await R(([px2, py2]) => {
-    const c = document.getElementById('tl-canvas'), rc = c.getBoundingClientRect(), k = c.width / rc.width;
-    return Array.from(c.getContext('2d').getImageData(Math.floor((px2 - rc.left) * k), Math.floor((py2 - rc.top) * k), 1, 1).data).slice(0, 3);
-  }, [at.x, at.y]);
-  say('pixel', rgb.join(','), (await R((n) => acttraceReport.colorOf(n), a.name)).join(','), Math.round(at.width));
+  /* the colour at the bar's middle, or where a transfer's arrow drawn over the bars does not cross
+   * it: at a third or two thirds of its width */
+  const want = await R((n) => acttraceReport.colorOf(n), a.name);
+  let rgb;
+  for (const f of [0, -1 / 6, 1 / 6]) {
+    rgb = await R(([px2, py2]) => {
+      const c = document.getElementById('tl-canvas'), rc = c.getBoundingClientRect(), k = c.width / rc.width;
+      return Array.from(c.getContext('2d').getImageData(Math.floor((px2 - rc.left) * k), Math.floor((py2 - rc.top) * k), 1, 1).data).slice(0, 3);
+    }, [at.x + f * at.width, at.y]);
+    if (rgb.every((v, i) => Math.abs(v - want[i]) <= 3)) break;
+  }
+  say('pixel', rgb.join(','), want.join(','), Math.round(at.width));
   await page.mouse.move(at.x, at.y);
   await settle(page);
   say('tooltip', JSON.stringify(await page.$eval('#tip', (e) => (e.hidden ? '' : e.textContent.split('\n')[0]))));
