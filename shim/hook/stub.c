@@ -92,8 +92,8 @@ typedef struct ret_rec {
     at_hook_call c;
     uint64_t *slot;        /* the hooked call's return slot */
     uint32_t next;         /* the free list, or the thread's stack of records in use */
-    uint16_t index;        /* the hook's stub */
     uint8_t dead;
+    at_hook *h;            /* the call's hook (its stub's table read once, at the entry) */
     uint64_t args[AT_SIG_MAX_PARAMS];
 } __attribute__((aligned(64))) ret_rec;
 _Static_assert(sizeof(ret_rec) == AT_RET_REC && offsetof(ret_rec, ra) == 0 &&
@@ -432,7 +432,7 @@ AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     ret_rec *r = &rt_rec[k];
     at_hook_call *c = &r->c;
     uint64_t *caller_sp = slot + 1; /* the stack arguments, and the call's depth */
-    r->index = (uint16_t)index;
+    r->h = h;
     c->act = NULL;
     c->sp = (uintptr_t)caller_sp;
     /* a tail call from a hooked call in progress: the same return slot, holding that call's
@@ -491,7 +491,7 @@ AT_PATH_CORE static AT_NOINLINE void ret_exit_other(unsigned k, ret_rec *r, at_h
 AT_PATH_CORE AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
 {
     ret_rec *r = &rt_rec[k];
-    at_hook *h = *stub_slot(r->index);
+    at_hook *h = r->h;
     if (AT_LIKELY(!r->c.done && !h->sig && hook_plain(h))) {
         r->c.done = 1;
         return ret_exit_plain(k, h, &r->c, rets[0]);
@@ -514,7 +514,7 @@ _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint
             if (!r->c.done) {
                 r->c.done = 1;
                 /* no return value, and no typed arguments in the Stop */
-                at_hook_exit(*stub_slot(r->index), &r->c, NULL, 0, AT_HOOK_UNWOUND);
+                at_hook_exit(r->h, &r->c, NULL, 0, AT_HOOK_UNWOUND);
             }
             r->dead = 1;
         }
