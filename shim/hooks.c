@@ -127,12 +127,17 @@ typedef struct rule {
 /* What a call reads of its probe's config (at_hc_probe: 3 KiB, its captures and test after its
  * symbol and signature, each parameter's type a line of its own), copied at install beside the
  * probe's other hot fields. The names are at_hc_probe's. */
+/* A call's payload buffer, made on its frame at the size its fields need: a number takes 8 bytes at
+ * most (and a Stop's Status 4), a string up to the whole buffer. A 1 KiB array on every call's frame
+ * put what it calls one stack page deeper. */
+#define HK_BUF_MAX 1024
 typedef struct hk_pc {
     int8_t ncapture, key, when_what;
     bool has_when, has_sig;
     uint8_t when_op;
     int8_t capture[AT_HC_MAX_CAPTURE];
     uint8_t cap_nt[AT_HC_MAX_CAPTURE]; /* each capture's field type (NT_TYPE_*), worked out once */
+    uint16_t buf_size; /* the payload buffer a call's fields need (HK_BUF_MAX with a string) */
     unsigned max_string;
     int64_t when_value;
     struct {
@@ -267,10 +272,14 @@ static void pc_make(probe *pr)
                  .when_what = (int8_t)p->when_what, .has_when = p->has_when, .has_sig = p->has_sig,
                  .when_op = (uint8_t)p->when_op, .max_string = p->max_string,
                  .when_value = p->when_value};
+    c->buf_size = 8; /* a Stop's Status */
     for (int i = 0; i < p->ncapture; i++) {
         c->capture[i] = (int8_t)p->capture[i];
         c->cap_nt[i] = (uint8_t)at_ctype_nt(cap_type(p, p->capture[i]));
+        c->buf_size = c->cap_nt[i] == NT_TYPE_STRING ? HK_BUF_MAX : c->buf_size + 8;
     }
+    if (c->buf_size > HK_BUF_MAX)
+        c->buf_size = HK_BUF_MAX;
     c->sig.nparams = (uint8_t)p->sig.nparams;
     c->sig.ret = (uint8_t)p->sig.ret;
     /* all of them: an alias with fewer parameters (__open_2) keeps the types of the captured ones
@@ -410,9 +419,9 @@ static AT_NOINLINE void stop_shared(const rule *r, at_activity *a, const uint8_t
 AT_PATH_ACT static void stop_single(const rule *r, const at_hook *h, at_activity *a, const hk_pc *p,
                         const uint64_t *args, uint64_t ret, int status, const at_hook_call *c)
 {
-    uint8_t buf[1024];
+    uint8_t *buf = __builtin_alloca(p->buf_size);
     at_payload pl;
-    at_payload_init(&pl, buf, sizeof buf);
+    at_payload_init(&pl, buf, p->buf_size);
     put_captures(&pl, p, args, ret, status == AT_HOOK_RETURNED, 1);
     at_payload_u32(&pl, (uint32_t)status);
     uintptr_t none[1], *ips = none;
@@ -607,14 +616,14 @@ AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
     int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true))
         abandon_below(c->sp, true);
-    uint8_t buf[1024];
+    uint8_t *buf = __builtin_alloca(p->buf_size);
     at_payload pl;
     switch (r->ekind) {
     case AT_HC_ACTIVITY:
         if (!r->paired) {
             if (!when_holds(p, args, 0))
                 break;
-            at_payload_init(&pl, buf, sizeof buf);
+            at_payload_init(&pl, buf, p->buf_size);
             put_captures(&pl, p, args, 0, false, 0);
             uintptr_t none[1], *ips = none;
             uint32_t nips = 0;
@@ -636,7 +645,7 @@ AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
         } else if (pr->role == 1 && args && when_holds(p, args, 0)) {
             at_activity *a = kt_take(&r->keys, key_of(p, args, 0));
             if (a) {
-                at_payload_init(&pl, buf, sizeof buf);
+                at_payload_init(&pl, buf, p->buf_size);
                 put_captures(&pl, p, args, 0, false, 0);
                 uintptr_t none[1], *ips = none;
                 uint32_t nips = 0;
@@ -648,7 +657,7 @@ AT_PATH_CORE static AT_NOINLINE void hook_enter(probe *pr, at_hook *h, at_hook_c
         break;
     case AT_HC_EVENT:
         if (!r->event_on_return && when_holds(p, args, 0) && at_event_enabled(r->event)) {
-            at_payload_init(&pl, buf, sizeof buf);
+            at_payload_init(&pl, buf, p->buf_size);
             put_captures(&pl, p, args, 0, false, 2);
             uintptr_t none[1], *ips = none;
             uint32_t nips = 0;
@@ -805,7 +814,7 @@ AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
     int err = errno_get();
     if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, false))
         abandon_below(c->sp, false);
-    uint8_t buf[1024];
+    uint8_t *buf = __builtin_alloca(p->buf_size);
     at_payload pl;
     switch (r->ekind) {
     case AT_HC_ACTIVITY:
@@ -830,7 +839,7 @@ AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
                 at_fdflow_hold_prepare(r->kind);
             at_activity *base = at_flow_capture();
             at_activity *prev = at_flow_enter(base);
-            at_payload_init(&pl, buf, sizeof buf);
+            at_payload_init(&pl, buf, p->buf_size);
             put_captures(&pl, p, args, ret, true, 2);
             uintptr_t none[1], *ips = none;
             uint32_t nips = 0;
@@ -854,7 +863,7 @@ AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_ca
     case AT_HC_EVENT:
         if (r->event_on_return && status == AT_HOOK_RETURNED && when_holds(p, args, ret) &&
             at_event_enabled(r->event)) {
-            at_payload_init(&pl, buf, sizeof buf);
+            at_payload_init(&pl, buf, p->buf_size);
             put_captures(&pl, p, args, ret, true, 2);
             uintptr_t none[1], *ips = none;
             uint32_t nips = 0;
