@@ -58,6 +58,10 @@ static void add(pageset *s, unsigned long page)
 
 START_TEST(test_hooked_call_pages)
 {
+    /* valgrind runs no program with a sanitizer's runtime preloaded, and a sanitized shim's pages
+     * are not the shipped one's: the normal build's check */
+    if (getenv("ACTTRACE_ASAN"))
+        return;
     ck_assert_msg(system("command -v valgrind >/dev/null 2>&1") == 0,
                   "valgrind is not installed (.ci/deps installs it)");
     char *fx = at_fixture_path("hook_pages");
