@@ -272,6 +272,7 @@ static void pc_make(probe *pr)
                  .when_what = (int8_t)p->when_what, .has_when = p->has_when, .has_sig = p->has_sig,
                  .when_op = (uint8_t)p->when_op, .max_string = p->max_string,
                  .when_value = p->when_value};
+    pr->hook.sets_args = pr->r->ekind == AT_HC_FLOW_CALLBACK; /* hook_enter's callback case */
     c->buf_size = 8; /* a Stop's Status */
     for (int i = 0; i < p->ncapture; i++) {
         c->capture[i] = (int8_t)p->capture[i];

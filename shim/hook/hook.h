@@ -98,6 +98,7 @@ struct at_hook {
     /* sig's parameter and return types, for the stub (at_ctype values, parameter i's in bits
      * 4i..4i+3 of ptypes): the signature itself spreads them over a page */
     uint8_t nparams, ret_type;
+    bool sets_args;    /* the rule may replace pointer arguments (a callback flow) */
     uint64_t ptypes;
     /* what to hook, its resolution, and why it is not hooked: read at install and in reports */
     at_hook_text *text;

@@ -403,6 +403,8 @@ AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook
     hook_enter_tested(h, &r->c, args, false);
     /* pointers the semantics replaced (a callback flow), in registers only: the original reads its
      * stack arguments where the caller put them */
+    if (AT_LIKELY(!h->sets_args))
+        return;
     for (int i = 0; i < n; i++) {
         uint64_t *p = param_slot(h, i, regs, caller_sp);
         if (ptype(h, i) == AT_CT_PTR && *p != args[i] && (uintptr_t)p >= (uintptr_t)regs &&
