@@ -325,10 +325,10 @@ uint64_t at_stub_f32_bits_to_f64(uint32_t f)
 }
 
 /* A value of type t from a 64-bit register or stack slot (upper bits of narrow integers are
- * undefined in the ABI: extend them here), as hook.h's 64-bit argument form. */
-/* Inline, without a switch (a chain of compares here: no jump tables on the path): 64-bit values
- * and pointers as they are, the integer types of 8, 16 and 32 bits (AT_CT_I8..AT_CT_U32, signed
- * first of each pair) extended by two shifts, a float widened out of line. */
+ * undefined in the ABI: extend them here), as hook.h's 64-bit argument form. Inline, without a
+ * switch (a chain of compares here: no jump tables on the path): 64-bit values and pointers as they
+ * are, the integer types of 8, 16 and 32 bits (AT_CT_I8..AT_CT_U32, signed first of each pair)
+ * extended by two shifts, a float widened out of line. */
 static inline __attribute__((always_inline)) uint64_t from_slot(at_ctype t, uint64_t v)
 {
     _Static_assert(AT_CT_I8 == 1 && AT_CT_U8 == 2 && AT_CT_I16 == 3 && AT_CT_U16 == 4 &&
