@@ -410,7 +410,7 @@ int at_sig_param_index(const at_sig *s, const char *name)
     return -1;
 }
 
-__attribute__((section("at_path_event"))) uint32_t at_ctype_nt(at_ctype t)
+uint32_t at_ctype_nt(at_ctype t)
 {
     switch (t) {
     case AT_CT_I8: case AT_CT_I16: case AT_CT_I32: return NT_TYPE_INT32;

@@ -29,9 +29,9 @@
  * its own, together (shim/start.ld): between two system calls of a server that flush the TLB, each
  * page the path touches is a miss; spread over the library it touched a dozen pages. */
 #define AT_PATH_TEXT __attribute__((section("at_path_text")))
-/* The core of that path, first on its first pages (shim/start.ld): what every hooked call runs (the
- * stub and its return, the hook logic, payload, the activity engine's held Start and Stop and the
- * event write) and the interposed I/O calls a server makes between two of them. */
+/* The core of that path, first on its pages (shim/start.ld): what every hooked call runs (the stub
+ * and its return, the hook logic, payload, the activity engine's held Start and Stop and the event
+ * write). */
 #define AT_PATH_CORE __attribute__((section("at_path_core")))
 #define AT_CORE_FN __attribute__((hot, section("at_path_core")))
 /* Of the core, the event of a rule with fields (payload, record, its activity): right after the
@@ -58,7 +58,7 @@
 #define AT_START_BSS_2 __attribute__((section(".bss.at_start.2")))
 #define AT_START_BSS_3 __attribute__((section(".bss.at_start.3")))
 /* The runtime's words every event reads (at_rt_hot), on the page of the shim's interposers' state
- * (shim/real.c at_hot, AT_HOT_PAGE; shim/start.ld): one page for both. */
+ * (shim/real.c at_hot; shim/start.ld at_hot_bss): one page for both. */
 #define AT_HOT_PAGE_RT __attribute__((section(".bss.at_hot.2")))
 /* The variables every hooked call reads (the stub's tables, the hooks' settings), together on one
  * page (shim/start.ld): _1 first, then _2. */

@@ -4,24 +4,14 @@
 #include "saferead.h"
 #include "trace.h"
 
-static void put(at_payload *pl, const void *v, size_t n)
-{
-    if (pl->overflow || (size_t)(pl->end - pl->p) < n) {
-        pl->overflow = true;
-        return;
-    }
-    memcpy(pl->p, v, n); /* x86-64 is little-endian: the native layout is the wire layout */
-    pl->p += n;
-}
-
-AT_PATH_EVENT void at_payload_u32(at_payload *pl, uint32_t v) { put(pl, &v, 4); }
-AT_PATH_EVENT void at_payload_u64(at_payload *pl, uint64_t v) { put(pl, &v, 8); }
-AT_PATH_EVENT void at_payload_i32(at_payload *pl, int32_t v) { put(pl, &v, 4); }
-AT_PATH_EVENT void at_payload_i64(at_payload *pl, int64_t v) { put(pl, &v, 8); }
+AT_PATH_EVENT void at_payload_u32(at_payload *pl, uint32_t v) { at_payload_put(pl, &v, 4); }
+AT_PATH_EVENT void at_payload_u64(at_payload *pl, uint64_t v) { at_payload_put(pl, &v, 8); }
+AT_PATH_EVENT void at_payload_i32(at_payload *pl, int32_t v) { at_payload_put(pl, &v, 4); }
+AT_PATH_EVENT void at_payload_i64(at_payload *pl, int64_t v) { at_payload_put(pl, &v, 8); }
 AT_PATH_EVENT void at_payload_guid(at_payload *pl, const at_guid *g)
 {
     static const at_guid zero;
-    put(pl, g ? g : &zero, 16);
+    at_payload_put(pl, g ? g : &zero, 16);
 }
 
 /* Decode one UTF-8 sequence at s; returns its length (>= 1) and the code point in *cp (U+FFFD for

@@ -97,13 +97,13 @@ static inline void at_tbuf_count_drop(at_ring *r, uint32_t seq)
 
 /* An event without a stack: at_event_write's record (with head, at_event_write_head's: head8, then
  * payload), written in one pass while the thread has its ring in the running session with room in
- * its chunk and is not
- * inside a write of its own. Otherwise false, with nothing done: the caller writes it with the
- * general writer (at_tbuf_write_act_general), which also chains a new chunk. No call either way, so
- * that a caller with no other can keep to the registers a call may clobber. has_act/has_rel say
- * whether activity/related are present and not zero: callers that know it pass constants. busy is
- * set before the ring is looked at: a handler that interrupts from then on drops its event (as it
- * would inside the general path), so nothing it does can move the ring under this write. */
+ * its chunk and is not inside a write of its own. Otherwise false, with nothing done: the caller
+ * writes it with the general writer (at_tbuf_write_act_general), which also chains a new chunk. No
+ * call either way, so that a caller with no other can keep to the registers a call may clobber.
+ * has_act/has_rel say whether activity/related are present and not zero: callers that know it pass
+ * constants. busy is set before the ring is looked at: a handler that interrupts from then on drops
+ * its event (as it would inside the general path), so nothing it does can move the ring under this
+ * write. */
 static inline __attribute__((always_inline)) bool at_tbuf_try_put(const at_event_type *t,
                                                                   const at_guid *activity,
                                                                   bool has_act,

@@ -113,6 +113,17 @@ static inline void at_payload_init(at_payload *pl, void *buf, size_t cap)
     pl->end = (uint8_t *)buf + cap;
     pl->overflow = false;
 }
+/* n bytes of v as the next field, or overflow set and nothing written when they do not fit (or an
+ * earlier field did not): inline, for the callers that write a few words per event */
+static inline void at_payload_put(at_payload *pl, const void *v, size_t n)
+{
+    if (pl->overflow || (size_t)(pl->end - pl->p) < n) {
+        pl->overflow = true;
+        return;
+    }
+    __builtin_memcpy(pl->p, v, n); /* x86-64 is little-endian: the native layout is the wire one */
+    pl->p += n;
+}
 void at_payload_u32(at_payload *pl, uint32_t v);
 void at_payload_u64(at_payload *pl, uint64_t v);
 void at_payload_i32(at_payload *pl, int32_t v);

@@ -304,32 +304,17 @@ static uint32_t add_fields(at_field *f, uint32_t n, const at_hc_probe *p, int wh
     return n;
 }
 
-/* A field of n bytes (4 or 8), as at_payload_u32/u64 put it, inline: a call's captures are a few
- * words */
-static inline void put_word(at_payload *pl, uint64_t v, unsigned n)
-{
-    if (AT_UNLIKELY(pl->overflow || (size_t)(pl->end - pl->p) < n)) {
-        pl->overflow = true;
-        return;
-    }
-    if (n == 4) {
-        uint32_t w = (uint32_t)v;
-        __builtin_memcpy(pl->p, &w, 4);
-    } else {
-        __builtin_memcpy(pl->p, &v, 8);
-    }
-    pl->p += n;
-}
-
-/* nt: the field's type (hk_pc.cap_nt) */
+/* nt: the field's type (hk_pc.cap_nt); numbers written inline (a call's captures are a few
+ * words), a double as its bits (no vector register) */
 static inline void put_value(at_payload *pl, unsigned nt, uint64_t v, unsigned max_string)
 {
+    uint32_t w = (uint32_t)v;
     switch (nt) {
     case NT_TYPE_INT32:
-    case NT_TYPE_UINT32: put_word(pl, v, 4); break;
+    case NT_TYPE_UINT32: at_payload_put(pl, &w, 4); break;
     case NT_TYPE_INT64:
     case NT_TYPE_UINT64:
-    case NT_TYPE_DOUBLE: put_word(pl, v, 8); break; /* a double's bits (no vector register) */
+    case NT_TYPE_DOUBLE: at_payload_put(pl, &v, 8); break;
     case NT_TYPE_STRING: at_payload_str_safe(pl, (const char *)(uintptr_t)v, max_string); break;
     }
 }

@@ -296,28 +296,37 @@ END_TEST
 
 /* [trace] level filters: activities at info are filtered out at level = warning; an event declared
  * at warning passes. The program runs the same. */
+/* hk_many under the config text, traced; it computes what it computes untraced */
+static void run_many(at_session *s, const char *tag, const char *config_text)
+{
+    char *dir = at_tmpdir(tag);
+    char *conf = write_conf(dir, "many.conf", config_text);
+    char env0[4200];
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *env[] = {env0, NULL};
+    const char *argv[] = {"hk_many", NULL};
+    ck_assert_int_eq(at_session_run(s, tag, argv, env), 0);
+    char d[512];
+    ck_assert_msg(s->r.exited && s->r.status == 0 && s->has_trace && s->t.complete, "%s",
+                  at_session_describe(s, d, sizeof d));
+    ck_assert_str_eq(s->r.out, "sum 259120\nnarrow 4000035241\n");
+    at_rmtree(dir);
+    free(dir);
+    free(conf);
+}
+
 /* More hooks than the stub's first table holds (64, on the page of its other tables): every one of
  * 80 entry-patched functions gets its own Start and Stop, with the result the program computes
  * untraced. */
 START_TEST(test_many_hooks)
 {
-    char *dir = at_tmpdir("hkmany");
     char text[80 * 48] = "";
     for (int i = 0; i < 80; i++)
         snprintf(text + strlen(text), sizeof text - strlen(text),
                  "[activity Many%d]\nfunction = many_%d\n", i, i);
-    char *conf = write_conf(dir, "many.conf", text);
-    char env0[4200];
-    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
-    const char *env[] = {env0, NULL};
-    const char *argv[] = {"hk_many", NULL};
     at_session s;
-    ck_assert_int_eq(at_session_run(&s, "hkmany", argv, env), 0);
-    char d[512];
-    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
-                  at_session_describe(&s, d, sizeof d));
+    run_many(&s, "hkmany", text);
     ck_assert_msg(strstr(s.r.err, "80 of 80 functions hooked"), "%s", s.r.err);
-    ck_assert_str_eq(s.r.out, "sum 259120\nnarrow 4000035241\n");
     for (int i = 0; i < 80; i++) {
         char start[32], stop[32];
         snprintf(start, sizeof start, "Many%dStart", i);
@@ -327,9 +336,6 @@ START_TEST(test_many_hooks)
                       at_count(&s.t, NULL, stop));
     }
     at_session_free(&s);
-    at_rmtree(dir);
-    free(dir);
-    free(conf);
 }
 END_TEST
 
@@ -337,22 +343,12 @@ END_TEST
  * zero-extended from their own width, and a float as a double. */
 START_TEST(test_narrow_captures)
 {
-    char *dir = at_tmpdir("hknarrow");
-    char *conf = write_conf(dir, "narrow.conf",
-                            "[event Narrow]\nfunction = narrow\n"
-                            "signature = long narrow(signed char a, unsigned char b, short c, "
-                            "unsigned short d, int e, unsigned f, float g)\n"
-                            "capture = a, b, c, d, e, f, g, return\n");
-    char env0[4200];
-    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
-    const char *env[] = {env0, NULL};
-    const char *argv[] = {"hk_many", NULL};
     at_session s;
-    ck_assert_int_eq(at_session_run(&s, "hknarrow", argv, env), 0);
-    char d[512];
-    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
-                  at_session_describe(&s, d, sizeof d));
-    ck_assert_str_eq(s.r.out, "sum 259120\nnarrow 4000035241\n");
+    run_many(&s, "hknarrow",
+             "[event Narrow]\nfunction = narrow\n"
+             "signature = long narrow(signed char a, unsigned char b, short c, unsigned short d, "
+             "int e, unsigned f, float g)\n"
+             "capture = a, b, c, d, e, f, g, return\n");
     const at_tev *e = find_ev(&s.t, "Narrow", NULL, NULL);
     expect_field(e, "a", "-5");
     expect_field(e, "b", "250");
@@ -363,9 +359,6 @@ START_TEST(test_narrow_captures)
     expect_field(e, "g", "1.5");
     expect_field(e, "Return", "4000035241");
     at_session_free(&s);
-    at_rmtree(dir);
-    free(dir);
-    free(conf);
 }
 END_TEST
 
