@@ -789,7 +789,7 @@ AT_PATH_EVENT int at_activity_event(const at_event_type *t, const void *payload,
     if (!t || !at_event_enabled(t))
         return 0;
     at_activity *cur = live_from(at_act_cur);
-    return at_event_write(t, id_or_null(cur), NULL, payload, len, ips, nips);
+    return at_event_write_onepass(t, id_or_null(cur), NULL, payload, len, ips, nips);
 }
 
 /* --- flow --- */

@@ -766,8 +766,8 @@ AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_
                       false, 0);
 }
 
-/* at_event_write's other way, out of line: the one-pass record's code is all it keeps beside the
- * hooked call's path */
+/* at_event_write_onepass's other way, out of line: the one-pass record's code is all it keeps
+ * beside the hooked call's path */
 static AT_NOINLINE AT_HOT_FN int event_write_general(const at_event_type *t,
                                                      const at_guid *activity,
                                                      const at_guid *related, const void *payload,
@@ -777,11 +777,20 @@ static AT_NOINLINE AT_HOT_FN int event_write_general(const at_event_type *t,
     return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);
 }
 
-AT_PATH_EVENT int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
+AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
                    const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
-    /* an event without a stack or a related id (a hooked call's with its fields): in one pass,
-     * with the shape made constant each way */
+    return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);
+}
+
+/* at_event_write, trying the one-pass record first (the activity engine's events: a hooked call's
+ * with its fields). Its busy window covers the clock read too: a signal handler's event that lands
+ * in it is dropped (counted) like one inside a hooked call's Start or Stop. */
+AT_PATH_EVENT int at_event_write_onepass(const at_event_type *t, const at_guid *activity,
+                                         const at_guid *related, const void *payload,
+                                         uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
+{
+    /* without a stack or a related id: in one pass, with the shape made constant each way */
     if (!nips && !related) {
         bool put = activity && !at_guid_is_zero(activity)
                        ? at_tbuf_try_put(t, activity, true, NULL, false, false, 0, payload,

@@ -315,6 +315,10 @@ uint64_t at_lastthread_poll(uint64_t now);
 bool at_lastthread_kicked(void);
 void at_lastthread_reset(void);
 extern unsigned at_flush_interval_ms;
+/* at_event_write trying the one-pass record first (tbuf.c): the activity engine's events */
+int at_event_write_onepass(const at_event_type *t, const at_guid *activity, const at_guid *related,
+                           const void *payload, uint32_t payload_len, const uintptr_t *ips,
+                           uint32_t nips);
 extern char *at_command_line;
 
 
