@@ -71,15 +71,25 @@ void *at_real_resolve(const char *name, void **slot)
     return f;
 }
 
+/* The names at_real_init looks up, one after the other at the end of the start's code: as string
+ * literals the linker shares their tails with longer names ("read" inside "uv_fs_read"), and the
+ * lookups read pages of .rodata across the library, a fault-around window each. */
+#define AT_REAL_NAME(fn) #fn "\0"
+static const char real_names[] __attribute__((section("at_start_rodata"))) =
+    AT_REAL_LIST(AT_REAL_NAME);
+#undef AT_REAL_NAME
+
 void at_real_init(void)
 {
     int e = errno;
     at_resolving++;
+    const char *name = real_names;
     /* Symbols a libc may lack (epoll_pwait2 before glibc 2.35...) stay NULL here and are only
      * looked up, and reported, if the program calls them. */
 #define AT_REAL_INIT(fn)                                                                           \
     if (!at_real.fn)                                                                               \
-        __atomic_store_n(&at_real.fn, (__typeof__(fn) *)dlsym(RTLD_NEXT, #fn), __ATOMIC_RELAXED);
+        __atomic_store_n(&at_real.fn, (__typeof__(fn) *)dlsym(RTLD_NEXT, name), __ATOMIC_RELAXED); \
+    name += sizeof #fn;
     AT_REAL_LIST(AT_REAL_INIT)
 #undef AT_REAL_INIT
     at_resolving--;

@@ -13,6 +13,9 @@
 #include "shim.h"
 
 #define MAX_OBJS 512
+/* most processes load fewer objects than this: their table lives on the constructor's stack, in
+ * pages the loader has already touched; a larger set takes the static table (a page of its own) */
+#define FEW_OBJS 48
 
 typedef struct obj {
     const char *name;
@@ -23,15 +26,16 @@ typedef struct obj {
 } obj;
 
 typedef struct objs {
-    int n; /* first: a start writes the beginning of the table only (each page touched is a fault) */
-    obj o[MAX_OBJS];
+    int n, cap, seen;
+    obj *o;
 } objs;
 
 static int collect(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     objs *s = data;
-    if (s->n < MAX_OBJS)
+    s->seen++;
+    if (s->n < s->cap)
         s->o[s->n++] = (obj){info->dlpi_name ? info->dlpi_name : "", info->dlpi_addr,
                              info->dlpi_phdr, info->dlpi_phnum, false, false};
     return 0;
@@ -91,9 +95,14 @@ static void add_segments(const obj *o)
 
 static void objects(void)
 {
-    static objs s; /* 20 KiB: not on the constructor's stack */
-    s.n = 0;
+    obj few[FEW_OBJS];
+    objs s = {.cap = FEW_OBJS, .o = few};
     dl_iterate_phdr(collect, &s);
+    if (s.seen > s.cap) {
+        static obj many[MAX_OBJS]; /* 16 KiB: not on the constructor's stack */
+        s = (objs){.cap = MAX_OBJS, .o = many};
+        dl_iterate_phdr(collect, &s);
+    }
     if (!s.n)
         return;
     s.o[0].keep = true; /* the program */

@@ -17,12 +17,13 @@
 #include "at_testlib.h"
 
 #define SPAWNS "40"
-/* Page faults per image the shim may add. Measured: 15-16 (an empty preloaded library alone adds
+/* Page faults per image the shim may add. Measured: 15 (an empty preloaded library alone adds
  * 5-9 here: the loader's pages, the library's first code and data pages). Each page the start
  * writes or reads for the first time adds one: the event types made in the program's heap, the
  * clock chosen at the start (the vDSO's data pages), relocated .data, a second page of output names,
- * a table of the start's own on a page of its own each. Where the loader places libc moves a run by
- * a fault or two (its code is mapped by 64 KiB windows). */
+ * a table of the start's own on a page of its own, a constant read from .rodata (the start's are
+ * beside its code) or a 64 KiB window of code each. Where the loader places libc moves a run by a
+ * fault or two (its code is mapped by 64 KiB windows). */
 #define EXTRA_FAULTS 19.0
 
 static double minflt(const at_run_result *r)
