@@ -131,12 +131,18 @@ typedef struct rule {
  * most (and a Stop's Status 4), a string up to the whole buffer. A 1 KiB array on every call's frame
  * put what it calls one stack page deeper. */
 #define HK_BUF_MAX 1024
+#define HK_SRC_NONE (-128) /* hk_pc.cap_src: a parameter the hooked variant lacks (written as 0) */
 typedef struct hk_pc {
     int8_t ncapture, key, when_what;
     bool has_when, has_sig;
     uint8_t when_op;
     int8_t capture[AT_HC_MAX_CAPTURE];
     uint8_t cap_nt[AT_HC_MAX_CAPTURE]; /* each capture's field type (NT_TYPE_*), worked out once */
+    /* all captures numbers (cap_words): each one's source (an argument's index, AT_HC_RETURN, or
+     * HK_SRC_NONE for a parameter the hooked variant lacks) and width, worked out at install */
+    bool cap_words;
+    int8_t cap_src[AT_HC_MAX_CAPTURE];
+    uint8_t cap_w[AT_HC_MAX_CAPTURE];
     uint16_t buf_size; /* the payload buffer a call's fields need (HK_BUF_MAX with a string) */
     unsigned max_string;
     int64_t when_value;
@@ -273,11 +279,27 @@ static void pc_make(probe *pr)
                  .when_op = (uint8_t)p->when_op, .max_string = p->max_string,
                  .when_value = p->when_value};
     pr->hook.sets_args = pr->r->ekind == AT_HC_FLOW_CALLBACK; /* hook_enter's callback case */
+    /* the parameters the call's semantics reads: its captures, key and condition (a callback flow
+     * reads and may replace any) */
+    int hi = -1;
+    for (int i = 0; i < p->ncapture; i++)
+        hi = p->capture[i] > hi ? p->capture[i] : hi;
+    hi = p->key > hi ? p->key : hi;
+    if (p->has_when)
+        hi = p->when_what > hi ? p->when_what : hi;
+    pr->hook.args_read = pr->hook.sets_args ? 0 : (uint8_t)(hi + 2);
     c->buf_size = 8; /* a Stop's Status */
+    c->cap_words = true;
     for (int i = 0; i < p->ncapture; i++) {
-        c->capture[i] = (int8_t)p->capture[i];
-        c->cap_nt[i] = (uint8_t)at_ctype_nt(cap_type(p, p->capture[i]));
+        int idx = p->capture[i];
+        c->capture[i] = (int8_t)idx;
+        c->cap_nt[i] = (uint8_t)at_ctype_nt(cap_type(p, idx));
         c->buf_size = c->cap_nt[i] == NT_TYPE_STRING ? HK_BUF_MAX : c->buf_size + 8;
+        c->cap_words &= c->cap_nt[i] != NT_TYPE_STRING;
+        c->cap_w[i] = c->cap_nt[i] == NT_TYPE_INT32 || c->cap_nt[i] == NT_TYPE_UINT32 ? 4 : 8;
+        c->cap_src[i] = (int8_t)(idx == AT_HC_RETURN || !p->has_sig || idx < p->sig.nparams
+                                     ? idx
+                                     : HK_SRC_NONE);
     }
     if (c->buf_size > HK_BUF_MAX)
         c->buf_size = HK_BUF_MAX;
@@ -338,10 +360,41 @@ AT_PATH_CORE static AT_NOINLINE void put_captures_slow(at_payload *pl, const hk_
     }
 }
 
+/* The captures of a probe whose fields are all numbers, into a payload with room for a word each
+ * (pc_make sized its buffer at 8 bytes a capture and the Status): each value stored as a whole
+ * word, the payload moved on by its width (x86-64 is little-endian: a 32-bit field is the word's
+ * first 4 bytes). */
+static inline __attribute__((always_inline)) void put_words(at_payload *pl, const hk_pc *p,
+                                                            const uint64_t *args, uint64_t ret,
+                                                            bool have_ret, int which)
+{
+    uint8_t *o = pl->p;
+    for (int i = 0; i < p->ncapture; i++) {
+        int src = p->cap_src[i];
+        uint64_t v;
+        if (src == AT_HC_RETURN) {
+            if (which == 0)
+                continue;
+            v = have_ret ? ret : 0;
+        } else {
+            if (which == 1)
+                continue;
+            v = src >= 0 ? args[src] : 0;
+        }
+        __builtin_memcpy(o, &v, 8);
+        o += p->cap_w[i];
+    }
+    pl->p = o;
+}
+
 static inline void put_captures(at_payload *pl, const hk_pc *p, const uint64_t *args,
                                 uint64_t ret, bool have_ret, int which)
 {
-    if (p->ncapture)
+    if (!p->ncapture)
+        return;
+    if (AT_LIKELY(p->cap_words && args && (size_t)(pl->end - pl->p) >= 8u * (unsigned)p->ncapture))
+        put_words(pl, p, args, ret, have_ret, which);
+    else
         put_captures_slow(pl, p, args, ret, have_ret, which);
 }
 

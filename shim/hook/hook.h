@@ -99,6 +99,9 @@ struct at_hook {
      * 4i..4i+3 of ptypes): the signature itself spreads them over a page */
     uint8_t nparams, ret_type;
     bool sets_args;    /* the rule may replace pointer arguments (a callback flow) */
+    /* how many leading parameters the semantics reads, plus one (0: all of them): the stub
+     * converts no more */
+    uint8_t args_read;
     uint64_t ptypes;
     /* what to hook, its resolution, and why it is not hooked: read at install and in reports */
     at_hook_text *text;

@@ -396,6 +396,8 @@ AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook
 {
     uint64_t *args = r->args;
     int n = h->nparams;
+    if (h->args_read && h->args_read - 1 < n)
+        n = h->args_read - 1;
     for (int i = 0; i < n; i++)
         args[i] = from_slot(ptype(h, i), *param_slot(h, i, regs, caller_sp));
     /* at_hook_enter past its test of at_internal, which the stub's entry has just made (a typed
