@@ -4,7 +4,8 @@
  *   Debian's memcached (one worker thread, `-t 1`) by memcaslap -T1 -c8 (libmemcached-tools):
  *   ASCII gets and sets 9:1 over a key set of fixed size (a task window of 1024 keys per
  *   connection, keys of 16 bytes, values of 100).
- * They run in rounds of 3 s: in each round each server runs once in each configuration in turn (each
+ * The server is pinned to the last CPU and the client to the first (pin_server). They run in rounds
+ * of 3 s: in each round each server runs once in each configuration in turn (each
  * round starting with another one), so that the machine's drift hits them alike:
  *   untraced;
  *   the shim without a config;
@@ -28,6 +29,7 @@
  * for a server whose tools are missing. Prints rows "metric<TAB>measured<TAB>target". */
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -43,6 +45,33 @@
 
 #include "at_testlib.h"
 #include "ntreader.h"
+
+/* With two CPUs or more, the server runs on the last one (its trace writer thread with it, so that
+ * the writer's CPU is the server's) and the load generator on the first. Left to the scheduler,
+ * the two moved between the CPUs from round to round, and a CPU that went idle under the load
+ * generator made each of the server's wake-ups of it an interrupt to an idle virtual CPU: rounds of
+ * one configuration differed by half, more than tracing costs. */
+static int ncpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void pin_server(void)
+{
+    if (ncpus() < 2)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(ncpus() - 1, &set);
+    sched_setaffinity(0, sizeof set, &set);
+}
+
+/* the load generator's command line, pinned to the first CPU (taskset, util-linux) */
+static const char *client_prefix(void)
+{
+    return ncpus() >= 2 && access("/usr/bin/taskset", X_OK) == 0 ? "/usr/bin/taskset -c 0 " : "";
+}
 
 #define ROUNDS 5
 #define SECONDS "3"
@@ -223,8 +252,8 @@ static void nginx_exec(const server *s)
 static bool nginx_drive(const server *s, double *rps, double *reqs)
 {
     char cmd[256];
-    snprintf(cmd, sizeof cmd, "wrk -t1 -c8 -d" SECONDS "s http://127.0.0.1:%d/index.html 2>&1",
-             s->port);
+    snprintf(cmd, sizeof cmd, "%swrk -t1 -c8 -d" SECONDS "s http://127.0.0.1:%d/index.html 2>&1",
+             client_prefix(), s->port);
     FILE *p = popen(cmd, "r");
     char line[512];
     while (p && fgets(line, sizeof line, p)) {
@@ -265,8 +294,8 @@ static bool memcached_drive(const server *s, double *rps, double *reqs)
 {
     char cmd[4500];
     snprintf(cmd, sizeof cmd,
-             "memcaslap -s 127.0.0.1:%d -T 1 -c 8 -w 1k -t " SECONDS "s -F %s/memcaslap.cnf 2>&1",
-             s->port, s->dir);
+             "%smemcaslap -s 127.0.0.1:%d -T 1 -c 8 -w 1k -t " SECONDS "s -F %s/memcaslap.cnf 2>&1",
+             client_prefix(), s->port, s->dir);
     FILE *p = popen(cmd, "r");
     char line[512];
     while (p && fgets(line, sizeof line, p)) { /* "Run time: 3.0s Ops: 119504 TPS: 39672 ..." */
@@ -323,6 +352,7 @@ static bool one_run(const server *s, int conf, run *r)
         int null = open("/dev/null", O_RDWR);
         dup2(null, 1);
         dup2(null, 2);
+        pin_server();
         s->exec(s);
         _exit(127);
     }
