@@ -106,23 +106,25 @@ AT_PATH_ACT static at_activity *kt_take(keytab *t, uint64_t key)
 
 /* ---------------- rules ---------------- */
 
+/* What a call reads comes first: an event rule's call reads one line of it (rules are 64-byte
+ * aligned, in a block of their own), a pair's the line of its keys too. */
 typedef struct rule {
-    const at_hc_entry *e;
-    /* e's kind, pairing and callback arguments: what a call reads of its entry (6 KiB, most of
+    /* the entry's kind, pairing and callback arguments: what a call reads of it (6 KiB, most of
      * it names and signatures), here */
     at_hc_kind ekind;
     bool paired;
     int8_t callback, callback_arg;
+    bool key_is_fd;         /* fd_key: the fd hand-off carries the pair's activity */
+    bool event_on_return;
+    bool plain;             /* an activity on one function with no 'when', capture or stack: a
+                             * Start with no fields and a Stop with its Status only (the hot path) */
+    unsigned stacks;        /* AT_HC_STACK_*: which events carry a stack */
     at_activity_kind *kind; /* activities */
     at_event_type *event;   /* events */
     keytab keys;            /* pairs and keyed flows */
-    bool key_is_fd;         /* fd_key: the fd hand-off carries the pair's activity */
-    bool event_on_return;
-    unsigned stacks;        /* AT_HC_STACK_*: which events carry a stack */
-    bool plain;             /* an activity on one function with no 'when', capture or stack: a
-                             * Start with no fields and a Stop with its Status only (the hot path) */
+    const at_hc_entry *e;
     at_field *fields;       /* owned: start (or event) fields then stop fields */
-} rule;
+} __attribute__((aligned(64))) rule;
 
 /* What a call reads of its probe's config (at_hc_probe: 3 KiB, its captures and test after its
  * symbol and signature, each parameter's type a line of its own), copied at install beside the
@@ -154,16 +156,19 @@ typedef struct hk_pc {
     } sig;
 } hk_pc;
 
+/* A call reads pc and the four fields after it, then its hook's first line: with probes 64-byte
+ * aligned, three lines (two of them before the hook came last). */
 typedef struct probe {
+    hk_pc pc; /* p's, for the call */
     rule *r;
     at_activity_kind *plain_kind; /* r->kind when r->plain (set at install): one load on the call */
     int role; /* index into e->probe */
-    const at_hc_probe *p;
-    hk_pc pc; /* p's, for the call */
-    at_hook hook;
     bool pending; /* not resolved yet: retried after each dlopen */
+    const at_hc_probe *p;
     const struct probe *alias_of; /* another name of that probe's libc function (open64 for open) */
-} probe;
+    at_hook hook __attribute__((aligned(64)));
+} __attribute__((aligned(64))) probe;
+_Static_assert(offsetof(probe, hook) == 128, "a probe's hot fields take its first two lines");
 
 static const at_hookconf *hk_conf;
 static rule *hk_rules;
@@ -1475,8 +1480,11 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     const char *provider = hc->provider[0] ? hc->provider : AT_ACTIVITY_PROVIDER;
     /* the rules and then the probes in one block: a hooked call reads its probe and its rule */
     size_t nprobes = (size_t)hc->nentries * 2 + HK_ALIASES_MAX;
-    size_t rules_size = ((size_t)hc->nentries * sizeof *hk_rules + 63) & ~(size_t)63;
-    char *block = calloc(1, rules_size + nprobes * sizeof *hk_probes);
+    size_t rules_size = (size_t)hc->nentries * sizeof *hk_rules; /* a multiple of 64 */
+    size_t block_size = rules_size + nprobes * sizeof *hk_probes;
+    char *block = aligned_alloc(64, block_size);
+    if (block)
+        memset(block, 0, block_size);
     at_hook_text *texts = calloc(nprobes, sizeof *texts);
     if (!block || !texts) {
         free(block);
