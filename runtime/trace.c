@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -717,15 +718,37 @@ void at_trace_flusher_resume(void)
     AT_INTERNAL_END();
 }
 
+/* The writer's thread, joined, is gone from the process once the kernel has released its task:
+ * only then does it stop counting against RLIMIT_NPROC (its tid word is cleared, and the join
+ * returns, a little before). Waits for its /proc entry to go, at most about a second; no wait where
+ * /proc is not mounted. */
+static void released_wait(uint64_t tid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%llu", (unsigned long long)tid);
+    struct stat st;
+    if (!tid || stat("/proc/self/task", &st) != 0)
+        return;
+    for (int i = 0; i < 2000 && stat(path, &st) == 0; i++) {
+        struct timespec d = {0, 500000};
+        nanosleep(&d, NULL);
+    }
+}
+
 bool at_trace_flusher_yield(void)
 {
+    int e = errno;
     pthread_mutex_lock(&pause_lock);
     pthread_mutex_lock(&at_flush_lock);
     bool run = atomic_load(&sess_state) == 1 && at_flusher_is_running();
     pthread_mutex_unlock(&at_flush_lock);
-    if (run)
+    uint64_t tid = at_flusher_tid;
+    if (run) {
         at_flusher_stop();
+        released_wait(tid);
+    }
     pthread_mutex_unlock(&pause_lock);
+    errno = e;
     return run;
 }
 

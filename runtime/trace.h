@@ -202,7 +202,7 @@ int at_trace_start(const at_trace_options *o, char *errbuf, size_t errlen);
 /* The writer's thread counts against the program's RLIMIT_NPROC (and takes a stack): when a
  * program's thread or process creation failed with EAGAIN, the shim stops it for good (events then
  * wait in the buffers for exit; what does not fit is dropped and counted) and the call is tried
- * again. true when there was a flusher to stop. */
+ * again, once the kernel has released the thread. true when there was a flusher to stop. */
 bool at_trace_flusher_yield(void);
 /* Make everything written so far (by every thread) durable in the file; returns when done.
  * Not for signal handlers. */
