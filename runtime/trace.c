@@ -745,7 +745,9 @@ bool at_trace_flusher_yield(void)
     uint64_t tid = at_flusher_tid;
     if (run) {
         at_flusher_stop();
+        AT_INTERNAL_BEGIN(); /* stat and nanosleep may be hooked functions */
         released_wait(tid);
+        AT_INTERNAL_END();
     }
     pthread_mutex_unlock(&pause_lock);
     errno = e;

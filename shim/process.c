@@ -496,6 +496,11 @@ AT_COLD static int spawn_common(bool search, pid_t *pid, const char *path,
     AT_INTERNAL_BEGIN();
     int r = real(&child, path, fa, attr, argv, env);
     AT_INTERNAL_END();
+    if (r == EAGAIN && at_trace_flusher_yield()) { /* see at_trace_flusher_yield */
+        AT_INTERNAL_BEGIN();
+        r = real(&child, path, fa, attr, argv, env);
+        AT_INTERNAL_END();
+    }
     if (pid)
         *pid = child;
     if (r == 0) {

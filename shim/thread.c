@@ -438,6 +438,9 @@ AT_EXPORT int thrd_create(thrd_t *t, thrd_start_t fn, void *arg)
     s->fn.c11 = fn;
     s->arg = arg;
     int r = AT_REAL(thrd_create)(t, c11_trampoline, s);
+    /* glibc reports EAGAIN as thrd_error (the only error a thread without attributes meets) */
+    if (r == thrd_error && at_trace_flusher_yield()) /* as pthread_create's */
+        r = AT_REAL(thrd_create)(t, c11_trampoline, s);
     if (r != thrd_success)
         start_abandon(s);
     return r;

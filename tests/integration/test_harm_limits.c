@@ -6,7 +6,8 @@
  *   - RLIMIT_FSIZE 64 KiB: the trace written at exit past the limit no longer kills the program
  *     with SIGXFSZ;
  *   - RLIMIT_NPROC 4 under an unused uid (needs root to switch uid: skipped otherwise): as many
- *     threads as untraced, though the shim's writer thread counted against the limit. */
+ *     threads (pthread_create, C11's thrd_create) and children (posix_spawn) as untraced, though
+ *     the shim's writer thread counted against the limit. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,38 @@ START_TEST(test_process_limit)
 }
 END_TEST
 
+/* harm_limits nproc HOW: the same count of HOW's threads or children traced as untraced (want) */
+static void nproc_case(const char *how, const char *want)
+{
+    if (geteuid() != 0) {
+        printf("nproc %s skipped: switching to an unused uid needs root\n", how);
+        return;
+    }
+    char *fx = at_fixture_path("harm_limits");
+    const char *argv[] = {fx, "nproc", how, NULL};
+    const char *env[] = {"ACTTRACE_OUTPUT=/tmp/acttrace-harm-nproc-%p.nettrace", NULL};
+    pair p;
+    run_pair(&p, "harm-nproc", argv, env);
+    ck_assert_str_eq(p.r[1].out, want);
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/acttrace-harm-nproc-%d.nettrace", (int)p.r[0].pid);
+    unlink(path);
+    pair_free(&p);
+    free(fx);
+}
+
+START_TEST(test_process_limit_c11)
+{
+    nproc_case("c11", "threads 3 (thrd_create failed)\n");
+}
+END_TEST
+
+START_TEST(test_process_limit_spawn)
+{
+    nproc_case("spawn", "children 3 (Resource temporarily unavailable)\n");
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("harm_limits");
@@ -145,6 +178,8 @@ int main(void)
     tcase_add_test(tc, test_address_space_limit);
     tcase_add_test(tc, test_file_size_limit);
     tcase_add_test(tc, test_process_limit);
+    tcase_add_test(tc, test_process_limit_c11);
+    tcase_add_test(tc, test_process_limit_spawn);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
