@@ -766,19 +766,11 @@ AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_
                       false, 0);
 }
 
-/* at_event_write_onepass's other way, out of line: the one-pass record's code is all it keeps
- * beside the hooked call's path */
-static AT_NOINLINE AT_HOT_FN int event_write_general(const at_event_type *t,
-                                                     const at_guid *activity,
-                                                     const at_guid *related, const void *payload,
-                                                     uint32_t payload_len, const uintptr_t *ips,
-                                                     uint32_t nips)
-{
-    return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);
-}
-
-AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity, const at_guid *related,
-                   const void *payload, uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
+/* Out of line: at_event_write_onepass keeps only the one-pass record's code beside the hooked
+ * call's path, and takes this general way otherwise */
+AT_NOINLINE AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity,
+                                         const at_guid *related, const void *payload,
+                                         uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {
     return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);
 }
@@ -800,7 +792,7 @@ AT_PATH_EVENT int at_event_write_onepass(const at_event_type *t, const at_guid *
         if (AT_LIKELY(put))
             return 0;
     }
-    return event_write_general(t, activity, related, payload, payload_len, ips, nips);
+    return at_event_write(t, activity, related, payload, payload_len, ips, nips);
 }
 
 AT_HOT_FN int at_event_write_head(const at_event_type *t, const at_guid *activity,

@@ -294,8 +294,6 @@ START_TEST(test_names_and_trace_settings)
 }
 END_TEST
 
-/* [trace] level filters: activities at info are filtered out at level = warning; an event declared
- * at warning passes. The program runs the same. */
 /* hk_many under the config text, traced; it computes what it computes untraced */
 static void run_many(at_session *s, const char *tag, const char *config_text)
 {
@@ -362,6 +360,8 @@ START_TEST(test_narrow_captures)
 }
 END_TEST
 
+/* [trace] level filters: activities at info are filtered out at level = warning; an event declared
+ * at warning passes. The program runs the same. */
 START_TEST(test_level_filter)
 {
     char *dir = at_tmpdir("hklevel");
