@@ -293,6 +293,20 @@ static void pc_make(probe *pr)
     if (p->has_when)
         hi = p->when_what > hi ? p->when_what : hi;
     pr->hook.args_read = pr->hook.sets_args ? 0 : (uint8_t)(hi + 2);
+    /* hook_enter and hook_exit's cases with nothing to do at one end of the call. The entry: an
+     * event written at the return, the Start of a pair (made at its return), a keyed flow's put
+     * keyed by the return value or its take. The return: an event written at the entry, the Stop
+     * of a pair, a keyed flow's put keyed by an argument, a callback flow. A plain rule has both. */
+    const rule *r = pr->r;
+    bool pair = r->ekind == AT_HC_ACTIVITY && r->paired;
+    bool keyed = r->ekind == AT_HC_FLOW_KEYED;
+    pr->hook.enter_noop = !r->plain && ((r->ekind == AT_HC_EVENT && r->event_on_return) ||
+                                        (pair && pr->role == 0) ||
+                                        (keyed && (pr->role == 1 || p->key == AT_HC_RETURN)));
+    pr->hook.exit_noop = !r->plain && ((r->ekind == AT_HC_EVENT && !r->event_on_return) ||
+                                       (pair && pr->role == 1) ||
+                                       (keyed && pr->role == 0 && p->key != AT_HC_RETURN) ||
+                                       r->ekind == AT_HC_FLOW_CALLBACK);
     c->buf_size = 8; /* a Stop's Status */
     c->cap_words = true;
     for (int i = 0; i < p->ncapture; i++) {
@@ -619,6 +633,13 @@ static inline __attribute__((always_inline)) void enter_rule(at_hook *h, at_hook
             plain_enter(pr, c);
         else
             plain_enter_call(pr, c);
+    } else if (h->enter_noop) {
+        /* only what every entry does: calls a longjmp left are over (hook_enter's first step) */
+        if (AT_UNLIKELY(hk_nlive > 0) && jumped_over(c->sp, true)) {
+            AT_INTERNAL_BEGIN();
+            abandon_below_keep_errno(c->sp, true);
+            AT_INTERNAL_END();
+        }
     } else {
         hook_enter(pr, h, c, args);
     }

@@ -102,6 +102,10 @@ struct at_hook {
     /* how many leading parameters the semantics reads, plus one (0: all of them): the stub
      * converts no more */
     uint8_t args_read;
+    /* what the semantics does at each end of a call (hooks.c, set once): enter_noop, nothing at its
+     * entry but keep the arguments for its return; exit_noop, nothing at its return, so the stub
+     * lets the function return straight to its caller (no return record) */
+    bool enter_noop, exit_noop;
     uint64_t ptypes;
     /* what to hook, its resolution, and why it is not hooked: read at install and in reports */
     at_hook_text *text;

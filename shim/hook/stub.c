@@ -390,11 +390,12 @@ void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
 #define AT_STUB_LINKAGE
 #endif
 
-/* A typed hook's entry: its arguments read from the registers and stack slots the caller used. Out
- * of line: the untyped call's path keeps a small frame. */
-AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook_regs *regs, uint64_t *caller_sp)
+/* A typed hook's entry: its arguments read from the registers and stack slots the caller used, into
+ * args (the return record's, or the caller's frame for a call that keeps none). Out of line: the
+ * untyped call's path keeps a small frame. */
+AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, at_hook_call *c, uint64_t *args,
+                                                 at_hook_regs *regs, uint64_t *caller_sp)
 {
-    uint64_t *args = r->args;
     int n = h->nparams;
     if (h->args_read && h->args_read - 1 < n)
         n = h->args_read - 1;
@@ -402,7 +403,7 @@ AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook
         args[i] = from_slot(ptype(h, i), *param_slot(h, i, regs, caller_sp));
     /* at_hook_enter past its test of at_internal, which the stub's entry has just made (a typed
      * rule is never plain: its path stays a call) */
-    hook_enter_tested(h, &r->c, args, false);
+    hook_enter_tested(h, c, args, false);
     /* pointers the semantics replaced (a callback flow), in registers only: the original reads its
      * stack arguments where the caller put them */
     if (AT_LIKELY(!h->sets_args))
@@ -415,6 +416,29 @@ AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, ret_rec *r, at_hook
     }
 }
 
+/* The depth of a call whose return slot is slot: its caller's stack pointer, or, for a tail call
+ * from a hooked call in progress (the same return slot, holding that call's return point), a
+ * little deeper than that call: nested in it, not a sibling that replaced it. */
+static inline uintptr_t call_sp(uint64_t *slot)
+{
+    uint64_t prev = *slot - (uint64_t)(uintptr_t)at_ret_pool;
+    if (AT_UNLIKELY(prev < (uint64_t)(at_ret_pool_end - at_ret_pool) && prev % RET_CODE == RET_POINT))
+        return rt_rec[prev / RET_CODE].c.sp - 1;
+    return (uintptr_t)(slot + 1);
+}
+
+/* A call with nothing to do at its return (at_hook.exit_noop): its entry's work, with its state on
+ * this frame, and no return record: the function returns straight to its caller. */
+AT_PATH_CORE static AT_NOINLINE void enter_only(at_hook *h, at_hook_regs *regs, uint64_t *slot)
+{
+    at_hook_call c = {.sp = call_sp(slot)};
+    uint64_t args[AT_SIG_MAX_PARAMS];
+    if (h->sig)
+        typed_enter(h, &c, args, regs, slot + 1);
+    else
+        hook_enter_tested(h, &c, NULL, false);
+}
+
 /* 1: the call is recorded, *jump is C_k; 0: *jump is the original, straight */
 AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
@@ -422,6 +446,11 @@ AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
      * straight to the original, nothing read or recorded, and its return left alone */
     if (AT_UNLIKELY(at_internal != 0)) {
+        *jump = h->orig;
+        return 0;
+    }
+    if (AT_UNLIKELY(h->exit_noop)) {
+        enter_only(h, regs, slot);
         *jump = h->orig;
         return 0;
     }
@@ -435,15 +464,9 @@ AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     }
     ret_rec *r = &rt_rec[k];
     at_hook_call *c = &r->c;
-    uint64_t *caller_sp = slot + 1; /* the stack arguments, and the call's depth */
     r->h = h;
     c->act = NULL;
-    c->sp = (uintptr_t)caller_sp;
-    /* a tail call from a hooked call in progress: the same return slot, holding that call's
-     * return point. It is nested in that call (a little deeper), not a sibling that replaced it. */
-    uint64_t prev = *slot - (uint64_t)(uintptr_t)at_ret_pool;
-    if (AT_UNLIKELY(prev < (uint64_t)(at_ret_pool_end - at_ret_pool) && prev % RET_CODE == RET_POINT))
-        c->sp = rt_rec[prev / RET_CODE].c.sp - 1;
+    c->sp = call_sp(slot);
     c->started = 0;
     /* not merged with the store above: a 16-bit constant comes from a data page of its own */
     __atomic_store_n(&c->done, 0, __ATOMIC_RELAXED);
@@ -451,7 +474,7 @@ AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     if (AT_LIKELY(!h->sig))
         hook_enter_tested(h, c, NULL, true); /* hooks.c's at_hook_enter, inline (hookpath.c) */
     else
-        typed_enter(h, r, regs, caller_sp);
+        typed_enter(h, c, r->args, regs, slot + 1);
     /* the return comes back through R_k (the stack taken above saw the real caller) */
     r->fn = h->orig;
     r->ra = *slot;

@@ -154,6 +154,10 @@ START_TEST(test_got_tier)
     const at_tev *st1 = stop_of(t, c1, "ConnStop");
     const at_tev *st0 = stop_of(t, c0, "ConnStop");
     ck_assert(st1 < st0); /* closed in reverse order */
+    /* the Stop is made at the close's entry: nothing to do at its return, so the stub took no
+     * return record and the function returned straight to its caller (run_hk also compared the
+     * whole output with the untraced run's) */
+    ck_assert_msg(strstr(s.r.out, "close returns home\n"), "%s", s.r.out);
     at_session_free(&s);
     free(conf);
 }
