@@ -167,7 +167,7 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put(const at_event
         __builtin_memcpy(p, &head8, 8);
         p += 8;
     }
-    if (payload_len)
+    if (AT_LIKELY(payload_len)) /* a hooked call's event has its captures */
         at_copy_small(p, payload, payload_len);
     wpos += size;
     r->wpos = wpos;
