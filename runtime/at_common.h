@@ -37,8 +37,9 @@
 /* Of the core, the event of a rule with fields (payload, record, its activity): right after the
  * stub's entry and return (shim/start.ld). */
 #define AT_PATH_EVENT __attribute__((hot, section("at_path_event")))
-/* Of the core, what only an activity rule with fields runs (its Stop, its keys): after the event
- * and the return records, beside the activity engine's held Start and Stop (shim/start.ld). */
+/* Of the core, what only an activity rule with fields runs (its Stop, its key's entry): after the
+ * event and the return records, beside the activity engine's held Start and Stop
+ * (shim/start.ld). */
 #define AT_PATH_ACT __attribute__((section("at_path_act")))
 #define AT_FORK_DATA __attribute__((section("at_fork_data")))
 /* Small variables an image's start writes (settings, event types, one-time flags), together on one

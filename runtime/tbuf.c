@@ -784,7 +784,7 @@ AT_PATH_EVENT int at_event_write_onepass(const at_event_type *t, const at_guid *
 {
     /* without a stack or a related id: in one pass, with the shape made constant each way */
     if (!nips && !related) {
-        bool put = activity && !at_guid_is_zero(activity)
+        bool put = AT_LIKELY(activity && !at_guid_is_zero(activity)) /* a hook's, in its request */
                        ? at_tbuf_try_put(t, activity, true, NULL, false, false, 0, payload,
                                          payload_len)
                        : at_tbuf_try_put(t, NULL, false, NULL, false, false, 0, payload,

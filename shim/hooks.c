@@ -84,7 +84,9 @@ AT_PATH_ACT static at_activity *kt_put(keytab *t, uint64_t key, at_activity *a)
     return old;
 }
 
-AT_PATH_ACT static at_activity *kt_take(keytab *t, uint64_t key)
+/* on the hook logic's pages: every call of a pair's Stop looks its key up (nginx closes the file it
+ * serves, which started nothing) */
+AT_PATH_CORE static at_activity *kt_take(keytab *t, uint64_t key)
 {
     if (key < t->ndirect)
         return __atomic_exchange_n(&t->direct[key], NULL, __ATOMIC_ACQ_REL);
@@ -417,10 +419,8 @@ static inline void put_captures(at_payload *pl, const hk_pc *p, const uint64_t *
         put_captures_slow(pl, p, args, ret, have_ret, which);
 }
 
-AT_PATH_CORE static bool when_holds(const hk_pc *p, const uint64_t *args, uint64_t ret)
+AT_PATH_CORE static AT_NOINLINE bool when_test(const hk_pc *p, const uint64_t *args, uint64_t ret)
 {
-    if (!p->has_when)
-        return true;
     if (!args && p->when_what != AT_HC_RETURN)
         return true;
     at_ctype t = pc_type(p, p->when_what);
@@ -443,6 +443,13 @@ AT_PATH_CORE static bool when_holds(const hk_pc *p, const uint64_t *args, uint64
     case AT_HC_GE: return cmp >= 0;
     }
     return true;
+}
+
+/* Does the rule's condition hold (true without one)? The test inline, the comparison a call (placed
+ * apart: a rule without a condition, most, runs none of it). */
+static inline bool when_holds(const hk_pc *p, const uint64_t *args, uint64_t ret)
+{
+    return !p->has_when || when_test(p, args, ret);
 }
 
 /* The Stop of a, which no longer is the thread's alone (or current), and our reference on it. */

@@ -401,6 +401,13 @@ AT_PATH_CORE static AT_NOINLINE void typed_enter(at_hook *h, at_hook_call *c, ui
         n = h->args_read - 1;
     for (int i = 0; i < n; i++)
         args[i] = from_slot(ptype(h, i), *param_slot(h, i, regs, caller_sp));
+    /* an event written at the return, most typed rules of a server: the arguments were all its
+     * entry needed (enter_rule's test, first and straight here) */
+    if (AT_LIKELY(h->enter_noop)) {
+        if (AT_UNLIKELY(hk_nlive > 0)) /* calls a longjmp left may be over */
+            hook_enter_tested(h, c, args, false);
+        return;
+    }
     /* at_hook_enter past its test of at_internal, which the stub's entry has just made (a typed
      * rule is never plain: its path stays a call) */
     hook_enter_tested(h, c, args, false);
