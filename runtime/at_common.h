@@ -29,6 +29,10 @@
  * its own, together (shim/start.ld): between two system calls of a server that flush the TLB, each
  * page the path touches is a miss; spread over the library it touched a dozen pages. */
 #define AT_PATH_TEXT __attribute__((section("at_path_text")))
+/* Of the rest of the path, the interposed calls a server makes per request on a connection (its
+ * reads, writes and close, and the hand-off check of a tagged fd) on one page of their own
+ * (shim/start.ld): in two halves they cost every tagged read or write a second page. */
+#define AT_PATH_IO __attribute__((hot, section("at_path_io")))
 /* The core of that path, first on its pages (shim/start.ld): what every hooked call runs (the stub
  * and its return, the hook logic, payload, the activity engine's held Start and Stop and the event
  * write). */

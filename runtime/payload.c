@@ -4,11 +4,11 @@
 #include "saferead.h"
 #include "trace.h"
 
-AT_PATH_EVENT void at_payload_u32(at_payload *pl, uint32_t v) { at_payload_put(pl, &v, 4); }
-AT_PATH_EVENT void at_payload_u64(at_payload *pl, uint64_t v) { at_payload_put(pl, &v, 8); }
-AT_PATH_EVENT void at_payload_i32(at_payload *pl, int32_t v) { at_payload_put(pl, &v, 4); }
-AT_PATH_EVENT void at_payload_i64(at_payload *pl, int64_t v) { at_payload_put(pl, &v, 8); }
-AT_PATH_EVENT void at_payload_guid(at_payload *pl, const at_guid *g)
+AT_PATH_ACT void at_payload_u32(at_payload *pl, uint32_t v) { at_payload_put(pl, &v, 4); }
+AT_PATH_ACT void at_payload_u64(at_payload *pl, uint64_t v) { at_payload_put(pl, &v, 8); }
+AT_PATH_ACT void at_payload_i32(at_payload *pl, int32_t v) { at_payload_put(pl, &v, 4); }
+AT_PATH_ACT void at_payload_i64(at_payload *pl, int64_t v) { at_payload_put(pl, &v, 8); }
+AT_PATH_ACT void at_payload_guid(at_payload *pl, const at_guid *g)
 {
     static const at_guid zero;
     at_payload_put(pl, g ? g : &zero, 16);

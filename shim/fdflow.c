@@ -232,7 +232,7 @@ static void report_ambiguous(at_fd_slot *s, int fd, const at_activity *tag, cons
     at_shim_event(at_ev.fd_ambiguous, buf, (uint32_t)(pl.p - buf));
 }
 
-AT_NOINLINE AT_HOT_FN static void fd_io_slow(at_fd_slot *s, int fd)
+AT_NOINLINE AT_PATH_IO static void fd_io_slow(at_fd_slot *s, int fd)
 {
     if (!at_on() || at_internal) /* the shim's own I/O hands nothing over */
         return;
@@ -394,7 +394,7 @@ AT_HOT_FN static void fd_tag(int fd, tag_source source, bool accepted)
     errno = e;
 }
 
-AT_HOT_FN static void fd_untag(int fd)
+AT_PATH_IO static void fd_untag(int fd)
 {
     at_fd_slot *s = slot_of(fd);
     if (!s || !__atomic_load_n(&s->act, __ATOMIC_RELAXED))
@@ -471,7 +471,7 @@ AT_EXPORT AT_HOT_FN int connect(int fd, const struct sockaddr *addr, socklen_t l
     return r;
 }
 
-AT_EXPORT AT_HOT_FN int close(int fd)
+AT_EXPORT AT_PATH_IO int close(int fd)
 {
     if (at_fd_is_ours(fd) && !at_internal) {
         const char *n = at_object_name(__builtin_return_address(0));
@@ -502,7 +502,7 @@ AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
 }
 
 #define AT_IO1(ret, name, params, args, fd)                                                        \
-    AT_EXPORT AT_HOT_FN ret name params                                                            \
+    AT_EXPORT AT_PATH_IO ret name params                                                           \
     {                                                                                              \
         fd_io(fd);                                                                                 \
         return AT_REAL(name) args;                                                                 \

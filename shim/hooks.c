@@ -419,7 +419,8 @@ static inline void put_captures(at_payload *pl, const hk_pc *p, const uint64_t *
         put_captures_slow(pl, p, args, ret, have_ret, which);
 }
 
-AT_PATH_CORE static AT_NOINLINE bool when_test(const hk_pc *p, const uint64_t *args, uint64_t ret)
+/* apart from the core: a rule with a condition is the few (a pair's Start, once a connection) */
+AT_PATH_TEXT static AT_NOINLINE bool when_test(const hk_pc *p, const uint64_t *args, uint64_t ret)
 {
     if (!args && p->when_what != AT_HC_RETURN)
         return true;
@@ -671,7 +672,8 @@ static inline __attribute__((always_inline)) void hook_enter_tested(at_hook *h, 
     enter_rule(h, c, args, inline_plain);
 }
 
-AT_PATH_CORE void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
+/* the libffi wrappers' and the unwind personality's way in (the stubs inline it): apart from the core */
+AT_PATH_TEXT void at_hook_enter(at_hook *h, at_hook_call *c, uint64_t *args)
 {
     /* the hooks' own code (and all the shim's, at_internal) calls a configured function through
      * without recording: close in libelf, malloc in libunwind as a stack is taken */
@@ -872,7 +874,7 @@ static inline __attribute__((always_inline)) void hook_exit_inline(at_hook *h, a
     exit_rule(h, c, args, ret, status, inline_plain);
 }
 
-AT_PATH_CORE void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
+AT_PATH_TEXT void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args, uint64_t ret, int status)
 {
     hook_exit_inline(h, c, args, ret, status, false);
 }

@@ -357,6 +357,7 @@ static inline uint64_t *param_slot(const at_hook *h, int i, at_hook_regs *regs, 
 }
 
 int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump);
+int at_stub_enter_typed(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump);
 void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp);
 _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint64_t cls,
                                        struct _Unwind_Exception *ue, struct _Unwind_Context *ctx);
@@ -367,12 +368,21 @@ _Unwind_Reason_Code at_ret_personality(int version, _Unwind_Action actions, uint
 #if defined(__SANITIZE_ADDRESS__)
 #include "xstate.h"
 static int stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump);
+static int stub_enter_typed(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump);
 static void ret_exit(unsigned k, const uint64_t *rets, uint64_t bp);
 int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
 {
     at_xstate x;
     at_xstate_save(&x);
     int r = stub_enter(index, regs, slot, jump);
+    at_xstate_restore(&x);
+    return r;
+}
+int at_stub_enter_typed(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
+{
+    at_xstate x;
+    at_xstate_save(&x);
+    int r = stub_enter_typed(index, regs, slot, jump);
     at_xstate_restore(&x);
     return r;
 }
@@ -384,6 +394,7 @@ void at_ret_exit(unsigned k, const uint64_t *rets, uint64_t bp)
     at_xstate_restore(&x);
 }
 #define at_stub_enter stub_enter
+#define at_stub_enter_typed stub_enter_typed
 #define at_ret_exit ret_exit
 #define AT_STUB_LINKAGE static
 #else
@@ -446,8 +457,13 @@ AT_PATH_CORE static AT_NOINLINE void enter_only(at_hook *h, at_hook_regs *regs, 
         hook_enter_tested(h, &c, NULL, false);
 }
 
-/* 1: the call is recorded, *jump is C_k; 0: *jump is the original, straight */
-AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
+/* The stub's entry, one body for each kind of hook (stub_asm.S calls at_stub_enter_typed for a
+ * hook with a signature, at_stub_enter for the others): the typed path does not run past the plain
+ * rule's inline Start. 1: the call is recorded, *jump is C_k; 0: *jump is the original,
+ * straight. */
+static inline __attribute__((always_inline)) int stub_enter_body(unsigned index, at_hook_regs *regs,
+                                                                 uint64_t *slot, void **jump,
+                                                                 bool typed)
 {
     at_hook *h = *stub_slot(index);
     /* The shim's own call (the flusher's pwrite, libunwind's read through an entry-patched libc):
@@ -478,16 +494,27 @@ AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *reg
     /* not merged with the store above: a 16-bit constant comes from a data page of its own */
     __atomic_store_n(&c->done, 0, __ATOMIC_RELAXED);
     c->ret_ip = 0; /* an exit through the personality (an unwind) walks from where it is */
-    if (AT_LIKELY(!h->sig))
-        hook_enter_tested(h, c, NULL, true); /* hooks.c's at_hook_enter, inline (hookpath.c) */
-    else
+    if (typed)
         typed_enter(h, c, r->args, regs, slot + 1);
+    else
+        hook_enter_tested(h, c, NULL, true); /* hooks.c's at_hook_enter, inline (hookpath.c) */
     /* the return comes back through R_k (the stack taken above saw the real caller) */
     r->fn = h->orig;
     r->ra = *slot;
     *slot = ret_point(k);
     *jump = ret_call(k);
     return 1;
+}
+
+AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter(unsigned index, at_hook_regs *regs, uint64_t *slot, void **jump)
+{
+    return stub_enter_body(index, regs, slot, jump, false);
+}
+
+AT_PATH_CORE AT_STUB_LINKAGE int at_stub_enter_typed(unsigned index, at_hook_regs *regs,
+                                                     uint64_t *slot, void **jump)
+{
+    return stub_enter_body(index, regs, slot, jump, true);
 }
 
 /* The return of a call whose rule is plain: hooks.c's at_hook_exit with its plain path, inline
@@ -516,7 +543,8 @@ AT_PATH_CORE static AT_NOINLINE void ret_exit_other(unsigned k, ret_rec *r, at_h
         c->ret_ip = r->ra;
         c->ret_sp = (uint64_t)(uintptr_t)r->slot + 8;
         c->ret_bp = bp;
-        at_hook_exit(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED);
+        /* hooks.c's at_hook_exit, inline (hookpath.c) */
+        hook_exit_inline(h, c, h->sig ? r->args : NULL, v, AT_HOOK_RETURNED, false);
     }
     ret_done(k);
 }

@@ -6,8 +6,9 @@
  * where its caller put them. Only the return address changes:
  *   - a table of AT_STUB_MAX entry trampolines (one per hook: push the hook's index, jump to
  *     at_stub_common) means no code is generated at run time;
- *   - at_stub_common saves the caller's registers and flags and calls at_stub_enter, which records
- *     the call in return record k, keeps the real return address in its ra and puts the
+ *   - at_stub_common saves the caller's registers and flags and calls at_stub_enter (or, for a
+ *     hook with a signature, at_stub_enter_typed, after storing xmm0-7), which records the call in
+ *     return record k, keeps the real return address in its ra and puts the
  *     address of record k's return point R_k in its place. With every register and flag restored,
  *     it jumps to record k's call C_k, `call *fn` (record k's: the original function), placed so that
  *     the call pushes R_k exactly where the caller's return address was: the function sees its
@@ -15,7 +16,8 @@
  *   - R_k stores k below rsp and jumps to at_ret_common, which saves every general register and
  *     the flags the function returned with, puts the real return address back, calls at_ret_exit,
  *     restores everything and returns to the caller with `ret` (its call's prediction).
- * A call that is not recorded (the shim's own, or no record left) jumps straight to the original.
+ * A call that is not recorded (the shim's own, one whose rule has nothing to do at its return, or
+ * one that finds no record left) jumps straight to the original.
  * GCC's IPA register allocation lets a caller in the same file keep values in call-clobbered
  * registers the callee is known not to touch, so nothing the caller can observe may change: no
  * instruction between the caller's state and the restore of it relies on flags it has not saved
@@ -144,24 +146,15 @@ at_stub_common:
     movq %rax, REGS+48(%rsp)
     movq %r10, REGS+56(%rsp)
     movq %r11, R11(%rsp)
-    movl INDEX(%rbp), %eax
-    leaq at_stub_typed(%rip), %rdi
-    cmpb $0, (%rdi,%rax)
-    je 1f
-    movdqu %xmm0, REGS+64(%rsp)
-    movdqu %xmm1, REGS+80(%rsp)
-    movdqu %xmm2, REGS+96(%rsp)
-    movdqu %xmm3, REGS+112(%rsp)
-    movdqu %xmm4, REGS+128(%rsp)
-    movdqu %xmm5, REGS+144(%rsp)
-    movdqu %xmm6, REGS+160(%rsp)
-    movdqu %xmm7, REGS+176(%rsp)
-1:  movl %eax, %edi
+    movl INDEX(%rbp), %edi
     movq %rsp, %rsi                 /* regs (typed pointer arguments may be rewritten there) */
     leaq SLOT(%rbp), %rdx           /* the caller's return address; its stack arguments above */
     leaq INDEX(%rbp), %rcx          /* where to jump: C_k, or the original when not recorded */
+    leaq at_stub_typed(%rip), %rax
+    cmpb $0, (%rax,%rdi)
+    jne 3f
     call at_stub_enter
-    .cfi_remember_state
+1:  .cfi_remember_state
     testl %eax, %eax
     jz 2f
     /* recorded: the caller's state exactly (pointer arguments as the hook may have replaced them),
@@ -174,6 +167,7 @@ at_stub_common:
     .cfi_def_cfa_offset 0
     jmp *-16(%rsp)
 2:  .cfi_restore_state
+    .cfi_remember_state
     /* not recorded: as the caller left everything, into the original */
     RESTORE_CALLER
     movq %rbp, %rsp
@@ -182,6 +176,19 @@ at_stub_common:
     leaq 8(%rsp), %rsp
     .cfi_def_cfa_offset 8
     jmp *-8(%rsp)
+3:  .cfi_restore_state
+    /* a typed hook: its floating-point arguments too, and its own entry (the untyped one keeps
+     * the plain rule's inline Start, which a typed call never runs) */
+    movdqu %xmm0, REGS+64(%rsp)
+    movdqu %xmm1, REGS+80(%rsp)
+    movdqu %xmm2, REGS+96(%rsp)
+    movdqu %xmm3, REGS+112(%rsp)
+    movdqu %xmm4, REGS+128(%rsp)
+    movdqu %xmm5, REGS+144(%rsp)
+    movdqu %xmm6, REGS+160(%rsp)
+    movdqu %xmm7, REGS+176(%rsp)
+    call at_stub_enter_typed
+    jmp 1b
     .cfi_endproc
     .size at_stub_common, . - at_stub_common
 
