@@ -32,11 +32,11 @@
 #define MAX_CODE 6
 #define MAX_DATA 11
 /* The shim's instructions in one iteration (the three hooked calls, their events, the interposed
- * calls). Measured: 1,619; 2,022 while a call with nothing to do at its return (the close: the
+ * calls). Measured: 1,586; 2,022 while a call with nothing to do at its return (the close: the
  * Connection's Stop is made at its entry) still went through a return record, and an event written
- * at the return still ran the hook logic at the entry. Without the close, 1,378 (1,460 then; 1,713
- * before the captures were written as words and the stub converted only the parameters the rule
- * reads; 2,048 before the path was laid out by page). */
+ * at the return still ran the hook logic at the entry. The loop without the open and close: 1,460
+ * then; 1,713 before the captures were written as words and the stub converted only the parameters
+ * the rule reads; 2,048 before the path was laid out by page. */
 #define MAX_INSNS 1700
 /* The cache lines of data besides the stack (each a miss when the kernel's work between two calls
  * evicted it). Measured: 45, 36 of them without the close: per call its rule (one line), its probe
@@ -47,11 +47,11 @@
  * rules and probes were aligned with their hot fields first. */
 #define MAX_DATA_LINES 47
 /* The cache lines of the shim's code each call runs on, summed over the iteration's calls (a line
- * two calls run is a miss for each: between them the kernel's work evicts it). Measured: 133; 181
+ * two calls run is a miss for each: between them the kernel's work evicts it). Measured: 131; 181
  * while the close took a return record, an event at the return ran the hook logic at the entry, the
  * payload's copy branched to code placed after the writer's return, a rule without a condition
- * called the test of one and a typed call's entry ran in the body that inlines a plain rule's
- * Start. Where blocks fall moves a
+ * called the test of one, a typed call's entry ran in the body that inlines a plain rule's
+ * Start and a read or write on the connection the thread had adopted called the hand-off check. Where blocks fall moves a
  * few lines with any change to the path's code: slack for that. */
 #define MAX_CODE_LINES 142
 
