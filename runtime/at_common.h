@@ -146,22 +146,18 @@ static inline void at_copy_small(void *dst, const void *src, size_t n)
         __builtin_memcpy(d + n - 8, &b, 8);
         return;
     }
-    if (n >= 8 && n <= 32) {
+    if (n >= 8 && n <= 32) { /* 17..32: one or two 8-byte moves, then the last 9..16 as above (the
+                              * common case keeps its own copy of those moves, straight) */
         uint64_t a, b;
-        while (n > 16) { /* 17..32: one or two 8-byte moves, then the last 16 below */
+        while (n > 16) {
             __builtin_memcpy(&a, s, 8);
             __builtin_memcpy(d, &a, 8);
             s += 8, d += 8, n -= 8;
         }
-        if (n > 8) { /* 9..16: two overlapping 8-byte moves */
-            __builtin_memcpy(&a, s, 8);
-            __builtin_memcpy(&b, s + n - 8, 8);
-            __builtin_memcpy(d, &a, 8);
-            __builtin_memcpy(d + n - 8, &b, 8);
-        } else {
-            __builtin_memcpy(&a, s, 8);
-            __builtin_memcpy(d, &a, 8);
-        }
+        __builtin_memcpy(&a, s, 8);
+        __builtin_memcpy(&b, s + n - 8, 8);
+        __builtin_memcpy(d, &a, 8);
+        __builtin_memcpy(d + n - 8, &b, 8);
         return;
     }
     if (n >= 4 && n < 8) {
