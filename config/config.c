@@ -171,9 +171,11 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         }
     }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_HOOK_WRAPPER")) && *v) {
-        rc = parse_word("ACTTRACE_HOOK_WRAPPER", v, "stub|ffi", &w, err, errlen);
-        if (rc == 0)
-            c->hook_wrapper_ffi = w == 1;
+        rc = parse_word("ACTTRACE_HOOK_WRAPPER", v, "direct|stub|ffi", &w, err, errlen);
+        if (rc == 0) {
+            c->hook_wrapper_stub = w == 1;
+            c->hook_wrapper_ffi = w == 2;
+        }
     }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_SAMPLE_HZ")) && *v) {
         rc = parse_uint("ACTTRACE_SAMPLE_HZ", v, AT_SAMPLE_HZ_MAX, &x, err, errlen);

@@ -38,8 +38,11 @@ typedef struct at_config {
                                umask (0 = the default, 0600) */
     bool symbols;           /* ACTTRACE_SYMBOLS=0|1|methods: symbol rundown in the file (default 1,
                                Universal.System events; 0 none) */
-    bool hook_wrapper_ffi;  /* ACTTRACE_HOOK_WRAPPER=stub|ffi: what serves a typed hook on a GOT slot
-                               (default stub; ffi: a libffi closure, for comparison) */
+    bool hook_wrapper_ffi;  /* ACTTRACE_HOOK_WRAPPER=direct|stub|ffi: what serves a typed hook on a
+                               GOT slot (default direct: the shim's interposer of the function when
+                               it has one and the rule allows, else the stub; stub: always the stub;
+                               ffi: a libffi closure; both for comparison) */
+    bool hook_wrapper_stub;
     unsigned sample_hz;     /* ACTTRACE_SAMPLE_HZ: CPU samples per second of each thread's CPU time,
                                with its stack and current activity (0 = off, the default; at most
                                10000, and the kernel's tick bounds the rate it delivers) */

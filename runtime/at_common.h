@@ -33,6 +33,9 @@
  * reads, writes and close, and the hand-off check of a tagged fd) on one page of their own
  * (shim/start.ld): in two halves they cost every tagged read or write a second page. */
 #define AT_PATH_IO __attribute__((hot, section("at_path_io")))
+/* An interposer's own run of a rule on its function (shim/fdflow.c, AT_DIRECT_FN): right after the
+ * core and the event write it calls (shim/start.ld). */
+#define AT_PATH_DIRECT __attribute__((hot, section("at_path_direct")))
 /* The core of that path, first on its pages (shim/start.ld): what every hooked call runs (the stub
  * and its return, the hook logic, payload, the activity engine's held Start and Stop and the event
  * write). */
@@ -63,7 +66,8 @@
 #define AT_START_BSS_2 __attribute__((section(".bss.at_start.2")))
 #define AT_START_BSS_3 __attribute__((section(".bss.at_start.3")))
 /* The runtime's words every event reads (at_rt_hot), on the page of the shim's interposers' state
- * (shim/real.c at_hot; shim/start.ld at_hot_bss): one page for both. */
+ * (shim/real.c at_hot; shim/start.ld at_hot_bss): one page for both. The hook logic's own words every
+ * call reads (the errno offset, the stack depth) and the interposers' hooks are there too. */
 #define AT_HOT_PAGE_RT __attribute__((section(".bss.at_hot.2")))
 /* The variables every hooked call reads (the stub's tables, the hooks' settings), together on one
  * page (shim/start.ld): _1 first, then _2. */

@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "hook/hook.h"
 #include "real.h"
 #include "shim.h"
 
@@ -451,40 +452,140 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
     return true;
 }
 
-AT_EXPORT AT_HOT_FN int accept(int fd, struct sockaddr *addr, socklen_t *len)
+/* ---------------- a config's rule on an interposed function ---------------- */
+
+/* The arguments as the registers held them (hook.h: at_direct_enter): integers extended as the
+ * conversion to 64 bits does, pointers as addresses. */
+#define AT_U64(x) ((uint64_t)(uintptr_t)(x))
+#define AT_RAW1(a) AT_U64(a)
+#define AT_RAW2(a, ...) AT_U64(a), AT_RAW1(__VA_ARGS__)
+#define AT_RAW3(a, ...) AT_U64(a), AT_RAW2(__VA_ARGS__)
+#define AT_RAW4(a, ...) AT_U64(a), AT_RAW3(__VA_ARGS__)
+#define AT_RAW5(a, ...) AT_U64(a), AT_RAW4(__VA_ARGS__)
+#define AT_RAW6(a, ...) AT_U64(a), AT_RAW5(__VA_ARGS__)
+#define AT_RAW7(a, ...) AT_U64(a), AT_RAW6(__VA_ARGS__)
+#define AT_NARGS_(a, b, c, d, e, f, g, n, ...) n
+#define AT_NARGS(...) AT_NARGS_(__VA_ARGS__, 7, 6, 5, 4, 3, 2, 1, 0)
+#define AT_RAW_CAT(n) AT_RAW##n
+#define AT_RAW_N(n) AT_RAW_CAT(n)
+#define AT_RAW(...) AT_RAW_N(AT_NARGS(__VA_ARGS__))(__VA_ARGS__)
+
+/* An interposer with a rule on it (at_hot.direct) goes on here, by a tail call (a jump: the
+ * arguments and the return address are its caller's; test_harm_stub checks it in the shim's
+ * disassembly), so that the interposer's own path keeps no frame: the rule's entry where the stub's
+ * would run (before the interposer's own work), the real function, the interposer's work after it
+ * (post, which may read r_), and the rule's return, in the order a call through a GOT slot holding
+ * the stub ran them. frame: this function's, whose return address is the program's. */
+#define AT_DIRECT_FN(ret, name, params, args, pre, post)                                           \
+    static AT_NOINLINE AT_PATH_DIRECT ret name##_direct params                                     \
+    {                                                                                              \
+        uint64_t raw_[8] = {AT_RAW args};                                                          \
+        at_direct_call d_;                                                                         \
+        bool x_ = at_direct_enter(AT_DIRECT_##name, &d_, raw_,                                     \
+                                  (uint64_t *)__builtin_frame_address(0));                         \
+        pre;                                                                                       \
+        ret r_ = AT_REAL(name) args;                                                               \
+        post;                                                                                      \
+        if (x_)                                                                                    \
+            at_direct_exit(&d_, (uint64_t)(int64_t)r_);                                            \
+        return r_;                                                                                 \
+    }
+/* An interposer that may go on to its AT_DIRECT_FN: the tail call made at every optimisation level
+ * (the sanitizer build's -O1 makes none of its own) */
+#define AT_TAIL __attribute__((optimize("optimize-sibling-calls")))
+#define AT_DIRECT(name, args)                                                                      \
+    do {                                                                                           \
+        if (AT_UNLIKELY(__atomic_load_n(&at_hot.direct, __ATOMIC_RELAXED) & AT_DIRECT_BIT(name)))  \
+            return name##_direct args;                                                             \
+    } while (0)
+
+/* hooks.c: may the rule on name be run by the shim's interposer of it? The interposer's index, its
+ * address (what dlsym finds for name ahead of the library's) and the real function's; -1 when the
+ * shim does not interpose name. */
+int at_fdflow_direct_index(const char *name, void **self, void **real)
 {
+#define AT_DIRECT_NAME(fn)                                                                         \
+    if (!strcmp(name, #fn)) {                                                                      \
+        *self = (void *)fn;                                                                        \
+        *real = (void *)AT_REAL(fn);                                                               \
+        return AT_DIRECT_##fn;                                                                     \
+    }
+    AT_DIRECT_LIST(AT_DIRECT_NAME)
+#undef AT_DIRECT_NAME
+    return -1;
+}
+
+AT_DIRECT_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
+             fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
+AT_EXPORT AT_HOT_FN AT_TAIL int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    AT_DIRECT(accept, (fd, addr, len));
     fd_wait(); /* accept blocks for the next connection: a wait point of its own */
     int r = AT_REAL(accept)(fd, addr, len);
     fd_tag(r, SRC_ACCEPT, true);
     return r;
 }
 
-AT_EXPORT AT_HOT_FN int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+AT_DIRECT_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
+             (fd, addr, len, flags), fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
+AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
+    AT_DIRECT(accept4, (fd, addr, len, flags));
     fd_wait();
     int r = AT_REAL(accept4)(fd, addr, len, flags);
     fd_tag(r, SRC_ACCEPT, true);
     return r;
 }
 
-AT_EXPORT AT_HOT_FN int connect(int fd, const struct sockaddr *addr, socklen_t len)
+/* a non-blocking connect in progress is as much a connection of this activity */
+#define CONNECT_TAG(r, fd)                                                                         \
+    do {                                                                                           \
+        if ((r) == 0 || errno == EINPROGRESS)                                                      \
+            fd_tag(fd, SRC_CONNECT, false);                                                        \
+    } while (0)
+
+AT_DIRECT_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
+             (void)0, CONNECT_TAG(r_, fd))
+AT_EXPORT AT_HOT_FN AT_TAIL int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
+    AT_DIRECT(connect, (fd, addr, len));
     int r = AT_REAL(connect)(fd, addr, len);
-    /* a non-blocking connect in progress is as much a connection of this activity */
-    if (r == 0 || errno == EINPROGRESS)
-        fd_tag(fd, SRC_CONNECT, false);
+    CONNECT_TAG(r, fd);
     return r;
 }
 
-AT_EXPORT AT_PATH_IO int close(int fd)
+/* close's own work before the real close (ra: its caller); true: the fd is the shim's, the
+ * program never had it */
+static inline bool close_ours(int fd, const void *ra)
 {
     if (at_fd_is_ours(fd) && !at_internal) {
-        const char *n = at_object_name(__builtin_return_address(0));
+        const char *n = at_object_name(ra);
         if (!n || strncmp(n, "libunwind", 9) != 0)
-            return 0; /* the shim's own: the program never had it (fdguard.c) */
+            return true; /* the shim's own: the program never had it (fdguard.c) */
         at_unw_fds[at_unw_fds[1] == fd] = -1; /* libunwind remaking its pipe */
     }
     fd_untag(fd); /* before the number can be reused by another thread's accept */
+    return false;
+}
+
+/* close with a rule on it (AT_DIRECT_FN's way: frame[1] is the program's return address) */
+static AT_NOINLINE AT_PATH_DIRECT int close_direct(int fd)
+{
+    uint64_t *frame = (uint64_t *)__builtin_frame_address(0);
+    uint64_t raw = AT_U64(fd);
+    at_direct_call d;
+    bool x = at_direct_enter(AT_DIRECT_close, &d, &raw, frame);
+    int r = close_ours(fd, (const void *)(uintptr_t)frame[1]) ? 0 : AT_REAL(close)(fd);
+    if (x)
+        at_direct_exit(&d, (uint64_t)(int64_t)r);
+    return r;
+}
+
+AT_EXPORT AT_PATH_IO AT_TAIL int close(int fd)
+{
+    AT_DIRECT(close, (fd));
+    if (close_ours(fd, __builtin_return_address(0)))
+        return 0;
     return AT_REAL(close)(fd);
 }
 
@@ -506,9 +607,12 @@ AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
     return AT_REAL(dup3)(from, to, flags);
 }
 
+
 #define AT_IO1(ret, name, params, args, fd)                                                        \
-    AT_EXPORT AT_PATH_IO ret name params                                                           \
+    AT_DIRECT_FN(ret, name, params, args, fd_io(fd), (void)0)                                      \
+    AT_EXPORT AT_PATH_IO AT_TAIL ret name params                                                   \
     {                                                                                              \
+        AT_DIRECT(name, args);                                                                     \
         fd_io(fd);                                                                                 \
         return AT_REAL(name) args;                                                                 \
     }
@@ -578,22 +682,28 @@ AT_IO1(ssize_t, __recvfrom_chk,
        (fd, b, n, bl, f, a, l), fd)
 
 /* Two fds: the socket is usually the output of sendfile and either end of splice. */
-AT_EXPORT AT_HOT_FN ssize_t sendfile(int out, int in, off_t *off, size_t n)
+AT_DIRECT_FN(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n), (fd_io(out), fd_io(in)), (void)0)
+AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
+    AT_DIRECT(sendfile, (out, in, off, n));
     fd_io(out);
     fd_io(in);
     return AT_REAL(sendfile)(out, in, off, n);
 }
 
-AT_EXPORT AT_HOT_FN ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
+AT_DIRECT_FN(ssize_t, sendfile64, (int out, int in, off64_t *off, size_t n), (out, in, off, n), (fd_io(out), fd_io(in)), (void)0)
+AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
 {
+    AT_DIRECT(sendfile64, (out, in, off, n));
     fd_io(out);
     fd_io(in);
     return AT_REAL(sendfile64)(out, in, off, n);
 }
 
-AT_EXPORT AT_HOT_FN ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f)
+AT_DIRECT_FN(ssize_t, splice, (int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f), (in, oin, out, oout, n, f), (fd_io(in), fd_io(out)), (void)0)
+AT_EXPORT AT_HOT_FN AT_TAIL ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f)
 {
+    AT_DIRECT(splice, (in, oin, out, oout, n, f));
     fd_io(in);
     fd_io(out);
     return AT_REAL(splice)(in, oin, out, oout, n, f);

@@ -239,7 +239,7 @@ static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a 
 static AT_TLS bool hk_adopting;
 
 /* Stacks: the program's frames only (stacks.c drops the hook machinery's, wherever it stands). */
-static unsigned hk_depth AT_PATH_BSS_1;
+static unsigned hk_depth AT_HOT_PAGE_RT; /* beside at_rt_hot, which every event reads */
 
 /* The hooked function fn is the leaf (it has no frame of its own yet at entry, none left at
  * return), then its callers. */
@@ -574,7 +574,7 @@ AT_PATH_ACT static uint64_t key_of(const hk_pc *p, const uint64_t *args, uint64_
  * into libc, twice per hooked call otherwise, and glibc's errno is initial-exec TLS, at the same
  * offset in every thread. (A clone(CLONE_VM) child without a thread pointer of its own shares the
  * thread's TLS, errno included, so the offset is right for it too.) */
-static long hk_errno_off AT_PATH_BSS_1;
+static long hk_errno_off AT_HOT_PAGE_RT; /* likewise */
 static inline int errno_get(void)
 {
     int v;
@@ -1000,6 +1000,39 @@ static const char *hook_version(const at_resolved *r)
     return r->version[0] ? r->version : r->defver;
 }
 
+int at_fdflow_direct_index(const char *name, void **self, void **real); /* fdflow.c */
+
+/* A function the shim interposes itself (real.h: AT_DIRECT_LIST), named so that modules bind to the
+ * interposer (no lib!, no version): the rule runs in the interposer (hook.h: at_direct_call), and
+ * every GOT slot importing the name leads there (those bound elsewhere or not yet bound are set to
+ * it). Not when another hook on the function holds its slots, or the rule needs the stub. */
+static bool install_direct(probe *pr)
+{
+    at_hook *h = &pr->hook;
+    void *self, *real;
+    int i = at_fdflow_direct_index(h->text->res.sym, &self, &real);
+    if (i < 0 || at_cfg.hook_wrapper_stub || at_cfg.hook_wrapper_ffi || !at_direct_ok(h) ||
+        at_direct_hooks[i] || call_target(&h->text->res, h->text->spec) != self)
+        return false;
+    for (int k = 0; k < hk_nprobes; k++) {
+        at_hook *o = &hk_probes[k].hook;
+        if (o != h && o->tier == 1 && !strcmp(o->text->res.sym, h->text->res.sym))
+            return false;
+    }
+    char why[256] = "";
+    const char *ver = hook_version(&h->text->res);
+    int n = at_got_patch(h->text->res.sym, ver, NULL, NULL, 0);
+    if (at_got_patch(h->text->res.sym, ver, self, why, sizeof why) < 0 || why[0])
+        return false; /* a slot could not be rewritten: the stub's way reports it */
+    h->orig = real;
+    h->wrapper = self;
+    h->nslots = n;
+    h->tier = 1;
+    __atomic_store_n(&at_direct_hooks[i], h, __ATOMIC_RELEASE);
+    __atomic_fetch_or(&at_hot.direct, 1ull << i, __ATOMIC_RELEASE);
+    return true;
+}
+
 static void install(probe *pr)
 {
     at_hook *h = &pr->hook;
@@ -1039,6 +1072,8 @@ static void install(probe *pr)
      * call code and the call interface on pages of their own at every call (between two system calls
      * of a real server all of them cold: about three times the stub's cost per call). libffi serves
      * a typed GOT hook only when the stubs run out. */
+    if (got && install_direct(pr))
+        return;
     bool ffi = got && h->sig && !pr->alias_of;
     if (!h->wrapper && (!ffi || !at_cfg.hook_wrapper_ffi || at_ffi_make(h, why, sizeof why) != 0) &&
         at_stub_make(h) != 0) {

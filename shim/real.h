@@ -38,7 +38,7 @@ int epoll_pwait2(int epfd, struct epoll_event *ev, int maxev, const struct times
 
 /* X(name): every interposed function. In at_hot (below) one after the other: the calls a server
  * makes per request first, so that a request's interposed I/O reads one or two lines of them (the
- * first six share the line of shim_on and the fd table). */
+ * first five share the line of shim_on, the fd table and the direct hooks' bits). */
 #define AT_REAL_LIST(X)                                                                            \
     X(read) X(write) X(recv) X(send) X(writev) X(readv)                                            \
     X(recvfrom) X(sendto) X(recvmsg) X(sendmsg) X(close) X(pread64) X(pwrite64) X(sendfile64)      \
@@ -78,16 +78,38 @@ typedef struct at_fd_slot {
  * untagged read() path touched four (its code, two pages of variables and the fd table), ~15 ns
  * each on this VM. */
 #define AT_FD_LOW 48
+
+/* X(name): the interposed calls that run a config's rule themselves when the rule hooks the very
+ * function they interpose (hooks.c decides, once per hook): the hooked call is then this C function
+ * around the real one, with no stub, no register save and no return trampoline (hook/stub.c,
+ * at_direct_enter). The calls a server makes per request first. */
+#define AT_DIRECT_LIST(X)                                                                          \
+    X(read) X(write) X(recv) X(send) X(writev) X(readv) X(recvfrom) X(sendto) X(recvmsg)           \
+    X(sendmsg) X(close) X(pread64) X(pwrite64) X(sendfile64) X(accept4) X(accept) X(pread)         \
+    X(pwrite) X(sendfile) X(preadv) X(pwritev) X(preadv2) X(pwritev2) X(recvmmsg) X(sendmmsg)      \
+    X(splice) X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__recv_chk) X(__recvfrom_chk)       \
+    X(connect)
+enum at_direct_index {
+#define AT_DIRECT_ENUM(fn) AT_DIRECT_##fn,
+    AT_DIRECT_LIST(AT_DIRECT_ENUM)
+#undef AT_DIRECT_ENUM
+    AT_DIRECT_N
+};
+#define AT_DIRECT_BIT(fn) (1ull << AT_DIRECT_##fn)
+
 typedef struct at_hot_page {
     int shim_on;                /* 0 until the constructor succeeded (shim.h: at_on) */
     int fd_max;                 /* fds below it have a slot (0: no table yet) */
     at_fd_slot *fd_tab;         /* slots of fds from AT_FD_LOW up (index: the fd; the entries
                                  * below AT_FD_LOW are never touched) */
+    uint64_t direct;            /* AT_DIRECT_BIT(fn): a rule hooks fn, run by its interposer */
     at_real_fns real;
     at_fd_slot fd_low[AT_FD_LOW];
 } at_hot_page;
 extern at_hot_page at_hot;
 #define at_real (at_hot.real)
+
+_Static_assert(AT_DIRECT_N <= 64, "at_hot.direct has a bit for each");
 
 /* Resolve every pointer (constructor). */
 void at_real_init(void);

@@ -153,6 +153,31 @@ uint64_t at_stub_f32_bits_to_f64(uint32_t f);
 /* Give h a libffi closure built from h->sig. 0 or -1 with why. */
 int at_ffi_make(at_hook *h, char *why, size_t n);
 
+/* ---------------- direct: the shim's own interposer runs the rule ---------------- */
+
+/* A hook on a function the shim interposes anyway (shim/real.h, AT_DIRECT_LIST: the reads, writes,
+ * close and accept a server makes per request): the modules' GOT slots lead to the interposer, which
+ * runs the rule around the real function itself, with its C arguments, instead of a stub doing it
+ * from saved registers around a return trampoline. Only for rules that keep nothing open across
+ * the call (at_hook.enter_noop or exit_noop: an unwind through it, such as a thread's
+ * cancellation, leaves nothing to close) and whose signature has its parameters read in general
+ * registers (at most six, no floating point). State kept on the interposer's frame: */
+typedef struct at_direct_call {
+    at_hook *h;      /* NULL: nothing to do at the return */
+    at_hook_call c;
+    uint64_t args[AT_SIG_MAX_PARAMS];
+} at_direct_call;
+/* Can h be run by its function's interposer? (Computes where its parameters are, as at_stub_make.) */
+bool at_direct_ok(at_hook *h);
+/* The hook run by interposer idx (AT_DIRECT_*), NULL for none; set once it is complete. */
+extern at_hook *at_direct_hooks[];
+/* The call's entry: raw are its arguments as the registers held them (integers extended), frame
+ * the interposer's frame (__builtin_frame_address(0): the caller's rbp, then its return address).
+ * false when nothing is to be done at the return (d->h NULL). Keeps errno. */
+bool at_direct_enter(unsigned idx, at_direct_call *d, const uint64_t *raw, uint64_t *frame);
+/* Its return, with the function's return value (extended to 64 bits). Keeps errno. */
+void at_direct_exit(at_direct_call *d, uint64_t ret);
+
 /* ---------------- installing ---------------- */
 
 /* Rewrite every GOT slot importing sym (of that version, when one is given and the module's import

@@ -29,6 +29,10 @@ uint8_t at_stub_typed[AT_STUB_MAX] __attribute__((visibility("hidden"))) AT_PATH
 static at_hook *at_stub_near[STUB_NEAR] AT_PATH_BSS_2;
 static at_hook *at_stub_far[AT_STUB_MAX - STUB_NEAR];
 static int at_stub_used;
+/* hook.h: the hook each interposer runs itself (real.h's AT_DIRECT_LIST order), on the page of the
+ * interposers' own state (the interposer read its bit there) and of at_rt_hot (the event reads it):
+ * such a call reads nothing of the stub's tables */
+at_hook *at_direct_hooks[AT_DIRECT_N] __attribute__((visibility("hidden"))) AT_HOT_PAGE_RT;
 
 static inline at_hook **stub_slot(unsigned index)
 {
@@ -559,6 +563,73 @@ AT_PATH_CORE AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, 
         return ret_exit_plain(k, h, &r->c, rets[0]);
     }
     return ret_exit_other(k, r, h, rets, bp);
+}
+
+/* ---------------- the interposer's own hooked call (hook.h: at_direct_call) ---------------- */
+
+/* The parameters the rule reads: all of them, or the leading ones it names (at_hook.args_read). */
+static inline int params_read(const at_hook *h)
+{
+    int n = h->nparams;
+    if (h->args_read && h->args_read - 1 < n)
+        n = h->args_read - 1;
+    return n;
+}
+
+bool at_direct_ok(at_hook *h)
+{
+    slots_plan(h);
+    /* a rule that opens something at the entry and closes it at the return needs the return
+     * record's personality should an unwind go through the call; one that replaces arguments
+     * rewrites registers the stub restores */
+    if (!h->sig || h->sets_args || !(h->enter_noop || h->exit_noop))
+        return false;
+    if (h->ret_type == AT_CT_F32 || h->ret_type == AT_CT_F64)
+        return false;
+    for (int i = 0, n = params_read(h); i < n; i++)
+        if (h->arg_slot[i] >= 6) /* a floating-point register or the stack */
+            return false;
+    return true;
+}
+
+AT_PATH_CORE AT_NOINLINE bool at_direct_enter(unsigned idx, at_direct_call *d, const uint64_t *raw,
+                                              uint64_t *frame)
+{
+    at_hook *h = __atomic_load_n(&at_direct_hooks[idx], __ATOMIC_ACQUIRE);
+    d->h = NULL;
+    /* the shim's own call (the flusher's, libunwind's): the real function, nothing recorded */
+    if (AT_UNLIKELY(at_internal != 0 || !h))
+        return false;
+    at_hook_call *c = &d->c;
+    /* the caller as the stub sees it: its return slot is the interposer's (frame + 1); a stack,
+     * at either end, starts from the caller (its return address, its stack pointer past the
+     * return slot, its rbp, which the interposer's frame keeps) */
+    c->act = NULL;
+    c->sp = call_sp(frame + 1);
+    c->started = 0;
+    __atomic_store_n(&c->done, 0, __ATOMIC_RELAXED); /* as stub_enter_body: no 16-bit constant */
+    c->ret_ip = frame[1];
+    c->ret_sp = (uint64_t)(uintptr_t)(frame + 2);
+    c->ret_bp = frame[0];
+    for (int i = 0, n = params_read(h); i < n; i++)
+        d->args[i] = from_slot(ptype(h, i), raw[h->arg_slot[i]]);
+    if (AT_LIKELY(h->enter_noop)) {
+        if (AT_UNLIKELY(hk_nlive > 0)) /* calls a longjmp left may be over */
+            hook_enter_tested(h, c, d->args, false);
+    } else {
+        hook_enter_tested(h, c, d->args, false);
+    }
+    if (h->exit_noop)
+        return false;
+    d->h = h;
+    return true;
+}
+
+AT_PATH_CORE AT_NOINLINE void at_direct_exit(at_direct_call *d, uint64_t ret)
+{
+    at_hook *h = d->h;
+    hook_exit_inline(h, &d->c, d->args, from_slot((at_ctype)h->ret_type, ret), AT_HOOK_RETURNED,
+                     false);
 }
 
 /* An exception (or pthread_exit's forced unwind) goes through a hooked call: its Stop, and the

@@ -314,6 +314,47 @@ START_TEST(test_hook_code_is_vector_free)
 }
 END_TEST
 
+/* An interposer that runs a config's rule on its own function goes on to that run (X_direct, in
+ * shim/fdflow.c) by a jump, in every build (the sanitizer build included): that function takes the
+ * program's return address and frame from its own frame (a stack starts from the caller, a longjmp
+ * is told by the caller's stack pointer), which a call from the interposer would make the
+ * interposer's. */
+START_TEST(test_interposers_jump_to_direct)
+{
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "objdump -d --no-show-raw-insn '%s' 2>/dev/null", at_shim_path());
+    FILE *p = popen(cmd, "r");
+    ck_assert(p);
+    regex_t ref;
+    ck_assert(!regcomp(&ref, "\\b(call|jmp)[a-z]*[ \t]+[0-9a-f]+ <([a-z_0-9]+)_direct>", REG_EXTENDED));
+    char line[1024], fn[512] = "", bad[1500] = "";
+    size_t nb = 0;
+    unsigned jumps = 0;
+    while (fgets(line, sizeof line, p)) {
+        unsigned long long a;
+        char name[512];
+        regmatch_t m[3];
+        if (sscanf(line, "%llx <%511[^>]>:", &a, name) == 2)
+            snprintf(fn, sizeof fn, "%s", name);
+        else if (!regexec(&ref, line, 3, m, 0)) {
+            char target[256];
+            snprintf(target, sizeof target, "%.*s", (int)(m[2].rm_eo - m[2].rm_so), line + m[2].rm_so);
+            if (strcmp(target, fn) || !strncmp(fn, "at_", 3))
+                continue; /* a name that merely ends so (the shim's at_hk_dlopen_direct) */
+            if (!strncmp(line + m[1].rm_so, "jmp", 3))
+                jumps++;
+            else if (nb < sizeof bad)
+                nb += (size_t)snprintf(bad + nb, sizeof bad - nb, "\n  %s calls %s_direct", fn, fn);
+        }
+    }
+    pclose(p);
+    regfree(&ref);
+    /* the calls real.h's AT_DIRECT_LIST names */
+    ck_assert_msg(jumps >= 32, "only %u interposers jump to their run of a rule", jumps);
+    ck_assert_msg(!nb, "an interposer calls its run of a rule rather than jumping to it:%s", bad);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("harm_stub");
@@ -323,6 +364,7 @@ int main(void)
     tcase_add_test(tc, test_registers);
     tcase_add_test(tc, test_errno);
     tcase_add_test(tc, test_hook_code_is_vector_free);
+    tcase_add_test(tc, test_interposers_jump_to_direct);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

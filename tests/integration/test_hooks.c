@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "at_testlib.h"
+#include "at_tracegen.h"
 
 static char *data_path(const char *name)
 {
@@ -925,6 +926,137 @@ START_TEST(test_missing_symbol)
 }
 END_TEST
 
+/* hk_io traced with io.conf under wrapper; returns its dump's acttrace/ event lines with what differs
+ * from run to run taken out (the time, the thread, the pid in each activity id's checksum)
+ * (malloc'd). The program's output must equal the untraced run's. */
+static char *io_run(const char *wrapper, const char *untraced_out)
+{
+    char *conf = data_path("io.conf"), env0[4200], env1[64];
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    snprintf(env1, sizeof env1, "ACTTRACE_HOOK_WRAPPER=%s", wrapper);
+    const char *env[] = {env0, env1, NULL};
+    const char *argv[] = {"hk_io", NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run(&s, "hookio", argv, env), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s: %s", wrapper,
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, untraced_out);
+    /* every rule hooked where the program imports the call (read with its alias __read_chk) */
+    ck_assert_msg(strstr(s.r.err, "acttrace: 6 of 6 functions hooked (6 GOT, 0 entry)"), "%s", s.r.err);
+    at_run_result r;
+    const char *args[] = {"dump", s.t.path, NULL};
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    ck_assert_msg(r.exited && r.status == 0, "dump: %s", r.err);
+    size_t cap = strlen(r.out) + 1, n = 0;
+    char *out = malloc(cap);
+    for (const char *l = r.out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *ev = strstr(l, "acttrace/"), *eol = strchr(l, '\n');
+        if (!ev || (eol && ev > eol))
+            continue;
+        /* "acttrace/NAME OPCODE act=GUID PATH ..." without the GUID's last group (the checksum) */
+        const char *act = strstr(ev, "act="), *sp = act ? strchr(act, ' ') : NULL;
+        size_t len = eol ? (size_t)(eol - ev) : strlen(ev);
+        if (act && sp && (!eol || sp < eol)) {
+            n += (size_t)snprintf(out + n, cap - n, "%.*s%.*s\n", (int)(act - ev), ev,
+                                  (int)(len - (size_t)(sp - ev)), sp);
+        } else {
+            n += (size_t)snprintf(out + n, cap - n, "%.*s\n", (int)len, ev);
+        }
+    }
+    at_run_result_free(&r);
+    at_session_free(&s);
+    free(conf);
+    return out;
+}
+
+static unsigned count_of(const char *s, const char *what)
+{
+    unsigned n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* Rules on calls the shim interposes itself (a server's accept4, recv, writev, close; the client's
+ * send and read), which its interposers run (no stub, no return trampoline): the same events,
+ * fields, activities and stacks as the typed stub records for them (ACTTRACE_HOOK_WRAPPER=stub),
+ * every stack starting at the hooked function and going on from the program's function that
+ * called it, and the program's output as untraced. */
+START_TEST(test_interposed_rules)
+{
+    char *fx = at_fixture_path("hk_io");
+    const char *av[] = {fx, NULL};
+    at_run_opts o = {.argv = av, .no_preload = true};
+    at_run_result u;
+    ck_assert_int_eq(at_run(&o, &u), 0);
+    ck_assert_msg(u.exited && u.status == 0 && strstr(u.out, "client got re:three"), "%s", u.err);
+    char *direct = io_run("direct", u.out), *stub = io_run("stub", u.out);
+    /* the first line that differs, if any */
+    size_t k = 0;
+    while (direct[k] && direct[k] == stub[k])
+        k++;
+    while (k && direct[k - 1] != '\n')
+        k--;
+    ck_assert_msg(!strcmp(direct, stub), "direct: %.300s\nstub:   %.300s", direct + k, stub + k);
+    ck_assert_uint_eq(count_of(direct, "acttrace/ConnectionStart "), 1);
+    ck_assert_uint_eq(count_of(direct, "acttrace/ConnectionStop "), 1);
+    static const char *calls[][2] = {{"acttrace/Send ", "hk_io!client_send+"},
+                                     {"acttrace/Recv ", "hk_io!server_recv+"},
+                                     {"acttrace/Writev ", "hk_io!server_reply+"},
+                                     {"acttrace/Read ", "hk_io!client_read+"}};
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_uint_eq(count_of(direct, calls[i][0]), 3);
+        /* each in the connection's activity, its stack the libc function then its caller */
+        const char *e = strstr(direct, calls[i][0]);
+        const char *st = strstr(e, "stack=[libc.so.6!"), *eol = strchr(e, '\n');
+        ck_assert_msg(st && st < eol && strstr(e, " //1/1 ") < eol, "%.*s", (int)(eol - e), e);
+        const char *second = strstr(st, "),");
+        ck_assert_msg(second && !strncmp(second + 2, calls[i][1], strlen(calls[i][1])), "%.*s",
+                      (int)(eol - e), e);
+    }
+    ck_assert_msg(!strstr(direct, "libacttrace"), "a frame of the shim: %.300s", strstr(direct, "libacttrace"));
+    ck_assert_msg(strstr(direct, "fd=5 iovcnt=2 Return=8"), "%.600s", direct);
+    const char *cs = strstr(direct, "acttrace/ConnectionStart "), *ce = strchr(cs, '\n');
+    const char *ca = strstr(cs, "stack=[libc.so.6!accept4+");
+    ck_assert_msg(ca && ca < ce && strstr(cs, " //1/1 ") < ce, "%.*s", (int)(ce - cs), cs);
+    free(direct);
+    free(stub);
+    at_run_result_free(&u);
+    free(fx);
+}
+END_TEST
+
+/* A thread cancelled while blocked in a read whose rule the interposer runs (an event at the return):
+ * the unwind goes through the interposer's frames, the thread ends as untraced, the program goes
+ * on, and only the read that returned has its event. */
+START_TEST(test_interposed_cancel)
+{
+    char *dir = at_tmpdir("hkcancel");
+    char *conf = write_conf(dir, "cancel.conf",
+                            "[event Read]\nfunction = read\n"
+                            "signature = ssize_t read(int fd, void *buf, size_t n)\n"
+                            "capture = fd, return\nstacks = both\n");
+    char env0[4200];
+    snprintf(env0, sizeof env0, "ACTTRACE_CONFIG=%s", conf);
+    const char *env[] = {env0, NULL};
+    const char *argv[] = {"hk_cancel", NULL};
+    at_session s;
+    ck_assert_int_eq(at_session_run(&s, "hookcancel", argv, env), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace && s.t.complete, "%s",
+                  at_session_describe(&s, d, sizeof d));
+    ck_assert_str_eq(s.r.out, "cancelled 1\nread x\n");
+    ck_assert_uint_eq(at_count(&s.t, NULL, "Read"), 1);
+    const at_tev *e = find_ev(&s.t, "Read", "Return", "1");
+    ck_assert_uint_eq(e->nframes > 1, 1);
+    at_session_free(&s);
+    at_rmtree(dir);
+    free(dir);
+    free(conf);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hooks");
@@ -950,6 +1082,8 @@ int main(void)
     tcase_add_test(tc, test_missing_symbol);
     tcase_add_test(tc, test_many_hooks);
     tcase_add_test(tc, test_narrow_captures);
+    tcase_add_test(tc, test_interposed_rules);
+    tcase_add_test(tc, test_interposed_cancel);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
