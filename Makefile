@@ -93,6 +93,9 @@ $(BUILD)/obj/%.o: %.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c $< -o $@
 # the typed hook wrapper runs cleanups when a C++ exception unwinds through it
 $(BUILD)/obj/shim/hook/ffiwrap.o: CFLAGS += -fexceptions
+# The interposers in the order the file defines them (a server's per-request calls first), not the
+# compiler's: their page (AT_PATH_IO) holds those calls whatever size the others take.
+$(BUILD)/obj/shim/fdflow.o: CFLAGS += -fno-toplevel-reorder
 # A hooked function's stub does not save vector/x87 state on every call: the code it runs (the hook's
 # C code and what it calls in the runtime) never touches that state (runtime/xstate.h), and no loop
 # becomes a call to libc's memcpy (which uses AVX). The flusher's serialisation keeps its vector code.

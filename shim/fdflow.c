@@ -454,7 +454,7 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
 
 /* ---------------- a config's rule on an interposed function ---------------- */
 
-/* The arguments as the registers held them (hook.h: at_direct_enter): integers extended as the
+/* The arguments as the registers held them (hook.h: at_direct_entry): integers extended as the
  * conversion to 64 bits does, pointers as addresses. */
 #define AT_U64(x) ((uint64_t)(uintptr_t)(x))
 #define AT_RAW1(a) AT_U64(a)
@@ -472,22 +472,24 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
 
 /* An interposer with a rule on it (at_hot.direct) goes on here, by a tail call (a jump: the
  * arguments and the return address are its caller's; test_harm_stub checks it in the shim's
- * disassembly), so that the interposer's own path keeps no frame: the rule's entry where the stub's
- * would run (before the interposer's own work), the real function, the interposer's work after it
- * (post, which may read r_), and the rule's return, in the order a call through a GOT slot holding
- * the stub ran them. frame: this function's, whose return address is the program's. */
+ * disassembly), so that the interposer's own path keeps no frame: the rule's work at the entry,
+ * where the stub's would run (before the interposer's own work), or at the return, after the
+ * interposer's work that follows the real function (post, which may read r_), in the order a call
+ * through a GOT slot holding the stub ran them. frame: this function's, whose return address is the
+ * program's. */
 #define AT_DIRECT_FN(ret, name, params, args, pre, post)                                           \
     static AT_NOINLINE AT_PATH_DIRECT ret name##_direct params                                     \
     {                                                                                              \
         uint64_t raw_[8] = {AT_RAW args};                                                          \
-        at_direct_call d_;                                                                         \
-        bool x_ = at_direct_enter(AT_DIRECT_##name, &d_, raw_,                                     \
-                                  (uint64_t *)__builtin_frame_address(0));                         \
+        uint64_t *frame_ = (uint64_t *)__builtin_frame_address(0);                                 \
+        bool entry_ = __atomic_load_n(&at_hot.direct, __ATOMIC_RELAXED) & AT_DIRECT_ENTRY_BIT(name); \
+        if (entry_)                                                                                \
+            at_direct_entry(AT_DIRECT_##name, raw_, frame_);                                       \
         pre;                                                                                       \
         ret r_ = AT_REAL(name) args;                                                               \
         post;                                                                                      \
-        if (x_)                                                                                    \
-            at_direct_exit(&d_, (uint64_t)(int64_t)r_);                                            \
+        if (!entry_)                                                                               \
+            at_direct_return(AT_DIRECT_##name, raw_, frame_, (uint64_t)(int64_t)r_);               \
         return r_;                                                                                 \
     }
 /* An interposer that may go on to its AT_DIRECT_FN: the tail call made at every optimisation level
@@ -573,11 +575,12 @@ static AT_NOINLINE AT_PATH_DIRECT int close_direct(int fd)
 {
     uint64_t *frame = (uint64_t *)__builtin_frame_address(0);
     uint64_t raw = AT_U64(fd);
-    at_direct_call d;
-    bool x = at_direct_enter(AT_DIRECT_close, &d, &raw, frame);
+    bool entry = __atomic_load_n(&at_hot.direct, __ATOMIC_RELAXED) & AT_DIRECT_ENTRY_BIT(close);
+    if (entry)
+        at_direct_entry(AT_DIRECT_close, &raw, frame);
     int r = close_ours(fd, (const void *)(uintptr_t)frame[1]) ? 0 : AT_REAL(close)(fd);
-    if (x)
-        at_direct_exit(&d, (uint64_t)(int64_t)r);
+    if (!entry)
+        at_direct_return(AT_DIRECT_close, &raw, frame, (uint64_t)(int64_t)r);
     return r;
 }
 

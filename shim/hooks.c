@@ -1003,7 +1003,7 @@ static const char *hook_version(const at_resolved *r)
 int at_fdflow_direct_index(const char *name, void **self, void **real); /* fdflow.c */
 
 /* A function the shim interposes itself (real.h: AT_DIRECT_LIST), named so that modules bind to the
- * interposer (no lib!, no version): the rule runs in the interposer (hook.h: at_direct_call), and
+ * interposer (no lib!, no version): the rule runs in the interposer (hook.h: at_direct_entry/return), and
  * every GOT slot importing the name leads there (those bound elsewhere or not yet bound are set to
  * it). Not when another hook on the function holds its slots, or the rule needs the stub. */
 static bool install_direct(probe *pr)
@@ -1029,7 +1029,8 @@ static bool install_direct(probe *pr)
     h->nslots = n;
     h->tier = 1;
     __atomic_store_n(&at_direct_hooks[i], h, __ATOMIC_RELEASE);
-    __atomic_fetch_or(&at_hot.direct, 1ull << i, __ATOMIC_RELEASE);
+    __atomic_fetch_or(&at_hot.direct, (1ull << i) | (h->enter_noop ? 0 : 1ull << (32 + i)),
+                      __ATOMIC_RELEASE);
     return true;
 }
 

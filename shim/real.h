@@ -95,21 +95,25 @@ enum at_direct_index {
 #undef AT_DIRECT_ENUM
     AT_DIRECT_N
 };
+/* at_hot.direct: bit i, a rule hooks function i; bit 32 + i, its work is at the call's entry (else
+ * at its return) */
 #define AT_DIRECT_BIT(fn) (1ull << AT_DIRECT_##fn)
+#define AT_DIRECT_ENTRY_BIT(fn) (1ull << (32 + AT_DIRECT_##fn))
 
 typedef struct at_hot_page {
     int shim_on;                /* 0 until the constructor succeeded (shim.h: at_on) */
     int fd_max;                 /* fds below it have a slot (0: no table yet) */
     at_fd_slot *fd_tab;         /* slots of fds from AT_FD_LOW up (index: the fd; the entries
                                  * below AT_FD_LOW are never touched) */
-    uint64_t direct;            /* AT_DIRECT_BIT(fn): a rule hooks fn, run by its interposer */
+    uint64_t direct;            /* AT_DIRECT_BIT(fn): a rule hooks fn, run by its interposer;
+                                 * AT_DIRECT_ENTRY_BIT(fn): at the call's entry */
     at_real_fns real;
     at_fd_slot fd_low[AT_FD_LOW];
 } at_hot_page;
 extern at_hot_page at_hot;
 #define at_real (at_hot.real)
 
-_Static_assert(AT_DIRECT_N <= 64, "at_hot.direct has a bit for each");
+_Static_assert(AT_DIRECT_N <= 32, "at_hot.direct has two bits for each");
 
 /* Resolve every pointer (constructor). */
 void at_real_init(void);

@@ -158,25 +158,21 @@ int at_ffi_make(at_hook *h, char *why, size_t n);
 /* A hook on a function the shim interposes anyway (shim/real.h, AT_DIRECT_LIST: the reads, writes,
  * close and accept a server makes per request): the modules' GOT slots lead to the interposer, which
  * runs the rule around the real function itself, with its C arguments, instead of a stub doing it
- * from saved registers around a return trampoline. Only for rules that keep nothing open across
- * the call (at_hook.enter_noop or exit_noop: an unwind through it, such as a thread's
- * cancellation, leaves nothing to close) and whose signature has its parameters read in general
- * registers (at most six, no floating point). State kept on the interposer's frame: */
-typedef struct at_direct_call {
-    at_hook *h;      /* NULL: nothing to do at the return */
-    at_hook_call c;
-    uint64_t args[AT_SIG_MAX_PARAMS];
-} at_direct_call;
+ * from saved registers around a return trampoline. Only for rules whose work is all at one end of
+ * the call (at_hook.enter_noop or exit_noop: an unwind through it, such as a thread's cancellation,
+ * leaves nothing to close) and whose signature has its parameters read in general registers (at
+ * most six, no floating point). That end alone runs anything: the entry of an event written at the
+ * return does nothing (a system call between the two would make whatever it touched a miss again). */
 /* Can h be run by its function's interposer? (Computes where its parameters are, as at_stub_make.) */
 bool at_direct_ok(at_hook *h);
 /* The hook run by interposer idx (AT_DIRECT_*), NULL for none; set once it is complete. */
 extern at_hook *at_direct_hooks[];
-/* The call's entry: raw are its arguments as the registers held them (integers extended), frame
- * the interposer's frame (__builtin_frame_address(0): the caller's rbp, then its return address).
- * false when nothing is to be done at the return (d->h NULL). Keeps errno. */
-bool at_direct_enter(unsigned idx, at_direct_call *d, const uint64_t *raw, uint64_t *frame);
-/* Its return, with the function's return value (extended to 64 bits). Keeps errno. */
-void at_direct_exit(at_direct_call *d, uint64_t ret);
+/* The rule's work, all at the call's entry (at_direct_entry) or all at its return (at_direct_return,
+ * with the function's return value extended to 64 bits): raw are its arguments as the registers held
+ * them (integers extended), frame the interposer's frame (__builtin_frame_address(0): the caller's
+ * rbp, then its return address). Both keep errno. */
+void at_direct_entry(unsigned idx, const uint64_t *raw, uint64_t *frame);
+void at_direct_return(unsigned idx, const uint64_t *raw, uint64_t *frame, uint64_t ret);
 
 /* ---------------- installing ---------------- */
 

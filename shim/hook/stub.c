@@ -565,7 +565,7 @@ AT_PATH_CORE AT_STUB_LINKAGE void at_ret_exit(unsigned k, const uint64_t *rets, 
     return ret_exit_other(k, r, h, rets, bp);
 }
 
-/* ---------------- the interposer's own hooked call (hook.h: at_direct_call) ---------------- */
+/* ---------------- the interposer's own hooked call (hook.h: at_direct_entry/return) ---------------- */
 
 /* The parameters the rule reads: all of them, or the leading ones it names (at_hook.args_read). */
 static inline int params_read(const at_hook *h)
@@ -592,18 +592,18 @@ bool at_direct_ok(at_hook *h)
     return true;
 }
 
-AT_PATH_CORE AT_NOINLINE bool at_direct_enter(unsigned idx, at_direct_call *d, const uint64_t *raw,
-                                              uint64_t *frame)
+/* The call as the stub would have seen it, from the interposer's arguments and frame: its return
+ * slot is the interposer's (frame + 1); a stack, at either end, starts from the caller (its return
+ * address, its stack pointer past the return slot, its rbp, which the interposer's frame keeps).
+ * NULL for the shim's own call (the flusher's, libunwind's): nothing recorded. */
+static inline __attribute__((always_inline)) at_hook *direct_call(unsigned idx, at_hook_call *c,
+                                                                  uint64_t *args,
+                                                                  const uint64_t *raw,
+                                                                  uint64_t *frame)
 {
     at_hook *h = __atomic_load_n(&at_direct_hooks[idx], __ATOMIC_ACQUIRE);
-    d->h = NULL;
-    /* the shim's own call (the flusher's, libunwind's): the real function, nothing recorded */
     if (AT_UNLIKELY(at_internal != 0 || !h))
-        return false;
-    at_hook_call *c = &d->c;
-    /* the caller as the stub sees it: its return slot is the interposer's (frame + 1); a stack,
-     * at either end, starts from the caller (its return address, its stack pointer past the
-     * return slot, its rbp, which the interposer's frame keeps) */
+        return NULL;
     c->act = NULL;
     c->sp = call_sp(frame + 1);
     c->started = 0;
@@ -612,24 +612,31 @@ AT_PATH_CORE AT_NOINLINE bool at_direct_enter(unsigned idx, at_direct_call *d, c
     c->ret_sp = (uint64_t)(uintptr_t)(frame + 2);
     c->ret_bp = frame[0];
     for (int i = 0, n = params_read(h); i < n; i++)
-        d->args[i] = from_slot(ptype(h, i), raw[h->arg_slot[i]]);
-    if (AT_LIKELY(h->enter_noop)) {
-        if (AT_UNLIKELY(hk_nlive > 0)) /* calls a longjmp left may be over */
-            hook_enter_tested(h, c, d->args, false);
-    } else {
-        hook_enter_tested(h, c, d->args, false);
-    }
-    if (h->exit_noop)
-        return false;
-    d->h = h;
-    return true;
+        args[i] = from_slot(ptype(h, i), raw[h->arg_slot[i]]);
+    return h;
 }
 
-AT_PATH_CORE AT_NOINLINE void at_direct_exit(at_direct_call *d, uint64_t ret)
+AT_PATH_CORE AT_NOINLINE void at_direct_entry(unsigned idx, const uint64_t *raw, uint64_t *frame)
 {
-    at_hook *h = d->h;
-    hook_exit_inline(h, &d->c, d->args, from_slot((at_ctype)h->ret_type, ret), AT_HOOK_RETURNED,
-                     false);
+    at_hook_call c;
+    uint64_t args[AT_SIG_MAX_PARAMS];
+    at_hook *h = direct_call(idx, &c, args, raw, frame);
+    if (h)
+        hook_enter_tested(h, &c, args, false);
+}
+
+AT_PATH_CORE AT_NOINLINE void at_direct_return(unsigned idx, const uint64_t *raw, uint64_t *frame,
+                                               uint64_t ret)
+{
+    at_hook_call c;
+    uint64_t args[AT_SIG_MAX_PARAMS];
+    at_hook *h = direct_call(idx, &c, args, raw, frame);
+    if (!h)
+        return;
+    /* the entry's own step, made here: calls a longjmp left are over (enter_rule's enter_noop case) */
+    if (AT_UNLIKELY(hk_nlive > 0))
+        hook_enter_tested(h, &c, args, false);
+    hook_exit_inline(h, &c, args, from_slot((at_ctype)h->ret_type, ret), AT_HOOK_RETURNED, false);
 }
 
 /* An exception (or pthread_exit's forced unwind) goes through a hooked call: its Stop, and the
