@@ -517,45 +517,6 @@ int at_fdflow_direct_index(const char *name, void **self, void **real)
     return -1;
 }
 
-AT_DIRECT_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
-             fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
-AT_EXPORT AT_HOT_FN AT_TAIL int accept(int fd, struct sockaddr *addr, socklen_t *len)
-{
-    AT_DIRECT(accept, (fd, addr, len));
-    fd_wait(); /* accept blocks for the next connection: a wait point of its own */
-    int r = AT_REAL(accept)(fd, addr, len);
-    fd_tag(r, SRC_ACCEPT, true);
-    return r;
-}
-
-AT_DIRECT_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
-             (fd, addr, len, flags), fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
-AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
-{
-    AT_DIRECT(accept4, (fd, addr, len, flags));
-    fd_wait();
-    int r = AT_REAL(accept4)(fd, addr, len, flags);
-    fd_tag(r, SRC_ACCEPT, true);
-    return r;
-}
-
-/* a non-blocking connect in progress is as much a connection of this activity */
-#define CONNECT_TAG(r, fd)                                                                         \
-    do {                                                                                           \
-        if ((r) == 0 || errno == EINPROGRESS)                                                      \
-            fd_tag(fd, SRC_CONNECT, false);                                                        \
-    } while (0)
-
-AT_DIRECT_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
-             (void)0, CONNECT_TAG(r_, fd))
-AT_EXPORT AT_HOT_FN AT_TAIL int connect(int fd, const struct sockaddr *addr, socklen_t len)
-{
-    AT_DIRECT(connect, (fd, addr, len));
-    int r = AT_REAL(connect)(fd, addr, len);
-    CONNECT_TAG(r, fd);
-    return r;
-}
-
 /* close's own work before the real close (ra: its caller); true: the fd is the shim's, the
  * program never had it */
 static inline bool close_ours(int fd, const void *ra)
@@ -625,18 +586,60 @@ AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
  * hooked call and the interposed calls around it take as few pages as they can. */
 AT_IO1(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n), fd)
 AT_IO1(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd)
-AT_IO1(ssize_t, readv, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
-AT_IO1(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
 AT_IO1(ssize_t, recv, (int fd, void *b, size_t n, int f), (fd, b, n, f), fd)
+AT_IO1(ssize_t, send, (int fd, const void *b, size_t n, int f), (fd, b, n, f), fd)
+AT_IO1(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
+AT_IO1(ssize_t, sendmsg, (int fd, const struct msghdr *m, int f), (fd, m, f), fd)
+AT_IO1(ssize_t, readv, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
+AT_IO1(ssize_t, recvmsg, (int fd, struct msghdr *m, int f), (fd, m, f), fd)
 AT_IO1(ssize_t, recvfrom, (int fd, void *b, size_t n, int f, struct sockaddr *a, socklen_t *l),
        (fd, b, n, f, a, l), fd)
-AT_IO1(ssize_t, recvmsg, (int fd, struct msghdr *m, int f), (fd, m, f), fd)
-AT_IO1(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struct timespec *t),
-       (fd, m, n, f, t), fd)
-AT_IO1(ssize_t, send, (int fd, const void *b, size_t n, int f), (fd, b, n, f), fd)
 AT_IO1(ssize_t, sendto, (int fd, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l),
        (fd, b, n, f, a, l), fd)
-AT_IO1(ssize_t, sendmsg, (int fd, const struct msghdr *m, int f), (fd, m, f), fd)
+AT_IO1(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struct timespec *t),
+       (fd, m, n, f, t), fd)
+
+/* ---------------- connections ---------------- */
+
+AT_DIRECT_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
+             fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
+AT_EXPORT AT_HOT_FN AT_TAIL int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    AT_DIRECT(accept, (fd, addr, len));
+    fd_wait(); /* accept blocks for the next connection: a wait point of its own */
+    int r = AT_REAL(accept)(fd, addr, len);
+    fd_tag(r, SRC_ACCEPT, true);
+    return r;
+}
+
+AT_DIRECT_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
+             (fd, addr, len, flags), fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
+AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    AT_DIRECT(accept4, (fd, addr, len, flags));
+    fd_wait();
+    int r = AT_REAL(accept4)(fd, addr, len, flags);
+    fd_tag(r, SRC_ACCEPT, true);
+    return r;
+}
+
+/* a non-blocking connect in progress is as much a connection of this activity */
+#define CONNECT_TAG(r, fd)                                                                         \
+    do {                                                                                           \
+        if ((r) == 0 || errno == EINPROGRESS)                                                      \
+            fd_tag(fd, SRC_CONNECT, false);                                                        \
+    } while (0)
+
+AT_DIRECT_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
+             (void)0, CONNECT_TAG(r_, fd))
+AT_EXPORT AT_HOT_FN AT_TAIL int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    AT_DIRECT(connect, (fd, addr, len));
+    int r = AT_REAL(connect)(fd, addr, len);
+    CONNECT_TAG(r, fd);
+    return r;
+}
+
 
 /* ---------------- wait points ---------------- */
 
@@ -685,7 +688,8 @@ AT_IO1(ssize_t, __recvfrom_chk,
        (fd, b, n, bl, f, a, l), fd)
 
 /* Two fds: the socket is usually the output of sendfile and either end of splice. */
-AT_DIRECT_FN(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n), (fd_io(out), fd_io(in)), (void)0)
+AT_DIRECT_FN(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n),
+             (fd_io(out), fd_io(in)), (void)0)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
     AT_DIRECT(sendfile, (out, in, off, n));
@@ -694,7 +698,8 @@ AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile(int out, int in, off_t *off, size_t
     return AT_REAL(sendfile)(out, in, off, n);
 }
 
-AT_DIRECT_FN(ssize_t, sendfile64, (int out, int in, off64_t *off, size_t n), (out, in, off, n), (fd_io(out), fd_io(in)), (void)0)
+AT_DIRECT_FN(ssize_t, sendfile64, (int out, int in, off64_t *off, size_t n), (out, in, off, n),
+             (fd_io(out), fd_io(in)), (void)0)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
 {
     AT_DIRECT(sendfile64, (out, in, off, n));
@@ -703,7 +708,9 @@ AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile64(int out, int in, off64_t *off, si
     return AT_REAL(sendfile64)(out, in, off, n);
 }
 
-AT_DIRECT_FN(ssize_t, splice, (int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f), (in, oin, out, oout, n, f), (fd_io(in), fd_io(out)), (void)0)
+AT_DIRECT_FN(ssize_t, splice,
+             (int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f),
+             (in, oin, out, oout, n, f), (fd_io(in), fd_io(out)), (void)0)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f)
 {
     AT_DIRECT(splice, (in, oin, out, oout, n, f));

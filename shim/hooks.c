@@ -879,7 +879,9 @@ AT_PATH_TEXT void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args
     hook_exit_inline(h, c, args, ret, status, false);
 }
 
-AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
+/* with the event write (AT_PATH_EVENT): an interposer's rule at the return (at_direct_return, the
+ * core's last) runs it right before that write */
+AT_PATH_EVENT static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status)
 {
     rule *r = pr->r;
@@ -1533,6 +1535,16 @@ AT_FORK_TEXT static void hk_atfork_child(void)
             at_mutex_fork_reset(&hk_rules[i].keys.lock);
 }
 
+/* The rules and probes of a config of up to ~20 rules, in the library's own data on the pages right
+ * after the interposers' page (shim/start.ld at_hot_bss): a hooked call between two system calls
+ * reads its probe and rule there, and the translation of a page next to the one the interposer and
+ * every event read is found from the same page-table line, where a block from the program's heap
+ * took a walk of its own through page-table lines the program's work had evicted (the first load
+ * from it was ~60% of an interposer's rule at the return in nginx's worker). Zero pages until the
+ * install writes them: the probes of aliases never used are never touched. */
+static char hk_store[64 << 10] __attribute__((aligned(4096), section(".bss.at_hooks")));
+static bool hk_store_taken;
+
 int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
 {
     hk_conf = hc;
@@ -1548,16 +1560,19 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     size_t nprobes = (size_t)hc->nentries * 2 + HK_ALIASES_MAX;
     size_t rules_size = (size_t)hc->nentries * sizeof *hk_rules; /* a multiple of 64 */
     size_t block_size = rules_size + nprobes * sizeof *hk_probes;
-    char *block = aligned_alloc(64, block_size);
-    if (block)
+    bool own = !hk_store_taken && block_size <= sizeof hk_store; /* bss: zero already */
+    char *block = own ? hk_store : aligned_alloc(64, block_size);
+    if (block && !own)
         memset(block, 0, block_size);
     at_hook_text *texts = calloc(nprobes, sizeof *texts);
     if (!block || !texts) {
-        free(block);
+        if (!own)
+            free(block);
         free(texts);
         snprintf(err, n, "out of memory");
         return -1;
     }
+    hk_store_taken |= own;
     hk_rules = (rule *)block;
     hk_probes = (probe *)(block + rules_size);
     for (size_t i = 0; i < nprobes; i++)

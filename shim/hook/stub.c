@@ -616,7 +616,9 @@ static inline __attribute__((always_inline)) at_hook *direct_call(unsigned idx, 
     return h;
 }
 
-AT_PATH_CORE AT_NOINLINE void at_direct_entry(unsigned idx, const uint64_t *raw, uint64_t *frame)
+/* Both beside the hook logic's return and the event write (AT_PATH_EVENT): what such a call runs
+ * after its system call is then on two pages with the interposers' runs that follow them. */
+AT_PATH_EVENT AT_NOINLINE void at_direct_entry(unsigned idx, const uint64_t *raw, uint64_t *frame)
 {
     at_hook_call c;
     uint64_t args[AT_SIG_MAX_PARAMS];
@@ -625,7 +627,7 @@ AT_PATH_CORE AT_NOINLINE void at_direct_entry(unsigned idx, const uint64_t *raw,
         hook_enter_tested(h, &c, args, false);
 }
 
-AT_PATH_CORE AT_NOINLINE void at_direct_return(unsigned idx, const uint64_t *raw, uint64_t *frame,
+AT_PATH_EVENT AT_NOINLINE void at_direct_return(unsigned idx, const uint64_t *raw, uint64_t *frame,
                                                uint64_t ret)
 {
     at_hook_call c;
