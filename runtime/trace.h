@@ -52,6 +52,11 @@ static inline bool at_event_enabled(const at_event_type *t)
  * Metadata goes into the file lazily, before the first event of the type, with an id never reused.
  * May be called before at_trace_start. Returns NULL (and sets errno) on invalid input. */
 at_event_type *at_event_type_register(const at_event_desc *d);
+/* The types registered from now on keep the struct a hot path reads (not their names and metadata)
+ * in [p, p + n) while it has room: zeroed memory the caller gives for the life of the process (the
+ * hook logic's, beside its rules, so that a hooked call's event reads no page more for its type).
+ * NULL, 0: back to the registry's own blocks. */
+void at_event_type_hot_region(void *p, size_t n);
 
 /* Write one event into the calling thread's buffer. Hot path: no lock, no syscall, no allocation,
  * async-signal-safe. activity/related may be NULL (all-zero id). payload is the raw nettrace payload

@@ -1544,6 +1544,9 @@ AT_FORK_TEXT static void hk_atfork_child(void)
  * install writes them: the probes of aliases never used are never touched. */
 static char hk_store[64 << 10] __attribute__((aligned(4096), section(".bss.at_hooks")));
 static bool hk_store_taken;
+/* Its first bytes hold the structs of the rules' event types (their Start, Stop or event: about a
+ * dozen), so that the types, the rules and the first probes share a page. */
+#define HK_STORE_TYPES 1024u
 
 int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
 {
@@ -1560,8 +1563,8 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
     size_t nprobes = (size_t)hc->nentries * 2 + HK_ALIASES_MAX;
     size_t rules_size = (size_t)hc->nentries * sizeof *hk_rules; /* a multiple of 64 */
     size_t block_size = rules_size + nprobes * sizeof *hk_probes;
-    bool own = !hk_store_taken && block_size <= sizeof hk_store; /* bss: zero already */
-    char *block = own ? hk_store : aligned_alloc(64, block_size);
+    bool own = !hk_store_taken && block_size <= sizeof hk_store - HK_STORE_TYPES; /* zero already */
+    char *block = own ? hk_store + HK_STORE_TYPES : aligned_alloc(64, block_size);
     if (block && !own)
         memset(block, 0, block_size);
     at_hook_text *texts = calloc(nprobes, sizeof *texts);
@@ -1573,6 +1576,8 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
         return -1;
     }
     hk_store_taken |= own;
+    if (own)
+        at_event_type_hot_region(hk_store, HK_STORE_TYPES);
     hk_rules = (rule *)block;
     hk_probes = (probe *)(block + rules_size);
     for (size_t i = 0; i < nprobes; i++)
@@ -1585,8 +1590,10 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
                     hc->path, e->pos.line, e->name);
             continue;
         }
-        if (rule_make(&hk_rules[i], e, provider, err, n) < 0)
+        if (rule_make(&hk_rules[i], e, provider, err, n) < 0) {
+            at_event_type_hot_region(NULL, 0);
             return -1;
+        }
         int np = (e->paired || e->kind == AT_HC_FLOW_KEYED) ? 2 : 1;
         for (int k = 0; k < np; k++) {
             probe *pr = &hk_probes[hk_nprobes++];
@@ -1599,6 +1606,7 @@ int at_hooks_install(const at_hookconf *hc, char *err, size_t n)
             pr->hook.user = pr;
         }
     }
+    at_event_type_hot_region(NULL, 0);
     bool stacks = false;
     for (int i = 0; i < hc->nentries; i++)
         stacks |= hk_rules[i].stacks != 0;
