@@ -970,6 +970,17 @@ static char *io_run(const char *wrapper, const char *untraced_out)
     return out;
 }
 
+/* Each line's " stack=[...]" taken out, in place. */
+static void strip_stacks(char *s)
+{
+    for (char *p = strstr(s, " stack=["); p; p = strstr(p, " stack=[")) {
+        char *e = strchr(p, ']');
+        if (!e)
+            break;
+        memmove(p, e + 1, strlen(e + 1) + 1);
+    }
+}
+
 static unsigned count_of(const char *s, const char *what)
 {
     unsigned n = 0;
@@ -992,6 +1003,13 @@ START_TEST(test_interposed_rules)
     ck_assert_int_eq(at_run(&o, &u), 0);
     ck_assert_msg(u.exited && u.status == 0 && strstr(u.out, "client got re:three"), "%s", u.err);
     char *direct = io_run("direct", u.out), *stub = io_run("stub", u.out);
+    /* Under the sanitizer build its interceptors of these calls, preloaded first, call the shim's
+     * interposers: a rule run there has the interceptor for its caller, where the stub in the
+     * program's slot has the program. The events and fields are compared without the stacks. */
+    if (getenv("ACTTRACE_ASAN")) {
+        strip_stacks(direct);
+        strip_stacks(stub);
+    }
     /* the first line that differs, if any */
     size_t k = 0;
     while (direct[k] && direct[k] == stub[k])
@@ -1007,6 +1025,8 @@ START_TEST(test_interposed_rules)
                                      {"acttrace/Read ", "hk_io!client_read+"}};
     for (size_t i = 0; i < 4; i++) {
         ck_assert_uint_eq(count_of(direct, calls[i][0]), 3);
+        if (getenv("ACTTRACE_ASAN"))
+            continue;
         /* each in the connection's activity, its stack the libc function then its caller */
         const char *e = strstr(direct, calls[i][0]);
         const char *st = strstr(e, "stack=[libc.so.6!"), *eol = strchr(e, '\n');
@@ -1019,7 +1039,8 @@ START_TEST(test_interposed_rules)
     ck_assert_msg(strstr(direct, "fd=5 iovcnt=2 Return=8"), "%.600s", direct);
     const char *cs = strstr(direct, "acttrace/ConnectionStart "), *ce = strchr(cs, '\n');
     const char *ca = strstr(cs, "stack=[libc.so.6!accept4+");
-    ck_assert_msg(ca && ca < ce && strstr(cs, " //1/1 ") < ce, "%.*s", (int)(ce - cs), cs);
+    ck_assert_msg((ca && ca < ce) || getenv("ACTTRACE_ASAN"), "%.*s", (int)(ce - cs), cs);
+    ck_assert_msg(strstr(cs, " //1/1 ") < ce, "%.*s", (int)(ce - cs), cs);
     free(direct);
     free(stub);
     at_run_result_free(&u);
