@@ -42,7 +42,7 @@ typedef struct at_config {
                                GOT slot (default direct: the shim's interposer of the function when
                                it has one and the rule allows, else the stub; stub: always the stub;
                                ffi: a libffi closure; both for comparison) */
-    bool hook_wrapper_stub;
+    bool hook_wrapper_stub; /* ACTTRACE_HOOK_WRAPPER=stub */
     unsigned sample_hz;     /* ACTTRACE_SAMPLE_HZ: CPU samples per second of each thread's CPU time,
                                with its stack and current activity (0 = off, the default; at most
                                10000, and the kernel's tick bounds the rate it delivers) */

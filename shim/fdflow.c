@@ -501,9 +501,7 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
             return name##_direct args;                                                             \
     } while (0)
 
-/* hooks.c: may the rule on name be run by the shim's interposer of it? The interposer's index, its
- * address (what dlsym finds for name ahead of the library's) and the real function's; -1 when the
- * shim does not interpose name. */
+/* shim.h (hooks.c asks it whether the rule on name may be run by the shim's interposer of it) */
 int at_fdflow_direct_index(const char *name, void **self, void **real)
 {
 #define AT_DIRECT_NAME(fn)                                                                         \
@@ -570,7 +568,6 @@ AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
         at_fdguard_before_dup(to);
     return AT_REAL(dup3)(from, to, flags);
 }
-
 
 #define AT_IO1(ret, name, params, args, fd)                                                        \
     AT_DIRECT_FN(ret, name, params, args, fd_io(fd), (void)0)                                      \

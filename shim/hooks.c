@@ -1002,13 +1002,11 @@ static const char *hook_version(const at_resolved *r)
     return r->version[0] ? r->version : r->defver;
 }
 
-int at_fdflow_direct_index(const char *name, void **self, void **real); /* fdflow.c */
-
 /* A function the shim interposes itself (real.h: AT_DIRECT_LIST), named so that modules bind to the
- * interposer (no lib!, no version): the rule runs in the interposer (hook.h: at_direct_entry/return), and
- * every GOT slot importing the name leads there (those not yet bound are set to it). Not when a
- * slot is bound to another interposer, another hook on the function holds its slots, or the rule
- * needs the stub. */
+ * interposer (no lib!, no version; an interposer preloaded ahead of the shim's takes the name, and
+ * the stub the rule): the rule runs in the interposer (hook.h: at_direct_entry/return), and every GOT
+ * slot importing the name leads there (those not yet bound are set to it). Not when another hook on
+ * the function holds its slots, or the rule needs the stub. */
 static bool install_direct(probe *pr)
 {
     at_hook *h = &pr->hook;
@@ -1024,14 +1022,10 @@ static bool install_direct(probe *pr)
     }
     char why[256] = "";
     const char *ver = hook_version(&h->text->res);
-    /* a module bound to another interposer of the name (a sanitizer's, loaded first) calls that
-     * one, which calls the shim's: the stub in the module's slot sees the module's call, as it
-     * would without the other */
-    if (at_got_bound_elsewhere(h->text->res.sym, ver, self) > 0)
-        return false;
     int n = at_got_patch(h->text->res.sym, ver, NULL, NULL, 0);
-    if (at_got_patch(h->text->res.sym, ver, self, why, sizeof why) < 0 || why[0])
-        return false; /* a slot could not be rewritten: the stub's way reports it */
+    at_got_patch(h->text->res.sym, ver, self, why, sizeof why);
+    if (why[0])
+        return false; /* a slot could not be rewritten: the stub's way rewrites them and reports it */
     h->orig = real;
     h->wrapper = self;
     h->nslots = n;

@@ -192,6 +192,9 @@ static inline bool at_fd_is_ours(int fd)
 void at_fdguard_before_dup(int to);
 /* fdflow.c */
 void at_fdflow_untag_range(unsigned first, unsigned last);
+/* The shim's interposer of name that may run a config's rule on it (real.h: AT_DIRECT_LIST): its
+ * index, its address and the real function's; -1 when the shim does not interpose name. */
+int at_fdflow_direct_index(const char *name, void **self, void **real);
 int at_fdflow_init(char *err, size_t n);
 void at_fdflow_thread_exit(void); /* drop an adoption the exiting thread still holds */
 bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base);

@@ -19,8 +19,6 @@ typedef struct got_job {
     const char *sym;
     const char *version; /* NULL or "": any */
     void *wrapper;
-    const void *bound_to; /* at_got_bound_elsewhere: count the slots bound to anything else */
-    int elsewhere;
     int patched;
     int failed;
     char err[128];
@@ -37,18 +35,6 @@ static uintptr_t dyn_ptr(uintptr_t v, uintptr_t base)
 static void patch_slot(struct dl_phdr_info *info, uintptr_t slot, got_job *j)
 {
     void **p = (void **)slot;
-    if (j->bound_to) {
-        /* a lazy slot not bound yet points into its own module (its PLT) */
-        uintptr_t v = (uintptr_t)*p;
-        bool own = false;
-        for (int i = 0; i < info->dlpi_phnum; i++) {
-            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-            uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-            own |= ph->p_type == PT_LOAD && v >= a && v < a + ph->p_memsz;
-        }
-        j->elsewhere += *p != j->bound_to && !own;
-        return;
-    }
     if (!j->wrapper) { /* counting only (acttrace check) */
         j->patched++;
         return;
@@ -164,13 +150,6 @@ static int scan(struct dl_phdr_info *info, size_t size, void *data)
         }
     }
     return 0;
-}
-
-int at_got_bound_elsewhere(const char *sym, const char *version, const void *to)
-{
-    got_job j = {.sym = sym, .version = version, .bound_to = to};
-    dl_iterate_phdr(scan, &j);
-    return j.elsewhere;
 }
 
 int at_got_patch(const char *sym, const char *version, void *wrapper, char *why, size_t n)

@@ -181,10 +181,6 @@ void at_direct_return(unsigned idx, const uint64_t *raw, uint64_t *frame, uint64
  * dlopen re-scan). Returns the number of slots rewritten; wrapper NULL only
  * counts them (acttrace check). */
 int at_got_patch(const char *sym, const char *version, void *wrapper, char *why, size_t n);
-/* How many GOT slots importing sym (as at_got_patch picks them) are bound to something other than
- * to (a lazy slot not bound yet is not counted): another interposer between a module and the
- * shim's, such as a sanitizer's. */
-int at_got_bound_elsewhere(const char *sym, const char *version, const void *to);
 /* Nothing is undone: slots are never restored (a wrapper lives as long as the process). */
 
 /* Tier 2: patch h->text->res.addr to jump to h->wrapper; sets h->orig to the relocated entry.
