@@ -148,7 +148,7 @@ static const at_rec *peek_ex(at_ring *r, bool fresh)
         if (r->rpos < r->rused || fresh || r->rused_pass != flush_pass) {
             if (r->rpos >= r->rused) {
                 r->rused_pass = flush_pass;
-                r->rused = atomic_load_explicit(&c->used, memory_order_acquire);
+                r->rused = at_ring_chunk_used(r, r->rchunk, c);
                 if (r->rused > AT_CHUNK_SIZE)
                     r->rused = AT_CHUNK_SIZE;
             }

@@ -285,6 +285,7 @@ static void ring_clear(at_ring *r)
     r->last_seq = 0;
     r->rlast_ts = 0;
     atomic_store(&r->seq_pub, 0);
+    atomic_store(&r->wpub, 0);
     atomic_store(&r->drops, 0);
     r->inited = 1;
 }
@@ -465,6 +466,7 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
             memcpy(rec + 1, &thr.tid, 8);
             r->wpos += size;
             atomic_store_explicit(&c->used, r->wpos, memory_order_release);
+            at_ring_publish(r, r->wchunk, r->wpos);
         }
     }
     if (!r) {
@@ -481,6 +483,9 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
         r->tid = thr.tid;
         r->wchunk = -1;
         r->wpos = AT_CHUNK_SIZE;
+        /* a ring used before may still publish its last owner's chunk, which may be handed out
+         * again: nothing before this owner's first chunk is linked (release) */
+        atomic_store_explicit(&r->wpub, 0, memory_order_relaxed);
     }
     thr.ring = r;
     thr.gen = gen;
@@ -502,8 +507,13 @@ AT_HOT_FN AT_NOINLINE bool at_tbuf_next_chunk(at_ring *r)
     at_chunk *c = at_wchunk(n);
     atomic_store_explicit(&c->used, AT_CHUNK_HDR, memory_order_relaxed);
     atomic_store_explicit(&c->next, -1, memory_order_relaxed);
-    if (r->wchunk >= 0)
-        atomic_store_explicit(&at_wchunk(r->wchunk)->next, n, memory_order_release);
+    if (r->wchunk >= 0) {
+        /* the chunk left: its count final (the one-pass writer published only on the ring), then
+         * the link that tells the reader so */
+        at_chunk *old = at_wchunk(r->wchunk);
+        atomic_store_explicit(&old->used, r->wpos, memory_order_release);
+        atomic_store_explicit(&old->next, n, memory_order_release);
+    }
     else
         atomic_store_explicit(&r->first, n, memory_order_release);
     r->wchunk = n;
@@ -615,7 +625,7 @@ static inline __attribute__((always_inline)) int put_record(at_ring *r, uint64_t
     if (stamp >= 0 && (uint32_t)stamp + 8 <= payload_len)
         memcpy(p + stamp, &ts, 8);
     r->wpos += size;
-    atomic_store_explicit(&c->used, r->wpos, memory_order_release);
+    at_ring_publish(r, r->wchunk, r->wpos); /* the chunk's own count: when it is left */
     thr.seq_written = seq;
     /* the lines a few records ahead (tbuf_hot.h), two per record: a record of a stack or a long
      * payload advances by more than a line */
@@ -855,6 +865,7 @@ void at_tbuf_test_set_seq(uint32_t seq)
     memcpy(rec + 1, &thr.tid, 8);
     r->wpos += size;
     atomic_store_explicit(&c->used, r->wpos, memory_order_release);
+    at_ring_publish(r, r->wchunk, r->wpos);
 }
 
 /* ---- the flusher's horizon ----

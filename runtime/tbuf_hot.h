@@ -171,7 +171,7 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put(const at_event
         at_copy_small(p, payload, payload_len);
     wpos += size;
     r->wpos = wpos;
-    atomic_store_explicit(&c->used, wpos, memory_order_release);
+    at_ring_publish(r, r->wchunk, wpos);
     th->seq_written = seq;
     if (AT_LIKELY(wpos + AT_PREFETCH_AHEAD + 64 <= AT_CHUNK_SIZE)) {
         /* records of at most a line advance the fetch point by at most a line: one fetch per

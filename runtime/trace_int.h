@@ -83,7 +83,8 @@ static inline uint32_t at_rec_cpu(const at_rec *r)
 #define AT_CHUNK_SIZE (64u << 10)
 #define AT_CHUNK_HDR 64u
 typedef struct at_chunk {
-    _Atomic uint32_t used; /* bytes from the chunk start that hold published records */
+    _Atomic uint32_t used; /* bytes from the chunk start that hold published records: final once
+                            * next is linked; before that the ring's wpub may say more */
     _Atomic int32_t next;  /* index of the next chunk of the same thread, -1 while this is current */
 } at_chunk;
 
@@ -105,7 +106,14 @@ typedef struct at_ring {
     /* The owner is writing an event whose clock read the flusher may not have seen published:
      * 0 none, AT_PENDING_CLOCK about to read the clock, else the timestamp read (tbuf.c) */
     _Atomic uint64_t pending;
-    char pad1[64];
+    /* What the owner has published of its current chunk, (wchunk + 1) << 32 | wpos, stored after
+     * each record (0: nothing yet). On the ring's page, which every event reads anyway, where the
+     * chunk's own `used` is on the chunk's first line, a page away from most records (it is
+     * written when the owner leaves the chunk, and is final then: at_ring_chunk_used). A line of
+     * its own: the flusher reads it, and reading the owner's line above would take that away
+     * from the owner between its stores. */
+    _Atomic uint64_t wpub __attribute__((aligned(64)));
+    char pad1[56];
     /* written by the flusher */
     _Atomic uint32_t state;
     int32_t rchunk;            /* chunk being read (-1: the owner has none yet) */
@@ -157,6 +165,24 @@ static inline at_chunk *at_wchunk(int32_t i)
 static inline at_chunk *at_chunk_at(const at_pool *p, int32_t i)
 {
     return (at_chunk *)(p->chunks + (size_t)i * AT_CHUNK_SIZE);
+}
+
+/* The owner's publication of chunk i, stored after each record (release). */
+static inline void at_ring_publish(at_ring *r, int32_t i, uint32_t wpos)
+{
+    atomic_store_explicit(&r->wpub, (uint64_t)(uint32_t)(i + 1) << 32 | wpos, memory_order_release);
+}
+
+/* How much of chunk i (c) of ring r holds published records: the ring's publication while the owner
+ * writes there, else the chunk's own count (final once the owner left it: stored before it linked
+ * the next chunk and published there). */
+static inline uint32_t at_ring_chunk_used(at_ring *r, int32_t i, at_chunk *c)
+{
+    uint64_t p = atomic_load_explicit(&r->wpub, memory_order_acquire);
+    uint32_t used = atomic_load_explicit(&c->used, memory_order_acquire);
+    if ((int32_t)(uint32_t)(p >> 32) == i + 1 && (uint32_t)p > used)
+        used = (uint32_t)p;
+    return used;
 }
 
 extern at_pool at_pool_g;
