@@ -50,7 +50,7 @@ static pthread_key_t g_thread_key AT_START_DATA;
 /* --- per-thread state --- */
 #define UNIQUE_BLOCK 1024u
 #define CACHE_MAX AT_ACT_CACHE_MAX
-AT_TLS at_act_tls at_act_t; /* activity_inline.h */
+AT_PTLS_FITS(at_act_tls, act); /* activity_inline.h at_act_t */
 #define REFC_EXITED 0x10000u /* at_refc_busy after the thread's exit: no caching any more */
 #define at_free_list (at_act_t.free_list)
 #define at_free_count (at_act_t.free_count)

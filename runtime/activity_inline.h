@@ -36,7 +36,7 @@ typedef struct at_act_tls {
     uint32_t root_next, root_left; /* activity.c: this thread's block of root numbers */
     uint64_t unique_next, unique_end; /* activity.c: this thread's block of <Name>Id values */
 } at_act_tls;
-extern AT_TLS at_act_tls at_act_t;
+#define at_act_t AT_PTLS_AS(at_act_tls, act) /* at_common.h */
 
 /* The thread's current activity (a reference, unless borrowed from a capture by at_flow_enter). */
 #define at_act_cur (at_act_t.cur)

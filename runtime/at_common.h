@@ -15,6 +15,45 @@
 #define AT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define AT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define AT_NOINLINE __attribute__((noinline))
+
+/* The thread-local state a hooked call's path reads, in one object reached without the GOT. In a
+ * shared library each initial-exec variable's offset from the thread pointer is a load from the
+ * GOT: a page of its own, which a call right after a system call (one that emptied the TLB) pays
+ * for, and one load per variable per function. This object's offset is the same in every thread:
+ * it is kept in at_ptls_base, on the interposers' page that such a call reads anyway
+ * (AT_HOT_PAGE_RT), set by the first access (0 is no static block's offset: they lie below the
+ * thread pointer), and read as a constant, once per function; the fields are at constant offsets
+ * from it, and the compiler folds thread pointer + base + field into one %fs-relative operand.
+ * Each part's own name is a macro on its field (its type, for the parts whose type is private to
+ * their file, from the bytes given here: each file checks size and alignment). */
+typedef struct at_path_tls {
+    int internal;             /* at_internal (below): first, at offset 0 */
+    int thread_noflow;        /* shim/thread.c at_thread_noflow */
+    int tid_cache;            /* at_tid_cache (tid.c), a pid_t */
+    uint32_t rt_free, rt_top; /* shim/hook/stub.c: the thread's return records */
+    int nadopt;               /* shim/fdflow.c at_nadopt */
+    bool hk_adopting;         /* shim/hooks.c: keyed flow */
+    struct at_activity *hk_adopt_prev, *hk_adopt_cap;
+    void *slot_cache;         /* shim/slots.c tl_cache */
+    unsigned slot_ncache;     /* shim/slots.c tl_ncache */
+    void *pool_last;          /* shim/callbacks.c tl_last_item */
+    uint64_t tbuf[7];         /* runtime/tbuf_hot.h at_tbuf_thr (at_thr) */
+    uint64_t act[10];         /* runtime/activity_inline.h at_act_t (at_act_tls) */
+    uint64_t adopt[12];       /* shim/fdflow.c at_adopt (at_adoption[AT_ADOPT_MAX]) */
+    uint64_t hk[26];          /* shim/hooks.c hk_t */
+} at_path_tls;
+/* The object: a function the compiler calls once per function that uses it (const: its result
+ * does not change while the function runs), which costs less than a test of the base at each use.
+ * Beside the event write (AT_PATH_EVENT). */
+__attribute__((const, returns_nonnull)) at_path_tls *at_ptls_get(void);
+#define AT_PTLS (*at_ptls_get())
+/* a field of AT_PTLS as the type its file gives it */
+#define AT_PTLS_AS(type, field)                                                                    \
+    (*(type *)AT_PTLS.field)
+#define AT_PTLS_FITS(type, field)                                                                  \
+    _Static_assert(sizeof(type) <= sizeof(((at_path_tls *)0)->field) &&                            \
+                       _Alignof(type) <= _Alignof(uint64_t),                                       \
+                   #field " in at_path_tls holds a " #type)
 /* Code on the path of every interposed system call: the compiler groups it (.text.hot), so the calls
  * between two system calls (whose kernel may empty the TLB each time) touch few code pages. */
 #define AT_HOT_FN __attribute__((hot, section("at_path_text"))) /* see AT_PATH_TEXT */
@@ -94,7 +133,7 @@ static inline void at_mutex_fork_reset(pthread_mutex_t *m)
  * (one look-up per thread, not one per user; a fork child clears it). Threads the shim's trampoline
  * started read it from glibc's thread descriptor instead of making a system call (tid.c). */
 #include <sys/types.h>
-extern AT_TLS pid_t at_tid_cache;
+#define at_tid_cache (AT_PTLS.tid_cache)
 pid_t at_tid_slow(void);
 /* Where in glibc's thread descriptor the id was found (bytes from pthread_self()), -1 until two
  * threads that made the system call agreed on one place (tests, acttrace check). */
@@ -202,7 +241,7 @@ extern AT_TLS int at_rt_own_thread;
  * wrapper reached from inside passes straight to the real function and records nothing: libc
  * functions hooked by entry patching are reached by the flusher's pwrite and libunwind's reads as
  * much as by the program. Defined in trace.c. */
-extern AT_TLS int at_internal;
+#define at_internal (AT_PTLS.internal)
 #define AT_INTERNAL_BEGIN() (at_internal++)
 #define AT_INTERNAL_END() (at_internal--)
 

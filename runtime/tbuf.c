@@ -32,7 +32,7 @@ _Atomic uint64_t at_drops_noring AT_FORK_DATA; /* a fork child starts them again
 _Atomic uint64_t at_drops_retired AT_FORK_DATA;
 _Atomic uint64_t at_drops_damaged AT_FORK_DATA;
 
-AT_TLS at_thr at_tbuf_thr; /* tbuf_hot.h */
+AT_PTLS_FITS(at_thr, tbuf); /* tbuf_hot.h at_tbuf_thr */
 static AT_TLS int32_t no_cpu = -1; /* at_tbuf_cpu_now's word when glibc registered no rseq */
 #define thr at_tbuf_thr
 #define seq_next at_tbuf_seq_next

@@ -22,7 +22,7 @@ typedef struct at_thr {
                     * session (sess_active 1, sess_gen gen), set with ring; a value it never takes
                     * when the event clock is not the TSC (chosen before a session starts) */
 } at_thr;
-extern AT_TLS at_thr at_tbuf_thr;
+#define at_tbuf_thr AT_PTLS_AS(at_thr, tbuf) /* at_common.h */
 
 /* The current chunk is full (or there is none): chain a new one. false when the cap is reached. */
 bool at_tbuf_next_chunk(at_ring *r);

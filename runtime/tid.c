@@ -16,7 +16,7 @@
 #define TID_SCAN_BYTES 1024u /* within glibc's descriptor (the id sits at 0x2d0 in 2.17-2.36) */
 #define TID_WORDS (TID_SCAN_BYTES / 4u / 64u)
 
-AT_TLS pid_t at_tid_cache;
+_Static_assert(sizeof(pid_t) == sizeof(int), "at_path_tls.tid_cache holds a pid_t");
 AT_TLS bool at_thread_managed;
 
 /* bit i of word w: offset 4 * (64 * w + i) may hold the id; all set until a thread has looked */

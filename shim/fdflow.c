@@ -49,8 +49,9 @@ typedef struct at_adoption {
     at_activity *prev; /* what at_flow_enter returned: restored on leave */
     at_activity *base; /* a capture to release on leave (accept path, held pairs), or NULL */
 } at_adoption;
-static AT_TLS at_adoption at_adopt[AT_ADOPT_MAX];
-static AT_TLS int at_nadopt;
+AT_PTLS_FITS(at_adoption[AT_ADOPT_MAX], adopt); /* at_common.h */
+#define at_adopt ((at_adoption *)AT_PTLS.adopt)
+#define at_nadopt (AT_PTLS.nadopt)
 
 int at_fdflow_init(char *err, size_t n)
 {

@@ -194,13 +194,15 @@ typedef struct live {
 } live;
 /* one thread-local object: each thread-local variable of a shared library costs a load of its
  * offset from the GOT */
-static AT_TLS struct {
+typedef struct hk_tls {
     int nlive;
     live *more; /* LIVE_MAX - LIVE_INLINE entries, or NULL; unmapped when a thread the trampoline
                  * started ends (main and threads older than the shim keep theirs until the process
                  * ends) */
     live in[LIVE_INLINE];
-} hk_t;
+} hk_tls;
+AT_PTLS_FITS(hk_tls, hk); /* at_common.h */
+#define hk_t AT_PTLS_AS(hk_tls, hk)
 #define hk_nlive (hk_t.nlive)
 #define hk_live_in (hk_t.in)
 #define hk_live_more (hk_t.more)
@@ -234,9 +236,9 @@ static AT_NOINLINE live *live_push_slot_deep(void)
     }
     return &hk_live_more[hk_nlive - LIVE_INLINE];
 }
-static AT_TLS at_activity *hk_adopt_prev; /* keyed flow: what was current before the adoption */
-static AT_TLS at_activity *hk_adopt_cap;  /* keyed flow: the adopted capture (a reference) */
-static AT_TLS bool hk_adopting;
+#define hk_adopt_prev (AT_PTLS.hk_adopt_prev) /* keyed flow: what was current before the adoption */
+#define hk_adopt_cap (AT_PTLS.hk_adopt_cap)   /* keyed flow: the adopted capture (a reference) */
+#define hk_adopting (AT_PTLS.hk_adopting)
 
 /* Stacks: the program's frames only (stacks.c drops the hook machinery's, wherever it stands). */
 static unsigned hk_depth AT_HOT_PAGE_RT; /* beside at_rt_hot, which every event reads */

@@ -135,7 +135,7 @@ int at_shim_events_register(char *err, size_t n);
 /* Set (incremented) by the callback layer around a pool API call that may create the pool's worker
  * threads lazily (g_thread_pool_push): threads created meanwhile belong to the pool, not to the
  * submitter, so they begin in no activity and each work item brings its own. */
-extern AT_TLS int at_thread_noflow;
+#define at_thread_noflow (AT_PTLS.thread_noflow) /* at_common.h */
 
 /* thread.c: the file name (no directory) of the loaded object that holds addr, or NULL;
  * _dl_find_object takes no lock. at_glib_own: addr is a function of GLib's own libraries (libglib,

@@ -38,8 +38,8 @@ static free_slot *slot_loose;   /* under slot_lock: short remainders of ended th
 static unsigned slot_nloose;
 static bool slot_failed;        /* under slot_lock: no range (mmap refused) or the range is full */
 
-static AT_TLS free_slot *tl_cache;
-static AT_TLS unsigned tl_ncache;
+#define tl_cache (*(free_slot **)&AT_PTLS.slot_cache) /* at_common.h */
+#define tl_ncache (AT_PTLS.slot_ncache)
 
 /* Under slot_lock: n new slots, linked, or NULL. */
 static free_slot *carve_locked(unsigned n)

@@ -117,7 +117,6 @@ static void block_put(void)
 static AT_TLS at_activity *at_thread_cap;
 static AT_TLS at_activity *at_thread_prev;
 static AT_TLS bool at_thread_ours;
-AT_TLS int at_thread_noflow;
 
 AT_HOT_FN static void thread_begin(at_thread_start *s)
 {

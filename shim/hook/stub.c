@@ -106,7 +106,8 @@ _Static_assert(sizeof(ret_rec) == AT_RET_REC && offsetof(ret_rec, ra) == 0 &&
 ret_rec at_ret_rec[AT_RET_MAX] __attribute__((visibility("hidden"), section(".bss.at_ret")));
 #define rt_rec at_ret_rec
 
-static AT_TLS uint32_t rt_free, rt_top;
+#define rt_free (AT_PTLS.rt_free) /* at_common.h */
+#define rt_top (AT_PTLS.rt_top)
 static AT_TLS uintptr_t rt_lo, rt_hi; /* the thread's own stack, when known */
 static AT_TLS uint8_t rt_pruning;
 
