@@ -27,7 +27,6 @@
  * Each part's own name is a macro on its field (its type, for the parts whose type is private to
  * their file, from the bytes given here: each file checks size and alignment). */
 typedef struct at_path_tls {
-    int internal;             /* at_internal (below): first, at offset 0 */
     int thread_noflow;        /* shim/thread.c at_thread_noflow */
     int tid_cache;            /* at_tid_cache (tid.c), a pid_t */
     uint32_t rt_free, rt_top; /* shim/hook/stub.c: the thread's return records */
@@ -41,6 +40,9 @@ typedef struct at_path_tls {
     uint64_t act[10];         /* runtime/activity_inline.h at_act_t (at_act_tls) */
     uint64_t adopt[12];       /* shim/fdflow.c at_adopt (at_adoption[AT_ADOPT_MAX]) */
     uint64_t hk[26];          /* shim/hooks.c hk_t */
+    /* at_internal (below), last: nearest the thread descriptor, on the page the kernel writes in
+     * every fork child (rseq), where a fork child's handler counts its own work (shim/process.c) */
+    int internal;
 } at_path_tls;
 /* The object: a function the compiler calls once per function that uses it (const: its result
  * does not change while the function runs), which costs less than a test of the base at each use.
