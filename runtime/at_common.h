@@ -89,6 +89,10 @@ __attribute__((const, returns_nonnull)) at_path_tls *at_ptls_get(void);
  * event and the return records, beside the activity engine's held Start and Stop
  * (shim/start.ld). */
 #define AT_PATH_ACT __attribute__((section("at_path_act")))
+/* What an event with a stack runs besides (the hook's stack, the walk from the caller, a kept walk's
+ * check, the trim of the shim's frames, the general writer of a record with addresses): right after
+ * the interposers' runs (shim/start.ld), on one page rather than six across the library. */
+#define AT_PATH_STACK __attribute__((hot, section("at_path_stack")))
 #define AT_FORK_DATA __attribute__((section("at_fork_data")))
 /* Small variables an image's start writes (settings, event types, one-time flags), together on one
  * page instead of a page each wherever the linker put them in .bss: with shadow paging the first
@@ -110,6 +114,10 @@ __attribute__((const, returns_nonnull)) at_path_tls *at_ptls_get(void);
  * (shim/real.c at_hot; shim/start.ld at_hot_bss): one page for both. The hook logic's own words every
  * call reads (the errno offset, the stack depth) and the interposers' hooks are there too. */
 #define AT_HOT_PAGE_RT __attribute__((section(".bss.at_hot.2")))
+/* The stack walker's words every walk reads (the mode, the return trampolines' pool, the shim's own
+ * code ranges, the set-up stage: under 128 bytes), at the start of the page the rules and probes
+ * begin on (shim/start.ld at_hot_bss): an event with a stack reads them on its rule's page. */
+#define AT_WALK_BSS __attribute__((section(".bss.at_walk")))
 /* The variables every hooked call reads (the stub's tables, the hooks' settings), together on one
  * page (shim/start.ld): _1 first, then _2. */
 #define AT_PATH_BSS_1 __attribute__((section(".bss.at_path.1")))

@@ -29,13 +29,14 @@ static struct {
     bool ok;
 } U;
 
-static _Atomic int mode_in_use = -1;
+/* the walker in use, plus one (0: none set up) */
+static _Atomic int mode_in_use AT_WALK_BSS;
 
 /* ---- return trampolines (shim/hook/stub_asm.S) ----
  * A hooked call's return address is replaced by trampoline k at pool + size*k, whose frame has no
  * size: a walk reads the real return address from ra[stride*k] instead, with the same registers. */
-static uintptr_t tr_pool, tr_len, tr_shift, tr_stride;
-static const uint64_t *tr_ra;
+static uintptr_t tr_pool AT_WALK_BSS, tr_len AT_WALK_BSS, tr_shift AT_WALK_BSS, tr_stride AT_WALK_BSS;
+static const uint64_t *tr_ra AT_WALK_BSS;
 
 void at_stack_set_trampolines(uintptr_t pool, uintptr_t len, uintptr_t size, const uint64_t *ra,
                               uintptr_t stride)
@@ -282,7 +283,8 @@ typedef struct wc_slot {
     uint64_t ip, sp, bp;
     uint64_t ips[WC_IPS];
     uint64_t addr[WC_READS], val[WC_READS];
-} wc_slot;
+} __attribute__((aligned(2048))) wc_slot; /* 1968 bytes: a slot on one page, never across two */
+_Static_assert(sizeof(wc_slot) == 2048, "a kept walk's slot is half a page");
 static wc_slot wc_slots[WC_SLOTS] __attribute__((section(".bss.at_walks")));
 static _Atomic uint32_t wc_kept; /* walks kept (each one a walk no kept one served) */
 uint32_t at_stack_walks_kept(void) { return atomic_load(&wc_kept); }
@@ -315,7 +317,7 @@ static inline wc_slot *wc_slot_of(uint64_t ip, uint64_t sp)
 #define WC_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
 /* The kept walk from this start, checked: its frame count, or -1 */
-NO_ASAN static int wc_find(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip, uint64_t sp,
+NO_ASAN AT_PATH_STACK static int wc_find(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip, uint64_t sp,
                            uint64_t bp)
 {
     wc_slot *w = wc_slot_of(ip, sp);
@@ -519,7 +521,7 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr
     CALLER_REGS(ip, sp, bp);
     if (max > AT_STACK_MAX_DEPTH)
         max = AT_STACK_MAX_DEPTH;
-    if (max == 0 || atomic_load_explicit(&mode_in_use, memory_order_relaxed) < 0)
+    if (max == 0 || atomic_load_explicit(&mode_in_use, memory_order_relaxed) == 0)
         return 0;
     if (m != AT_STACK_FP && !U.ok)
         m = AT_STACK_FP;
@@ -538,12 +540,12 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr
     return n;
 }
 
-AT_NOINLINE NO_ASAN uint32_t at_stack_capture_from(uintptr_t *ips, uint32_t max, uint64_t ip,
+AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_from(uintptr_t *ips, uint32_t max, uint64_t ip,
                                                    uint64_t sp, uint64_t bp)
 {
     if (max > AT_STACK_MAX_DEPTH)
         max = AT_STACK_MAX_DEPTH;
-    int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed);
+    int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed) - 1;
     if (max == 0 || m < 0 || ip == 0)
         return 0;
     ip = tramp_fix(ip); /* a hooked call's own return point: its real caller */
@@ -565,7 +567,7 @@ AT_NOINLINE NO_ASAN uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint
     CALLER_REGS(ip, sp, bp);
     if (max > AT_STACK_MAX_DEPTH)
         max = AT_STACK_MAX_DEPTH;
-    int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed);
+    int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed) - 1;
     if (max == 0 || m < 0)
         return 0;
     uint32_t n;
@@ -643,7 +645,7 @@ int at_stack_init(enum at_stack_mode mode, char *err, size_t errlen)
             rules = p;
         }
     }
-    atomic_store(&mode_in_use, (int)use);
+    atomic_store(&mode_in_use, (int)use + 1);
     /* one capture now: lazy binding, libunwind's own set-up and the rules of this thread's frames */
     uintptr_t tmp[64];
     at_stack_capture(tmp, 64, 0);
@@ -652,7 +654,7 @@ int at_stack_init(enum at_stack_mode mode, char *err, size_t errlen)
 
 enum at_stack_mode at_stack_mode_in_use(void)
 {
-    int m = atomic_load(&mode_in_use);
+    int m = atomic_load(&mode_in_use) - 1;
     return m < 0 ? AT_STACK_FP : (enum at_stack_mode)m;
 }
 

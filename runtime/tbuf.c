@@ -778,7 +778,7 @@ AT_HOT_FN int at_event_write_stamped_ips(uint64_t floor, bool ordered, const at_
 
 /* Out of line: at_event_write_onepass keeps only the one-pass record's code beside the hooked
  * call's path, and takes this general way otherwise */
-AT_NOINLINE AT_HOT_FN int at_event_write(const at_event_type *t, const at_guid *activity,
+AT_NOINLINE AT_PATH_STACK int at_event_write(const at_event_type *t, const at_guid *activity,
                                          const at_guid *related, const void *payload,
                                          uint32_t payload_len, const uintptr_t *ips, uint32_t nips)
 {

@@ -247,7 +247,7 @@ static unsigned hk_depth AT_HOT_PAGE_RT; /* beside at_rt_hot, which every event 
  * return), then its callers. */
 /* c: the call whose entry or exit takes it (NULL: none known); at its exit by the stub the walk
  * starts at the caller (at_hook_call.ret_ip) */
-static uint32_t hk_stack(uintptr_t *ips, const at_hook *h, const at_hook_call *c)
+AT_PATH_STACK static uint32_t hk_stack(uintptr_t *ips, const at_hook *h, const at_hook_call *c)
 {
     uint32_t n = c && c->ret_ip ? at_shim_capture_from(ips + 1, hk_depth - 1, c->ret_ip, c->ret_sp, c->ret_bp)
                                 : at_shim_capture(ips + 1, hk_depth - 1, 0);
@@ -1543,8 +1543,9 @@ AT_FORK_TEXT static void hk_atfork_child(void)
  * every event read is found from the same page-table line, where a block from the program's heap
  * took a walk of its own through page-table lines the program's work had evicted (the first load
  * from it was ~60% of an interposer's rule at the return in nginx's worker). Zero pages until the
- * install writes them: the probes of aliases never used are never touched. */
-static char hk_store[64 << 10] __attribute__((aligned(4096), section(".bss.at_hooks")));
+ * install writes them: the probes of aliases never used are never touched. It starts on the page of
+ * the stack walker's words (AT_WALK_BSS), right after them. */
+static char hk_store[64 << 10] __attribute__((aligned(64), section(".bss.at_hooks")));
 static bool hk_store_taken;
 /* Its first bytes hold the structs of the rules' event types (their Start, Stop or event: about a
  * dozen), so that the types, the rules and the first probes share a page. */

@@ -22,8 +22,8 @@ static bool at_stacks_ready AT_START_DATA;
  * they make no frame.) Each run of such frames that holds one
  * of the shim's own is dropped, wherever it stands; a run of libffi frames alone is the program's
  * own use of libffi and stays. */
-static uintptr_t own_lo[2], own_hi[2]; /* [shim, libffi] executable segments */
-static bool own_ready;
+static uintptr_t own_lo[2] AT_WALK_BSS, own_hi[2] AT_WALK_BSS; /* [shim, libffi] executable segments */
+static bool own_ready AT_WALK_BSS;
 
 static int own_range(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -73,7 +73,7 @@ static inline int frame_kind(uintptr_t ip)
 }
 
 
-uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth)
+AT_PATH_STACK uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth)
 {
     uint32_t out = 0;
     for (uint32_t i = 0; i < n && out < depth;) {
@@ -111,7 +111,7 @@ static void at_shim_say(const char *line)
 }
 
 /* 0 not set up, 1 a thread is setting it up, 2 ready */
-static _Atomic int stacks_stage;
+static _Atomic int stacks_stage AT_WALK_BSS;
 
 static void stacks_setup(void)
 {
@@ -185,7 +185,7 @@ void at_shim_stacks_setup(void)
 
 /* at_shim_capture for a walk that starts at a frame of the program's given by its registers (the
  * caller of a hooked call at its return): nothing of the shim's to skip below it. */
-AT_NOINLINE uint32_t at_shim_capture_from(uintptr_t *ips, uint32_t depth, uint64_t ip, uint64_t sp,
+AT_NOINLINE AT_PATH_STACK uint32_t at_shim_capture_from(uintptr_t *ips, uint32_t depth, uint64_t ip, uint64_t sp,
                                           uint64_t bp)
 {
     if (!stacks_ready())
