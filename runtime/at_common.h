@@ -16,39 +16,38 @@
 #define AT_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define AT_NOINLINE __attribute__((noinline))
 
-/* The thread-local state a hooked call's path reads, in one object reached without the GOT. In a
- * shared library each initial-exec variable's offset from the thread pointer is a load from the
- * GOT: a page of its own, which a call right after a system call (one that emptied the TLB) pays
- * for, and one load per variable per function. This object's offset is the same in every thread:
- * it is kept in at_ptls_base, on the interposers' page that such a call reads anyway
- * (AT_HOT_PAGE_RT), set by the first access (0 is no static block's offset: they lie below the
- * thread pointer), and read as a constant, once per function; the fields are at constant offsets
- * from it, and the compiler folds thread pointer + base + field into one %fs-relative operand.
- * Each part's own name is a macro on its field (its type, for the parts whose type is private to
- * their file, from the bytes given here: each file checks size and alignment). */
+/* The thread-local state a hooked call's path reads, in one object. In a shared library each
+ * initial-exec variable is reached through its offset in the GOT, a load per variable per function;
+ * one object is one load per function, its fields at constant offsets from it, and its fields are
+ * ordered so that a call reads few of its lines. Each part's own name is a macro on its field (its
+ * type, for the parts whose type is private to their file, from the bytes given here: each file
+ * checks size and alignment). */
 typedef struct at_path_tls {
+    /* Ordered by what a call reads: an event reads the first line (the buffer's state and the
+     * counters every call tests), an event in an activity the second (the engine's state: the
+     * current activity first), a read or write on an adopted connection the third (the
+     * innermost adoption). Lines the kernel's work between two calls evicted are each a miss. */
+    uint64_t tbuf[6];         /* runtime/tbuf_hot.h at_tbuf_thr (at_thr) */
+    int internal;             /* at_internal (below) */
+    int nadopt;               /* shim/fdflow.c at_nadopt */
+    int hk_nlive;             /* shim/hooks.c: calls in progress with something at their return */
     int thread_noflow;        /* shim/thread.c at_thread_noflow */
+    uint64_t act[10];         /* runtime/activity_inline.h at_act_t (at_act_tls) */
+    uint64_t adopt[12];       /* shim/fdflow.c at_adopt (at_adoption[AT_ADOPT_MAX]) */
+    uint64_t hk[25];          /* shim/hooks.c hk_t: the list of those calls */
     int tid_cache;            /* at_tid_cache (tid.c), a pid_t */
     uint32_t rt_free, rt_top; /* shim/hook/stub.c: the thread's return records */
-    int nadopt;               /* shim/fdflow.c at_nadopt */
     bool hk_adopting;         /* shim/hooks.c: keyed flow */
     struct at_activity *hk_adopt_prev, *hk_adopt_cap;
     void *slot_cache;         /* shim/slots.c tl_cache */
     unsigned slot_ncache;     /* shim/slots.c tl_ncache */
     void *pool_last;          /* shim/callbacks.c tl_last_item */
-    uint64_t tbuf[7];         /* runtime/tbuf_hot.h at_tbuf_thr (at_thr) */
-    uint64_t act[10];         /* runtime/activity_inline.h at_act_t (at_act_tls) */
-    uint64_t adopt[12];       /* shim/fdflow.c at_adopt (at_adoption[AT_ADOPT_MAX]) */
-    uint64_t hk[26];          /* shim/hooks.c hk_t */
-    /* at_internal (below), last: nearest the thread descriptor, on the page the kernel writes in
-     * every fork child (rseq), where a fork child's handler counts its own work (shim/process.c) */
-    int internal;
 } at_path_tls;
-/* The object: a function the compiler calls once per function that uses it (const: its result
- * does not change while the function runs), which costs less than a test of the base at each use.
- * Beside the event write (AT_PATH_EVENT). */
-__attribute__((const, returns_nonnull)) at_path_tls *at_ptls_get(void);
-#define AT_PTLS (*at_ptls_get())
+_Static_assert(offsetof(at_path_tls, act) == 64 && offsetof(at_path_tls, adopt) % 64 == 16,
+               "at_path_tls: the buffer's state and the counters on one line, the current activity "
+               "first on the next");
+extern AT_TLS at_path_tls at_path_tls_v;
+#define AT_PTLS (at_path_tls_v)
 /* a field of AT_PTLS as the type its file gives it */
 #define AT_PTLS_AS(type, field)                                                                    \
     (*(type *)AT_PTLS.field)

@@ -15,9 +15,9 @@ typedef struct at_thr {
     uint32_t gen;
     uint32_t seq; /* per-thread sequence number: +1 per event tried, written or dropped */
     uint32_t seq_written; /* that of the last event written: seq != seq_written after a drop */
+    uint8_t busy; /* inside a write: a signal handler writing now must not interleave */
     uint64_t tid;
     uint64_t last_ts;
-    uint8_t busy; /* inside a write: a signal handler writing now must not interleave */
     uint64_t live; /* at_rt_hot.sess_word as it reads while ring is this thread's in a running
                     * session (sess_active 1, sess_gen gen), set with ring; a value it never takes
                     * when the event clock is not the TSC (chosen before a session starts) */

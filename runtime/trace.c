@@ -15,24 +15,7 @@
 #include "symrun_clr.h"
 #include "xstate.h"
 
-static AT_TLS at_path_tls path_tls;
-static long ptls_base AT_HOT_PAGE_RT;
-
-/* at_common.h: the object's offset from the thread pointer is its GOT word, read once */
-static AT_NOINLINE __attribute__((cold)) long ptls_base_init(void)
-{
-    long b = (long)((char *)&path_tls - (char *)__builtin_thread_pointer());
-    __atomic_store_n(&ptls_base, b, __ATOMIC_RELAXED);
-    return b;
-}
-
-AT_PATH_EVENT at_path_tls *at_ptls_get(void)
-{
-    long b = __atomic_load_n(&ptls_base, __ATOMIC_RELAXED);
-    if (AT_UNLIKELY(b == 0))
-        b = ptls_base_init();
-    return (at_path_tls *)((char *)__builtin_thread_pointer() + b);
-}
+AT_TLS at_path_tls at_path_tls_v; /* at_common.h */
 
 /* Not start code (shim/start.ld takes this object's .text into the start's whole) */
 #define AT_COLD_RT __attribute__((cold, noinline))

@@ -195,7 +195,6 @@ typedef struct live {
 /* one thread-local object: each thread-local variable of a shared library costs a load of its
  * offset from the GOT */
 typedef struct hk_tls {
-    int nlive;
     live *more; /* LIVE_MAX - LIVE_INLINE entries, or NULL; unmapped when a thread the trampoline
                  * started ends (main and threads older than the shim keep theirs until the process
                  * ends) */
@@ -203,7 +202,7 @@ typedef struct hk_tls {
 } hk_tls;
 AT_PTLS_FITS(hk_tls, hk); /* at_common.h */
 #define hk_t AT_PTLS_AS(hk_tls, hk)
-#define hk_nlive (hk_t.nlive)
+#define hk_nlive (AT_PTLS.hk_nlive) /* on the line every event reads */
 #define hk_live_in (hk_t.in)
 #define hk_live_more (hk_t.more)
 
