@@ -515,7 +515,7 @@ static uint32_t walk_libunwind(uintptr_t *ips, uint32_t max, uint32_t skip, uint
     uint64_t ip = (uint64_t)(uintptr_t)__builtin_return_address(0), sp = (uint64_t)(uintptr_t)(fp_ + 2), \
              bp = fp_[0]
 
-AT_NOINLINE NO_ASAN uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr_t *ips, uint32_t max,
+AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_with(enum at_stack_mode m, uintptr_t *ips, uint32_t max,
                                                    uint32_t skip)
 {
     CALLER_REGS(ip, sp, bp);

@@ -449,7 +449,7 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
         /* r->tid stays the first owner's: the flusher names the ring's first records after it if
          * it has not looked at the ring yet; later owners are named by their owner records */
         /* the last owner's count must not be read as this thread's: reset before the owner record
-         * is published (the release store of `used` orders it) */
+         * is published (the release store of the ring's publication orders it) */
         atomic_store_explicit(&r->seq_pub, 0, memory_order_relaxed);
         uint32_t size = (uint32_t)sizeof(at_rec) + 8;
         if (r->wpos + size > AT_CHUNK_SIZE && !next_chunk(r)) {
@@ -465,7 +465,6 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
                             .seq = 1, .payload_len = 8};
             memcpy(rec + 1, &thr.tid, 8);
             r->wpos += size;
-            atomic_store_explicit(&c->used, r->wpos, memory_order_release);
             at_ring_publish(r, r->wchunk, r->wpos);
         }
     }
@@ -864,7 +863,6 @@ void at_tbuf_test_set_seq(uint32_t seq)
     *rec = (at_rec){.size = size, .type_index = AT_REC_OWNER_TYPE, .ts = thr.last_ts, .payload_len = 8};
     memcpy(rec + 1, &thr.tid, 8);
     r->wpos += size;
-    atomic_store_explicit(&c->used, r->wpos, memory_order_release);
     at_ring_publish(r, r->wchunk, r->wpos);
 }
 

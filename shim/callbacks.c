@@ -589,7 +589,8 @@ typedef struct pool_item {
 _Static_assert(sizeof(pool_item) <= AT_SLOT_SIZE, "a pool item fits a slot");
 _Static_assert(offsetof(pool_item, pc) == 3 * sizeof(void *), "at_slot_free clears pc");
 
-#define tl_last_item (*(pool_item **)&AT_PTLS.pool_last) /* at_common.h */ /* the thread's last wrapped push (GTask moves it to front) */
+/* the thread's last wrapped push (GTask moves it to front), in at_common.h's path object */
+#define tl_last_item (*(pool_item **)&AT_PTLS.pool_last)
 static pthread_mutex_t pool_sort_lock AT_FORK_DATA = PTHREAD_MUTEX_INITIALIZER;
 
 /* A fork child must not inherit a lock held by a thread that does not exist there: the first

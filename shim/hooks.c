@@ -192,8 +192,8 @@ typedef struct live {
     at_activity *a;
     probe *pr;
 } live;
-/* one thread-local object: each thread-local variable of a shared library costs a load of its
- * offset from the GOT */
+/* the thread's list of calls in progress with something at their return (its count, hk_nlive, on
+ * the line every event reads), a part of the path's thread-local object (at_common.h) */
 typedef struct hk_tls {
     live *more; /* LIVE_MAX - LIVE_INLINE entries, or NULL; unmapped when a thread the trampoline
                  * started ends (main and threads older than the shim keep theirs until the process

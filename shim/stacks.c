@@ -169,7 +169,7 @@ static uint32_t program_frames(uintptr_t *ips, uint32_t n, uint32_t depth)
     return n;
 }
 
-AT_NOINLINE uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
+AT_NOINLINE AT_PATH_STACK uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip)
 {
     if (!stacks_ready())
         return 0;

@@ -22,7 +22,7 @@
 #include "at_testlib.h"
 
 #define ITERS 12
-/* Measured: 4 code pages and 9 data pages (8 while the thread-local state's place was kept on
+/* Measured: 4-5 code pages (as page boundaries fall) and 9 data pages (8 while the thread-local state's place was kept on
  * the interposers' page rather than read from the GOT, at ~25 instructions more a call and more
  * CPU in nginx's worker; 10 while the rules' event types were in the registry's
  * blocks and the rules and probes on the program's heap; 5 and 12 while the calls went through the
@@ -71,7 +71,7 @@
 #define MAX_CODE_LINES 110
 
 /* The same loop with the default stacks (each event carries its caller's stack, served from a kept
- * walk while the words it read are unchanged). Measured: 5 code pages (159 lines) and 11 data pages
+ * walk while the words it read are unchanged). Measured: 5-6 code pages (159-161 lines) and 11 data pages
  * (55 lines), 2,202 instructions, with what such an event runs besides on a page of its own
  * (AT_PATH_STACK), the walker's words on the page of the rules and a kept walk in a half page; 10
  * code and 14 data pages (169 and 59 lines, 2,199 instructions) while the walk's code lay in six
