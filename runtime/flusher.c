@@ -5,9 +5,13 @@
  * publishing its event holds the merge back, so no event ever arrives older than one already written
  * or than a sequence point. */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <string.h>
 #include <semaphore.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include "trace_int.h"
@@ -32,6 +36,27 @@ static sem_t flusher_wake;
 /* Set when a flusher did not stop in time (a write blocked for ever, say on a hung network file
  * system): it is left alone, and no second flusher ever starts beside it. */
 static bool flusher_stuck AT_FORK_DATA;
+
+/* The writer's own descriptor table. Every file the shim opens at run time (the trace's files, the
+ * maps and ELF files symbols come from, /proc) is opened by this thread; in the program's table even
+ * a moment's descriptor would take the lowest free number from under a program's thread that opens
+ * or lists descriptors just then (a daemon's close(0) then open("/dev/null"), a test of what is
+ * open). The table starts empty (close_range with CLOSE_RANGE_UNSHARE copies nothing of the
+ * program's), so the program's descriptors are never held open here either (a pipe's reader still
+ * sees its end when the program closes its side). A program's thread that must write asks this
+ * thread (at_flusher_request_flush); without such a table (an old kernel, a filter that refuses
+ * close_range) everything is as before: the trace's descriptor in the program's table, guarded. */
+AT_TLS bool at_fd_private_thread;
+static bool flusher_private AT_FORK_DATA;
+static int self_pidfd = -1; /* in the writer's table: the process, for the program's descriptors */
+
+/* Requests of the program's threads: a ticket each, the kinds or'ed in first; the writer serves every
+ * ticket it has seen with one pass and publishes the last (req_done, a futex word). */
+enum { REQ_FLUSH = 1, REQ_FLUSH_SP = 2, REQ_ADOPT = 4, REQ_OPEN = 8 };
+static _Atomic uint32_t req_ticket, req_kinds, req_done;
+/* what a waiter watches to tell a slow writer from a stuck one: passes and writes */
+static _Atomic uint64_t flusher_beat;
+static void (*final_fn)(void); /* at_flusher_stop_final: run by the writer before it ends */
 
 
 static at_ring *active[AT_MAX_THREADS];
@@ -274,7 +299,7 @@ static void recycle(at_ring *r)
 
 void at_flush_locked(bool holdback, bool force_sp)
 {
-    if (at_out.fd < 0 && !at_out.failed)
+    if (at_out.fd < 0 && !at_out.failed && !at_out.detached)
         return;
     bool ok = !at_out.failed;
     if (++flush_pass == 0)
@@ -407,6 +432,75 @@ static bool filling(void)
     return at_rings_filling() && !at_trace_file_waits();
 }
 
+/* The writer's table of its own, empty; the standard numbers on /dev/null there, so that nothing
+ * written to "stderr" from this thread can land in a file of ours (at_errmsg borrows the
+ * program's). */
+bool at_writer_table_shared;
+
+static void private_begin(void)
+{
+    if (at_writer_table_shared || syscall(SYS_close_range, 0u, ~0u, CLOSE_RANGE_UNSHARE) != 0)
+        return;
+    at_fd_private_thread = true;
+    for (int i = 0; i < 3; i++)
+        if (open("/dev/null", O_RDWR | O_CLOEXEC) < 0)
+            break;
+    self_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)syscall(SYS_getpid), 0);
+    if (self_pidfd >= 0)
+        self_pidfd = at_fd_move_high(self_pidfd);
+    flusher_private = true;
+}
+
+int at_fd_program(int fd)
+{
+    if (!at_fd_private_thread || self_pidfd < 0 || fd < 0)
+        return -1;
+    return (int)syscall(SYS_pidfd_getfd, self_pidfd, fd, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+}
+
+static bool requests_pending(void)
+{
+    return atomic_load(&req_ticket) != atomic_load(&req_done);
+}
+
+/* Serve the tickets seen: under at_flush_lock, as the program's thread would have done it. */
+static void serve_requests(void)
+{
+    uint32_t t = atomic_load(&req_ticket);
+    uint32_t k = atomic_exchange(&req_kinds, 0);
+    pthread_mutex_lock(&at_flush_lock);
+    if (k & REQ_ADOPT) /* a program's thread opened the file: take it over (the caller closes its number) */
+        (void)at_output_here(&at_out);
+    if (k & REQ_OPEN)
+        at_trace_open_pending_locked();
+    if ((k & (REQ_FLUSH | REQ_FLUSH_SP)) && at_trace_ready_locked())
+        at_flush_locked(false, (k & REQ_FLUSH_SP) != 0);
+    pthread_mutex_unlock(&at_flush_lock);
+    atomic_fetch_add(&flusher_beat, 1);
+    atomic_store(&req_done, t);
+    futex_wake_all(&req_done);
+}
+
+/* The writer ends: its table goes with it, and with it the file's descriptor (not closed: a pause or
+ * a yield, the file goes on). The next writer, or a program's thread at exit, opens it again. */
+static void private_end(void)
+{
+    if (!at_fd_private_thread)
+        return;
+    pthread_mutex_lock(&at_flush_lock);
+    if (at_out.fd >= 0 && at_out.fd_private) {
+        at_out.fd = -1;
+        __atomic_store_n(&at_out.fd_private, false, __ATOMIC_RELEASE);
+        at_out.detached = true;
+    }
+    pthread_mutex_unlock(&at_flush_lock);
+}
+
 static void *flusher_main(void *arg)
 {
     (void)arg;
@@ -415,14 +509,20 @@ static void *flusher_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the program's threads, never here */
     at_flusher_tid = (uint64_t)at_tid(); /* the second thread to look: tid.c learns here */
+    private_begin();
     sem_post(&flusher_ready);
     pthread_setname_np(pthread_self(), "acttrace-flush");
     uint64_t last = at_now_ns();
     while (!atomic_load(&flusher_stop)) {
+        atomic_fetch_add(&flusher_beat, 1);
         if (AT_UNLIKELY(at_trace_file_wanted())) {
             pthread_mutex_lock(&at_flush_lock);
             at_trace_file_open_locked();
             pthread_mutex_unlock(&at_flush_lock);
+        }
+        if (requests_pending()) {
+            serve_requests();
+            continue;
         }
         uint64_t now = at_now_ns();
         uint64_t due = last + (uint64_t)at_flush_interval_ms * 1000000u;
@@ -438,7 +538,7 @@ static void *flusher_main(void *arg)
             /* a writer that found the buffers filling (or a thread that ended, or the first event
              * that counts) before we armed did not post: look again */
             if (!filling() && !atomic_load(&flusher_stop) && !at_lastthread_kicked() &&
-                !at_trace_file_wanted()) {
+                !at_trace_file_wanted() && !requests_pending()) {
                 struct timespec ts = {(time_t)(wake / 1000000000u), (long)(wake % 1000000000u)};
                 while (sem_clockwait(&flusher_wake, CLOCK_MONOTONIC, &ts) < 0 && errno == EINTR)
                     ;
@@ -459,6 +559,14 @@ static void *flusher_main(void *arg)
             nanosleep(&d, NULL);
         }
     }
+    if (requests_pending())
+        serve_requests();
+    if (final_fn) {
+        pthread_mutex_lock(&at_flush_lock);
+        final_fn();
+        pthread_mutex_unlock(&at_flush_lock);
+    }
+    private_end();
     return NULL;
 }
 
@@ -470,6 +578,8 @@ int at_flusher_start(void)
     }
     atomic_store(&flusher_stop, 0);
     atomic_store(&at_flusher_armed, 0);
+    flusher_private = false;
+    final_fn = NULL;
     sem_init(&flusher_ready, 0, 0);
     sem_init(&flusher_wake, 0, 0);
     sigset_t all, old;
@@ -509,12 +619,20 @@ void at_flusher_stop(void)
     atomic_store(&flusher_stop, 1);
     sem_post(&flusher_wake);
     if (!pthread_equal(pthread_self(), flusher)) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += FLUSHER_JOIN_S;
-        int rc;
-        while ((rc = pthread_timedjoin_np(flusher, NULL, &dl)) == EINTR)
-            ;
+        /* as long as it makes progress (a last flush of full buffers to a slow disk), then
+         * FLUSHER_JOIN_S more */
+        int rc, idle = 0;
+        uint64_t seen = atomic_load(&flusher_beat) + atomic_load(&at_stat_bytes);
+        do {
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_sec += 1;
+            while ((rc = pthread_timedjoin_np(flusher, NULL, &dl)) == EINTR)
+                ;
+            uint64_t now = atomic_load(&flusher_beat) + atomic_load(&at_stat_bytes);
+            idle = now == seen ? idle + 1 : 0;
+            seen = now;
+        } while (rc == ETIMEDOUT && idle < FLUSHER_JOIN_S);
         if (rc != 0) {
             flusher_stuck = true;
             at_errmsg("the trace writer's thread did not stop; the file may end early", "", 0);
@@ -543,6 +661,93 @@ AT_FORK_TEXT void at_flusher_forget(void)
 {
     __atomic_store_n(&at_flusher_up, false, __ATOMIC_RELEASE);
     flusher_stuck = false;
+    flusher_private = false;
+}
+
+bool at_flusher_owns_table(void) { return at_flusher_is_running() && flusher_private; }
+
+/* A writer with a table of its own is there to ask (not from the writer itself). */
+static bool private_writer(void)
+{
+    return at_flusher_is_running() && flusher_private && !at_fd_private_thread;
+}
+
+/* Wait for ticket t, as long as the writer makes progress (idle_max 10 ms rounds without any):
+ * true when served. Async-signal-safe (futex, clock). */
+static bool request_wait(uint32_t t, int idle_max)
+{
+    int idle = 0;
+    uint64_t seen = atomic_load(&flusher_beat) + atomic_load(&at_stat_bytes);
+    for (;;) {
+        uint32_t d = atomic_load(&req_done);
+        if ((int32_t)(d - t) >= 0)
+            return true;
+        if (!at_flusher_is_running())
+            return false;
+        struct timespec ts = {0, 10000000};
+        syscall(SYS_futex, (uint32_t *)&req_done, FUTEX_WAIT_PRIVATE, d, &ts, NULL, 0);
+        uint64_t now = atomic_load(&flusher_beat) + atomic_load(&at_stat_bytes);
+        idle = now == seen ? idle + 1 : 0;
+        seen = now;
+        if (idle > idle_max)
+            return false;
+    }
+}
+
+static uint32_t request(uint32_t kinds)
+{
+    atomic_fetch_or(&req_kinds, kinds);
+    uint32_t t = atomic_fetch_add(&req_ticket, 1) + 1;
+    AT_INTERNAL_BEGIN(); /* sem_post may be a hooked function */
+    sem_post(&flusher_wake);
+    AT_INTERNAL_END();
+    return t;
+}
+
+/* Ask the writer and wait (errno kept): false when there is none to ask, or it made no progress
+ * for idle_max rounds of 10 ms. */
+static bool ask(uint32_t kinds, int idle_max)
+{
+    if (!private_writer())
+        return false;
+    int e = errno;
+    bool ok = request_wait(request(kinds), idle_max);
+    errno = e;
+    return ok;
+}
+
+bool at_flusher_request_flush(bool force_sp)
+{
+    return ask(force_sp ? REQ_FLUSH_SP : REQ_FLUSH, 100 * FLUSHER_JOIN_S);
+}
+
+/* A fatal signal's handler: about two seconds without progress at most (without a writer to ask,
+ * the handler waits 200 ms for the lock, then writes itself). */
+bool at_flusher_request_emergency(void) { return ask(REQ_FLUSH_SP, 200); }
+
+bool at_flusher_request_open(void) { return ask(REQ_OPEN, 100 * FLUSHER_JOIN_S); }
+
+void at_flusher_adopt(void)
+{
+    if (!private_writer())
+        return;
+    pthread_mutex_lock(&at_flush_lock);
+    bool shared = at_out.fd >= 0 && !at_out.fd_private;
+    pthread_mutex_unlock(&at_flush_lock);
+    if (shared)
+        (void)request_wait(request(REQ_ADOPT), 100 * FLUSHER_JOIN_S);
+    pthread_mutex_lock(&at_flush_lock);
+    at_output_leftover_close();
+    pthread_mutex_unlock(&at_flush_lock);
+}
+
+bool at_flusher_stop_final(void (*final)(void))
+{
+    if (!private_writer())
+        return false;
+    final_fn = final;
+    at_flusher_stop();
+    return !flusher_stuck;
 }
 
 void at_flusher_wake(void)

@@ -13,10 +13,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "trace_int.h"
 
@@ -26,14 +30,62 @@
 _Atomic int at_last_thread_watch AT_FORK_DATA;
 static _Atomic int kicked AT_FORK_DATA;
 static sigset_t exit_mask;
+
+/* The keeper: a thread the first thread makes as it leaves, when the writer works in a descriptor
+ * table of its own (flusher.c). A descriptor table lives as long as a thread shares it: once the
+ * program's last thread had ended, its table, and with it stdout and every file the atexit
+ * handlers write, would be gone before exit(0). The keeper shares the program's table, waits, and
+ * is the thread that calls exit(0) when no program thread is left. */
+static _Atomic uint32_t keeper_go AT_FORK_DATA;
+static _Atomic long keeper_tid AT_FORK_DATA; /* 0: none; -1: being made */
+
+static void *keeper_main(void *arg)
+{
+    (void)arg;
+    at_internal = 1;
+    atomic_store(&keeper_tid, (long)syscall(SYS_gettid));
+    while (!atomic_load(&keeper_go))
+        syscall(SYS_futex, (uint32_t *)&keeper_go, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    pthread_sigmask(SIG_SETMASK, &exit_mask, NULL);
+    at_internal = 0; /* the program's atexit handlers run here: their calls are its own */
+    exit(0);
+}
+
+static void keeper_start(void)
+{
+    long none = 0;
+    if (!at_flusher_owns_table() || !atomic_compare_exchange_strong(&keeper_tid, &none, -1))
+        return;
+    pthread_attr_t a;
+    pthread_t t;
+    sigset_t all;
+    sigfillset(&all);
+    int rc = pthread_attr_init(&a);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setsigmask_np(&a, &all); /* signals go to the program's threads */
+        pthread_attr_setstacksize(&a, 1u << 16);
+        at_rt_own_thread++;
+        rc = pthread_create(&t, &a, keeper_main, NULL);
+        at_rt_own_thread--;
+        pthread_attr_destroy(&a);
+    }
+    if (rc != 0) {
+        atomic_store(&keeper_tid, 0);
+        return;
+    }
+    while (atomic_load(&keeper_tid) == -1)
+        sched_yield();
+}
 static uint64_t look_step AT_FORK_DATA, look_next AT_FORK_DATA; /* the flusher's */
 
 /* The shim: the process's first thread is leaving (pthread_exit, thrd_exit, cancellation), with
- * mask as its signal mask. Async-signal-safe. */
+ * mask as its signal mask; from its thread-specific data's destructor. */
 void at_trace_exit_with_last_thread(const sigset_t *mask)
 {
     if (!atomic_load(&at_last_thread_watch)) {
         exit_mask = *mask;
+        keeper_start();
         atomic_store(&at_last_thread_watch, 1);
     }
     at_trace_thread_ending_slow();
@@ -54,6 +106,8 @@ AT_FORK_TEXT void at_lastthread_reset(void)
 {
     atomic_store(&at_last_thread_watch, 0);
     atomic_store(&kicked, 0);
+    atomic_store(&keeper_go, 0);
+    atomic_store(&keeper_tid, 0);
     look_step = 0;
     look_next = 0;
 }
@@ -107,14 +161,16 @@ static bool task_alive(const char *tid)
 /* Whether a task of this process other than the calling one (the flusher) is alive. */
 static bool others_alive(void)
 {
+    long keeper = atomic_load(&keeper_tid);
     long n = thread_count();
-    if (n > 2) /* the flusher and the zombie first thread at most */
+    if (n > (keeper > 0 ? 3 : 2)) /* the flusher, the keeper and the zombie first thread at most */
         return true;
     int dfd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return true;
-    char self[24];
+    char self[24], kself[24];
     snprintf(self, sizeof self, "%llu", (unsigned long long)at_flusher_tid);
+    snprintf(kself, sizeof kself, "%ld", keeper);
     union {
         struct dirent64 d;
         char b[4096];
@@ -128,7 +184,8 @@ static bool others_alive(void)
         for (ssize_t off = 0; off < nr && !alive;) {
             const struct dirent64 *d = (const struct dirent64 *)(u.b + off);
             off += d->d_reclen;
-            if (d->d_name[0] >= '0' && d->d_name[0] <= '9' && strcmp(d->d_name, self) != 0)
+            if (d->d_name[0] >= '0' && d->d_name[0] <= '9' && strcmp(d->d_name, self) != 0 &&
+                strcmp(d->d_name, kself) != 0)
                 alive = task_alive(d->d_name);
         }
     }
@@ -148,6 +205,11 @@ static void *exit_thread(void *arg)
 static void end_process(void)
 {
     atomic_store(&at_last_thread_watch, 0);
+    if (atomic_load(&keeper_tid) > 0) {
+        atomic_store(&keeper_go, 1);
+        syscall(SYS_futex, (uint32_t *)&keeper_go, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        return;
+    }
     pthread_attr_t a;
     pthread_t t;
     int rc = pthread_attr_init(&a);

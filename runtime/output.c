@@ -92,10 +92,16 @@ static void manifest_note(const char *path)
     errno = e;
 }
 
+/* A number of the program's table the writer took the file over from (at_fd_here): still guarded
+ * as at_trace_fd until a program thread closes it (at_output_leftover_close). */
+static int out_leftover = -1;
+
 static void remember(at_output *o, int fd)
 {
     struct stat st;
     o->fd = fd;
+    o->fd_private = at_fd_private_thread;
+    o->detached = false;
     if (fstat(fd, &st) == 0) {
         o->dev = (uint64_t)st.st_dev;
         o->ino = (uint64_t)st.st_ino;
@@ -104,7 +110,8 @@ static void remember(at_output *o, int fd)
     }
     o->seg_dev[o->index % 4] = o->dev;
     o->seg_ino[o->index % 4] = o->ino;
-    at_trace_fd = fd;
+    if (!at_fd_private_thread)
+        at_trace_fd = fd; /* the writer's own numbers are nothing of the program's to guard */
 }
 
 size_t at_fmt_u64(char *out, uint64_t v)
@@ -183,9 +190,22 @@ void at_errmsg(const char *a, const char *b, int err)
 #undef ADD
     line[n++] = '\n';
     AT_INTERNAL_BEGIN();
-    ssize_t w = write(2, line, n);
+    /* the writer thread's table has no stderr of the program's: it borrows the program's for the
+     * line (the same open file, so the line lands where the program's own would), or opens it
+     * again through /proc where pidfd_getfd is refused (a filter) */
+    int fd = 2;
+    if (at_fd_private_thread) {
+        fd = at_fd_program(2);
+        if (fd < 0)
+            fd = open("/proc/self/fd/2", O_WRONLY | O_APPEND | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    }
+    if (fd >= 0) {
+        ssize_t w = write(fd, line, n);
+        (void)w;
+        if (fd != 2)
+            close(fd);
+    }
     AT_INTERNAL_END();
-    (void)w;
 }
 
 void at_output_report(at_output *o, const char *what, int err)
@@ -198,9 +218,11 @@ void at_output_report(at_output *o, const char *what, int err)
     at_errmsg("the file keeps its last complete part; lost events are counted in it", "", 0);
 }
 
+static bool fd_here(at_output *o);
+
 int at_output_cut(at_output *o, uint64_t len)
 {
-    if (o->fd < 0)
+    if (!fd_here(o))
         return -1;
     int rc;
     do {
@@ -649,15 +671,80 @@ int at_output_open_next(at_output *o)
     return 0;
 }
 
+static bool still_ours(at_output *o);
+
 void at_output_close(at_output *o)
 {
     int fd = o->fd;
+    bool priv = o->fd_private;
     o->fd = -1;
-    if (fd >= 0) {
-        if (at_trace_fd == fd)
-            at_trace_fd = -1; /* first: the preload library's close() lets it through then */
-        close(fd);
+    o->fd_private = false;
+    o->detached = false;
+    if (fd < 0 || priv != at_fd_private_thread)
+        return; /* a number of another table (the writer's, gone or stuck; a fork child's stale copy) */
+    if (!priv && at_trace_fd == fd)
+        at_trace_fd = -1; /* first: the preload library's close() lets it through then */
+    close(fd);
+}
+
+/* The number of the program's table the writer took the file over from: closed by the calling
+ * (program's) thread. Under at_flush_lock. */
+void at_output_leftover_close(void)
+{
+    int fd = out_leftover;
+    if (fd < 0 || at_fd_private_thread)
+        return;
+    out_leftover = -1;
+    if (at_trace_fd == fd)
+        at_trace_fd = -1;
+    close(fd);
+}
+
+bool at_output_here(at_output *o) { return fd_here(o); }
+
+int at_output_reattach(at_output *o)
+{
+    if (o->fd >= 0)
+        return 0;
+    if (!o->detached)
+        return -1;
+    o->detached = false;
+    if (!still_ours(o)) {
+        at_output_report(o, "cannot open the trace file again: ", errno ? errno : EBADF);
+        return -1;
     }
+    /* a live writer's name again (see open_index); refused while the ended thread's descriptor
+     * still holds it, which goes with that thread */
+    (void)flock(o->fd, LOCK_EX | LOCK_NB);
+    return 0;
+}
+
+/* Is o->fd a number of the calling thread's table? The writer thread takes over a file a program's
+ * thread opened (the same open file, through a pidfd; the program's number stays guarded until a
+ * program's thread closes it, at_output_leftover_close); a program's thread that finds the
+ * writer's number (the writer ended without closing it) opens the file again by its name. */
+static bool fd_here(at_output *o)
+{
+    if (o->fd < 0)
+        return at_output_reattach(o) == 0;
+    if (o->fd_private == at_fd_private_thread)
+        return true;
+    int old = o->fd;
+    o->fd = -1;
+    o->detached = true;
+    if (at_fd_private_thread) {
+        if (out_leftover < 0)
+            out_leftover = old; /* (a second one stays open, guarded no more: never seen) */
+        int fd = at_fd_program(old);
+        if (fd >= 0) {
+            o->fd = at_fd_move_high(fd);
+            o->fd_private = true;
+            o->detached = false;
+            return true;
+        }
+    }
+    o->fd_private = false;
+    return at_output_reattach(o) == 0;
 }
 
 /* In a fork child: the parent's descriptor is closed at once (the program must not find it open),
@@ -702,7 +789,15 @@ static bool still_ours(at_output *o)
 int at_output_move_fd(at_output *o)
 {
     int base = at_fd_high_base();
-    if (o->fd < 0)
+    if (out_leftover >= 0 && out_leftover == at_trace_fd) {
+        /* the guarded number is the one the writer took the file over from */
+        int fd = fcntl(out_leftover, F_DUPFD_CLOEXEC, base > 0 ? base : 3);
+        if (fd < 0)
+            return -1;
+        out_leftover = at_trace_fd = fd;
+        return 0;
+    }
+    if (o->fd < 0 || o->fd_private)
         return 0;
     int fd = fcntl(o->fd, F_DUPFD_CLOEXEC, base > 0 ? base : 3);
     if (fd < 0)
@@ -739,6 +834,8 @@ int at_output_pwrite(at_output *o, const void *buf, size_t len, uint64_t off)
 
 static int pwrite_all(at_output *o, const uint8_t *p, size_t len, uint64_t off)
 {
+    if (len && !fd_here(o))
+        return -1;
     if (len && o->fd >= 0 && !still_ours(o)) {
         at_output_report(o, "cannot open the trace file again after the program closed or "
                             "replaced its descriptor: ", errno ? errno : EBADF);

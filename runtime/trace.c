@@ -218,6 +218,11 @@ AT_FORK_TEXT static void pending_arm(void)
     pending_arm_inline();
 }
 
+/* The writer's thread left its task to a thread the program makes under RLIMIT_NPROC
+ * (at_trace_flusher_yield): nothing starts one again, the file is written by the program's threads
+ * (a fork child starts anew). */
+static bool writer_yielded AT_FORK_DATA;
+
 AT_FORK_TEXT static void fork_child(void)
 {
     at_event_type_fork_child();
@@ -234,6 +239,7 @@ AT_FORK_TEXT static void fork_child(void)
     atomic_store(&at_drops_retired, 0);
     atomic_store(&at_drops_damaged, 0);
     at_flusher_forget();
+    writer_yielded = false;
     at_lastthread_reset(); /* the child's first thread has not left (process.c watches it) */
     at_output_close_in_child();
     sess_forked = true;
@@ -266,6 +272,10 @@ static void child_buffers(void)
         return;
     }
     int e = errno;
+    if (sess_forked) { /* the parent's descriptor, of a table this process does not have */
+        at_out.fd = -1;
+        at_out.fd_private = at_out.detached = false;
+    }
     if (clock_deferred) /* libc code (strcmp): inside the extended-state guard */
         at_xs_call(clock_resolve);
     if (!writer_mem) {
@@ -295,6 +305,7 @@ static int child_open(bool flusher)
 {
     char err[256] = "";
     at_out.fd = -1; /* the parent's, closed at the fork */
+    at_out.fd_private = at_out.detached = false;
     if (sess_forked) {
         at_out.child_suffix = true;
         at_out.exec_gen = 0; /* a new pid: its first image, whatever the parent's generation */
@@ -328,9 +339,25 @@ static void child_begin(void)
     int e = errno;
     AT_INTERNAL_BEGIN(); /* the file's open, reads and writes are the shim's own: no hook sees them */
     pthread_mutex_lock(&at_flush_lock);
-    if (atomic_load(&at_sess_active) == AT_SESS_PENDING && child_open(true) == 0)
-        atomic_store(&at_sess_active, 1);
+    /* a writer thread with a table of its own opens the file (at_trace_file_wanted), so that no
+     * number of the program's is taken for it even for a moment; without one, this thread does */
+    bool writer = atomic_load(&at_sess_active) == AT_SESS_PENDING && !at_flusher_is_running() &&
+                  !writer_yielded && at_flusher_start() == 0 && at_flusher_owns_table();
     pthread_mutex_unlock(&at_flush_lock);
+    /* opened now all the same, with this thread's identity (a setuid may come next), and before
+     * anything the caller does after (a system() whose child names its file after ours) */
+    bool started = writer;
+    if (writer && !at_flusher_request_open())
+        writer = false;
+    if (!writer) {
+        /* a writer that went meanwhile (stopped to leave its task to a thread the program makes
+         * under RLIMIT_NPROC) is not started again here */
+        pthread_mutex_lock(&at_flush_lock);
+        if (atomic_load(&at_sess_active) == AT_SESS_PENDING && child_open(!started && !writer_yielded) == 0)
+            atomic_store(&at_sess_active, 1);
+        pthread_mutex_unlock(&at_flush_lock);
+        at_flusher_adopt();
+    }
     AT_INTERNAL_END();
     errno = e;
 }
@@ -396,6 +423,17 @@ AT_FORK_TEXT static bool child_ready_for_exit(void)
     atomic_store(&at_sess_active, 1);
     return true;
 }
+
+bool at_trace_ready_locked(void) { return child_ready_for_exit(); }
+
+void at_trace_open_pending_locked(void)
+{
+    if (atomic_load(&sess_state) == 1 && atomic_load(&at_sess_active) == AT_SESS_PENDING &&
+        child_open(false) == 0)
+        atomic_store(&at_sess_active, 1);
+}
+
+static void released_wait(uint64_t tid);
 
 /* Pausing the writer's thread (at_trace_flusher_pause): one caller at a time; a fork child, alone
  * in its process, starts with the lock free. */
@@ -548,6 +586,7 @@ static int trace_start(const at_trace_options *o, char *errbuf, size_t errlen)
     atomic_fetch_add(&at_sess_gen, 1);
     atomic_store(&at_sess_active, 1);
     pthread_mutex_unlock(&at_flush_lock);
+    at_flusher_adopt(); /* the writer's table takes the file; the program's number is closed */
     return 0;
 fail:
     atomic_store(&sess_state, 0);
@@ -567,13 +606,27 @@ void at_trace_flush(void)
     if (atomic_load(&sess_state) != 1)
         return;
     AT_INTERNAL_BEGIN();
-    pthread_mutex_lock(&at_flush_lock);
-    /* a session still waiting for its first event opens its file now, with no writer thread, when
-     * something was recorded (an exec's event, just before the image goes) */
-    if (child_ready_for_exit())
-        at_flush_locked(false, false);
-    pthread_mutex_unlock(&at_flush_lock);
+    /* a writer with a table of its own does it; otherwise this thread: a session still waiting
+     * for its first event opens its file now, with no writer thread, when something was recorded
+     * (an exec's event, just before the image goes) */
+    if (!at_flusher_request_flush(false)) {
+        pthread_mutex_lock(&at_flush_lock);
+        if (child_ready_for_exit())
+            at_flush_locked(false, false);
+        pthread_mutex_unlock(&at_flush_lock);
+    }
     AT_INTERNAL_END();
+}
+
+/* The last flush and the file's close, by a writer with a table of its own as it ends. */
+static void final_locked(void)
+{
+    bool write = writer_mem && child_ready_for_exit();
+    atomic_store(&at_sess_active, 0);
+    if (write)
+        at_flush_locked(false, true);
+    at_output_close(&at_out);
+    atomic_fetch_add(&at_sess_gen, 1);
 }
 
 void at_trace_stop(void)
@@ -581,6 +634,13 @@ void at_trace_stop(void)
     int expect = 1;
     if (!atomic_compare_exchange_strong(&sess_state, &expect, 2))
         return;
+    AT_INTERNAL_BEGIN();
+    bool done = at_flusher_stop_final(final_locked);
+    AT_INTERNAL_END();
+    if (done) {
+        atomic_store(&sess_state, 0);
+        return;
+    }
     /* events from now on are dropped and counted; then everything published is written (a pending
      * fork child has no flusher that could hold the lock) */
     bool write = true;
@@ -634,7 +694,7 @@ AT_FORK_TEXT void at_trace_emergency_flush(void)
     int saved = errno;
     AT_INTERNAL_BEGIN();
     /* bounded: about 200 ms if another thread holds the lock, at once if this thread does */
-    for (int i = 0; i < 200; i++) {
+    for (int i = at_flusher_request_emergency() ? 200 : 0; i < 200; i++) {
         int rc = pthread_mutex_trylock(&at_flush_lock);
         if (rc == 0) {
             if (child_ready_for_exit())
@@ -680,8 +740,18 @@ void at_trace_flusher_pause(void)
     pthread_mutex_lock(&at_flush_lock); /* the flusher is between passes when this is held */
     pause_restart = atomic_load(&sess_state) == 1 && at_flusher_is_running();
     pthread_mutex_unlock(&at_flush_lock);
-    if (pause_restart)
+    if (pause_restart) {
+        uint64_t tid = at_flusher_tid;
         at_flusher_stop(); /* joined: the process has one thread fewer until resume */
+        /* gone from the thread group only once its descriptor table is closed, after the join */
+        released_wait(tid);
+        /* the file's descriptor went with the writer's table: opened again now, while the caller's
+         * identity is still the one that may (a setuid to come); the next writer takes it over */
+        pthread_mutex_lock(&at_flush_lock);
+        if (at_out.detached && atomic_load(&at_sess_active) == 1)
+            (void)at_output_reattach(&at_out);
+        pthread_mutex_unlock(&at_flush_lock);
+    }
     AT_INTERNAL_END();
 }
 
@@ -696,6 +766,7 @@ void at_trace_exec_failed(void)
     if (atomic_load(&sess_state) == 1 && !at_flusher_is_running())
         (void)at_flusher_start(); /* refused in a new pid namespace: the buffers wait for exit */
     pthread_mutex_unlock(&at_flush_lock);
+    at_flusher_adopt();
     pthread_mutex_unlock(&pause_lock);
     AT_INTERNAL_END();
     errno = e;
@@ -712,6 +783,7 @@ void at_trace_flusher_resume(void)
         if (atomic_load(&sess_state) == 1 && !at_flusher_is_running())
             (void)at_flusher_start();
         pthread_mutex_unlock(&at_flush_lock);
+        at_flusher_adopt();
         pause_restart = false;
     }
     pthread_mutex_unlock(&pause_lock);
@@ -744,6 +816,7 @@ bool at_trace_flusher_yield(void)
     pthread_mutex_unlock(&at_flush_lock);
     uint64_t tid = at_flusher_tid;
     if (run) {
+        writer_yielded = true;
         at_flusher_stop();
         AT_INTERNAL_BEGIN(); /* stat and nanosleep may be hooked functions */
         released_wait(tid);
@@ -809,7 +882,7 @@ AT_COLD_RT static void writer_thread_now(void)
 {
     AT_INTERNAL_BEGIN();
     pthread_mutex_lock(&at_flush_lock);
-    if (atomic_load(&at_sess_active) == AT_SESS_PENDING && !at_flusher_is_running())
+    if (atomic_load(&at_sess_active) == AT_SESS_PENDING && !at_flusher_is_running() && !writer_yielded)
         (void)at_flusher_start(); /* refused: the file is opened by whoever records first */
     pthread_mutex_unlock(&at_flush_lock);
     AT_INTERNAL_END();

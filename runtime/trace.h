@@ -230,6 +230,9 @@ int at_trace_move_fd(void);
 /* fd moved to a high number, close-on-exec (the writer's and the shim's own descriptors), or fd
  * itself when that cannot be done. */
 int at_fd_move_high(int fd);
+/* ACTTRACE_WRITER_TABLE=shared: the writer thread keeps the program's descriptor table (its files
+ * on high numbers, guarded), as where the kernel refuses it one of its own. Set before a start. */
+extern bool at_writer_table_shared;
 /* For calls the kernel or glibc apply to every thread of the process or refuse to a multithreaded
  * one (setuid and the like through glibc's broadcast, which aborts when one thread's result differs
  * from another's, as it does when capset raised the caller's capabilities alone; unshare of a user

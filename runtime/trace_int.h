@@ -237,6 +237,9 @@ typedef struct at_output {
     unsigned index;       /* of the current file (0 = base path) */
     unsigned max_files;   /* circular: files kept */
     int fd;
+    bool fd_private;      /* fd is a number of the writer thread's own descriptor table (flusher.c) */
+    bool detached;        /* the file exists but no descriptor is open on it: the next write opens
+                           * it again by its name (dev and ino say it is the same file) */
     uint64_t dev, ino;    /* the file fd was opened on: a number the program took over is not ours */
     bool failed;          /* the last write failed: nothing more is written until a loss record fits */
     bool reported;        /* the failure was reported on stderr (once per output) */
@@ -275,7 +278,23 @@ int at_output_cut(at_output *o, uint64_t len);
 /* Move the current file to another descriptor, leaving the old number open for the caller (who is
  * about to dup2 onto it); 0 or -1. Under at_flush_lock. */
 int at_output_move_fd(at_output *o);
+void at_output_leftover_close(void);
+/* Is the file's descriptor one of the calling thread's table (taken over, or opened again by its
+ * name, when it was not)? */
+bool at_output_here(at_output *o);
+/* trace.c, under at_flush_lock: the file is there to flush to (a waiting one opened now, as an exit
+ * would open it when something was recorded). */
+bool at_trace_ready_locked(void);
 int at_fd_high_base(void);
+/* A file that lost its descriptor (the writer thread that held it ended): open it again by its name
+ * on the calling thread's table; 0, or -1 (reported). */
+int at_output_reattach(at_output *o);
+/* The writer thread works in a descriptor table of its own (flusher.c): nothing it opens ever takes
+ * a number of the program's, even for a moment. True on that thread only. */
+extern AT_TLS bool at_fd_private_thread;
+/* On that thread: a descriptor for the program's own descriptor `fd` (its stderr for a message),
+ * to be closed after use, or -1. */
+int at_fd_program(int fd);
 /* async-signal-safe small formatting helpers */
 size_t at_fmt_u64(char *out, uint64_t v);
 void at_civil_from_unix(int64_t secs, int *y, int *mo, int *d, int *h, int *mi, int *s, int *dow);
@@ -328,6 +347,25 @@ bool at_rings_filling(void);
 void at_flusher_kick(void);
 /* Wake the flusher whether it sleeps or not (async-signal-safe): a file is wanted. */
 void at_flusher_wake(void);
+/* Requests a program thread makes of a writer thread that holds the file in its own table (it alone
+ * can write it). at_flusher_owns_file: the file's descriptor is the writer's. */
+static inline bool at_flusher_owns_file(void) { return __atomic_load_n(&at_out.fd_private, __ATOMIC_ACQUIRE); }
+/* Everything published written (and a waiting file opened, as an exit would), by the writer; waits
+ * while it makes progress. false: no writer thread took it (the caller writes itself). */
+bool at_flusher_request_flush(bool force_sp);
+/* A session still waiting for its first event opens its file now, by the writer. */
+bool at_flusher_request_open(void);
+void at_trace_open_pending_locked(void); /* trace.c, under at_flush_lock */
+/* A writer thread runs, in a descriptor table of its own. */
+bool at_flusher_owns_table(void);
+/* The same from a fatal signal's handler: a bounded wait, async-signal-safe. */
+bool at_flusher_request_emergency(void);
+/* The writer takes over a file the calling thread opened in the program's table, which the caller
+ * then closes; no-op when there is none. Not under at_flush_lock. */
+void at_flusher_adopt(void);
+/* at_flusher_stop, with the last flush and the file's close done by the writer before it ends
+ * (final, from trace.c); false when no writer thread holds the file. */
+bool at_flusher_stop_final(void (*final)(void));
 /* trace.c, for the flusher: the session's file waits for its first event that counts (buffers
  * filling are no reason to flush then); one counted and the file is to be opened, which
  * at_trace_file_open_locked does under at_flush_lock. */
