@@ -1031,20 +1031,29 @@ START_TEST(sigkill_leaves_readable_file)
         for (;;) {
             at_event_write(a, NULL, NULL, &v, 4, NULL, 0);
             v++;
+            /* writing all along, at a pace the reader below keeps up with: flat out the file grew
+             * by hundreds of MB a second, and a reader that had to catch up read it whole each
+             * time (once until the machine ran out of memory) */
+            if ((v & 1023) == 0)
+                usleep(200);
         }
     }
     /* wait until completed flushes hold over 1000 events (the size alone can include a flush in
      * progress, which a reader rightly does not see yet), then kill without warning */
     size_t before = 0;
-    for (;;) {
+    char last[256] = "";
+    for (int i = 0; i < 3000 && before <= 1000; i++) {
         usleep(10000);
         walk w0;
         if (walk_file(&w0, p) == 0)
             before = w0.nev;
+        else
+            snprintf(last, sizeof last, "%s", w0.err);
         walk_free(&w0);
-        if (before > 1000)
-            break;
     }
+    if (before <= 1000)
+        kill(pid, SIGKILL);
+    ck_assert_msg(before > 1000, "after 30 s the file holds %zu events (%s)", before, last);
     kill(pid, SIGKILL);
     int status;
     waitpid(pid, &status, 0);
