@@ -177,6 +177,11 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
             c->hook_wrapper_ffi = w == 2;
         }
     }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_WRITER_TABLE")) && *v) {
+        rc = parse_word("ACTTRACE_WRITER_TABLE", v, "own|shared", &w, err, errlen);
+        if (rc == 0)
+            c->writer_table_shared = w == 1;
+    }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_SAMPLE_HZ")) && *v) {
         rc = parse_uint("ACTTRACE_SAMPLE_HZ", v, AT_SAMPLE_HZ_MAX, &x, err, errlen);
         if (rc == 0)

@@ -43,6 +43,8 @@ typedef struct at_config {
                                it has one and the rule allows, else the stub; stub: always the stub;
                                ffi: a libffi closure; both for comparison) */
     bool hook_wrapper_stub; /* ACTTRACE_HOOK_WRAPPER=stub */
+    bool writer_table_shared; /* ACTTRACE_WRITER_TABLE=shared: the writer's files in the program's
+                               * descriptor table (as where the kernel refuses it one of its own) */
     unsigned sample_hz;     /* ACTTRACE_SAMPLE_HZ: CPU samples per second of each thread's CPU time,
                                with its stack and current activity (0 = off, the default; at most
                                10000, and the kernel's tick bounds the rate it delivers) */

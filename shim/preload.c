@@ -146,10 +146,7 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_preload_fail("setup", err);
         goto out;
     }
-    /* diagnostics and tests: the writer's descriptors in the program's table, as where the kernel
-     * refuses the writer a table of its own */
-    const char *wt = at_env("ACTTRACE_WRITER_TABLE");
-    at_writer_table_shared = wt && !strcmp(wt, "shared");
+    at_writer_table_shared = at_cfg.writer_table_shared;
     at_trace_options o = {
         .path = at_cfg.output,
         .mode = AT_OUTPUT_FILE,

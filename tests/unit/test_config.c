@@ -73,6 +73,15 @@ START_TEST(test_stack_settings)
     const char *bad3[] = {"ACTTRACE_STACK_WALKER=dwarf", NULL};
     ck_assert_int_eq(load(&c, bad3, err, sizeof err), -1);
     ck_assert_str_eq(err, "ACTTRACE_STACK_WALKER=dwarf: expected one of shared|libunwind|fp");
+    const char *wt[] = {"ACTTRACE_WRITER_TABLE=shared", NULL};
+    ck_assert_int_eq(load(&c, wt, err, sizeof err), 0);
+    ck_assert(c.writer_table_shared);
+    const char *wt_own[] = {"ACTTRACE_WRITER_TABLE=own", NULL};
+    ck_assert_int_eq(load(&c, wt_own, err, sizeof err), 0);
+    ck_assert(!c.writer_table_shared);
+    const char *bad5[] = {"ACTTRACE_WRITER_TABLE=private", NULL};
+    ck_assert_int_eq(load(&c, bad5, err, sizeof err), -1);
+    ck_assert_str_eq(err, "ACTTRACE_WRITER_TABLE=private: expected one of own|shared");
 }
 END_TEST
 
