@@ -432,11 +432,11 @@ static bool filling(void)
     return at_rings_filling() && !at_trace_file_waits();
 }
 
+bool at_writer_table_shared;
+
 /* The writer's table of its own, empty; the standard numbers on /dev/null there, so that nothing
  * written to "stderr" from this thread can land in a file of ours (at_errmsg borrows the
  * program's). */
-bool at_writer_table_shared;
-
 static void private_begin(void)
 {
     if (at_writer_table_shared || syscall(SYS_close_range, 0u, ~0u, CLOSE_RANGE_UNSHARE) != 0)
