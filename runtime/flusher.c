@@ -495,7 +495,7 @@ static void private_end(void)
     pthread_mutex_lock(&at_flush_lock);
     if (at_out.fd >= 0 && at_out.fd_private) {
         at_out.fd = -1;
-        __atomic_store_n(&at_out.fd_private, false, __ATOMIC_RELEASE);
+        at_out.fd_private = false;
         at_out.detached = true;
     }
     pthread_mutex_unlock(&at_flush_lock);

@@ -92,7 +92,7 @@ static void manifest_note(const char *path)
     errno = e;
 }
 
-/* A number of the program's table the writer took the file over from (at_fd_here): still guarded
+/* A number of the program's table the writer took the file over from (fd_here): still guarded
  * as at_trace_fd until a program thread closes it (at_output_leftover_close). */
 static int out_leftover = -1;
 

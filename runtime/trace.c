@@ -398,10 +398,18 @@ AT_COLD_RT bool at_trace_file_wanted(void)
            atomic_load(&child_recorded) && atomic_load(&child_stage) == 2;
 }
 
+/* Under at_flush_lock: a session still waiting for its first event opens its file now. */
+void at_trace_open_pending_locked(void)
+{
+    if (atomic_load(&sess_state) == 1 && atomic_load(&at_sess_active) == AT_SESS_PENDING &&
+        child_open(false) == 0)
+        atomic_store(&at_sess_active, 1);
+}
+
 AT_COLD_RT void at_trace_file_open_locked(void)
 {
-    if (atomic_load(&sess_state) == 1 && at_trace_file_wanted() && child_open(false) == 0)
-        atomic_store(&at_sess_active, 1);
+    if (at_trace_file_wanted())
+        at_trace_open_pending_locked();
 }
 
 /* The file waits for its first event that counts: buffers filling meanwhile are no reason to flush. */
@@ -425,13 +433,6 @@ AT_FORK_TEXT static bool child_ready_for_exit(void)
 }
 
 bool at_trace_ready_locked(void) { return child_ready_for_exit(); }
-
-void at_trace_open_pending_locked(void)
-{
-    if (atomic_load(&sess_state) == 1 && atomic_load(&at_sess_active) == AT_SESS_PENDING &&
-        child_open(false) == 0)
-        atomic_store(&at_sess_active, 1);
-}
 
 static void released_wait(uint64_t tid);
 
@@ -693,8 +694,10 @@ AT_FORK_TEXT void at_trace_emergency_flush(void)
         return;
     int saved = errno;
     AT_INTERNAL_BEGIN();
-    /* bounded: about 200 ms if another thread holds the lock, at once if this thread does */
-    for (int i = at_flusher_request_emergency() ? 200 : 0; i < 200; i++) {
+    /* a writer with a table of its own does it; otherwise this thread, bounded: about 200 ms if
+     * another thread holds the lock, at once if this thread does */
+    bool asked = at_flusher_request_emergency();
+    for (int i = 0; i < 200 && !asked; i++) {
         int rc = pthread_mutex_trylock(&at_flush_lock);
         if (rc == 0) {
             if (child_ready_for_exit())

@@ -348,8 +348,7 @@ void at_flusher_kick(void);
 /* Wake the flusher whether it sleeps or not (async-signal-safe): a file is wanted. */
 void at_flusher_wake(void);
 /* Requests a program thread makes of a writer thread that holds the file in its own table (it alone
- * can write it). at_flusher_owns_file: the file's descriptor is the writer's. */
-static inline bool at_flusher_owns_file(void) { return __atomic_load_n(&at_out.fd_private, __ATOMIC_ACQUIRE); }
+ * can write it). */
 /* Everything published written (and a waiting file opened, as an exit would), by the writer; waits
  * while it makes progress. false: no writer thread took it (the caller writes itself). */
 bool at_flusher_request_flush(bool force_sp);
