@@ -880,6 +880,16 @@ void at_rings_barrier_init(void)
     barrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
+/* The ring of the thread a writer's flush is done for (an exit's, a fatal signal's): that thread
+ * is not in a write of its own, or never will finish it, so its ring holds nothing back, as the
+ * calling thread's own ring does not when it flushes itself. */
+static _Atomic(at_ring *) rings_skip;
+
+void at_rings_skip_mine(bool on)
+{
+    atomic_store(&rings_skip, on ? thr.ring : NULL);
+}
+
 uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback)
 {
     int saved = errno;
@@ -888,9 +898,10 @@ uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback)
     errno = saved;
     uint64_t h = barrier_ok ? cut : fallback;
     at_ring *own = thr.ring; /* an emergency flush on a thread interrupted in its own write */
+    at_ring *asker = atomic_load(&rings_skip);
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {
         at_ring *r = &at_pool_g.rings[i];
-        if (r == own || atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
+        if (r == own || r == asker || atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
         uint64_t p = atomic_load_explicit(&r->pending, memory_order_acquire);
         /* between announcing and reading the clock: a few instructions, unless preempted there */

@@ -636,7 +636,9 @@ void at_trace_stop(void)
     if (!atomic_compare_exchange_strong(&sess_state, &expect, 2))
         return;
     AT_INTERNAL_BEGIN();
+    at_rings_skip_mine(true);
     bool done = at_flusher_stop_final(final_locked);
+    at_rings_skip_mine(false);
     AT_INTERNAL_END();
     if (done) {
         atomic_store(&sess_state, 0);
@@ -696,7 +698,9 @@ AT_FORK_TEXT void at_trace_emergency_flush(void)
     AT_INTERNAL_BEGIN();
     /* a writer with a table of its own does it; otherwise this thread, bounded: about 200 ms if
      * another thread holds the lock, at once if this thread does */
+    at_rings_skip_mine(true);
     bool asked = at_flusher_request_emergency();
+    at_rings_skip_mine(false);
     for (int i = 0; i < 200 && !asked; i++) {
         int rc = pthread_mutex_trylock(&at_flush_lock);
         if (rc == 0) {

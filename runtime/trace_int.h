@@ -331,6 +331,9 @@ void at_flush_locked(bool holdback, bool force_sp);
 /* The newest timestamp the flusher may write up to: cut, lowered to the clock read of any event a
  * thread is writing (tbuf.c). */
 uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback);
+/* The calling thread asks the writer for its last flush (exit, fatal signal): its ring holds
+ * nothing back (on), until the answer (off). Async-signal-safe. */
+void at_rings_skip_mine(bool on);
 void at_rings_barrier_init(void);
 bool at_ntw_ready(void);
 int at_flusher_start(void);
