@@ -610,7 +610,10 @@ void at_trace_flush(void)
     /* a writer with a table of its own does it; otherwise this thread: a session still waiting
      * for its first event opens its file now, with no writer thread, when something was recorded
      * (an exec's event, just before the image goes) */
-    if (!at_flusher_request_flush(false)) {
+    at_rings_skip_mine(true); /* exec may be called in a signal handler that interrupted a write */
+    bool asked = at_flusher_request_flush(false);
+    at_rings_skip_mine(false);
+    if (!asked) {
         pthread_mutex_lock(&at_flush_lock);
         if (child_ready_for_exit())
             at_flush_locked(false, false);
