@@ -432,7 +432,7 @@ static bool filling(void)
     return at_rings_filling() && !at_trace_file_waits();
 }
 
-bool at_writer_table_shared;
+bool at_writer_table_shared AT_START_DATA; /* set at the start, with the settings */
 
 /* The writer's table of its own, empty; the standard numbers on /dev/null there, so that nothing
  * written to "stderr" from this thread can land in a file of ours (at_errmsg borrows the
@@ -705,27 +705,35 @@ static uint32_t request(uint32_t kinds)
 }
 
 /* Ask the writer and wait (errno kept): false when there is none to ask, or it made no progress
- * for idle_max rounds of 10 ms. */
-static bool ask(uint32_t kinds, int idle_max)
+ * for idle_max rounds of 10 ms. skip_mine: a flush for the asking thread, whose ring then holds
+ * nothing back (it may have been interrupted in a write of its own it cannot finish while it
+ * waits). Set only once there is a writer to ask: a process that recorded nothing touches
+ * nothing more at its exit. */
+static bool ask(uint32_t kinds, int idle_max, bool skip_mine)
 {
     if (!private_writer())
         return false;
     int e = errno;
+    if (skip_mine)
+        at_rings_skip_mine(true);
     bool ok = request_wait(request(kinds), idle_max);
+    if (skip_mine)
+        at_rings_skip_mine(false);
     errno = e;
     return ok;
 }
 
+/* An explicit flush, or exec's (which may run in a signal handler that interrupted a write). */
 bool at_flusher_request_flush(bool force_sp)
 {
-    return ask(force_sp ? REQ_FLUSH_SP : REQ_FLUSH, 100 * FLUSHER_JOIN_S);
+    return ask(force_sp ? REQ_FLUSH_SP : REQ_FLUSH, 100 * FLUSHER_JOIN_S, true);
 }
 
 /* A fatal signal's handler: about two seconds without progress at most (without a writer to ask,
  * the handler waits 200 ms for the lock, then writes itself). */
-bool at_flusher_request_emergency(void) { return ask(REQ_FLUSH_SP, 200); }
+bool at_flusher_request_emergency(void) { return ask(REQ_FLUSH_SP, 200, true); }
 
-bool at_flusher_request_open(void) { return ask(REQ_OPEN, 100 * FLUSHER_JOIN_S); }
+bool at_flusher_request_open(void) { return ask(REQ_OPEN, 100 * FLUSHER_JOIN_S, false); }
 
 void at_flusher_adopt(void)
 {
@@ -746,7 +754,9 @@ bool at_flusher_stop_final(void (*final)(void))
     if (!private_writer())
         return false;
     final_fn = final;
+    at_rings_skip_mine(true); /* the exiting thread's ring, as for a flush it asks for */
     at_flusher_stop();
+    at_rings_skip_mine(false);
     return !flusher_stuck;
 }
 

@@ -610,10 +610,7 @@ void at_trace_flush(void)
     /* a writer with a table of its own does it; otherwise this thread: a session still waiting
      * for its first event opens its file now, with no writer thread, when something was recorded
      * (an exec's event, just before the image goes) */
-    at_rings_skip_mine(true); /* exec may be called in a signal handler that interrupted a write */
-    bool asked = at_flusher_request_flush(false);
-    at_rings_skip_mine(false);
-    if (!asked) {
+    if (!at_flusher_request_flush(false)) {
         pthread_mutex_lock(&at_flush_lock);
         if (child_ready_for_exit())
             at_flush_locked(false, false);
@@ -638,11 +635,14 @@ void at_trace_stop(void)
     int expect = 1;
     if (!atomic_compare_exchange_strong(&sess_state, &expect, 2))
         return;
-    AT_INTERNAL_BEGIN();
-    at_rings_skip_mine(true);
-    bool done = at_flusher_stop_final(final_locked);
-    at_rings_skip_mine(false);
-    AT_INTERNAL_END();
+    /* a writer with a table of its own makes the last flush (asked only where there is a writer:
+     * a process that recorded nothing runs none of the writer's code at its exit) */
+    bool done = false;
+    if (at_flusher_is_running()) {
+        AT_INTERNAL_BEGIN();
+        done = at_flusher_stop_final(final_locked);
+        AT_INTERNAL_END();
+    }
     if (done) {
         atomic_store(&sess_state, 0);
         return;
@@ -701,9 +701,7 @@ AT_FORK_TEXT void at_trace_emergency_flush(void)
     AT_INTERNAL_BEGIN();
     /* a writer with a table of its own does it; otherwise this thread, bounded: about 200 ms if
      * another thread holds the lock, at once if this thread does */
-    at_rings_skip_mine(true);
     bool asked = at_flusher_request_emergency();
-    at_rings_skip_mine(false);
     for (int i = 0; i < 200 && !asked; i++) {
         int rc = pthread_mutex_trylock(&at_flush_lock);
         if (rc == 0) {

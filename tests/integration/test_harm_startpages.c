@@ -17,7 +17,7 @@
 #include "at_testlib.h"
 
 #define SPAWNS "40"
-/* Page faults per image the shim may add. Measured: 15 (an empty preloaded library alone adds
+/* Page faults per image the shim may add. Measured: 16 (an empty preloaded library alone adds
  * 5-9 here: the loader's pages, the library's first code and data pages). Each page the start
  * writes or reads for the first time adds one: the event types made in the program's heap, the
  * clock chosen at the start (the vDSO's data pages), relocated .data, a second page of output names,
