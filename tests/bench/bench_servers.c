@@ -4,9 +4,7 @@
  *   Debian's memcached (one worker thread, `-t 1`) by memcaslap -T1 -c8 (libmemcached-tools):
  *   ASCII gets and sets 9:1 over a key set of fixed size (a task window of 1024 keys per
  *   connection, keys of 16 bytes, values of 100).
- * The server is pinned to the last CPU and the client to the first (pin_server). They run in rounds
- * of 3 s: in each round each server runs once in each configuration in turn (each
- * round starting with another one), so that the machine's drift hits them alike:
+ * Each configuration has a server of its own, all of them started at once and left running:
  *   untraced;
  *   the shim without a config;
  *   the server's per-request config, without stacks: tests/data/hooks/nginx.conf (a Connection
@@ -14,13 +12,21 @@
  *   same activity, which memcached's worker thread adopts when the main thread hands it the fd
  *   through its pipe, and events on read and sendmsg); all with signatures and fd/return captured;
  *   the same with the default stacks.
+ * The servers are pinned to the last CPU and the client to the first (pin_server); each is warmed by
+ * one load, then loaded in rounds of 1 s: in each round each server once, in turn, each round
+ * starting with another configuration. The machine's speed drifts and jumps (on the measuring VM,
+ * the same untraced server took 19 or 30 us of CPU per request for minutes at a time): a round of
+ * the four takes about 4 s, so its loads see the same machine, and a jump spoils a round or two of
+ * the median's 15, not the figure (a server started for each load puts a start and seconds between
+ * the loads compared).
  * Each row is the median over the rounds of the per-round ratio to the untraced run, for requests per
  * second and for CPU per request (the server's processes and threads, their CPU time from /proc
- * before and after the timed load: what the server itself spent on the requests, its trace writer
+ * before and after each timed load: what the server itself spent on the requests, its trace writer
  * thread included, whatever the load generator did), with the page faults per request (minor and
- * major, from wait4's rusage) beside them. What the server's start and exit cost (its whole life's
- * CPU from wait4 outside the timed load: the shim's set-up, the last flush and the symbols of the
- * trace's stacks) is a row of its own, not spread over the requests. The extra CPU per hooked
+ * major, from wait4's rusage over its whole life and every request it served) beside them. What the
+ * server's start and exit cost (its whole life's CPU from wait4 outside the timed loads: the shim's
+ * set-up, the last flush and the symbols of the trace's stacks) is a row of its own, not spread
+ * over the requests. The extra CPU per hooked
  * call is the CPU per request added over the shim without a config, divided by the hooked calls a
  * request makes: for nginx three (recv, writev, and the close of the file nginx opens for it, which
  * the Connection's stop sees but which writes no event); for memcached every hooked call writes an
@@ -73,8 +79,8 @@ static const char *client_prefix(void)
     return ncpus() >= 2 && access("/usr/bin/taskset", X_OK) == 0 ? "/usr/bin/taskset -c 0 " : "";
 }
 
-#define ROUNDS 5
-#define SECONDS "3"
+#define ROUNDS 15
+#define SECONDS "1"
 enum { UNTRACED, NOCONF, NOSTACKS, STACKS, NCONF };
 static const char *const conf_name[NCONF] = {"untraced", "shim without a config",
                                              "per-request config, no stacks",
@@ -91,19 +97,29 @@ struct server {
     int calls_per_req;     /* hooked calls a request makes; 0: count the events in each trace */
     int stop_sig;          /* ends it gracefully, its trace file complete */
     bool (*installed)(void);
-    void (*prepare)(server *s);                       /* its files, in dir */
-    void (*exec)(const server *s);                    /* in the child, the environment set */
-    bool (*drive)(const server *s, double *rps, double *reqs); /* one timed load */
-    char *dir;
-    int port;
+    void (*prepare)(server *s, int conf);             /* its files, in dir[conf] */
+    void (*exec)(const server *s, int conf);          /* in the child, the environment set */
+    bool (*drive)(const server *s, int conf, double *rps, double *reqs); /* one timed load */
+    char *dir[NCONF];
+    int port[NCONF];
+    pid_t pid[NCONF];
+    double reqs[NCONF];  /* every request it served, the warm-up's included */
+    double window_ns[NCONF]; /* its CPU within the timed loads */
     char hooks[4300];
 };
 
-/* What one run measured, per request except rps and life_ms. */
+/* What one load measured, per request except rps. */
 typedef struct run {
-    double rps, cpu_ns, faults, calls;
-    double life_ms; /* CPU of the server's whole life outside the timed load: start and exit */
+    double rps, cpu_ns;
 } run;
+
+/* What a server's whole life measured, once it has ended. */
+typedef struct life {
+    double faults;  /* page faults per request served, its start and exit included */
+    double calls;   /* hooked calls per request */
+    double life_ms; /* CPU of its whole life outside the timed loads: start, warm-up, exit */
+    bool ok;
+} life;
 
 static int cmpd(const void *a, const void *b)
 {
@@ -219,9 +235,9 @@ static bool nginx_installed(void)
     return access("/usr/sbin/nginx", X_OK) == 0 && on_path("wrk");
 }
 
-static void nginx_prepare(server *s)
+static void nginx_prepare(server *s, int conf)
 {
-    const char *dir = s->dir;
+    const char *dir = s->dir[conf];
     char path[4300];
     snprintf(path, sizeof path, "%s/nginx.conf", dir);
     FILE *f = fopen(path, "w");
@@ -231,7 +247,7 @@ static void nginx_prepare(server *s)
                " client_body_temp_path %s/tmp; proxy_temp_path %s/tmp; fastcgi_temp_path %s/tmp;\n"
                " uwsgi_temp_path %s/tmp; scgi_temp_path %s/tmp;\n"
                " server { listen 127.0.0.1:%d; root %s; }\n}\n",
-            dir, dir, dir, dir, dir, dir, s->port, dir);
+            dir, dir, dir, dir, dir, dir, s->port[conf], dir);
     fclose(f);
     snprintf(path, sizeof path, "%s/index.html", dir);
     f = fopen(path, "w");
@@ -242,18 +258,18 @@ static void nginx_prepare(server *s)
     mkdir(path, 0700);
 }
 
-static void nginx_exec(const server *s)
+static void nginx_exec(const server *s, int conf)
 {
     char cfg[4300];
-    snprintf(cfg, sizeof cfg, "%s/nginx.conf", s->dir);
-    execl("/usr/sbin/nginx", "nginx", "-p", s->dir, "-c", cfg, "-e", "stderr", (char *)NULL);
+    snprintf(cfg, sizeof cfg, "%s/nginx.conf", s->dir[conf]);
+    execl("/usr/sbin/nginx", "nginx", "-p", s->dir[conf], "-c", cfg, "-e", "stderr", (char *)NULL);
 }
 
-static bool nginx_drive(const server *s, double *rps, double *reqs)
+static bool nginx_drive(const server *s, int conf, double *rps, double *reqs)
 {
     char cmd[256];
     snprintf(cmd, sizeof cmd, "%swrk -t1 -c8 -d" SECONDS "s http://127.0.0.1:%d/index.html 2>&1",
-             client_prefix(), s->port);
+             client_prefix(), s->port[conf]);
     FILE *p = popen(cmd, "r");
     char line[512];
     while (p && fgets(line, sizeof line, p)) {
@@ -272,30 +288,30 @@ static bool memcached_installed(void)
     return access("/usr/bin/memcached", X_OK) == 0 && on_path("memcaslap");
 }
 
-static void memcached_prepare(server *s)
+static void memcached_prepare(server *s, int conf)
 {
     char path[4300];
-    snprintf(path, sizeof path, "%s/memcaslap.cnf", s->dir);
+    snprintf(path, sizeof path, "%s/memcaslap.cnf", s->dir[conf]);
     FILE *f = fopen(path, "w"); /* key and value sizes (min max proportion), then get/set 9:1 */
     fprintf(f, "key\n16 16 1\nvalue\n100 100 1\ncmd\n0 0.1\n1 0.9\n");
     fclose(f);
 }
 
-static void memcached_exec(const server *s)
+static void memcached_exec(const server *s, int conf)
 {
     char port[16];
-    snprintf(port, sizeof port, "%d", s->port);
+    snprintf(port, sizeof port, "%d", s->port[conf]);
     /* memcached refuses to run as root unless told whom to run as */
     execl("/usr/bin/memcached", "memcached", "-t", "1", "-U", "0", "-l", "127.0.0.1", "-p", port,
           geteuid() == 0 ? "-u" : (char *)NULL, "root", (char *)NULL);
 }
 
-static bool memcached_drive(const server *s, double *rps, double *reqs)
+static bool memcached_drive(const server *s, int conf, double *rps, double *reqs)
 {
     char cmd[4500];
     snprintf(cmd, sizeof cmd,
              "%smemcaslap -s 127.0.0.1:%d -T 1 -c 8 -w 1k -t " SECONDS "s -F %s/memcaslap.cnf 2>&1",
-             client_prefix(), s->port, s->dir);
+             client_prefix(), s->port[conf], s->dir[conf]);
     FILE *p = popen(cmd, "r");
     char line[512];
     while (p && fgets(line, sizeof line, p)) { /* "Run time: 3.0s Ops: 119504 TPS: 39672 ..." */
@@ -334,15 +350,15 @@ static double config_events(const char *dir)
     return n;
 }
 
-/* One run of s in configuration conf, r per request. false when it did not run. */
-static bool one_run(const server *s, int conf, run *r)
+/* Starts s's server in configuration conf (its pid in s->pid[conf]); false when it did not. */
+static bool start_server(server *s, int conf)
 {
     pid_t pid = fork();
     if (pid == 0) {
         if (conf != UNTRACED) {
             char out[4400];
             setenv("LD_PRELOAD", at_shim_path(), 1);
-            snprintf(out, sizeof out, "%s/t-%%p.nettrace", s->dir);
+            snprintf(out, sizeof out, "%s/t-%%p.nettrace", s->dir[conf]);
             setenv("ACTTRACE_OUTPUT", out, 1);
         }
         if (conf == NOSTACKS || conf == STACKS)
@@ -353,80 +369,104 @@ static bool one_run(const server *s, int conf, run *r)
         dup2(null, 1);
         dup2(null, 2);
         pin_server();
-        s->exec(s);
+        s->exec(s, conf);
         _exit(127);
     }
+    s->pid[conf] = pid;
     if (pid < 0)
         return false;
-    for (int i = 0; i < 500 && !port_open(s->port); i++) {
+    for (int i = 0; i < 500 && !port_open(s->port[conf]); i++) {
         struct timespec d = {0, 10000000};
         nanosleep(&d, NULL);
     }
+    return port_open(s->port[conf]);
+}
+
+/* One timed load of s's server in configuration conf; false when it did not run. */
+static bool one_load(server *s, int conf, run *r)
+{
     double rps = -1, reqs = -1;
-    double cpu0 = tree_cpu_ns(pid);
-    bool driven = s->drive(s, &rps, &reqs);
-    double window_ns = tree_cpu_ns(pid) - cpu0;
-    kill(pid, s->stop_sig);
+    double cpu0 = tree_cpu_ns(s->pid[conf]);
+    bool driven = s->drive(s, conf, &rps, &reqs);
+    /* the writer's last flush of the load's events (its interval is 100 ms) in the load's window */
+    struct timespec settle = {0, 200000000};
+    nanosleep(&settle, NULL);
+    double window_ns = tree_cpu_ns(s->pid[conf]) - cpu0;
+    if (!driven || rps <= 0 || reqs <= 0)
+        return false;
+    s->reqs[conf] += reqs;
+    s->window_ns[conf] += window_ns;
+    r->rps = rps;
+    r->cpu_ns = window_ns / reqs;
+    return true;
+}
+
+/* Ends s's server in configuration conf: what its whole life cost besides the timed loads. */
+static life stop_server(server *s, int conf)
+{
+    life l = {0};
+    if (s->pid[conf] <= 0)
+        return l;
+    kill(s->pid[conf], s->stop_sig);
     int st;
     struct rusage ru;
-    while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR) {}
+    while (wait4(s->pid[conf], &st, 0, &ru) < 0 && errno == EINTR) {}
     double cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e9 +
                     (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e3;
-    r->calls = s->calls_per_req;
-    if (driven && reqs > 0 && (conf == NOSTACKS || conf == STACKS) && !s->calls_per_req)
-        r->calls = config_events(s->dir) / reqs;
-    char **files = at_trace_files(s->dir);
+    double reqs = s->reqs[conf];
+    l.calls = s->calls_per_req;
+    if (reqs > 0 && (conf == NOSTACKS || conf == STACKS) && !s->calls_per_req)
+        l.calls = config_events(s->dir[conf]) / reqs;
+    char **files = at_trace_files(s->dir[conf]);
     for (size_t i = 0; files && files[i]; i++)
         unlink(files[i]);
     at_strv_free(files);
-    if (!driven || rps <= 0 || reqs <= 0 || (conf >= NOSTACKS && r->calls <= 0))
-        return false;
-    r->rps = rps;
-    r->cpu_ns = window_ns / reqs;
-    r->life_ms = (cpu_ns - window_ns) / 1e6;
-    r->faults = (double)(ru.ru_minflt + ru.ru_majflt) / reqs;
-    return true;
+    l.ok = reqs > 0 && (conf < NOSTACKS || l.calls > 0);
+    l.life_ms = (cpu_ns - s->window_ns[conf]) / 1e6;
+    l.faults = reqs > 0 ? (double)(ru.ru_minflt + ru.ru_majflt) / reqs : 0;
+    return l;
 }
 
 /* ---------------- rows ---------------- */
 
-static void report(const server *s, run res[][NCONF], int n)
+static void report(const server *s, run res[][NCONF], int n, const life *lf)
 {
-    if (!n) {
+    if (!n || !lf[UNTRACED].ok) {
         printf("%s: requests/s traced vs untraced\tfailed to run\t<= 3%%\n", s->name);
         return;
     }
-    double v[ROUNDS], w[ROUNDS], f[ROUNDS];
+    double v[ROUNDS], w[ROUNDS];
     for (int i = 0; i < n; i++) {
         v[i] = res[i][UNTRACED].rps;
         w[i] = res[i][UNTRACED].cpu_ns;
-        f[i] = res[i][UNTRACED].faults;
     }
     printf("%s %s, untraced (median of %d rounds of " SECONDS " s)\t%.0f req/s, %.1f us CPU/req, "
            "%.4f faults/req\t-\n", s->name, s->load, n, median(v, n), median(w, n) / 1000,
-           median(f, n));
+           lf[UNTRACED].faults);
     double d_noconf = 0;
     for (int c = 1; c < NCONF; c++) {
-        double rr[ROUNDS], rc[ROUNDS], dc[ROUNDS], df[ROUNDS], calls[ROUNDS], dl[ROUNDS];
+        if (!lf[c].ok) {
+            printf("%s, %s: fewer req/s\tfailed to run\t%s\n", s->name, conf_name[c], target[c]);
+            continue;
+        }
+        double rr[ROUNDS], rc[ROUNDS], dc[ROUNDS];
         for (int i = 0; i < n; i++) {
             const run *b = &res[i][UNTRACED], *t = &res[i][c];
             rr[i] = t->rps / b->rps;
             rc[i] = t->cpu_ns / b->cpu_ns;
             dc[i] = t->cpu_ns - b->cpu_ns;
-            df[i] = t->faults - b->faults;
-            calls[i] = t->calls;
-            dl[i] = t->life_ms - b->life_ms;
         }
         double mdc = median(dc, n);
         if (c == NOCONF)
             d_noconf = mdc;
         printf("%s, %s: fewer req/s (CPU per request; page faults per request)\t%.1f%% (%+.1f%%, "
                "%+.0f ns/req; %+.4f faults/req)\t%s\n", s->name, conf_name[c],
-               (1 - median(rr, n)) * 100, (median(rc, n) - 1) * 100, mdc, median(df, n), target[c]);
+               (1 - median(rr, n)) * 100, (median(rc, n) - 1) * 100, mdc,
+               lf[c].faults - lf[UNTRACED].faults, target[c]);
         printf("  %s: its start and exit, CPU added (the server's whole life outside the timed "
-               "load)\t%+.1f ms\t-\n", conf_name[c], median(dl, n));
+               "loads)\t%+.1f ms\t-\n", conf_name[c], lf[c].life_ms - lf[UNTRACED].life_ms);
         if (c == NOSTACKS || c == STACKS) {
-            double k = median(calls, n);
+            double k = lf[c].calls;
             printf("  extra CPU per hooked call, %s (%.*f per request%s)\t%.0f ns\t<= 150 ns\n",
                    conf_name[c], s->calls_per_req ? 0 : 2, k,
                    s->calls_per_req ? "" : ", counted in its traces", (mdc - d_noconf) / k);
@@ -448,42 +488,47 @@ int main(void)
          .exec = memcached_exec, .drive = memcached_drive},
     };
     enum { NSRV = sizeof servers / sizeof servers[0] };
-    bool on[NSRV];
-    int live = 0;
+    static run res[ROUNDS][NCONF];
     for (int i = 0; i < NSRV; i++) {
         server *s = &servers[i];
-        on[i] = s->installed();
-        if (!on[i])
+        if (!s->installed()) {
+            printf("%s: requests/s traced vs untraced\t%s not installed\t<= 3%%\n", s->name,
+                   s->needs);
             continue;
-        live++;
-        s->dir = at_tmpdir("benchsrv");
-        s->port = at_free_port();
+        }
         snprintf(s->hooks, sizeof s->hooks, "%s/tests/data/hooks/%s", AT_SOURCE_DIR, s->hooks_name);
-        s->prepare(s);
+        bool up = true;
+        for (int c = 0; c < NCONF; c++) {
+            s->dir[c] = at_tmpdir("benchsrv");
+            s->port[c] = at_free_port();
+            s->prepare(s, c);
+            up = start_server(s, c) && up;
+        }
+        /* warm: the page cache, the binaries, each server's buffers and first connections */
         run warm;
-        one_run(s, UNTRACED, &warm); /* the page cache, the server's and the client's binaries */
-    }
-    static run res[NSRV][ROUNDS][NCONF];
-    int n[NSRV] = {0};
-    for (int round = 0; round < ROUNDS && live; round++)
-        for (int i = 0; i < NSRV; i++) {
-            bool ok = on[i];
+        for (int c = 0; c < NCONF && up; c++)
+            up = one_load(s, c, &warm);
+        int n = 0;
+        for (int round = 0; round < ROUNDS && up; round++) {
+            bool ok = true;
             /* each round starts with another configuration: none is always first or last */
             for (int k = 0; k < NCONF && ok; k++) {
                 int c = (k + round) % NCONF;
-                ok = one_run(&servers[i], c, &res[i][n[i]][c]);
+                ok = one_load(s, c, &res[n][c]);
             }
-            n[i] += ok;
+            if (ok && getenv("AT_BENCH_ROUNDS")) /* each round's figures, for a look at the spread */
+                fprintf(stderr, "%s round %d: CPU ns/req %.0f %.0f %.0f %.0f, req/s %.0f %.0f %.0f %.0f\n",
+                        s->name, round, res[n][0].cpu_ns, res[n][1].cpu_ns, res[n][2].cpu_ns,
+                        res[n][3].cpu_ns, res[n][0].rps, res[n][1].rps, res[n][2].rps, res[n][3].rps);
+            n += ok;
         }
-    for (int i = 0; i < NSRV; i++) {
-        if (on[i])
-            report(&servers[i], res[i], n[i]);
-        else
-            printf("%s: requests/s traced vs untraced\t%s not installed\t<= 3%%\n", servers[i].name,
-                   servers[i].needs);
-        if (servers[i].dir) {
-            at_rmtree(servers[i].dir);
-            free(servers[i].dir);
+        life lf[NCONF];
+        for (int c = 0; c < NCONF; c++)
+            lf[c] = stop_server(s, c);
+        report(s, res, up ? n : 0, lf);
+        for (int c = 0; c < NCONF; c++) {
+            at_rmtree(s->dir[c]);
+            free(s->dir[c]);
         }
     }
     return 0;
