@@ -327,6 +327,7 @@ typedef struct at_rt_hot {
         uint64_t sess_word; /* both, read as one word by the record's fast path (tbuf_hot.h) */
     };
     int transfer_ready;            /* activity.c: the transfer types are registered */
+    _Atomic int flusher_doze;      /* flusher.c: it dozes (idle a while); the next record wakes it */
     struct at_event_type *send_ev, *recv_ev; /* activity.c: TransferSend / TransferReceive */
     uint8_t *chunks;               /* tbuf.c: the buffer pool's chunks (at_pool_g.chunks) */
     int prefetchw;                 /* tbuf.c: the CPU has PREFETCHW (CPUID 0x80000001 ECX bit 8) */

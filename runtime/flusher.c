@@ -67,6 +67,7 @@ static uint64_t active_ts[AT_MAX_THREADS]; /* the next record's timestamp of eac
  * the line it stores to at every event away from it each time: on two cores that doubled the cost of
  * an event while the flusher drained. */
 static uint32_t flush_pass = 1;
+static bool pass_found; /* the last pass found records to write */
 
 /* A record as a writer leaves it, within the published part of its chunk: anything else means two
  * writers shared the ring (a clone(CLONE_VM) child without a TLS of its own writes through its
@@ -299,6 +300,7 @@ static void recycle(at_ring *r)
 
 void at_flush_locked(bool holdback, bool force_sp)
 {
+    pass_found = false;
     if (at_out.fd < 0 && !at_out.failed && !at_out.detached)
         return;
     bool ok = !at_out.failed;
@@ -337,6 +339,7 @@ void at_flush_locked(bool holdback, bool force_sp)
             active[na++] = r;
         }
     }
+    pass_found = na > 0;
     if (ok)
         at_ntw_flush_begin();
     while (na) {
@@ -501,6 +504,57 @@ static void private_end(void)
     pthread_mutex_unlock(&at_flush_lock);
 }
 
+/* Dozing. A writer thread whose passes have found nothing to write for a second sleeps until the
+ * next record instead of waking every interval: an idle traced process (a daemon between requests)
+ * is not woken ten times a second (each wake-up costs tens of microseconds of CPU on a virtual
+ * machine, and the core's sleep). The flag is on the line every record reads (at_ring_publish): the
+ * record's own store, then a look at the flag; here the flag's store, a process-wide barrier, then
+ * a fresh look at every ring. Either the record's thread sees the flag and wakes the writer, or the
+ * look finds its record. Without membarrier the writer never dozes. */
+#define DOZE_AFTER_PASSES 10u
+#define DOZE_MAX_NS (60ull * 1000000000u) /* a bound all the same */
+static uint32_t idle_passes;
+
+enum { AWAKE, DOZE_PENDING, DOZE };
+
+static int doze_begin(void)
+{
+    if (idle_passes < DOZE_AFTER_PASSES)
+        return AWAKE;
+    /* a session waiting for its first event that counts: that event wakes the writer itself
+     * (at_trace_child_gate), records before it are none of its business */
+    if (at_trace_file_waits())
+        return DOZE_PENDING;
+    atomic_store(&at_rt_hot.flusher_doze, 1);
+    bool quiet = at_rings_barrier();
+    if (quiet) {
+        pthread_mutex_lock(&at_flush_lock);
+        for (uint32_t i = 0, lim = at_ring_limit(); i < lim && quiet; i++) {
+            at_ring *r = &at_pool_g.rings[i];
+            if (atomic_load_explicit(&r->state, memory_order_acquire) != AT_RING_FREE &&
+                peek_ex(r, true))
+                quiet = false;
+        }
+        pthread_mutex_unlock(&at_flush_lock);
+    }
+    if (!quiet)
+        atomic_store(&at_rt_hot.flusher_doze, 0);
+    return quiet ? DOZE : AWAKE;
+}
+
+/* A record's thread (any context: a signal handler too): the first to see the flag wakes the
+ * writer. */
+void at_flusher_undoze(void)
+{
+    if (atomic_exchange_explicit(&at_rt_hot.flusher_doze, 0, memory_order_acq_rel)) {
+        int e = errno;
+        AT_INTERNAL_BEGIN(); /* sem_post may be a hooked function */
+        sem_post(&flusher_wake);
+        AT_INTERNAL_END();
+        errno = e;
+    }
+}
+
 static void *flusher_main(void *arg)
 {
     (void)arg;
@@ -535,6 +589,9 @@ static void *flusher_main(void *arg)
         }
         if (now < due && !filling()) {
             atomic_store(&at_flusher_armed, 1);
+            int doze = doze_begin();
+            if (doze != AWAKE && wake == due)
+                wake = now + DOZE_MAX_NS;
             /* a writer that found the buffers filling (or a thread that ended, or the first event
              * that counts) before we armed did not post: look again */
             if (!filling() && !atomic_load(&flusher_stop) && !at_lastthread_kicked() &&
@@ -544,13 +601,19 @@ static void *flusher_main(void *arg)
                     ;
             }
             atomic_store(&at_flusher_armed, 0);
+            /* woken by a record (it took the flag) or by anything else: awake again either way;
+             * the pass that follows (its interval long due) writes what came */
+            if (doze == DOZE && !atomic_exchange(&at_rt_hot.flusher_doze, 0))
+                idle_passes = 0;
             while (sem_trywait(&flusher_wake) == 0)
                 ;
             continue;
         }
         pthread_mutex_lock(&at_flush_lock);
         at_flush_locked(true, false);
+        bool found = pass_found;
         pthread_mutex_unlock(&at_flush_lock);
+        idle_passes = found ? 0 : idle_passes + 1;
         last = now;
         /* the hold-back leaves the last millisecond: when the buffers were filling, come back
          * soon rather than a whole interval later */
@@ -578,6 +641,8 @@ int at_flusher_start(void)
     }
     atomic_store(&flusher_stop, 0);
     atomic_store(&at_flusher_armed, 0);
+    atomic_store(&at_rt_hot.flusher_doze, 0);
+    idle_passes = 0;
     flusher_private = false;
     final_fn = NULL;
     sem_init(&flusher_ready, 0, 0);
@@ -659,6 +724,8 @@ void at_flusher_kick(void)
 /* In a fork child the parent's flusher does not exist. */
 AT_FORK_TEXT void at_flusher_forget(void)
 {
+    /* a doze flag the parent's writer left is harmless here: a record takes it and posts to a
+     * semaphore no thread waits on; a writer started here clears it (at_flusher_start) */
     __atomic_store_n(&at_flusher_up, false, __ATOMIC_RELEASE);
     flusher_stuck = false;
     flusher_private = false;

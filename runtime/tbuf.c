@@ -28,6 +28,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
 
 /* a fork child writes it too (at_sess_active, at_sess_gen) */
 at_rt_hot_t at_rt_hot AT_HOT_PAGE_RT __attribute__((aligned(64)));
+_Static_assert(sizeof(at_rt_hot_t) <= 64, "the runtime's words every event reads: one line");
 _Atomic uint64_t at_drops_noring AT_FORK_DATA; /* a fork child starts them again */
 _Atomic uint64_t at_drops_retired AT_FORK_DATA;
 _Atomic uint64_t at_drops_damaged AT_FORK_DATA;
@@ -878,6 +879,14 @@ static bool barrier_ok;
 void at_rings_barrier_init(void)
 {
     barrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+bool at_rings_barrier(void)
+{
+    int saved = errno;
+    bool ok = barrier_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+    errno = saved;
+    return ok;
 }
 
 /* The ring of the thread a writer's flush is done for (an exit's, a fatal signal's): that thread

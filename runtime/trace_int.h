@@ -167,10 +167,15 @@ static inline at_chunk *at_chunk_at(const at_pool *p, int32_t i)
     return (at_chunk *)(p->chunks + (size_t)i * AT_CHUNK_SIZE);
 }
 
-/* The owner's publication of chunk i, stored after each record (release). */
+void at_flusher_undoze(void);
+/* The owner's publication of chunk i, stored after each record (release). A writer thread that
+ * dozes (nothing to write for a while) is woken by the first record published (its flag on the
+ * line every record reads; flusher.c: doze_begin pairs with this through a process-wide barrier). */
 static inline void at_ring_publish(at_ring *r, int32_t i, uint32_t wpos)
 {
     atomic_store_explicit(&r->wpub, (uint64_t)(uint32_t)(i + 1) << 32 | wpos, memory_order_release);
+    if (AT_UNLIKELY(atomic_load_explicit(&at_rt_hot.flusher_doze, memory_order_relaxed)))
+        at_flusher_undoze();
 }
 
 /* How much of chunk i (c) of ring r holds published records: the ring's publication while the owner
@@ -331,6 +336,9 @@ void at_flush_locked(bool holdback, bool force_sp);
 /* The newest timestamp the flusher may write up to: cut, lowered to the clock read of any event a
  * thread is writing (tbuf.c). */
 uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback);
+/* A process-wide memory barrier (membarrier): every thread's stores before it are visible after
+ * it, and its loads after it see what the caller stored before. false where the kernel refuses. */
+bool at_rings_barrier(void);
 /* The calling thread asks the writer for its last flush (exit, fatal signal): its ring holds
  * nothing back (on), until the answer (off). Async-signal-safe. */
 void at_rings_skip_mine(bool on);

@@ -1068,6 +1068,74 @@ START_TEST(sigkill_leaves_readable_file)
 }
 END_TEST
 
+/* Events of the test's own (a 4-byte payload) holding v, in the file's completed flushes. */
+static size_t count_value(const char *path, uint32_t v)
+{
+    walk w;
+    size_t n = 0;
+    if (walk_file(&w, path) == 0)
+        for (size_t i = 0; i < w.nev; i++)
+            n += w.ev[i].plen == 4 && ld32(w.ev[i].payload) == v;
+    walk_free(&w);
+    return n;
+}
+
+/* Voluntary context switches of a thread of this process: its wake-ups. */
+static long wakeups(uint64_t tid)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/self/task/%llu/status", (unsigned long long)tid);
+    FILE *f = fopen(path, "r");
+    long n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* A writer thread whose passes found nothing to write for a while dozes: no wake-up every interval
+ * while the process is idle, and the next record wakes it, so that the record is in the file
+ * without an explicit flush, within the interval rather than the doze's bound (60 s). */
+START_TEST(idle_writer_dozes)
+{
+    mkdir_tmp();
+    at_trace_options o = {.flush_interval_ms = 20};
+    start("doze.nettrace", &o);
+    if (!at_rings_barrier()) {
+        at_trace_stop();
+        fprintf(stderr, "idle_writer_dozes: skipped, the kernel refuses membarrier (no doze then)\n");
+        return;
+    }
+    char p[512];
+    path_of(p, sizeof p, "doze.nettrace");
+    at_event_type *a = type_plain("A");
+    uint32_t v = 0x5eed0001;
+    at_event_write(a, NULL, NULL, &v, 4, NULL, 0);
+    /* ten passes with nothing (0.2 s at this interval), then it dozes */
+    for (int i = 0; i < 3000 && !atomic_load(&at_rt_hot.flusher_doze); i++)
+        usleep(10000);
+    ck_assert_msg(atomic_load(&at_rt_hot.flusher_doze), "the idle writer did not doze in 30 s");
+    ck_assert_int_eq(count_value(p, v), 1); /* everything was written before it dozed */
+    long w0 = wakeups(at_flusher_tid);
+    usleep(500000); /* 25 intervals */
+    long w1 = wakeups(at_flusher_tid);
+    ck_assert_msg(w0 >= 0 && w1 - w0 <= 1, "the dozing writer woke %ld times in 0.5 s", w1 - w0);
+    uint32_t v2 = 0x5eed0002;
+    at_event_write(a, NULL, NULL, &v2, 4, NULL, 0);
+    size_t n = 0;
+    for (int i = 0; i < 3000 && n == 0; i++) {
+        usleep(10000);
+        n = count_value(p, v2);
+    }
+    ck_assert_msg(n == 1, "the record written while the writer dozed is not in the file after 30 s");
+    at_trace_stop();
+    ck_assert_int_eq(count_value(p, v), 1);
+    ck_assert_int_eq(count_value(p, v2), 1);
+}
+END_TEST
+
 /* Tiny cap: every attempt is either written or counted as dropped, and the file's sequence
  * numbers (gaps + sequence points) account for the drops. */
 #define TINY_THREADS 3
@@ -1368,6 +1436,7 @@ static Suite *suite(void)
     tcase_add_test(tc, fork_child_own_file);
     tcase_add_test(tc, write_error_counts_drops);
     tcase_add_test(tc, sigkill_leaves_readable_file);
+    tcase_add_test(tc, idle_writer_dozes);
     tcase_add_test(tc, tiny_cap_drops_exact);
     tcase_add_test(tc, no_stale_ring_after_refused_acquire);
     tcase_add_test(tc, cooling_follows_retire_rate);
