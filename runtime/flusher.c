@@ -542,11 +542,11 @@ static int doze_begin(void)
     return quiet ? DOZE : AWAKE;
 }
 
-/* A record's thread (any context: a signal handler too): the first to see the flag wakes the
- * writer. */
-void at_flusher_undoze(void)
+/* Wake the writer if flag is set, clearing it: the first thread to see it posts, in any context
+ * (a signal handler too; sem_post is async-signal-safe, errno kept). */
+static void wake_on(_Atomic int *flag)
 {
-    if (atomic_exchange_explicit(&at_rt_hot.flusher_doze, 0, memory_order_acq_rel)) {
+    if (atomic_exchange_explicit(flag, 0, memory_order_acq_rel)) {
         int e = errno;
         AT_INTERNAL_BEGIN(); /* sem_post may be a hooked function */
         sem_post(&flusher_wake);
@@ -554,6 +554,9 @@ void at_flusher_undoze(void)
         errno = e;
     }
 }
+
+/* A record's thread, the writer dozing. */
+void at_flusher_undoze(void) { wake_on(&at_rt_hot.flusher_doze); }
 
 static void *flusher_main(void *arg)
 {
@@ -712,14 +715,7 @@ bool at_flusher_is_stuck(void) { return flusher_stuck; }
 
 /* A writer took a chunk and the buffers are filling: wake the flusher if it sleeps. Async-signal-safe
  * (sem_post). */
-void at_flusher_kick(void)
-{
-    if (atomic_exchange_explicit(&at_flusher_armed, 0, memory_order_acq_rel)) {
-        AT_INTERNAL_BEGIN(); /* sem_post may be a hooked function */
-        sem_post(&flusher_wake);
-        AT_INTERNAL_END();
-    }
-}
+void at_flusher_kick(void) { wake_on(&at_flusher_armed); }
 
 /* In a fork child the parent's flusher does not exist. */
 AT_FORK_TEXT void at_flusher_forget(void)

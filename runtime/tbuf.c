@@ -884,9 +884,10 @@ void at_rings_barrier_init(void)
 bool at_rings_barrier(void)
 {
     int saved = errno;
-    bool ok = barrier_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+    if (barrier_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+        barrier_ok = false;
     errno = saved;
-    return ok;
+    return barrier_ok;
 }
 
 /* The ring of the thread a writer's flush is done for (an exit's, a fatal signal's): that thread
@@ -901,11 +902,7 @@ void at_rings_skip_mine(bool on)
 
 uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback)
 {
-    int saved = errno;
-    if (barrier_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
-        barrier_ok = false;
-    errno = saved;
-    uint64_t h = barrier_ok ? cut : fallback;
+    uint64_t h = at_rings_barrier() ? cut : fallback;
     at_ring *own = thr.ring; /* an emergency flush on a thread interrupted in its own write */
     at_ring *asker = atomic_load(&rings_skip);
     for (uint32_t i = 0, lim = at_ring_limit(); i < lim; i++) {
