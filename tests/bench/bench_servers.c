@@ -117,7 +117,7 @@ typedef struct run {
 typedef struct life {
     double faults;  /* page faults per request served, its start and exit included */
     double calls;   /* hooked calls per request */
-    double life_ms; /* CPU of its whole life outside the timed loads: start, warm-up, exit */
+    double life_ms; /* CPU of its whole life outside the timed loads: start, idle between loads, exit */
     bool ok;
 } life;
 
