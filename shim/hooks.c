@@ -158,19 +158,50 @@ typedef struct hk_pc {
     } sig;
 } hk_pc;
 
-/* A call reads pc and the four fields after it, then its hook's first line: with probes 64-byte
- * aligned, three lines (two of them before the hook came last). */
+/* What the shim's interposer of the hooked function does by itself, from its own arguments and
+ * return value, for the two rules a server's per-request calls have most (hk_fast_plan): an event
+ * written at the return whose fields are numbers from the arguments' registers and the return value,
+ * with no condition (HK_FAST_EVENT); the Stop of a pair keyed by an argument, with no
+ * condition, when nothing holds that key (HK_FAST_NOKEY: the file a server closes, which started
+ * nothing). On the probe's first line, so that such a call reads that line, the event's type and
+ * nothing else of the rule, its probe or its hook. */
+enum { HK_FAST_NONE, HK_FAST_EVENT, HK_FAST_NOKEY };
+#define HK_FAST_CAP 4
+#define HK_FAST_RET 0xffu  /* hk_fast.slot: the return value */
+#define HK_FAST_WIDE 0x80u /* hk_fast.type: a field of 8 bytes */
+typedef struct hk_fast {
+    uint8_t kind; /* HK_FAST_* */
+    uint8_t ncap;
+    uint8_t slot[HK_FAST_CAP]; /* each field's register (the interposer's raw index), or HK_FAST_RET */
+    uint8_t type[HK_FAST_CAP]; /* its at_ctype (the key's: type[0], from slot[0]), with
+                                * HK_FAST_WIDE when it takes 8 bytes in the payload (else 4) */
+    bool stack;                /* the event carries a stack */
+    uint32_t nkeys;            /* the keys the pair's array holds (keytab.ndirect) */
+    void *obj;                 /* the event's type, or the pair's array of keys (keytab.direct) */
+} hk_fast;
+
+/* A call reads fast (an interposer's), or pc and the four fields after it, then its hook's first
+ * line: with probes 64-byte aligned, three lines (two of them before the hook came last). */
 typedef struct probe {
+    hk_fast fast;
     hk_pc pc; /* p's, for the call */
     rule *r;
     at_activity_kind *plain_kind; /* r->kind when r->plain (set at install): one load on the call */
     int role; /* index into e->probe */
+    at_hook hook __attribute__((aligned(64)));
+    /* install's */
     bool pending; /* not resolved yet: retried after each dlopen */
     const at_hc_probe *p;
     const struct probe *alias_of; /* another name of that probe's libc function (open64 for open) */
-    at_hook hook __attribute__((aligned(64)));
 } __attribute__((aligned(64))) probe;
 _Static_assert(offsetof(probe, hook) == 128, "a probe's hot fields take its first two lines");
+_Static_assert(sizeof(hk_fast) == 24 && AT_CT_STR < HK_FAST_WIDE, "hk_fast: 24 bytes");
+
+/* The probe whose hook h is */
+static inline probe *probe_of(const at_hook *h)
+{
+    return (probe *)(uintptr_t)((const char *)h - offsetof(probe, hook));
+}
 
 static const at_hookconf *hk_conf;
 static rule *hk_rules;
@@ -1003,6 +1034,51 @@ static const char *hook_version(const at_resolved *r)
     return r->version[0] ? r->version : r->defver;
 }
 
+/* hk_fast for a rule its interposer runs (after at_direct_ok, which placed the parameters): the
+ * rule's shape, or HK_FAST_NONE for the general way. */
+static void hk_fast_plan(probe *pr)
+{
+    const rule *r = pr->r;
+    const hk_pc *p = &pr->pc;
+    const at_hook *h = &pr->hook;
+    hk_fast f = {.kind = HK_FAST_NONE};
+    if (p->has_when || !p->has_sig)
+        goto done;
+    if (r->ekind == AT_HC_EVENT && r->event_on_return && p->cap_words &&
+        p->ncapture <= HK_FAST_CAP) {
+        for (int i = 0; i < p->ncapture; i++) {
+            int src = p->cap_src[i];
+            unsigned nt = p->cap_nt[i];
+            if (nt != NT_TYPE_INT32 && nt != NT_TYPE_UINT32 && nt != NT_TYPE_INT64 &&
+                nt != NT_TYPE_UINT64)
+                goto done;
+            if (src == AT_HC_RETURN) {
+                f.slot[i] = HK_FAST_RET;
+                f.type[i] = h->ret_type;
+            } else if (src >= 0 && src < h->nparams && h->arg_slot[src] < 6) {
+                f.slot[i] = h->arg_slot[src];
+                f.type[i] = (uint8_t)(h->ptypes >> 4 * src & 15);
+            } else {
+                goto done;
+            }
+            f.type[i] |= p->cap_w[i] == 8 ? HK_FAST_WIDE : 0;
+        }
+        f.ncap = (uint8_t)p->ncapture;
+        f.stack = r->stacks != 0; /* hook_exit's HK_TAKE_STACK for an event */
+        f.obj = r->event;
+        f.kind = r->event ? HK_FAST_EVENT : HK_FAST_NONE;
+    } else if (r->ekind == AT_HC_ACTIVITY && r->paired && pr->role == 1 && p->key >= 0 &&
+               p->key < h->nparams && h->arg_slot[p->key] < 6) {
+        f.slot[0] = h->arg_slot[p->key];
+        f.type[0] = (uint8_t)(h->ptypes >> 4 * p->key & 15);
+        f.nkeys = (uint32_t)r->keys.ndirect;
+        f.obj = r->keys.direct;
+        f.kind = HK_FAST_NOKEY;
+    }
+done:
+    pr->fast = f;
+}
+
 /* A function the shim interposes itself (real.h: AT_DIRECT_LIST), named so that modules bind to the
  * interposer (no lib!, no version; an interposer preloaded ahead of the shim's takes the name, and
  * the stub the rule): the rule runs in the interposer (hook.h: at_direct_entry/return), and every GOT
@@ -1031,6 +1107,7 @@ static bool install_direct(probe *pr)
     h->wrapper = self;
     h->nslots = n;
     h->tier = 1;
+    hk_fast_plan(pr);
     __atomic_store_n(&at_direct_hooks[i], h, __ATOMIC_RELEASE);
     __atomic_fetch_or(&at_hot.direct, (1ull << i) | (h->enter_noop ? 0 : 1ull << (32 + i)),
                       __ATOMIC_RELEASE);

@@ -617,10 +617,65 @@ static inline __attribute__((always_inline)) at_hook *direct_call(unsigned idx, 
     return h;
 }
 
+/* hooks.c's hk_fast may finish the call: the shim is simply on and no call listed on this thread
+ * was left by a longjmp (the general way's first step, inline: a call on the list is the common
+ * case inside a hooked function's activity) */
+static inline __attribute__((always_inline)) bool direct_fast_ok(uint64_t *frame)
+{
+    if (AT_UNLIKELY(__atomic_load_n(&at_hot.shim_on, __ATOMIC_RELAXED) != 1))
+        return false;
+    return AT_LIKELY(hk_nlive == 0) || !jumped_over(call_sp(frame + 1), true);
+}
+
+/* HK_FAST_EVENT: the event, its fields from the interposer's registers and return value, as
+ * hook_exit's event case writes it (keeps errno; nothing the event write reaches calls a hooked
+ * function, but a signal handler's call inside it records nothing, as inside hook_exit) */
+static inline __attribute__((always_inline)) void direct_event(const at_hook *h, const hk_fast *f,
+                                                              const uint64_t *raw,
+                                                              const uint64_t *frame, uint64_t ret)
+{
+    const at_event_type *t = f->obj;
+    if (!at_event_enabled(t))
+        return;
+    uint8_t buf[8 * HK_FAST_CAP];
+    uint8_t *o = buf;
+    for (unsigned i = 0; i < f->ncap; i++) {
+        unsigned s = f->slot[i], ty = f->type[i];
+        uint64_t v = from_slot((at_ctype)(ty & ~HK_FAST_WIDE), s == HK_FAST_RET ? ret : raw[s]);
+        __builtin_memcpy(o, &v, 8);
+        o += ty & HK_FAST_WIDE ? 8 : 4;
+    }
+    AT_INTERNAL_BEGIN();
+    int err = errno_get();
+    uintptr_t *ips = NULL;
+    uint32_t nips = 0;
+    if (f->stack) { /* from the interposer's caller, as direct_call's call would give it */
+        const at_hook_call c = {.ret_ip = frame[1], .ret_sp = (uint64_t)(uintptr_t)(frame + 2),
+                                .ret_bp = frame[0]};
+        ips = __builtin_alloca(AT_STACK_MAX_DEPTH * sizeof(uintptr_t));
+        nips = hk_stack(ips, h, &c);
+    }
+    at_activity_event(t, buf, (uint32_t)(o - buf), ips, nips);
+    AT_INTERNAL_END();
+    errno_set(err);
+}
+
 /* Both beside the hook logic's return and the event write (AT_PATH_EVENT): what such a call runs
  * after its system call is then on two pages with the interposers' runs that follow them. */
 AT_PATH_EVENT AT_NOINLINE void at_direct_entry(unsigned idx, const uint64_t *raw, uint64_t *frame)
 {
+    at_hook *hf = __atomic_load_n(&at_direct_hooks[idx], __ATOMIC_ACQUIRE);
+    if (AT_LIKELY(hf != NULL) && AT_LIKELY(at_internal == 0)) {
+        const hk_fast *f = &probe_of(hf)->fast;
+        /* HK_FAST_NOKEY: a pair's Stop whose key holds nothing does nothing (hook_enter would
+         * take the key's slot, empty) */
+        if (f->kind == HK_FAST_NOKEY && direct_fast_ok(frame)) {
+            uint64_t key = from_slot((at_ctype)f->type[0], raw[f->slot[0]]);
+            if (key < f->nkeys &&
+                !__atomic_load_n(&((at_activity *const *)f->obj)[key], __ATOMIC_RELAXED))
+                return;
+        }
+    }
     at_hook_call c;
     uint64_t args[AT_SIG_MAX_PARAMS];
     at_hook *h = direct_call(idx, &c, args, raw, frame);
@@ -631,6 +686,12 @@ AT_PATH_EVENT AT_NOINLINE void at_direct_entry(unsigned idx, const uint64_t *raw
 AT_PATH_EVENT AT_NOINLINE void at_direct_return(unsigned idx, const uint64_t *raw, uint64_t *frame,
                                                uint64_t ret)
 {
+    at_hook *hf = __atomic_load_n(&at_direct_hooks[idx], __ATOMIC_ACQUIRE);
+    if (AT_LIKELY(hf != NULL) && AT_LIKELY(at_internal == 0)) {
+        const hk_fast *f = &probe_of(hf)->fast;
+        if (f->kind == HK_FAST_EVENT && direct_fast_ok(frame))
+            return direct_event(hf, f, raw, frame, ret);
+    }
     at_hook_call c;
     uint64_t args[AT_SIG_MAX_PARAMS];
     at_hook *h = direct_call(idx, &c, args, raw, frame);

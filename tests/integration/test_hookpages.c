@@ -22,66 +22,38 @@
 #include "at_testlib.h"
 
 #define ITERS 12
-/* Measured: 4-5 code pages (as page boundaries fall) and 9 data pages (8 while the thread-local state's place was kept on
- * the interposers' page rather than read from the GOT, at ~25 instructions more a call and more
- * CPU in nginx's worker; 10 while the rules' event types were in the registry's
- * blocks and the rules and probes on the program's heap; 5 and 12 while the calls went through the
- * typed stub,
- * not the interposers' own run of the rule; 7 code pages while a pair's key was looked up on a page
- * of its own and the interposed reads, writes and close lay on two pages with the hand-off check).
- * Without the open and close, through the stub, 6 code pages (the stub's trampolines and entry, the
- * hook logic, the event write and the return records on four; the interposed writev and recv with
- * the fd table's slow path on two) and 9 data pages (the GOT, the event types, the interposers' state
- * with the runtime's hot words, the stub's tables with the first return records, the thread's TLS,
- * its ring and chunk, the connection's activity, the hooks and rules); before the path was laid out
- * by page, 9 and 13. One page of slack for the code: where a page boundary falls moves with any
- * change to the path's code. */
+/* Measured without stacks: 4-5 code pages (as page boundaries fall) and 9 data pages: the GOT's TLS
+ * offsets, the interposers' page with the runtime's hot words, the rules' page (probes, rules,
+ * event types), the thread's TLS, its ring, the record's page of its chunk and the chunk's first
+ * page, the connection's activity, the pair's keys (the close). One page of slack for the code:
+ * where a page boundary falls moves with any change to the path's code. */
 #define MAX_CODE 6
 #define MAX_DATA 10
 /* The shim's instructions in one iteration (the three hooked calls, their events, the interposed
- * calls). Measured: 1,166 with the thread-local state in one object (1,293 while its place came
- * from a call per function, for a page fewer); 1,165 with the rules run by the interposers
- * themselves (no stub, no return
- * record; 1,197 while an event written at the return still set its call up at the entry); 1,586
- * through the typed stub; 2,022 while a call with nothing to do at its return (the
- * close: the Connection's Stop is made at its entry) still went through a return record, and an
- * event written at the return still ran the hook logic at the entry. The loop without the open and
- * close: 1,460 then; 1,713 before the captures were written as words and the stub converted only
- * the parameters the rule reads; 2,048 before the path was laid out by page. */
-#define MAX_INSNS 1300
+ * calls). Measured: 831-845 with an event at the return written from the interposer's own
+ * registers and the close of a file whose fd holds no Connection skipped at a load (hooks.c,
+ * hk_fast); 1,166 with both through the hook logic's general way. */
+#define MAX_INSNS 1000
 /* The cache lines of data besides the stack (each a miss when the kernel's work between two calls
- * evicted it). Measured: 39 with the thread-local state in one object ordered by the lines a call
- * reads; 45 (the same through the stub), 36 of them without the close: per call its rule
- * (one line), its probe (two) and hook (one), the thread's TLS (8 lines for both calls: errno, the
- * CPU word, the fd adoptions, the engine's and the buffer's state), the GOT's TLS offsets, the
- * interposers' page, the event type, the ring and its chunk. Without the close, 40 before the
- * interposed calls a server makes per request were put first among the real functions and the
- * rules and probes were aligned with their hot fields first. */
-#define MAX_DATA_LINES 44
+ * evicted it). Measured: 30 (39 through the general way: per call the rule's line and the probe's
+ * and hook's three besides the probe's first). */
+#define MAX_DATA_LINES 36
 /* The cache lines of the shim's code each call runs on, summed over the iteration's calls (a line
- * two calls run is a miss for each: between them the kernel's work evicts it). Measured: 99; 102 with
- * the rules run by the interposers (95 while an event written at the return set its call up at the
- * entry, before the call's own system call, which made the lines and pages touched there misses
- * again at the return: fewer lines, but slower); 131 through the typed stub; 181 while the close took a return
- * record, an event at the return ran the hook logic at the entry, the payload's copy branched to code
- * placed after the writer's return, a rule without a condition called the test of one, a typed
- * call's entry ran in the body that inlines a plain rule's Start and a read or write on the
- * connection the thread had adopted called the hand-off check. Where blocks fall moves a few lines
- * with any change to the path's code: slack for that. */
-#define MAX_CODE_LINES 110
+ * two calls run is a miss for each: between them the kernel's work evicts it). Measured: 72-77 (99
+ * through the general way). Where blocks fall moves a few lines with any change to the path's code:
+ * slack for that. */
+#define MAX_CODE_LINES 90
 
 /* The same loop with the default stacks (each event carries its caller's stack, served from a kept
- * walk while the words it read are unchanged). Measured: 5-6 code pages (159-161 lines) and 11 data pages
- * (55 lines), 2,202 instructions, with what such an event runs besides on a page of its own
- * (AT_PATH_STACK), the walker's words on the page of the rules and a kept walk in a half page; 10
- * code and 14 data pages (169 and 59 lines, 2,199 instructions) while the walk's code lay in six
- * places across the library (some of it with the start's code), its words on three pages and a
- * kept walk across two. */
+ * walk while the words it read are unchanged). Measured: 5 code pages (134 lines) and 11 data pages
+ * (48 lines), 1,897 instructions (2,107 with the events through the general way), with what such
+ * an event runs besides on a page of its own (AT_PATH_STACK), the walker's words on the page of the
+ * rules and a kept walk in a half page. */
 #define MAX_CODE_STK 7
 #define MAX_DATA_STK 12
-#define MAX_INSNS_STK 2400
-#define MAX_CODE_LINES_STK 180
-#define MAX_DATA_LINES_STK 64
+#define MAX_INSNS_STK 2100
+#define MAX_CODE_LINES_STK 160
+#define MAX_DATA_LINES_STK 56
 
 typedef struct range {
     unsigned long lo, hi;
