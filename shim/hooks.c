@@ -911,9 +911,9 @@ AT_PATH_TEXT void at_hook_exit(at_hook *h, at_hook_call *c, const uint64_t *args
     hook_exit_inline(h, c, args, ret, status, false);
 }
 
-/* with the event write (AT_PATH_EVENT): an interposer's rule at the return (at_direct_return, the
- * core's last) runs it right before that write */
-AT_PATH_EVENT static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
+/* with the hook logic's entry (AT_PATH_CORE): the interposers' common rules at the return take
+ * hk_fast instead, so that their twins, at_direct_return and the event write share two pages */
+AT_PATH_CORE static AT_NOINLINE void hook_exit(probe *pr, at_hook *h, at_hook_call *c, const uint64_t *args,
                                   uint64_t ret, int status)
 {
     rule *r = pr->r;
