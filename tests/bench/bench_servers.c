@@ -5,7 +5,7 @@
  *   ASCII gets and sets 9:1 over a key set of fixed size (a task window of 1024 keys per
  *   connection, keys of 16 bytes, values of 100).
  * Each configuration has a server of its own, all of them started at once and left running:
- *   untraced;
+ *   untraced, twice (the second one measures the machine's own noise, below);
  *   the shim without a config;
  *   the server's per-request config, without stacks: tests/data/hooks/nginx.conf (a Connection
  *   activity from accept4 to close, fd-keyed, and events on recv and writev) or memcached.conf (the
@@ -16,10 +16,14 @@
  * one load, then loaded in rounds of 1 s: in each round each server once, in turn, each round
  * starting with another configuration. The machine's speed drifts and jumps (on the measuring VM,
  * the same untraced server took 19 or 30 us of CPU per request for minutes at a time): a round of
- * the four takes about 4 s, so its loads see the same machine, and a jump spoils a round or two of
+ * the five takes about 5 s, so its loads mostly see the same machine, and a jump spoils a round or two of
  * the median's 15, not the figure (a server started for each load puts a start and seconds between
  * the loads compared).
- * Each row is the median over the rounds of the per-round ratio to the untraced run, for requests per
+ * Some rounds see the machine change speed in their middle (the servers' CPU per request then moves
+ * by up to 40% between the loads of one round, in no order): a round counts only when its two
+ * untraced servers' CPU per request agree within 2% (the figures are over all the rounds when fewer
+ * than five do), and its base is their mean.
+ * Each row is the median over those rounds of the per-round ratio to the untraced base, for requests per
  * second and for CPU per request (the server's processes and threads, their CPU time from /proc
  * before and after each timed load: what the server itself spent on the requests, its trace writer
  * thread included, whatever the load generator did), with the page faults per request (minor and
@@ -37,6 +41,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -81,11 +86,16 @@ static const char *client_prefix(void)
 
 #define ROUNDS 15
 #define SECONDS "1"
-enum { UNTRACED, NOCONF, NOSTACKS, STACKS, NCONF };
+/* TWIN: a second untraced server, the machine's own noise: a round where the two untraced servers'
+ * CPU per request differ by more than STEADY is one where the machine changed speed under it */
+enum { UNTRACED, NOCONF, NOSTACKS, STACKS, TWIN, NCONF };
 static const char *const conf_name[NCONF] = {"untraced", "shim without a config",
                                              "per-request config, no stacks",
-                                             "per-request config, default stacks"};
-static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%"};
+                                             "per-request config, default stacks",
+                                             "a second untraced server"};
+static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%", ""};
+#define STEADY 0.02
+#define MIN_STEADY 5 /* fewer steady rounds than this: the medians are over all rounds */
 
 /* One server and its load generator. */
 typedef struct server server;
@@ -355,7 +365,7 @@ static bool start_server(server *s, int conf)
 {
     pid_t pid = fork();
     if (pid == 0) {
-        if (conf != UNTRACED) {
+        if (conf != UNTRACED && conf != TWIN) {
             char out[4400];
             setenv("LD_PRELOAD", at_shim_path(), 1);
             snprintf(out, sizeof out, "%s/t-%%p.nettrace", s->dir[conf]);
@@ -421,7 +431,7 @@ static life stop_server(server *s, int conf)
     for (size_t i = 0; files && files[i]; i++)
         unlink(files[i]);
     at_strv_free(files);
-    l.ok = reqs > 0 && (conf < NOSTACKS || l.calls > 0);
+    l.ok = reqs > 0 && (conf < NOSTACKS || conf == TWIN || l.calls > 0);
     l.life_ms = (cpu_ns - s->window_ns[conf]) / 1e6;
     l.faults = reqs > 0 ? (double)(ru.ru_minflt + ru.ru_majflt) / reqs : 0;
     return l;
@@ -431,37 +441,59 @@ static life stop_server(server *s, int conf)
 
 static void report(const server *s, run res[][NCONF], int n, const life *lf)
 {
-    if (!n || !lf[UNTRACED].ok) {
+    if (!n || !lf[UNTRACED].ok || !lf[TWIN].ok) {
         printf("%s: requests/s traced vs untraced\tfailed to run\t<= 3%%\n", s->name);
         return;
     }
-    double v[ROUNDS], w[ROUNDS];
+    /* the rounds the figures are taken over: the steady ones, when there are enough */
+    int use[ROUNDS], m = 0;
+    double tw[ROUNDS];
     for (int i = 0; i < n; i++) {
-        v[i] = res[i][UNTRACED].rps;
-        w[i] = res[i][UNTRACED].cpu_ns;
+        tw[i] = res[i][TWIN].cpu_ns / res[i][UNTRACED].cpu_ns;
+        if (tw[i] >= 1 - STEADY && tw[i] <= 1 + STEADY)
+            use[m++] = i;
     }
-    printf("%s %s, untraced (median of %d rounds of " SECONDS " s)\t%.0f req/s, %.1f us CPU/req, "
-           "%.4f faults/req\t-\n", s->name, s->load, n, median(v, n), median(w, n) / 1000,
-           lf[UNTRACED].faults);
+    int nsteady = m;
+    bool steady = m >= MIN_STEADY;
+    if (!steady)
+        for (m = 0; m < n; m++)
+            use[m] = m;
+    /* each round's base: the two untraced servers' mean */
+    double v[ROUNDS], w[ROUNDS];
+    for (int k = 0; k < m; k++) {
+        const run *a = &res[use[k]][UNTRACED], *b = &res[use[k]][TWIN];
+        v[k] = (a->rps + b->rps) / 2;
+        w[k] = (a->cpu_ns + b->cpu_ns) / 2;
+    }
+    printf("%s %s, untraced (median of the steady rounds of " SECONDS " s)\t%.0f req/s, %.1f us "
+           "CPU/req, %.4f faults/req (%d rounds%s)\t-\n", s->name, s->load, median(v, m),
+           median(w, m) / 1000, lf[UNTRACED].faults, m, steady ? "" : ": all, too few steady");
+    double tws[ROUNDS];
+    for (int i = 0; i < n; i++)
+        tws[i] = fabs(tw[i] - 1) * 100;
+    printf("  the machine: two untraced servers' CPU per request apart (median of all rounds; rounds "
+           "within 2%%, the steady ones)\t%.1f%% (%d of %d)\t-\n", median(tws, n), nsteady, n);
     double d_noconf = 0;
     for (int c = 1; c < NCONF; c++) {
+        if (c == TWIN)
+            continue;
         if (!lf[c].ok) {
             printf("%s, %s: fewer req/s\tfailed to run\t%s\n", s->name, conf_name[c], target[c]);
             continue;
         }
         double rr[ROUNDS], rc[ROUNDS], dc[ROUNDS];
-        for (int i = 0; i < n; i++) {
-            const run *b = &res[i][UNTRACED], *t = &res[i][c];
-            rr[i] = t->rps / b->rps;
-            rc[i] = t->cpu_ns / b->cpu_ns;
-            dc[i] = t->cpu_ns - b->cpu_ns;
+        for (int k = 0; k < m; k++) {
+            const run *t = &res[use[k]][c];
+            rr[k] = t->rps / v[k];
+            rc[k] = t->cpu_ns / w[k];
+            dc[k] = t->cpu_ns - w[k];
         }
-        double mdc = median(dc, n);
+        double mdc = median(dc, m);
         if (c == NOCONF)
             d_noconf = mdc;
         printf("%s, %s: fewer req/s (CPU per request; page faults per request)\t%.1f%% (%+.1f%%, "
                "%+.0f ns/req; %+.4f faults/req)\t%s\n", s->name, conf_name[c],
-               (1 - median(rr, n)) * 100, (median(rc, n) - 1) * 100, mdc,
+               (1 - median(rr, m)) * 100, (median(rc, m) - 1) * 100, mdc,
                lf[c].faults - lf[UNTRACED].faults, target[c]);
         printf("  %s: its start and exit, CPU added (the server's whole life outside the timed "
                "loads)\t%+.1f ms\t-\n", conf_name[c], lf[c].life_ms - lf[UNTRACED].life_ms);
@@ -517,9 +549,10 @@ int main(void)
                 ok = one_load(s, c, &res[n][c]);
             }
             if (ok && getenv("AT_BENCH_ROUNDS")) /* each round's figures, for a look at the spread */
-                fprintf(stderr, "%s round %d: CPU ns/req %.0f %.0f %.0f %.0f, req/s %.0f %.0f %.0f %.0f\n",
-                        s->name, round, res[n][0].cpu_ns, res[n][1].cpu_ns, res[n][2].cpu_ns,
-                        res[n][3].cpu_ns, res[n][0].rps, res[n][1].rps, res[n][2].rps, res[n][3].rps);
+                fprintf(stderr, "%s round %d: CPU ns/req %.0f %.0f %.0f %.0f %.0f, req/s %.0f %.0f %.0f "
+                        "%.0f %.0f\n", s->name, round, res[n][0].cpu_ns, res[n][1].cpu_ns,
+                        res[n][2].cpu_ns, res[n][3].cpu_ns, res[n][4].cpu_ns, res[n][0].rps,
+                        res[n][1].rps, res[n][2].rps, res[n][3].rps, res[n][4].rps);
             n += ok;
         }
         life lf[NCONF];
