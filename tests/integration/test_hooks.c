@@ -995,12 +995,10 @@ static unsigned count_of(const char *s, const char *what)
     return n;
 }
 
-/* Rules on calls the shim interposes itself (a server's accept4, recv, writev, close; the client's
- * send and read), which its interposers run (no stub, no return trampoline): the same events,
- * fields, activities and stacks as the typed stub records for them (ACTTRACE_HOOK_WRAPPER=stub),
- * every stack starting at the hooked function and going on from the program's function that
- * called it, and the program's output as untraced. */
-START_TEST(test_interposed_rules)
+/* hk_io under config through its interposers and through the typed stub: the two runs' event lines
+ * must be equal (with their stacks taken out when stacks is false); returns the interposers' lines
+ * (malloc'd). hooked: the shim's count of the functions hooked. */
+static char *io_direct_as_stub(const char *config, const char *hooked, bool stacks)
 {
     char *fx = at_fixture_path("hk_io");
     const char *av[] = {fx, NULL};
@@ -1008,13 +1006,9 @@ START_TEST(test_interposed_rules)
     at_run_result u;
     ck_assert_int_eq(at_run(&o, &u), 0);
     ck_assert_msg(u.exited && u.status == 0 && strstr(u.out, "client got re:three"), "%s", u.err);
-    const char *all = "acttrace: 6 of 6 functions hooked (6 GOT, 0 entry)";
-    char *direct = io_run("io.conf", "direct", u.out, all);
-    char *stub = io_run("io.conf", "stub", u.out, all);
-    /* Under the sanitizer build its interceptors of these calls, preloaded first, call the shim's
-     * interposers: a rule run there has the interceptor for its caller, where the stub in the
-     * program's slot has the program. The events and fields are compared without the stacks. */
-    if (getenv("ACTTRACE_ASAN")) {
+    char *direct = io_run(config, "direct", u.out, hooked);
+    char *stub = io_run(config, "stub", u.out, hooked);
+    if (!stacks) {
         strip_stacks(direct);
         strip_stacks(stub);
     }
@@ -1025,6 +1019,24 @@ START_TEST(test_interposed_rules)
     while (k && direct[k - 1] != '\n')
         k--;
     ck_assert_msg(!strcmp(direct, stub), "direct: %.300s\nstub:   %.300s", direct + k, stub + k);
+    free(stub);
+    at_run_result_free(&u);
+    free(fx);
+    return direct;
+}
+
+/* Rules on calls the shim interposes itself (a server's accept4, recv, writev, close; the client's
+ * send and read), which its interposers run (no stub, no return trampoline): the same events,
+ * fields, activities and stacks as the typed stub records for them (ACTTRACE_HOOK_WRAPPER=stub),
+ * every stack starting at the hooked function and going on from the program's function that
+ * called it, and the program's output as untraced. */
+START_TEST(test_interposed_rules)
+{
+    /* Under the sanitizer build its interceptors of these calls, preloaded first, call the shim's
+     * interposers: a rule run there has the interceptor for its caller, where the stub in the
+     * program's slot has the program. The events and fields are compared without the stacks. */
+    char *direct = io_direct_as_stub("io.conf", "acttrace: 6 of 6 functions hooked (6 GOT, 0 entry)",
+                                     !getenv("ACTTRACE_ASAN"));
     ck_assert_uint_eq(count_of(direct, "acttrace/ConnectionStart "), 1);
     ck_assert_uint_eq(count_of(direct, "acttrace/ConnectionStop "), 1);
     static const char *calls[][2] = {{"acttrace/Send ", "hk_io!client_send+"},
@@ -1050,9 +1062,6 @@ START_TEST(test_interposed_rules)
     ck_assert_msg((ca && ca < ce) || getenv("ACTTRACE_ASAN"), "%.*s", (int)(ce - cs), cs);
     ck_assert_msg(strstr(cs, " //1/1 ") < ce, "%.*s", (int)(ce - cs), cs);
     free(direct);
-    free(stub);
-    at_run_result_free(&u);
-    free(fx);
 }
 END_TEST
 
@@ -1062,21 +1071,8 @@ END_TEST
  * activities as the stub's. */
 START_TEST(test_interposed_rules_nostack)
 {
-    char *fx = at_fixture_path("hk_io");
-    const char *av[] = {fx, NULL};
-    at_run_opts o = {.argv = av, .no_preload = true};
-    at_run_result u;
-    ck_assert_int_eq(at_run(&o, &u), 0);
-    ck_assert_msg(u.exited && u.status == 0 && strstr(u.out, "client got re:three"), "%s", u.err);
-    const char *all = "acttrace: 7 of 7 functions hooked (6 GOT, 1 entry)";
-    char *direct = io_run("io_plain.conf", "direct", u.out, all);
-    char *stub = io_run("io_plain.conf", "stub", u.out, all);
-    size_t k = 0;
-    while (direct[k] && direct[k] == stub[k])
-        k++;
-    while (k && direct[k - 1] != '\n')
-        k--;
-    ck_assert_msg(!strcmp(direct, stub), "direct: %.300s\nstub:   %.300s", direct + k, stub + k);
+    char *direct = io_direct_as_stub("io_plain.conf",
+                                     "acttrace: 7 of 7 functions hooked (6 GOT, 1 entry)", true);
     ck_assert_msg(!strstr(direct, "stack=["), "%.300s", strstr(direct, "stack=["));
     ck_assert_uint_eq(count_of(direct, "acttrace/ConnectionStart "), 1);
     ck_assert_uint_eq(count_of(direct, "acttrace/ConnectionStop "), 1);
@@ -1090,9 +1086,6 @@ START_TEST(test_interposed_rules_nostack)
     ck_assert_uint_eq(count_of(direct, "acttrace/Writev "), 3);
     ck_assert_uint_eq(count_of(direct, "acttrace/Recv "), 3);
     free(direct);
-    free(stub);
-    at_run_result_free(&u);
-    free(fx);
 }
 END_TEST
 
