@@ -160,8 +160,8 @@ typedef struct hk_pc {
 
 /* What the shim's interposer of the hooked function does by itself, from its own arguments and
  * return value, for the two rules a server's per-request calls have most (hk_fast_plan): an event
- * written at the return whose fields are numbers from the arguments' registers and the return value,
- * with no condition (HK_FAST_EVENT); the Stop of a pair keyed by an argument, with no
+ * whose fields are numbers from the arguments' registers and the return value, with no condition,
+ * written at the return (or at the entry when it captures no return value) (HK_FAST_EVENT); the Stop of a pair keyed by an argument, with no
  * condition, when nothing holds that key (HK_FAST_NOKEY: the file a server closes, which started
  * nothing). On the probe's first line, so that such a call reads that line, the event's type and
  * nothing else of the rule, its probe or its hook. */
@@ -1044,8 +1044,7 @@ static void hk_fast_plan(probe *pr)
     hk_fast f = {.kind = HK_FAST_NONE};
     if (p->has_when || !p->has_sig)
         goto done;
-    if (r->ekind == AT_HC_EVENT && r->event_on_return && p->cap_words &&
-        p->ncapture <= HK_FAST_CAP) {
+    if (r->ekind == AT_HC_EVENT && p->cap_words && p->ncapture <= HK_FAST_CAP) {
         for (int i = 0; i < p->ncapture; i++) {
             int src = p->cap_src[i];
             unsigned nt = p->cap_nt[i];
@@ -1064,7 +1063,7 @@ static void hk_fast_plan(probe *pr)
             f.type[i] |= p->cap_w[i] == 8 ? HK_FAST_WIDE : 0;
         }
         f.ncap = (uint8_t)p->ncapture;
-        f.stack = r->stacks != 0; /* hook_exit's HK_TAKE_STACK for an event */
+        f.stack = r->stacks != 0; /* hook_enter's and hook_exit's HK_TAKE_STACK for an event */
         f.obj = r->event;
         f.kind = r->event ? HK_FAST_EVENT : HK_FAST_NONE;
     } else if (r->ekind == AT_HC_ACTIVITY && r->paired && pr->role == 1 && p->key >= 0 &&

@@ -627,8 +627,8 @@ static inline __attribute__((always_inline)) bool direct_fast_ok(uint64_t *frame
     return AT_LIKELY(hk_nlive == 0) || !jumped_over(call_sp(frame + 1), true);
 }
 
-/* HK_FAST_EVENT: the event, its fields from the interposer's registers and return value, as
- * hook_exit's event case writes it (keeps errno; nothing the event write reaches calls a hooked
+/* HK_FAST_EVENT: the event, its fields from the interposer's registers and return value (0 at the
+ * entry, where no field is the return value), as hook_enter's and hook_exit's event cases write it (keeps errno; nothing the event write reaches calls a hooked
  * function, but a signal handler's call inside it records nothing, as inside hook_exit) */
 static inline __attribute__((always_inline)) void direct_event(const at_hook *h, const hk_fast *f,
                                                               const uint64_t *raw,
@@ -667,6 +667,8 @@ AT_PATH_EVENT AT_NOINLINE void at_direct_entry(unsigned idx, const uint64_t *raw
     at_hook *hf = __atomic_load_n(&at_direct_hooks[idx], __ATOMIC_ACQUIRE);
     if (AT_LIKELY(hf != NULL) && AT_LIKELY(at_internal == 0)) {
         const hk_fast *f = &probe_of(hf)->fast;
+        if (f->kind == HK_FAST_EVENT && direct_fast_ok(frame))
+            return direct_event(hf, f, raw, frame, 0);
         /* HK_FAST_NOKEY: a pair's Stop whose key holds nothing does nothing (hook_enter would
          * take the key's slot, empty) */
         if (f->kind == HK_FAST_NOKEY && direct_fast_ok(frame)) {

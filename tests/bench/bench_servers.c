@@ -15,14 +15,12 @@
  * The servers are pinned to the last CPU and the client to the first (pin_server); each is warmed by
  * one load, then loaded in rounds of 1 s: in each round each server once, in turn, each round
  * starting with another configuration. The machine's speed drifts and jumps (on the measuring VM,
- * the same untraced server took 19 or 30 us of CPU per request for minutes at a time): a round of
- * the five takes about 5 s, so its loads mostly see the same machine, and a jump spoils a round or two of
- * the median's 15, not the figure (a server started for each load puts a start and seconds between
- * the loads compared).
- * Some rounds see the machine change speed in their middle (the servers' CPU per request then moves
- * by up to 40% between the loads of one round, in no order): a round counts only when its two
- * untraced servers' CPU per request agree within 2% (the figures are over all the rounds when fewer
- * than five do), and its base is their mean.
+ * the same untraced server took 18, 21 or 30 us of CPU per request, for seconds or minutes at a
+ * time): a round of the five takes about 5 s, and one that sees the machine change speed in its
+ * middle has its servers' CPU per request moved by up to 40% between its loads, in no order. So a
+ * round counts only when its two untraced servers' CPU per request agree within STEADY (the figures
+ * are over all the rounds when fewer than MIN_STEADY do), and its base is their mean. (A server
+ * started for each load puts a start and seconds between the loads compared.)
  * Each row is the median over those rounds of the per-round ratio to the untraced base, for requests per
  * second and for CPU per request (the server's processes and threads, their CPU time from /proc
  * before and after each timed load: what the server itself spent on the requests, its trace writer
@@ -472,7 +470,8 @@ static void report(const server *s, run res[][NCONF], int n, const life *lf)
     for (int i = 0; i < n; i++)
         tws[i] = fabs(tw[i] - 1) * 100;
     printf("  the machine: two untraced servers' CPU per request apart (median of all rounds; rounds "
-           "within 2%%, the steady ones)\t%.1f%% (%d of %d)\t-\n", median(tws, n), nsteady, n);
+           "within %.0f%%, the steady ones)\t%.1f%% (%d of %d)\t-\n", STEADY * 100, median(tws, n),
+           nsteady, n);
     double d_noconf = 0;
     for (int c = 1; c < NCONF; c++) {
         if (c == TWIN)

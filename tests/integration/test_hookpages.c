@@ -31,7 +31,7 @@
 #define MAX_CODE 4
 #define MAX_DATA 10
 /* The shim's instructions in one iteration (the three hooked calls, their events, the interposed
- * calls). Measured: 845 with an event at the return written from the interposer's own
+ * calls). Measured: 857 with an event at the return written from the interposer's own
  * registers and the close of a file whose fd holds no Connection skipped at a load (hooks.c,
  * hk_fast); 1,166 with both through the hook logic's general way. */
 #define MAX_INSNS 1000
@@ -47,7 +47,7 @@
 
 /* The same loop with the default stacks (each event carries its caller's stack, served from a kept
  * walk while the words it read are unchanged). Measured: 4 code pages (134-140 lines) and 11 data pages
- * (48 lines), 1,897 instructions (2,107 with the events through the general way), with what such
+ * (48 lines), 1,909 instructions (2,107 with the events through the general way), with what such
  * an event runs besides on a page of its own (AT_PATH_STACK), the walker's words on the page of the
  * rules and a kept walk in a half page. */
 #define MAX_CODE_STK 5
