@@ -51,6 +51,8 @@ static pthread_key_t g_thread_key AT_START_DATA;
 #define UNIQUE_BLOCK 1024u
 #define CACHE_MAX AT_ACT_CACHE_MAX
 AT_PTLS_FITS(at_act_tls, act); /* activity_inline.h at_act_t */
+AT_PTLS_FITS(at_act_idcache, idc); /* activity_inline.h at_act_idc */
+uint32_t at_act_epoch AT_HOT_PAGE_SHARED; /* activity_inline.h */
 #define REFC_EXITED 0x10000u /* at_refc_busy after the thread's exit: no caching any more */
 #define at_free_list (at_act_t.free_list)
 #define at_free_count (at_act_t.free_count)
@@ -260,7 +262,7 @@ static void thread_exit(void *unused)
     refc_settle(NULL);
     at_refc_busy = REFC_EXITED; /* a release after this (a later destructor) goes straight through */
     at_activity *c = at_act_cur;
-    at_act_cur = NULL;
+    at_act_cur_set(NULL);
     if (!at_act_borrowed)
         at_activity_unref(c);
     at_act_borrowed = false;
@@ -460,8 +462,9 @@ static void kill_between(at_activity *from, at_activity *to)
 {
     for (at_activity *o = from; o && o != to; o = o->creator) {
         uint8_t live = ACT_LIVE;
-        __atomic_compare_exchange_n(&o->stopped, &live, ACT_KILLED, false, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
+        if (__atomic_compare_exchange_n(&o->stopped, &live, ACT_KILLED, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            at_act_epoch_bump();
     }
 }
 
@@ -472,7 +475,7 @@ static inline void set_current(at_activity *next)
     if (next == old && !at_act_borrowed)
         return;
     at_activity_ref(next);
-    at_act_cur = next;
+    at_act_cur_set(next);
     if (!at_act_borrowed)
         at_activity_unref(old);
     at_act_borrowed = false;
@@ -541,7 +544,7 @@ static inline __attribute__((always_inline)) at_activity *start(at_activity_kind
     write_own_event(k->start_ev, &a->id, related, a->unique, extra, extra_len, ips, nips);
     /* The child's creator reference on parent replaces the thread's reference on cur when they are
      * the same activity (the common case): no atomic operation. */
-    at_act_cur = a;
+    at_act_cur_set(a);
     if (AT_UNLIKELY(at_act_borrowed)) {
         at_activity_ref(parent);
         at_act_borrowed = false;
@@ -559,18 +562,18 @@ static inline void pop_to_creator(at_activity *a)
     at_activity *next = live_from(a->creator);
     if (AT_UNLIKELY(at_act_borrowed)) {
         at_activity_ref(next);
-        at_act_cur = next;
+        at_act_cur_set(next);
         at_act_borrowed = false;
         return;
     }
     if (AT_LIKELY(next == a->creator && sole_ref(a))) {
         /* Only the thread held a: hand a's reference on its creator to the thread and free a. */
-        at_act_cur = next;
+        at_act_cur_set(next);
         act_free(a);
         return;
     }
     at_activity_ref(next);
-    at_act_cur = next;
+    at_act_cur_set(next);
     at_activity_unref(a);
 }
 
@@ -597,6 +600,7 @@ bool at_activity_stop(at_activity_kind *k, const void *extra, uint32_t extra_len
             if (!__atomic_compare_exchange_n(&t->stopped, &live, ACT_STOPPED, false, __ATOMIC_ACQ_REL,
                                              __ATOMIC_RELAXED))
                 continue; /* another thread stopped it first: search again */
+            at_act_epoch_bump();
             kill_between(cur, t);
         }
         write_activity_event(k->stop_ev, &t->id, NULL, t->unique, extra, extra_len, ips, nips);
@@ -640,7 +644,7 @@ AT_NOINLINE at_activity *at_act_start_plain_written_general(at_activity *a, cons
 {
     int e = errno;
     at_tbuf_write_act_general(a->kind->start_ev, &a->id, related, a->unique, NULL, 0);
-    at_act_cur = a;
+    at_act_cur_set(a);
     errno = e;
     return a;
 }
@@ -673,7 +677,7 @@ static inline __attribute__((always_inline)) bool stop_held(at_activity *a, cons
     __atomic_store_n(&a->stopped, ACT_STOPPED, __ATOMIC_RELAXED);
     write_own_event(a->kind->stop_ev, &a->id, NULL, a->unique, extra, extra_len, ips, nips);
     /* a's reference on its creator becomes the thread's */
-    at_act_cur = next;
+    at_act_cur_set(next);
     act_free(a);
     return true;
 }
@@ -746,6 +750,7 @@ bool at_activity_stop_ref(at_activity *a, const void *extra, uint32_t extra_len,
     if (!__atomic_compare_exchange_n(&a->stopped, &live, ACT_STOPPED, false, __ATOMIC_ACQ_REL,
                                      __ATOMIC_RELAXED))
         return false;
+    at_act_epoch_bump();
     write_activity_event(a->kind->stop_ev, &a->id, NULL, a->unique, extra, extra_len, ips, nips);
     if (at_act_cur == a)
         set_current(live_from(a->creator));
@@ -783,13 +788,47 @@ int at_activity_path(const at_activity *a, char *buf, size_t n)
     return at_actpath_format(&a->id, at_actpath_pid(&a->id), buf, n);
 }
 
+/* The id of the current activity's nearest live one (NULL: none), from at_act_idc when it holds
+ * (activity_inline.h), else from the activities, and kept. A signal handler's event on the thread
+ * may fill the entry in between: the entry is emptied first and named last, and a copy counts only
+ * when the entry still names the same after it. */
+static inline const at_guid *cur_live_id(at_guid *out)
+{
+    at_activity *cur = at_act_cur;
+    if (!cur)
+        return NULL;
+    at_act_idcache *c = &at_act_idc;
+    /* before the activities are read: a stop this misses changes the epoch after it */
+    uint32_t e = __atomic_load_n(&at_act_epoch, __ATOMIC_ACQUIRE);
+    if (AT_LIKELY(c->act == cur && c->epoch == e)) {
+        uint32_t none = c->none;
+        *out = c->id;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        if (AT_LIKELY(c->act == cur && c->epoch == e))
+            return none ? NULL : out;
+    }
+    at_activity *live = live_from(cur);
+    c->act = NULL;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    c->epoch = e;
+    c->none = !live;
+    if (live)
+        c->id = live->id;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    c->act = cur;
+    if (!live)
+        return NULL;
+    *out = live->id;
+    return out;
+}
+
 AT_PATH_EVENT int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
                       const uintptr_t *ips, uint32_t nips)
 {
     if (!t || !at_event_enabled(t))
         return 0;
-    at_activity *cur = live_from(at_act_cur);
-    return at_event_write_onepass(t, id_or_null(cur), NULL, payload, len, ips, nips);
+    at_guid id;
+    return at_event_write_onepass(t, cur_live_id(&id), NULL, payload, len, ips, nips);
 }
 
 /* --- flow --- */

@@ -38,9 +38,32 @@ typedef struct at_act_tls {
 } at_act_tls;
 #define at_act_t AT_PTLS_AS(at_act_tls, act) /* at_common.h */
 
-/* The thread's current activity (a reference, unless borrowed from a capture by at_flow_enter). */
+/* The thread's current activity (a reference, unless borrowed from a capture by at_flow_enter).
+ * Set with at_act_cur_set (which empties at_act_idc, below). */
 #define at_act_cur (at_act_t.cur)
 #define at_act_borrowed (at_act_t.borrowed)
+
+/* The id an event of the thread takes (that of the current activity's nearest live one), kept in
+ * the thread's state (activity.c cur_live_id): read from the activity itself, it was a page of its
+ * own that each event after a system call which empties the TLB walked again. The entry holds
+ * while the thread's current pointer is unchanged (every change empties it: meanwhile the thread's
+ * reference keeps the object from being freed and reused) and at_act_epoch reads the same: it
+ * changes at every stop or kill that other threads may see, that is every one but the stop of an
+ * activity its thread holds alone (the current one with no other reference: no other thread's
+ * current activity is it or below it). */
+typedef struct at_act_idcache {
+    at_activity *act; /* the current activity the entry is for; NULL: none */
+    uint32_t epoch;   /* at_act_epoch when it was filled */
+    uint32_t none;    /* no live activity: the event has no id */
+    at_guid id;
+} at_act_idcache;
+#define at_act_idc AT_PTLS_AS(at_act_idcache, idc) /* at_common.h */
+extern uint32_t at_act_epoch; /* atomic */
+#define at_act_cur_set(v) (at_act_idc.act = NULL, at_act_cur = (v))
+static inline void at_act_epoch_bump(void)
+{
+    __atomic_fetch_add(&at_act_epoch, 1, __ATOMIC_ACQ_REL);
+}
 
 static inline bool at_act_is_live(const at_activity *a)
 {
@@ -102,7 +125,7 @@ static inline at_activity *at_flow_enter(at_activity *captured)
     if (!captured && !prev)
         return NULL;
     uintptr_t tagged = (uintptr_t)prev | (uintptr_t)at_act_borrowed;
-    at_act_cur = at_act_live_from(captured); /* borrowed: captured's chain keeps it alive */
+    at_act_cur_set(at_act_live_from(captured)); /* borrowed: captured's chain keeps it alive */
     at_act_borrowed = true;
     return (at_activity *)tagged;
 }
@@ -112,7 +135,7 @@ static inline void at_flow_leave(at_activity *prev)
     at_activity *old = at_act_cur;
     if (!at_act_borrowed && old)
         at_activity_unref(old);
-    at_act_cur = (at_activity *)((uintptr_t)prev & ~(uintptr_t)1);
+    at_act_cur_set((at_activity *)((uintptr_t)prev & ~(uintptr_t)1));
     at_act_borrowed = ((uintptr_t)prev & 1) != 0;
 }
 

@@ -96,6 +96,7 @@ static inline __attribute__((always_inline)) at_activity *at_act_start_plain(at_
         if (AT_UNLIKELY(!put))
             return at_act_start_plain_written_general(a, related);
     }
+    at_act_idc.act = NULL; /* at_act_cur_set */
     s->cur = a;
     return a;
 }
@@ -113,6 +114,7 @@ static inline __attribute__((always_inline)) void at_act_end_u32(at_activity *a,
     /* a's reference on its creator becomes the thread's. Before the record (stop_held() makes it
      * after): a signal handler in between sees the creator current either way (a is stopped), and
      * a stays off the allocation cache until its record is written. */
+    at_act_idc.act = NULL; /* at_act_cur_set */
     s->cur = a->creator;
     const at_event_type *t = a->kind->stop_ev;
     if (at_event_enabled(t) &&

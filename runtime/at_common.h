@@ -42,12 +42,28 @@ typedef struct at_path_tls {
     void *slot_cache;         /* shim/slots.c tl_cache */
     unsigned slot_ncache;     /* shim/slots.c tl_ncache */
     void *pool_last;          /* shim/callbacks.c tl_last_item */
+    uint64_t idc[4] __attribute__((aligned(64))); /* runtime/activity_inline.h at_act_idcache
+                                                   * (at_act_idc): a line of its own */
 } at_path_tls;
 _Static_assert(offsetof(at_path_tls, act) == 64 && offsetof(at_path_tls, adopt) % 64 == 16,
                "at_path_tls: the buffer's state and the counters on one line, the current activity "
                "first on the next");
 extern AT_TLS at_path_tls at_path_tls_v;
-#define AT_PTLS (at_path_tls_v)
+/* at_path_tls_v's offset from the thread pointer (the same in every thread), on the interposers'
+ * page (runtime/trace.c; set first thing at start, 0 before): the initial-exec way reads it from
+ * the GOT, a page of its own that each call between two system calls which empty the TLB walked
+ * again, before and after the system call. */
+extern const long at_ptls_off; /* written once, by at_ptls_init (runtime/ptls.c) */
+static inline __attribute__((always_inline)) at_path_tls *at_ptls(void)
+{
+    long off = at_ptls_off; /* a constant to the compiler: read once in a function */
+    if (AT_UNLIKELY(off == 0)) /* before the start: the GOT's way */
+        return &at_path_tls_v;
+    return (at_path_tls *)((char *)__builtin_thread_pointer() + off);
+}
+/* Sets at_ptls_off (the library's constructor, first) */
+void at_ptls_init(void);
+#define AT_PTLS (*at_ptls())
 /* a field of AT_PTLS as the type its file gives it */
 #define AT_PTLS_AS(type, field)                                                                    \
     (*(type *)AT_PTLS.field)
@@ -113,6 +129,9 @@ extern AT_TLS at_path_tls at_path_tls_v;
  * (shim/real.c at_hot; shim/start.ld at_hot_bss): one page for both. The hook logic's own words every
  * call reads (the errno offset, the stack depth) and the interposers' hooks are there too. */
 #define AT_HOT_PAGE_RT __attribute__((section(".bss.at_hot.2")))
+/* Last on that page, a line of its own: a word any thread may write (runtime/activity.c
+ * at_act_epoch), apart from the words every call only reads. */
+#define AT_HOT_PAGE_SHARED __attribute__((section(".bss.at_hot.3"), aligned(64)))
 /* The stack walker's words every walk reads (the mode, the return trampolines' pool, the shim's own
  * code ranges, the set-up stage: under 128 bytes), at the start of the page the rules and probes
  * begin on (shim/start.ld at_hot_bss): an event with a stack reads them on its rule's page. */

@@ -107,6 +107,7 @@ static void at_preload_fail(const char *what, const char *why)
 
 __attribute__((constructor)) static void at_preload_init(void)
 {
+    at_ptls_init(); /* before anything reads the thread's state */
     int saved_errno = errno;
     AT_INTERNAL_BEGIN(); /* set-up: hooks installed here see none of its own calls */
     at_real_init();

@@ -23,35 +23,37 @@
 
 #define ITERS 12
 /* Measured without stacks: 3 code pages (the interposers', and the interposers' twins with the rules'
- * finish and the event write on two) and 9 data pages: the GOT's TLS
- * offsets, the interposers' page with the runtime's hot words, the rules' page (probes, rules,
- * event types), the thread's TLS, its ring, the record's page of its chunk and the chunk's first
- * page, the connection's activity, the pair's keys (the close). One page of slack for the code:
- * where a page boundary falls moves with any change to the path's code. */
+ * finish and the event write on two) and 7 data pages: the interposers' page with the runtime's hot
+ * words and the thread state's offset, the rules' page (probes, rules, event types), the thread's
+ * TLS, its ring, the record's page of its chunk and the chunk's first page, the pair's keys (the
+ * close). Neither the GOT (the TLS offset, at_ptls_off) nor the connection's activity (its id kept
+ * in the thread's state, at_act_idc) is read. One page of slack for the code: where a page
+ * boundary falls moves with any change to the path's code. */
 #define MAX_CODE 4
-#define MAX_DATA 10
+#define MAX_DATA 8
 /* The shim's instructions in one iteration (the three hooked calls, their events, the interposed
- * calls). Measured: 857 with an event at the return written from the interposer's own
+ * calls). Measured: 935 with an event at the return written from the interposer's own
  * registers and the close of a file whose fd holds no Connection skipped at a load (hooks.c,
- * hk_fast); 1,166 with both through the hook logic's general way. */
+ * hk_fast), the event's id from the thread's state; 1,166 with both through the hook logic's
+ * general way. */
 #define MAX_INSNS 1000
 /* The cache lines of data besides the stack (each a miss when the kernel's work between two calls
- * evicted it). Measured: 30 (39 through the general way: per call the rule's line and the probe's
+ * evicted it). Measured: 29 (39 through the general way: per call the rule's line and the probe's
  * and hook's three besides the probe's first). */
 #define MAX_DATA_LINES 36
 /* The cache lines of the shim's code each call runs on, summed over the iteration's calls (a line
- * two calls run is a miss for each: between them the kernel's work evicts it). Measured: 72-78 (99
+ * two calls run is a miss for each: between them the kernel's work evicts it). Measured: 72-82 (99
  * through the general way). Where blocks fall moves a few lines with any change to the path's code:
  * slack for that. */
 #define MAX_CODE_LINES 90
 
 /* The same loop with the default stacks (each event carries its caller's stack, served from a kept
- * walk while the words it read are unchanged). Measured: 4 code pages (134-140 lines) and 11 data pages
- * (48 lines), 1,909 instructions (2,107 with the events through the general way), with what such
+ * walk while the words it read are unchanged). Measured: 4 code pages (134-146 lines) and 9 data pages
+ * (47 lines), 2,001 instructions (2,107 with the events through the general way), with what such
  * an event runs besides on a page of its own (AT_PATH_STACK), the walker's words on the page of the
  * rules and a kept walk in a half page. */
 #define MAX_CODE_STK 5
-#define MAX_DATA_STK 12
+#define MAX_DATA_STK 10
 #define MAX_INSNS_STK 2100
 #define MAX_CODE_LINES_STK 160
 #define MAX_DATA_LINES_STK 56

@@ -637,6 +637,50 @@ START_TEST(stop_ref_from_another_thread)
 }
 END_TEST
 
+/* An event takes the id of the current activity's nearest live one, which the thread keeps between
+ * events (activity_inline.h at_act_idc): another thread's stop of the current activity, and a new
+ * activity in the memory of one that ended, each give the next event the right id. */
+START_TEST(event_id_kept_between_events)
+{
+    begin("evid");
+    at_activity_kind *conn = kind("Conn", AT_ACT_RECURSIVE), *job = kind("Job", 0);
+    at_activity_start(job, NULL, 0, NULL, 0);
+    at_activity *c = at_activity_start(conn, NULL, 0, NULL, 0);
+    at_activity_ref(c);
+    mark(1); /* in c */
+    mark(2); /* in c, from what the thread kept */
+    pthread_t th;
+    struct sr s = {c, false, false};
+    pthread_create(&th, NULL, stopper, &s);
+    pthread_join(th, NULL);
+    ck_assert(s.ok);
+    mark(3); /* c is stopped: in the job */
+    at_activity_unref(c);
+    /* a Start right after a Stop reuses the ended activity's memory */
+    at_activity *x = at_activity_start(conn, NULL, 0, NULL, 0);
+    mark(4);
+    at_activity_stop(conn, NULL, 0, NULL, 0);
+    at_activity *y = at_activity_start(conn, NULL, 0, NULL, 0);
+    ck_assert_ptr_eq(x, y); /* else this test no longer tests the reuse */
+    mark(5);
+    at_activity_stop(conn, NULL, 0, NULL, 0);
+    at_activity_stop(job, NULL, 0, NULL, 0);
+    at_trace t;
+    end(&t);
+    const char *cs[3], *ms[5];
+    ck_assert_uint_eq(events_named(&t, "ConnStart", cs, 3), 3);
+    ck_assert_uint_eq(events_named(&t, "Mark", ms, 5), 5);
+    const char *jp = t.ev[at_find(&t, NULL, "JobStart", 0)].act_path;
+    ck_assert_str_eq(ms[0], cs[0]);
+    ck_assert_str_eq(ms[1], cs[0]);
+    ck_assert_str_eq(ms[2], jp);
+    ck_assert_str_eq(ms[3], cs[1]);
+    ck_assert_str_eq(ms[4], cs[2]);
+    ck_assert_str_ne(cs[1], cs[2]);
+    finish(&t);
+}
+END_TEST
+
 /* A hooked call's own reference: start_held/stop_held end it without atomics when only the thread
  * and the caller hold it, and refuse (changing nothing) otherwise. */
 START_TEST(held_start_stop)
@@ -1294,6 +1338,7 @@ int main(void)
     tcase_add_test(c, overflow_siblings_unique);
     tcase_add_test(c, flow_into_live_and_stopped);
     tcase_add_test(c, stop_ref_from_another_thread);
+    tcase_add_test(c, event_id_kept_between_events);
     tcase_add_test(c, held_start_stop);
     tcase_add_test(c, plain_shape_as_general);
     tcase_add_test(c, flow_reference_cache);
