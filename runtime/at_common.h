@@ -50,7 +50,7 @@ _Static_assert(offsetof(at_path_tls, act) == 64 && offsetof(at_path_tls, adopt) 
                "first on the next");
 extern AT_TLS at_path_tls at_path_tls_v;
 /* at_path_tls_v's offset from the thread pointer (the same in every thread), on the interposers'
- * page (runtime/trace.c; set first thing at start, 0 before): the initial-exec way reads it from
+ * page (runtime/ptls.c; set first thing at start, 0 before): the initial-exec way reads it from
  * the GOT, a page of its own that each call between two system calls which empty the TLB walked
  * again, before and after the system call. */
 extern const long at_ptls_off; /* written once, by at_ptls_init (runtime/ptls.c) */

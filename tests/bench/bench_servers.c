@@ -38,7 +38,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <sched.h>
-#include <sys/personality.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -46,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
