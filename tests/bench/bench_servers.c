@@ -1,9 +1,9 @@
 /* bench_servers: what tracing costs real servers under load. Two servers, each loaded over loopback
- * by a client with 8 connections on one thread:
- *   Debian's nginx (a master and one worker, a small static file, keep-alive) by wrk -t1 -c8;
- *   Debian's memcached (one worker thread, `-t 1`) by memcaslap -T1 -c8 (libmemcached-tools):
- *   ASCII gets and sets 9:1 over a key set of fixed size (a task window of 1024 keys per
- *   connection, keys of 16 bytes, values of 100).
+ * by the bench's own client (below: one thread, 8 keep-alive connections, one request in flight on
+ * each, every response checked):
+ *   Debian's nginx (a master and one worker, a small static file, keep-alive): GET of the file;
+ *   Debian's memcached (one worker thread, `-t 1`): ASCII gets and sets 9:1 over 1024 keys per
+ *   connection (all set first), keys of 16 bytes, values of 100.
  * Each configuration has a server of its own, all of them started at once and left running:
  *   untraced, twice (the second one measures the machine's own noise, below);
  *   the shim without a config;
@@ -12,19 +12,21 @@
  *   same activity, which memcached's worker thread adopts when the main thread hands it the fd
  *   through its pipe, and events on read and sendmsg); all with signatures and fd/return captured;
  *   the same with the default stacks.
- * The servers are pinned to the last CPU and the client to the first (pin_server); each is warmed by
- * one load, then loaded in rounds of 1 s: in each round each server once, in turn, each round
- * starting with another configuration. The machine's speed drifts and jumps (on the measuring VM,
- * the same untraced server took 18, 21 or 30 us of CPU per request, for seconds or minutes at a
- * time): a round of the five takes about 5 s, and one that sees the machine change speed in its
- * middle has its servers' CPU per request moved by up to 40% between its loads, in no order. So a
- * round counts only when its two untraced servers' CPU per request agree within STEADY (the figures
- * are over all the rounds when fewer than MIN_STEADY do), and its base is their mean. (A server
- * started for each load puts a start and seconds between the loads compared.)
+ * The servers are pinned to the last CPU and the client to the first; every server has the same
+ * fixed address layout (no ASLR: with a random layout each, two servers of the same configuration
+ * stayed 1-2 points apart over hundreds of rounds). Each is warmed by one load, then loaded in
+ * ROUNDS rounds of SLICE requests: in each round each server once, in turn, each round starting
+ * with another configuration. Short rounds many times over: the machine's speed drifts and jumps
+ * (the same untraced server took 18, 21 or 30 us of CPU per request, for seconds or minutes at a
+ * time), and a round of wrk's seconds that saw it change speed moved its servers' figures by up to
+ * 40%, in no order; a round of the five here takes ~0.3 s. A round counts only when its two
+ * untraced servers' CPU per request agree within STEADY (the figures are over all the rounds when
+ * fewer than MIN_STEADY do), and its base is their mean.
  * Each row is the median over those rounds of the per-round ratio to the untraced base, for requests per
- * second and for CPU per request (the server's processes and threads, their CPU time from /proc
- * before and after each timed load: what the server itself spent on the requests, its trace writer
- * thread included, whatever the load generator did), with the page faults per request (minor and
+ * second (the client's) and for CPU per request (the server's processes and threads, their CPU
+ * time from /proc, from the start of one of its loads to the start of its next: what the server
+ * spent on the load's requests, its trace writer's flushes after them included, whatever the
+ * client did), with the page faults per request (minor and
  * major, from wait4's rusage over its whole life and every request it served) beside them. What the
  * server's start and exit cost (its whole life's CPU from wait4 outside the timed loads: the shim's
  * set-up, the last flush and the symbols of the trace's stacks) is a row of its own, not spread
@@ -33,14 +35,16 @@
  * request makes: for nginx three (recv, writev, and the close of the file nginx opens for it, which
  * the Connection's stop sees but which writes no event); for memcached every hooked call writes an
  * event, so they are counted in each traced run's own trace (one read and one sendmsg per request,
- * plus a connection's few). Needs nginx and wrk, memcached and memcaslap (Debian packages); says so
- * for a server whose tools are missing. Prints rows "metric<TAB>measured<TAB>target". */
+ * plus a connection's few). Needs nginx and memcached (Debian packages); says so for a server that
+ * is missing. Prints rows "metric<TAB>measured<TAB>target". */
 #include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,24 +71,17 @@ static int ncpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-static void pin_server(void)
+static void pin_to(int cpu)
 {
     if (ncpus() < 2)
         return;
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(ncpus() - 1, &set);
+    CPU_SET(cpu, &set);
     sched_setaffinity(0, sizeof set, &set);
 }
 
-/* the load generator's command line, pinned to the first CPU (taskset, util-linux) */
-static const char *client_prefix(void)
-{
-    return ncpus() >= 2 && access("/usr/bin/taskset", X_OK) == 0 ? "/usr/bin/taskset -c 0 " : "";
-}
-
-#define ROUNDS 15
-#define SECONDS "1"
+#define ROUNDS 200
 /* TWIN: a second untraced server, the machine's own noise: a round where the two untraced servers'
  * CPU per request differ by more than STEADY is one where the machine changed speed under it */
 enum { UNTRACED, NOCONF, NOSTACKS, STACKS, TWIN, NCONF };
@@ -95,6 +92,187 @@ static const char *const conf_name[NCONF] = {"untraced", "shim without a config"
 static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%", ""};
 #define STEADY 0.02
 #define MIN_STEADY 5 /* fewer steady rounds than this: the medians are over all rounds */
+
+/* ---------------- the load: a client of our own ----------------
+ * One thread (the bench's own, on the first CPU), CONNS keep-alive connections per server, one
+ * request in flight on each: the shape of wrk -t1 -c8 and memcaslap -T1 -c8. A load is a slice of
+ * SLICE requests; a server's connections stay open from one slice to the next (a connection the
+ * server closes is opened again). Requests and responses are checked: a wrong answer fails the run. */
+#define CONNS 8
+#define SLICE 3000
+
+typedef struct conn {
+    int fd;
+    size_t have;     /* bytes of the response read so far */
+    unsigned next;   /* memcached: the request's number on this connection */
+    unsigned id;     /* the connection's number among the client's */
+    bool set;        /* memcached: the request in flight is a set */
+    char buf[2048];
+} conn;
+
+static int tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static bool send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* HTTP/1.1: the request, and whether buf[0..n) holds a whole response (1), not yet (0) or a wrong
+ * one (-1); *close when the server ends the connection after it */
+static bool http_send(conn *c)
+{
+    static const char req[] = "GET /index.html HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    return send_all(c->fd, req, sizeof req - 1);
+}
+
+static int http_done(conn *c, bool *close_after)
+{
+    c->buf[c->have] = 0;
+    const char *end = strstr(c->buf, "\r\n\r\n");
+    if (!end)
+        return c->have + 1 >= sizeof c->buf ? -1 : 0;
+    if (strncmp(c->buf, "HTTP/1.1 200 ", 13) != 0)
+        return -1;
+    const char *cl = strcasestr(c->buf, "\r\nContent-Length:");
+    if (!cl || cl > end)
+        return -1;
+    size_t len = strtoul(cl + 17, NULL, 10), whole = (size_t)(end + 4 - c->buf) + len;
+    if (whole >= sizeof c->buf)
+        return -1;
+    *close_after = strcasestr(c->buf, "\r\nConnection: close") != NULL;
+    return c->have >= whole ? (c->have > whole ? -1 : 1) : 0;
+}
+
+/* memcached's ASCII protocol: sets of every key first, then gets and sets 9:1 over 1024 keys per
+ * connection, keys of 16 bytes, values of 100 */
+#define MC_KEYS 1024
+static bool mc_send(conn *c)
+{
+    char req[256];
+    unsigned k = c->next % MC_KEYS, slot = c->id % 100; /* each connection its own keys */
+    c->set = c->next < MC_KEYS || c->next % 10 == 0;
+    int n = c->set ? snprintf(req, sizeof req, "set k%02u-%012u 0 0 100\r\n%0100u\r\n", slot, k, k)
+                   : snprintf(req, sizeof req, "get k%02u-%012u\r\n", slot, k);
+    c->next++;
+    return send_all(c->fd, req, (size_t)n);
+}
+
+static int mc_done(conn *c, bool *close_after)
+{
+    *close_after = false;
+    if (c->have < 2 || memcmp(c->buf + c->have - 2, "\r\n", 2) != 0)
+        return c->have + 1 >= sizeof c->buf ? -1 : 0;
+    c->buf[c->have] = 0;
+    if (c->set)
+        return strcmp(c->buf, "STORED\r\n") == 0 ? 1 : -1;
+    if (c->have >= 5 && memcmp(c->buf + c->have - 5, "END\r\n", 5) == 0)
+        return c->have == 5 || strncmp(c->buf, "VALUE ", 6) == 0 ? 1 : -1;
+    return strncmp(c->buf, "VALUE ", 6) == 0 ? 0 : -1;
+}
+
+typedef struct client {
+    bool (*send)(conn *c);
+    int (*done)(conn *c, bool *close_after);
+    int port;
+    conn c[CONNS];
+} client;
+
+static bool client_open(client *cl, conn *c)
+{
+    c->fd = tcp_connect(cl->port);
+    c->have = 0;
+    return c->fd >= 0;
+}
+
+/* nreq requests over the client's connections; false on an error or a wrong response */
+static bool client_load(client *cl, int nreq)
+{
+    struct pollfd pf[CONNS];
+    int sent = 0, done = 0, inflight = 0;
+    for (int i = 0; i < CONNS; i++) {
+        if (cl->c[i].fd < 0 && !client_open(cl, &cl->c[i]))
+            return false;
+        pf[i].fd = -1;
+        pf[i].events = POLLIN;
+    }
+    for (int i = 0; i < CONNS && sent < nreq; i++, sent++, inflight++) {
+        if (!cl->send(&cl->c[i]))
+            return false;
+        pf[i].fd = cl->c[i].fd;
+    }
+    while (inflight) {
+        int r = poll(pf, CONNS, 10000);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        for (int i = 0; i < CONNS; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            conn *c = &cl->c[i];
+            ssize_t n = recv(c->fd, c->buf + c->have, sizeof c->buf - 1 - c->have, 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                return false;
+            c->have += (size_t)n;
+            bool close_after = false;
+            int d = cl->done(c, &close_after);
+            if (d < 0)
+                return false;
+            if (!d)
+                continue;
+            c->have = 0;
+            done++;
+            inflight--;
+            pf[i].fd = -1;
+            if (close_after) {
+                close(c->fd);
+                if (!client_open(cl, c))
+                    return false;
+            }
+            if (sent < nreq) {
+                if (!cl->send(c))
+                    return false;
+                pf[i].fd = c->fd;
+                sent++;
+                inflight++;
+            }
+        }
+    }
+    return done == nreq;
+}
+
+static void client_close(client *cl)
+{
+    for (int i = 0; i < CONNS; i++)
+        if (cl->c[i].fd >= 0) {
+            close(cl->c[i].fd);
+            cl->c[i].fd = -1;
+        }
+}
 
 /* One server and its load generator. */
 typedef struct server server;
@@ -108,12 +286,15 @@ struct server {
     bool (*installed)(void);
     void (*prepare)(server *s, int conf);             /* its files, in dir[conf] */
     void (*exec)(const server *s, int conf);          /* in the child, the environment set */
-    bool (*drive)(const server *s, int conf, double *rps, double *reqs); /* one timed load */
+    bool (*send)(conn *c);                             /* the client's request */
+    int (*done)(conn *c, bool *close_after);           /* and its response: 1 whole, 0 not yet, -1 wrong */
     char *dir[NCONF];
     int port[NCONF];
     pid_t pid[NCONF];
     double reqs[NCONF];  /* every request it served, the warm-up's included */
     double window_ns[NCONF]; /* its CPU within the timed loads */
+    double cpu0[NCONF];      /* its CPU when its last load began */
+    client cl[NCONF];
     char hooks[4300];
 };
 
@@ -230,18 +411,11 @@ static bool port_open(int port)
     return ok;
 }
 
-static bool on_path(const char *tool)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", tool);
-    return system(cmd) == 0;
-}
-
-/* ---------------- nginx + wrk ---------------- */
+/* ---------------- nginx ---------------- */
 
 static bool nginx_installed(void)
 {
-    return access("/usr/sbin/nginx", X_OK) == 0 && on_path("wrk");
+    return access("/usr/sbin/nginx", X_OK) == 0;
 }
 
 static void nginx_prepare(server *s, int conf)
@@ -274,36 +448,16 @@ static void nginx_exec(const server *s, int conf)
     execl("/usr/sbin/nginx", "nginx", "-p", s->dir[conf], "-c", cfg, "-e", "stderr", (char *)NULL);
 }
 
-static bool nginx_drive(const server *s, int conf, double *rps, double *reqs)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "%swrk -t1 -c8 -d" SECONDS "s http://127.0.0.1:%d/index.html 2>&1",
-             client_prefix(), s->port[conf]);
-    FILE *p = popen(cmd, "r");
-    char line[512];
-    while (p && fgets(line, sizeof line, p)) {
-        if (!strncmp(line, "Requests/sec:", 13))
-            *rps = atof(line + 13);
-        if (strstr(line, " requests in "))
-            *reqs = atof(line);
-    }
-    return p && pclose(p) == 0;
-}
-
-/* ---------------- memcached + memcaslap ---------------- */
+/* ---------------- memcached ---------------- */
 
 static bool memcached_installed(void)
 {
-    return access("/usr/bin/memcached", X_OK) == 0 && on_path("memcaslap");
+    return access("/usr/bin/memcached", X_OK) == 0;
 }
 
 static void memcached_prepare(server *s, int conf)
 {
-    char path[4300];
-    snprintf(path, sizeof path, "%s/memcaslap.cnf", s->dir[conf]);
-    FILE *f = fopen(path, "w"); /* key and value sizes (min max proportion), then get/set 9:1 */
-    fprintf(f, "key\n16 16 1\nvalue\n100 100 1\ncmd\n0 0.1\n1 0.9\n");
-    fclose(f);
+    (void)s, (void)conf;
 }
 
 static void memcached_exec(const server *s, int conf)
@@ -313,24 +467,6 @@ static void memcached_exec(const server *s, int conf)
     /* memcached refuses to run as root unless told whom to run as */
     execl("/usr/bin/memcached", "memcached", "-t", "1", "-U", "0", "-l", "127.0.0.1", "-p", port,
           geteuid() == 0 ? "-u" : (char *)NULL, "root", (char *)NULL);
-}
-
-static bool memcached_drive(const server *s, int conf, double *rps, double *reqs)
-{
-    char cmd[4500];
-    snprintf(cmd, sizeof cmd,
-             "%smemcaslap -s 127.0.0.1:%d -T 1 -c 8 -w 1k -t " SECONDS "s -F %s/memcaslap.cnf 2>&1",
-             client_prefix(), s->port[conf], s->dir[conf]);
-    FILE *p = popen(cmd, "r");
-    char line[512];
-    while (p && fgets(line, sizeof line, p)) { /* "Run time: 3.0s Ops: 119504 TPS: 39672 ..." */
-        const char *ops = strstr(line, " Ops: "), *tps = strstr(line, " TPS: ");
-        if (!strncmp(line, "Run time:", 9) && ops && tps) {
-            *reqs = atof(ops + 6);
-            *rps = atof(tps + 6);
-        }
-    }
-    return p && pclose(p) == 0;
 }
 
 /* ---------------- one run ---------------- */
@@ -377,7 +513,7 @@ static bool start_server(server *s, int conf)
         int null = open("/dev/null", O_RDWR);
         dup2(null, 1);
         dup2(null, 2);
-        pin_server();
+        pin_to(ncpus() - 1);
         /* every server with the same address layout (setarch -R): with each one's own random
          * layout, two servers of the same configuration kept 1-2 points apart over hundreds of
          * rounds (where their stacks, heaps and libraries fall in the caches), and a configuration
@@ -396,22 +532,36 @@ static bool start_server(server *s, int conf)
     return port_open(s->port[conf]);
 }
 
-/* One timed load of s's server in configuration conf; false when it did not run. */
-static bool one_load(server *s, int conf, run *r)
+static double now_ns(void)
 {
-    double rps = -1, reqs = -1;
-    double cpu0 = tree_cpu_ns(s->pid[conf]);
-    bool driven = s->drive(s, conf, &rps, &reqs);
-    /* the writer's last flush of the load's events (its interval is 100 ms) in the load's window */
-    struct timespec settle = {0, 200000000};
-    nanosleep(&settle, NULL);
-    double window_ns = tree_cpu_ns(s->pid[conf]) - cpu0;
-    if (!driven || rps <= 0 || reqs <= 0)
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+/* Takes s's server in configuration conf's CPU so far: the end of the window of its last load (r,
+ * its CPU per request) and the start of the next. A window runs from the start of one load to the
+ * start of the next one of the same server, so that it holds everything the server did for the
+ * load's requests, the trace writer's flushes after them included. */
+static void load_mark(server *s, int conf, run *r)
+{
+    double cpu = tree_cpu_ns(s->pid[conf]);
+    if (r) {
+        r->cpu_ns = (cpu - s->cpu0[conf]) / SLICE;
+        s->window_ns[conf] += cpu - s->cpu0[conf];
+    }
+    s->cpu0[conf] = cpu;
+}
+
+/* One load of n requests of s's server in configuration conf; false when it did not run. */
+static bool one_load(server *s, int conf, int n, run *r)
+{
+    double t0 = now_ns();
+    if (!client_load(&s->cl[conf], n))
         return false;
-    s->reqs[conf] += reqs;
-    s->window_ns[conf] += window_ns;
-    r->rps = rps;
-    r->cpu_ns = window_ns / reqs;
+    s->reqs[conf] += n;
+    if (r)
+        r->rps = n / ((now_ns() - t0) / 1e9);
     return true;
 }
 
@@ -469,15 +619,17 @@ static void report(const server *s, run res[][NCONF], int n, const life *lf)
         v[k] = (a->rps + b->rps) / 2;
         w[k] = (a->cpu_ns + b->cpu_ns) / 2;
     }
-    printf("%s %s, untraced (median of the steady rounds of " SECONDS " s)\t%.0f req/s, %.1f us "
-           "CPU/req, %.4f faults/req (%d rounds%s)\t-\n", s->name, s->load, median(v, m),
+    printf("%s %s, untraced (median of the steady rounds of %d requests)\t%.0f req/s, %.1f us "
+           "CPU/req, %.4f faults/req (%d rounds%s)\t-\n", s->name, s->load, SLICE, median(v, m),
            median(w, m) / 1000, lf[UNTRACED].faults, m, steady ? "" : ": all, too few steady");
     double tws[ROUNDS];
     for (int i = 0; i < n; i++)
         tws[i] = fabs(tw[i] - 1) * 100;
+    /* the instrument's own error: the second untraced server against the first, signed, over all
+     * rounds (a configuration's figure is not resolved closer than this) */
     printf("  the machine: two untraced servers' CPU per request apart (median of all rounds; rounds "
-           "within %.0f%%, the steady ones)\t%.1f%% (%d of %d)\t-\n", STEADY * 100, median(tws, n),
-           nsteady, n);
+           "within %.0f%%, the steady ones; the second against the first)\t%.1f%% (%d of %d; %+.2f%%)"
+           "\t-\n", STEADY * 100, median(tws, n), nsteady, n, (median(tw, n) - 1) * 100);
     double d_noconf = 0;
     for (int c = 1; c < NCONF; c++) {
         if (c == TWIN)
@@ -514,17 +666,17 @@ static void report(const server *s, run res[][NCONF], int n, const life *lf)
 int main(void)
 {
     server servers[] = {
-        {.name = "nginx + wrk", .load = "-t1 -c8", .needs = "nginx or wrk",
+        {.name = "nginx", .load = "8 connections", .needs = "nginx",
          .hooks_name = "nginx.conf",
          .calls_per_req = 3, .stop_sig = SIGQUIT, /* graceful: the worker ends its connections */
          .installed = nginx_installed, .prepare = nginx_prepare, .exec = nginx_exec,
-         .drive = nginx_drive},
-        {.name = "memcached + memcaslap", .load = "-T1 -c8", .needs = "memcached or memcaslap "
-         "(libmemcached-tools)", .hooks_name = "memcached.conf", .calls_per_req = 0,
+         .send = http_send, .done = http_done},
+        {.name = "memcached", .load = "8 connections", .needs = "memcached", .hooks_name = "memcached.conf", .calls_per_req = 0,
          .stop_sig = SIGTERM, .installed = memcached_installed, .prepare = memcached_prepare,
-         .exec = memcached_exec, .drive = memcached_drive},
+         .exec = memcached_exec, .send = mc_send, .done = mc_done},
     };
     enum { NSRV = sizeof servers / sizeof servers[0] };
+    pin_to(0); /* the client; each server is moved to the last CPU as it starts */
     static run res[ROUNDS][NCONF];
     for (int i = 0; i < NSRV; i++) {
         server *s = &servers[i];
@@ -541,25 +693,40 @@ int main(void)
             s->prepare(s, c);
             up = start_server(s, c) && up;
         }
-        /* warm: the page cache, the binaries, each server's buffers and first connections */
-        run warm;
-        for (int c = 0; c < NCONF && up; c++)
-            up = one_load(s, c, &warm);
+        /* warm: the page cache, the binaries, each server's buffers, its connections (and
+         * memcached's keys: every one set before the first get) */
+        for (int c = 0; c < NCONF && up; c++) {
+            s->cl[c].port = s->port[c];
+            s->cl[c].send = s->send;
+            s->cl[c].done = s->done;
+            for (int k = 0; k < CONNS; k++) {
+                s->cl[c].c[k].fd = -1;
+                s->cl[c].c[k].id = (unsigned)k;
+            }
+            up = one_load(s, c, 4 * SLICE, NULL);
+        }
+        /* rounds of SLICE requests to each server in turn, each round starting with another
+         * configuration (none always first or last); a last round of marks ends the windows */
         int n = 0;
-        for (int round = 0; round < ROUNDS && up; round++) {
+        for (int round = 0; round <= ROUNDS && up; round++) {
             bool ok = true;
-            /* each round starts with another configuration: none is always first or last */
             for (int k = 0; k < NCONF && ok; k++) {
                 int c = (k + round) % NCONF;
-                ok = one_load(s, c, &res[n][c]);
+                load_mark(s, c, round ? &res[round - 1][c] : NULL);
+                if (round < ROUNDS)
+                    ok = one_load(s, c, SLICE, &res[round][c]);
             }
-            if (ok && getenv("AT_BENCH_ROUNDS")) /* each round's figures, for a look at the spread */
-                fprintf(stderr, "%s round %d: CPU ns/req %.0f %.0f %.0f %.0f %.0f, req/s %.0f %.0f %.0f "
-                        "%.0f %.0f\n", s->name, round, res[n][0].cpu_ns, res[n][1].cpu_ns,
-                        res[n][2].cpu_ns, res[n][3].cpu_ns, res[n][4].cpu_ns, res[n][0].rps,
-                        res[n][1].rps, res[n][2].rps, res[n][3].rps, res[n][4].rps);
-            n += ok;
+            up = ok;
+            n = round;
         }
+        if (getenv("AT_BENCH_ROUNDS")) /* each round's figures, for a look at the spread */
+            for (int i = 0; i < n; i++)
+                fprintf(stderr, "%s round %d: CPU ns/req %.0f %.0f %.0f %.0f %.0f, req/s %.0f %.0f "
+                        "%.0f %.0f %.0f\n", s->name, i, res[i][0].cpu_ns, res[i][1].cpu_ns,
+                        res[i][2].cpu_ns, res[i][3].cpu_ns, res[i][4].cpu_ns, res[i][0].rps,
+                        res[i][1].rps, res[i][2].rps, res[i][3].rps, res[i][4].rps);
+        for (int c = 0; c < NCONF; c++)
+            client_close(&s->cl[c]);
         life lf[NCONF];
         for (int c = 0; c < NCONF; c++)
             lf[c] = stop_server(s, c);
