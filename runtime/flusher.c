@@ -371,7 +371,7 @@ void at_flush_locked(bool holdback, bool force_sp)
             if (AT_UNLIKELY(nended) && r->last_seq == 0 && ended_take(r->rtid, &last))
                 r->rseq_base = last;
             if (ok)
-                at_ntw_event(rec, r->rbody, r->rtid, r->rseq_base);
+                at_ntw_event(r, rec, r->rbody, r->rtid, r->rseq_base);
             else
                 atomic_fetch_add(&at_stat_dropped_io, 1);
             r->last_seq = rec->seq;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "asroom.h"
 #include "symrun.h"
 
 #define BLOCK_MAX NT_MAX_BLOCK_SIZE
@@ -72,6 +73,7 @@ static struct {
     uint64_t bytes_at_sp, sp_time;
     bool rotate_due;
     bool stack_fresh;       /* the last stack_intern added a stack */
+    uint32_t stk_epoch;     /* stack ids' interval: new at every reset of the table */
     uint32_t flusher_seq;   /* sequence of the flusher's own events in this file */
     uint64_t flusher_seq_tid; /* the thread id flusher_seq numbers (a later writer thread: anew) */
     uint64_t file_events;   /* events (not ProcessInfo) in the current file */
@@ -348,6 +350,7 @@ static void stacks_reset(void)
     W.stk_used = 0;
     W.arena_len = 0;
     W.next_stack_id = 1;
+    W.stk_epoch++;
     W.sb_len = 8;
     W.sb_count = 0;
     W.sb_first = 1;
@@ -442,6 +445,75 @@ static uint32_t stack_intern(const uintptr_t *ips, uint32_t n)
         }
         at_ntw_write_sp(); /* table full: a sequence point lets ids start again */
     }
+}
+
+/* The stacks a ring's records defined (trace.h, AT_STKREF_DEF), by tag: the frames, and the id
+ * they have in the current interval of stack ids when they were interned in it. */
+struct at_stkmap {
+    struct {
+        uint32_t gen, n, id, epoch;
+    } e[AT_STKREF_TAGS];
+    uintptr_t ips[AT_STKREF_TAGS][AT_STKREF_MAX];
+};
+static at_as_carver stkmap_carver;
+static uint64_t stkref_unresolved; /* references to a definition not held: events without a stack */
+
+uint64_t at_ntw_stkrefs_unresolved(void)
+{
+    return stkref_unresolved;
+}
+
+void at_ntw_stkmap_clear(at_ring *ring)
+{
+    if (ring->stkmap)
+        memset(ring->stkmap->e, 0, sizeof ring->stkmap->e);
+}
+
+/* A record's stack id, its frames in *ips and *n (p and n as the record holds them: frames, or a
+ * marker of the ring's definitions first). */
+static uint32_t record_stack(at_ring *ring, const uintptr_t *p, uint32_t n, const uintptr_t **ips,
+                             uint32_t *nips)
+{
+    *ips = p;
+    *nips = n;
+    if (AT_LIKELY(n == 0 || !at_stkref_marker(p[0])))
+        return stack_intern(p, n);
+    uint64_t m = p[0];
+    uint32_t tag = (uint32_t)(m >> 32) & (AT_STKREF_TAGS - 1), gen = (uint32_t)m;
+    struct at_stkmap *sm = ring ? ring->stkmap : NULL;
+    if (m < AT_STKREF_USE) { /* a definition: the frames follow */
+        *ips = p + 1;
+        *nips = n - 1;
+        uint32_t id = stack_intern(p + 1, n - 1);
+        if (!ring || n - 1 > AT_STKREF_MAX || n < 2)
+            return id;
+        if (!sm)
+            sm = ring->stkmap = at_as_carve(&stkmap_carver, sizeof *sm, 64u << 10, "stack definitions");
+        if (sm) {
+            memcpy(sm->ips[tag], p + 1, (size_t)(n - 1) * 8);
+            sm->e[tag].gen = gen;
+            sm->e[tag].n = n - 1;
+            sm->e[tag].id = id;
+            sm->e[tag].epoch = W.stk_epoch;
+        }
+        return id;
+    }
+    W.stack_fresh = false;
+    if (n != 1 || !sm || sm->e[tag].gen != gen || !gen) {
+        stkref_unresolved++;
+        if (ring) /* the writer then defines its stacks anew */
+            atomic_fetch_add_explicit(&ring->stkref_epoch, 1, memory_order_relaxed);
+        *nips = 0;
+        return 0;
+    }
+    *ips = sm->ips[tag];
+    *nips = sm->e[tag].n;
+    if (sm->e[tag].epoch == W.stk_epoch && sm->e[tag].id)
+        return sm->e[tag].id;
+    uint32_t id = stack_intern(*ips, *nips);
+    sm->e[tag].id = id;
+    sm->e[tag].epoch = W.stk_epoch;
+    return id;
 }
 
 static void put_metadata(at_event_type *t, uint64_t ts, uint64_t tid)
@@ -645,13 +717,14 @@ static void rotate(void)
 }
 
 /* at_ntw_event for every case: a new file part, metadata, stacks, a late event, a full block. */
-static AT_NOINLINE int event_slow(const at_rec *r, const uint8_t *body, uint64_t tid,
+static AT_NOINLINE int event_slow(at_ring *ring, const at_rec *r, const uint8_t *body, uint64_t tid,
                                   uint32_t seq_base, at_event_type *t, uint64_t ts)
 {
     /* rotate before a file would pass its size (block framing, metadata and stack included) */
     if (at_out.seg_size && W.file_events
         && ob_pos() + W.mb.len + W.sb_len + W.eb.len + 256 + BLOB_WORST + r->payload_len
-                   + (size_t)r->nips * 12 + (t->file_gen != W.file_gen ? t->meta_len : 0)
+                   + (size_t)(r->nips == 1 ? AT_STKREF_MAX : r->nips) * 12 /* 1: a reference */
+                   + (t->file_gen != W.file_gen ? t->meta_len : 0)
                > at_out.seg_size)
         W.rotate_due = true;
     if (W.rotate_due)
@@ -677,7 +750,9 @@ static AT_NOINLINE int event_slow(const at_rec *r, const uint8_t *body, uint64_t
     } else {
         memset(&h.rel, 0, 16);
     }
-    h.stack = stack_intern((const uintptr_t *)p, r->nips);
+    const uintptr_t *ips;
+    uint32_t nips;
+    h.stack = record_stack(ring, (const uintptr_t *)p, r->nips, &ips, &nips);
     /* a sequence point written just before (a full stack table, a reused thread id; time: newest
      * event + 1) with an event of the same nanosecond as the newest still to come: readers would
      * dispatch it out of order, so it moves to the sequence point's time (1 ns, and only then) */
@@ -686,7 +761,7 @@ static AT_NOINLINE int event_slow(const at_rec *r, const uint8_t *body, uint64_t
     /* a stack new in this interval: name what this file has not named yet (before the event, so a
      * reader meets the symbols first) */
     if (W.stack_fresh && at_symrun_on)
-        at_symrun_cover((const uintptr_t *)p, r->nips, W.sym_gen);
+        at_symrun_cover(ips, nips, W.sym_gen);
     p += (size_t)r->nips * 8;
     h.plen = r->payload_len;
     /* IsSorted only when no earlier-written event is newer (§6). A late event (a thread published
@@ -701,7 +776,7 @@ static AT_NOINLINE int event_slow(const at_rec *r, const uint8_t *body, uint64_t
          * the byte budget waits for the next later event */
         if (ob_pos() - W.bytes_at_sp >= SP_BYTES && h.ts > W.max_ts) {
             at_ntw_write_sp();
-            h.stack = stack_intern((const uintptr_t *)(p - (size_t)r->nips * 8), r->nips);
+            h.stack = stack_intern(ips, nips);
         }
     }
     if (sorted)
@@ -717,7 +792,7 @@ static AT_NOINLINE int event_slow(const at_rec *r, const uint8_t *body, uint64_t
  * sequence point is due before it). Encoded here as blob_put would, field by field against the
  * block's last header, without building a header of its own: the flusher's cost per event is the
  * traced program's too when the flusher shares its CPU. */
-int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base)
+int at_ntw_event(at_ring *ring, const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base)
 {
     at_event_type *t = at_type_at(r->type_index);
     uint64_t ts = at_clock_file_ts(r->ts);
@@ -725,7 +800,7 @@ int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t se
     uint32_t plen = r->payload_len;
     if (AT_UNLIKELY(r->nips || t->file_gen != W.file_gen || W.rotate_due || at_out.seg_size
                     || ts < W.max_ts || ts < W.sp_ts || b->len + BLOB_WORST + plen > BLOCK_MAX))
-        return event_slow(r, body, tid, seq_base, t, ts);
+        return event_slow(ring, r, body, tid, seq_base, t, ts);
     blob_hdr *l = &b->last;
     uint32_t meta = t->index, seq = r->seq + seq_base;
     uint8_t *p0 = b->buf + b->len, *p = p0 + 1;

@@ -281,8 +281,10 @@ typedef struct wc_slot {
     uint32_t skip, max;
     uint32_t bp_used; /* the walk's result depends on its start's rbp (else any rbp serves) */
     uint64_t ip, sp, bp;
+    struct {
+        uint64_t addr, val; /* side by side: a check reads one line per four words, not two */
+    } rd[WC_READS];
     uint64_t ips[WC_IPS];
-    uint64_t addr[WC_READS], val[WC_READS];
 } __attribute__((aligned(2048))) wc_slot; /* 1968 bytes: a slot on one page, never across two */
 _Static_assert(sizeof(wc_slot) == 2048, "a kept walk's slot is half a page");
 static wc_slot wc_slots[WC_SLOTS] __attribute__((section(".bss.at_walks")));
@@ -313,12 +315,18 @@ static inline wc_slot *wc_slot_of(uint64_t ip, uint64_t sp)
     return &wc_slots[((ip ^ sp * 0x9E3779B97F4A7C15ull) * 0xD6E8FEB86659FD93ull >> 40) & (WC_SLOTS - 1)];
 }
 
+/* A kept walk's identity: its slot and the slot's sequence number while it held that walk (never 0) */
+static inline uint64_t wc_id(const wc_slot *w, uint32_t seq)
+{
+    return (uint64_t)(w - wc_slots + 1) << 32 | seq;
+}
+
 #define WC_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define WC_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
 /* The kept walk from this start, checked: its frame count, or -1 */
 NO_ASAN AT_PATH_STACK static int wc_find(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip, uint64_t sp,
-                           uint64_t bp)
+                           uint64_t bp, uint64_t *walk)
 {
     wc_slot *w = wc_slot_of(ip, sp);
     uint32_t s1 = atomic_load_explicit(&w->seq, memory_order_acquire);
@@ -330,13 +338,13 @@ NO_ASAN AT_PATH_STACK static int wc_find(uintptr_t *ips, uint32_t max, uint32_t 
     if (nr > WC_READS || n > WC_IPS || n > max)
         return -1;
     for (uint32_t i = 0; i < nr; i++) {
-        uint64_t a = WC_LOAD(w->addr[i]);
+        uint64_t a = WC_LOAD(w->rd[i].addr);
         /* the slot may be rewritten meanwhile: the sequence, unchanged after the address was read,
          * says the address is the kept walk's (a writer makes the sequence odd before it writes),
          * so it is read only when the walk itself would read it */
         atomic_thread_fence(memory_order_acquire); /* the address before the sequence */
         if (atomic_load_explicit(&w->seq, memory_order_acquire) != s1 ||
-            *(const uint64_t *)(uintptr_t)a != WC_LOAD(w->val[i]))
+            *(const uint64_t *)(uintptr_t)a != WC_LOAD(w->rd[i].val))
             return -1;
     }
     for (uint32_t i = 0; i < n; i++)
@@ -344,19 +352,20 @@ NO_ASAN AT_PATH_STACK static int wc_find(uintptr_t *ips, uint32_t max, uint32_t 
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&w->seq, memory_order_relaxed) != s1)
         return -1;
+    *walk = wc_id(w, s1);
     return (int)n;
 }
 
-NO_ASAN static void wc_keep(const wc_log *l, const uintptr_t *ips, uint32_t n, uint32_t max,
-                            uint32_t skip, uint64_t ip, uint64_t sp, uint64_t bp, bool bp_used)
+NO_ASAN static uint64_t wc_keep(const wc_log *l, const uintptr_t *ips, uint32_t n, uint32_t max,
+                                uint32_t skip, uint64_t ip, uint64_t sp, uint64_t bp, bool bp_used)
 {
     if (l->full || n > WC_IPS)
-        return;
+        return 0;
     wc_slot *w = wc_slot_of(ip, sp);
     uint32_t s = atomic_load_explicit(&w->seq, memory_order_relaxed);
     if ((s & 1) || !atomic_compare_exchange_strong_explicit(&w->seq, &s, s + 1, memory_order_acquire,
                                                             memory_order_relaxed))
-        return;
+        return 0;
     atomic_thread_fence(memory_order_release);
     WC_STORE(w->ip, ip);
     WC_STORE(w->sp, sp);
@@ -369,11 +378,12 @@ NO_ASAN static void wc_keep(const wc_log *l, const uintptr_t *ips, uint32_t n, u
     for (uint32_t i = 0; i < n; i++)
         WC_STORE(w->ips[i], (uint64_t)ips[i]);
     for (uint32_t i = 0; i < l->n; i++) {
-        WC_STORE(w->addr[i], l->addr[i]);
-        WC_STORE(w->val[i], l->val[i]);
+        WC_STORE(w->rd[i].addr, l->addr[i]);
+        WC_STORE(w->rd[i].val, l->val[i]);
     }
     atomic_store_explicit(&w->seq, s + 2, memory_order_release);
     atomic_fetch_add_explicit(&wc_kept, 1, memory_order_relaxed);
+    return wc_id(w, s + 2);
 }
 
 /* tramp_fix, its reads logged */
@@ -387,9 +397,10 @@ NO_ASAN static inline uint64_t tramp_fix_logged(wc_log *l, uint64_t ip)
 /* The fast walk over learned rules; falls back to walk_slow on the first address without a usable
  * rule. (ip, sp, bp) are the caller's registers, exact. A walk made in full is kept (above). */
 NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t ip,
-                                    uint64_t sp, uint64_t bp, bool from)
+                                    uint64_t sp, uint64_t bp, bool from, uint64_t *walk)
 {
-    int kept = wc_find(ips, max, skip, ip, sp, bp);
+    *walk = 0;
+    int kept = wc_find(ips, max, skip, ip, sp, bp, walk);
     if (kept >= 0)
         return (uint32_t)kept;
     wc_log log;
@@ -449,7 +460,7 @@ NO_ASAN static uint32_t walk_shared(uintptr_t *ips, uint32_t max, uint32_t skip,
         if (ip == 0)
             break;
     }
-    wc_keep(&log, ips, n, max, skip0, ip0, sp0, bp0, bp_used);
+    *walk = wc_keep(&log, ips, n, max, skip0, ip0, sp0, bp0, bp_used);
     return n;
 }
 
@@ -530,7 +541,7 @@ AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_with(enum at_stack_m
     uint32_t n;
     AT_INTERNAL_BEGIN(); /* libunwind reads files and probes memory: no hook may see it */
     if (m == AT_STACK_SHARED)
-        n = walk_shared(ips, max, skip, ip, sp, bp, false);
+        n = walk_shared(ips, max, skip, ip, sp, bp, false, &(uint64_t){0});
     else if (m == AT_STACK_LIBUNWIND)
         n = walk_libunwind(ips, max, skip, ip);
     else
@@ -540,9 +551,11 @@ AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_with(enum at_stack_m
     return n;
 }
 
-AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_from(uintptr_t *ips, uint32_t max, uint64_t ip,
-                                                   uint64_t sp, uint64_t bp)
+AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_from_kept(uintptr_t *ips, uint32_t max,
+                                                                       uint64_t ip, uint64_t sp,
+                                                                       uint64_t bp, uint64_t *walk)
 {
+    *walk = 0;
     if (max > AT_STACK_MAX_DEPTH)
         max = AT_STACK_MAX_DEPTH;
     int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed) - 1;
@@ -552,7 +565,7 @@ AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_from(uintptr_t *ips,
     uint32_t n;
     AT_INTERNAL_BEGIN();
     if (m == AT_STACK_SHARED)
-        n = walk_shared(ips, max, 0, ip, sp, bp, true);
+        n = walk_shared(ips, max, 0, ip, sp, bp, true, walk);
     else if (m == AT_STACK_LIBUNWIND)
         n = walk_slow(ips, max, 0, ip, sp, bp, true); /* libunwind from that frame */
     else
@@ -562,25 +575,39 @@ AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_from(uintptr_t *ips,
     return n;
 }
 
+/* at_stack_capture's walk, from the caller's registers (the macro takes them in its caller) */
+#define CAPTURE_HERE(ips, max, skip, walk)                                                          \
+    do {                                                                                            \
+        CALLER_REGS(ip, sp, bp);                                                                    \
+        *(walk) = 0;                                                                                \
+        if ((max) > AT_STACK_MAX_DEPTH)                                                             \
+            (max) = AT_STACK_MAX_DEPTH;                                                             \
+        int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed) - 1;                     \
+        if ((max) == 0 || m < 0)                                                                    \
+            return 0;                                                                               \
+        uint32_t n;                                                                                 \
+        AT_INTERNAL_BEGIN(); /* libunwind reads files and probes memory: no hook may see it */      \
+        if (m == AT_STACK_SHARED)                                                                   \
+            n = walk_shared(ips, max, skip, ip, sp, bp, false, walk);                               \
+        else if (m == AT_STACK_LIBUNWIND)                                                           \
+            n = walk_libunwind(ips, max, skip, ip);                                                 \
+        else                                                                                        \
+            n = walk_fp(ips, max, skip, ip, sp, bp);                                                \
+        AT_INTERNAL_END();                                                                          \
+        __asm__ volatile("" ::: "memory");                                                          \
+        return n;                                                                                   \
+    } while (0)
+
 AT_NOINLINE NO_ASAN uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint32_t skip)
 {
-    CALLER_REGS(ip, sp, bp);
-    if (max > AT_STACK_MAX_DEPTH)
-        max = AT_STACK_MAX_DEPTH;
-    int m = atomic_load_explicit(&mode_in_use, memory_order_relaxed) - 1;
-    if (max == 0 || m < 0)
-        return 0;
-    uint32_t n;
-    AT_INTERNAL_BEGIN(); /* libunwind reads files and probes memory: no hook may see it */
-    if (m == AT_STACK_SHARED)
-        n = walk_shared(ips, max, skip, ip, sp, bp, false);
-    else if (m == AT_STACK_LIBUNWIND)
-        n = walk_libunwind(ips, max, skip, ip);
-    else
-        n = walk_fp(ips, max, skip, ip, sp, bp);
-    AT_INTERNAL_END();
-    __asm__ volatile("" ::: "memory");
-    return n;
+    uint64_t walk;
+    CAPTURE_HERE(ips, max, skip, &walk);
+}
+
+AT_NOINLINE NO_ASAN AT_PATH_STACK uint32_t at_stack_capture_kept(uintptr_t *ips, uint32_t max,
+                                                                 uint32_t skip, uint64_t *walk)
+{
+    CAPTURE_HERE(ips, max, skip, walk);
 }
 
 static bool load_libunwind(char *err, size_t errlen)

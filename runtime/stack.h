@@ -40,9 +40,15 @@ const char *at_stack_mode_name(enum at_stack_mode m);
  * allocation, async-signal-safe once at_stack_init returned; also from a signal handler (the walk
  * crosses the signal frame). Returns the number of entries written (0 before at_stack_init). */
 uint32_t at_stack_capture(uintptr_t *ips, uint32_t max, uint32_t skip);
+/* The same, and *walk the walk's identity as at_stack_capture_from_kept gives it. */
+uint32_t at_stack_capture_kept(uintptr_t *ips, uint32_t max, uint32_t skip, uint64_t *walk);
 /* The stack of a frame of the calling thread's that is not the caller's: ip, sp and bp as that
- * frame has them (ip a return address into it: the walk goes up from there). The same walkers. */
-uint32_t at_stack_capture_from(uintptr_t *ips, uint32_t max, uint64_t ip, uint64_t sp, uint64_t bp);
+ * frame has them (ip a return address into it: the walk goes up from there). The same walkers.
+ * *walk is the walk's identity when it is a kept one (a walk from the same start kept earlier, or
+ * this one, kept now), else 0: two walks of the same non-zero identity gave the same frames (a
+ * slot taken by another walk changes the identity). */
+uint32_t at_stack_capture_from_kept(uintptr_t *ips, uint32_t max, uint64_t ip, uint64_t sp,
+                                    uint64_t bp, uint64_t *walk);
 /* Return trampolines: a return address in [pool + size*k, pool + size*(k+1)) (0 < k, size a power
  * of two) stands for ra[stride*k] (the shim's hooked calls in progress); walks name the real caller
  * and leave the trampoline out. */

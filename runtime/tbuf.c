@@ -288,6 +288,8 @@ static void ring_clear(at_ring *r)
     atomic_store(&r->seq_pub, 0);
     atomic_store(&r->wpub, 0);
     atomic_store(&r->drops, 0);
+    memset(r->stkref, 0, sizeof r->stkref); /* its definitions are lost with its records */
+    at_ntw_stkmap_clear(r);
     r->inited = 1;
 }
 
@@ -412,6 +414,70 @@ static void pool_reset_child(void)
 void at_pool_reset_child(void)
 {
     pool_reset_child();
+}
+
+/* ---- stacks by reference (trace.h) ----
+ * A server takes the same stack at the same call site again and again: a hooked call's stack from
+ * a kept walk is written in full once, as a definition of one of its ring's tags, and then as one
+ * word naming the tag and the definition's number; the flusher (ntw_block.c) takes the frames from
+ * the definition. Numbers are the ring's, whoever owns it: a reference whose definition never
+ * reached the flusher (a damaged stretch, a ring cleared) names none the flusher holds, and its
+ * event goes without a stack, never with another one's. The thread refers to a definition only
+ * once its record is in the ring (put_record says so: a definition whose event was dropped, or
+ * never written, is not referred to), and while its ring and its session are the definition's. The
+ * table is the ring's, on its page, and goes with it to a thread that takes the ring over (the
+ * flusher meets the definitions in the ring's order, whoever wrote them). Should the flusher meet
+ * a reference it holds no definition for (a damaged stretch skipped), it voids every definition
+ * of the ring (stkref_epoch), and the next stacks are written in full again. */
+_Static_assert(sizeof(((at_ring *)0)->stkref) / sizeof(struct at_stkref_ent) == AT_STKREF_TAGS,
+               "a ring has a table entry per tag");
+
+static inline uint32_t stkref_tag(uint64_t walk, uintptr_t leaf)
+{
+    return (uint32_t)(((walk ^ leaf) * 0x9E3779B97F4A7C15ull) >> 61) & (AT_STKREF_TAGS - 1);
+}
+
+AT_PATH_STACK uint64_t at_stkref_use(uint64_t walk, uintptr_t leaf, uint32_t depth)
+{
+    const at_ring *r = thr.ring;
+    if (!r)
+        return 0;
+    uint32_t tag = stkref_tag(walk, leaf);
+    const struct at_stkref_ent *e = &r->stkref[tag];
+    if (r->stkref_busy || e->walk != walk || e->leaf != leaf || e->depth != depth || !e->written
+        || e->sess != thr.gen || thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed)
+        || e->epoch != atomic_load_explicit(&r->stkref_epoch, memory_order_relaxed))
+        return 0;
+    return AT_STKREF_USE | (uint64_t)tag << 32 | e->gen;
+}
+
+AT_PATH_STACK uint64_t at_stkref_def(uint64_t walk, uintptr_t leaf, uint32_t depth, uint32_t nframes)
+{
+    at_ring *r = thr.ring;
+    if (!walk || !r || r->stkref_busy || nframes == 0 || nframes > AT_STKREF_MAX
+        || thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed))
+        return 0;
+    r->stkref_busy = 1;
+    atomic_signal_fence(memory_order_seq_cst);
+    uint32_t tag = stkref_tag(walk, leaf);
+    /* one atomic for a number no other definition in the ring has (a signal handler's included) */
+    uint32_t gen = atomic_fetch_add_explicit(&r->stkref_gen, 1, memory_order_relaxed) + 1;
+    if (gen == 0) /* 0 names nothing (the flusher's empty entries) */
+        gen = atomic_fetch_add_explicit(&r->stkref_gen, 1, memory_order_relaxed) + 1;
+    r->stkref[tag] = (struct at_stkref_ent){walk, leaf, depth, gen, thr.gen, 0,
+                                            atomic_load_explicit(&r->stkref_epoch,
+                                                                 memory_order_relaxed)};
+    atomic_signal_fence(memory_order_seq_cst);
+    r->stkref_busy = 0;
+    return AT_STKREF_DEF | (uint64_t)tag << 32 | gen;
+}
+
+/* A definition's record written into r: the thread may refer to it from now on */
+static AT_NOINLINE void stkref_written(at_ring *r, uint64_t marker)
+{
+    struct at_stkref_ent *e = &r->stkref[(marker >> 32) & (AT_STKREF_TAGS - 1)];
+    if (!r->stkref_busy && e->gen == (uint32_t)marker)
+        e->written = 1;
 }
 
 AT_FORK_TEXT void at_tbuf_fork_child_thread(void)
@@ -612,6 +678,8 @@ static inline __attribute__((always_inline)) int put_record(at_ring *r, uint64_t
         p += 16;
     }
     if (nips) {
+        if (AT_UNLIKELY(ips[0] >= AT_STKREF_DEF && ips[0] < AT_STKREF_USE))
+            stkref_written(r, ips[0]);
         at_copy_words((uint64_t *)p, (const uint64_t *)ips, nips); /* no libc memcpy: xstate.h */
         p += (size_t)nips * 8;
     }
@@ -785,6 +853,20 @@ AT_NOINLINE AT_PATH_STACK int at_event_write(const at_event_type *t, const at_gu
     return write_live(0, false, t, activity, related, payload, payload_len, ips, nips, -1, false, 0);
 }
 
+/* A stack written before (one word, trace.h) in one pass too, beside the stack's path rather than
+ * the one-pass record's (a definition takes the general writer, which says when its record is in
+ * the ring). */
+static AT_NOINLINE AT_PATH_STACK int onepass_ref(const at_event_type *t, const at_guid *activity,
+                                                 const void *payload, uint32_t payload_len,
+                                                 const uintptr_t *ips)
+{
+    bool has_act = activity && !at_guid_is_zero(activity);
+    if (at_tbuf_try_put(t, has_act ? activity : NULL, has_act, NULL, false, false, 0, payload,
+                        payload_len, ips[0]))
+        return 0;
+    return at_event_write(t, activity, NULL, payload, payload_len, ips, 1);
+}
+
 /* at_event_write, trying the one-pass record first (the activity engine's events: a hooked call's
  * with its fields). Its busy window covers the clock read too: a signal handler's event that lands
  * in it is dropped (counted) like one inside a hooked call's Start or Stop. */
@@ -796,11 +878,13 @@ AT_PATH_EVENT int at_event_write_onepass(const at_event_type *t, const at_guid *
     if (!nips && !related) {
         bool put = AT_LIKELY(activity && !at_guid_is_zero(activity)) /* a hook's, in its request */
                        ? at_tbuf_try_put(t, activity, true, NULL, false, false, 0, payload,
-                                         payload_len)
+                                         payload_len, 0)
                        : at_tbuf_try_put(t, NULL, false, NULL, false, false, 0, payload,
-                                         payload_len);
+                                         payload_len, 0);
         if (AT_LIKELY(put))
             return 0;
+    } else if (nips == 1 && ips[0] >= AT_STKREF_USE && !related) {
+        return onepass_ref(t, activity, payload, payload_len, ips);
     }
     return at_event_write(t, activity, related, payload, payload_len, ips, nips);
 }

@@ -95,8 +95,9 @@ static inline void at_tbuf_count_drop(at_ring *r, uint32_t seq)
     atomic_store_explicit(&r->seq_pub, seq, memory_order_release);
 }
 
-/* An event without a stack: at_event_write's record (with head, at_event_write_head's: head8, then
- * payload), written in one pass while the thread has its ring in the running session with room in
+/* An event without a stack, or with one word of stack, stk1 (a reference, trace.h; 0: none):
+ * at_event_write's record (with head, at_event_write_head's: head8, then payload), written in one
+ * pass while the thread has its ring in the running session with room in
  * its chunk and is not inside a write of its own. Otherwise false, with nothing done: the caller
  * writes it with the general writer (at_tbuf_write_act_general), which also chains a new chunk. No
  * call either way, so that a caller with no other can keep to the registers a call may clobber.
@@ -111,14 +112,15 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put(const at_event
                                                                   bool has_rel, bool head,
                                                                   uint64_t head8,
                                                                   const void *payload,
-                                                                  uint32_t payload_len)
+                                                                  uint32_t payload_len,
+                                                                  uint64_t stk1)
 {
     at_thr *th = &at_tbuf_thr;
     if (AT_UNLIKELY(th->busy))
         return false;
     uint32_t plen = payload_len + (head ? 8 : 0);
-    uint32_t size = (uint32_t)(sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0) + plen + 7)
-                    & ~7u;
+    uint32_t size = (uint32_t)(sizeof(at_rec) + (has_act ? 16 : 0) + (has_rel ? 16 : 0)
+                               + (stk1 ? 8 : 0) + plen + 7) & ~7u;
     th->busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
     at_ring *r = th->ring;
@@ -144,11 +146,11 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put(const at_event
     if (AT_UNLIKELY(ts < th->last_ts)) /* a handler's event overtook this clock read */
         ts = th->last_ts;
     th->last_ts = ts;
-    /* at_rec: size; type_index and flags (ids present, CPU); ts; seq; payload_len and nips (0) */
+    /* at_rec: size; type_index and flags (ids present, CPU); ts; seq; payload_len and nips */
     uint32_t w1 = (uint16_t)t->index |
                   ((has_act ? AT_REC_ACT : 0) | (has_rel ? AT_REC_REL : 0) |
                    at_tbuf_cpu_now() << AT_REC_CPU_SHIFT) << 16;
-    uint32_t w5 = plen;
+    uint32_t w5 = plen | (stk1 ? 1u << 16 : 0);
     __builtin_memcpy(p, &size, 4);
     __builtin_memcpy(p + 4, &w1, 4);
     __builtin_memcpy(p + 8, &ts, 8);
@@ -162,6 +164,10 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put(const at_event
     if (has_rel) {
         __builtin_memcpy(p, related, 16);
         p += 16;
+    }
+    if (stk1) {
+        __builtin_memcpy(p, &stk1, 8);
+        p += 8;
     }
     if (head) {
         __builtin_memcpy(p, &head8, 8);
@@ -198,7 +204,7 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put_act(const at_e
                                                                       uint32_t payload_len)
 {
     return at_tbuf_try_put(t, activity, has_act, related, has_rel, true, head8, payload,
-                           payload_len);
+                           payload_len, 0);
 }
 
 /* The record, by the general writer when the fast one cannot: 0, or -1 when dropped. */

@@ -96,6 +96,24 @@ void at_event_lost(void);
 int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activity,
                       const at_guid *related, const void *payload, uint32_t payload_len,
                       const uintptr_t *ips, uint32_t nips);
+/* Stacks by reference (tbuf.c). A stack array whose first word is a marker (never an address of
+ * user space) is one of the calling thread's earlier stacks: AT_STKREF_USE names it alone, one
+ * word; AT_STKREF_DEF before up to AT_STKREF_MAX frames defines it. A marker holds a tag (one of
+ * AT_STKREF_TAGS) at bit 32 and the definition's number in the ring in its low 32 bits. */
+#define AT_STKREF_TAGS 8u
+#define AT_STKREF_MAX 64u
+#define AT_STKREF_DEF 0xFFFD000000000000ull
+#define AT_STKREF_USE 0xFFFE000000000000ull
+static inline bool at_stkref_marker(uint64_t w)
+{
+    return w >= AT_STKREF_DEF;
+}
+/* For a stack of frames from the kept walk `walk` (at_stack_capture_from_kept), with leaf and depth
+ * the rest of what made them: the USE marker of the thread's definition of it, or 0 (none usable:
+ * the caller writes the frames, with a DEF marker from at_stkref_def before them when it gives one). */
+uint64_t at_stkref_use(uint64_t walk, uintptr_t leaf, uint32_t depth);
+uint64_t at_stkref_def(uint64_t walk, uintptr_t leaf, uint32_t depth, uint32_t nframes);
+
 /* The end of a thread with at_thread_managed set: its buffer goes to the flusher now (what the
  * thread key's destructor does for other threads). Events written after it take a new buffer. */
 void at_tbuf_thread_exit(void);

@@ -103,6 +103,10 @@ typedef struct at_ring {
     uint8_t warm_seen;         /* owned by whoever popped it from the warm stack (tbuf.c) */
     uint8_t inited;            /* the fields below were set once (a ring never used is still the
                                 * mapping's zeros: its first owner sets them) */
+    _Atomic uint32_t stkref_gen; /* stacks defined in this ring so far, by every owner (tbuf.c) */
+    uint32_t stkref_busy;      /* the owner is updating stkref (a signal handler writes in full) */
+    _Atomic uint32_t stkref_epoch; /* the flusher met a reference it could not resolve: every
+                                    * definition made before is void (tbuf.c) */
     /* The owner is writing an event whose clock read the flusher may not have seen published:
      * 0 none, AT_PENDING_CLOCK about to read the clock, else the timestamp read (tbuf.c) */
     _Atomic uint64_t pending;
@@ -114,6 +118,15 @@ typedef struct at_ring {
      * from the owner between its stores. */
     _Atomic uint64_t wpub __attribute__((aligned(64)));
     char pad1[56];
+    /* written by the owning thread: the stacks its records defined (tbuf.c, stacks by reference),
+     * on the page of the ring every event reads */
+    struct at_stkref_ent {
+        uint64_t walk; /* 0: empty */
+        uintptr_t leaf;
+        uint32_t depth, gen, sess;
+        uint32_t written; /* the definition's record is in the ring */
+        uint32_t epoch;   /* stkref_epoch when it was made */
+    } stkref[8];
     /* written by the flusher */
     _Atomic uint32_t state;
     int32_t rchunk;            /* chunk being read (-1: the owner has none yet) */
@@ -134,6 +147,7 @@ typedef struct at_ring {
     at_rec rcopy;
     const uint8_t *rbody;
     uint64_t rlast_ts;         /* timestamp of the last record taken (a thread's never go back) */
+    struct at_stkmap *stkmap;  /* the stacks its records defined (ntw_block.c), NULL: none yet */
     char pad2[64];
 } at_ring;
 
@@ -314,7 +328,11 @@ int at_ntw_file_begin(uint64_t sync_qpc);   /* header + ProcessInfo into a fresh
 int at_ntw_file_begin_first(uint64_t sync_qpc);
 void at_ntw_flush_begin(void);
 /* seq_base: added to the record's number (a thread that took an ended thread's id numbers on) */
-int at_ntw_event(const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base);
+int at_ntw_event(at_ring *ring, const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base);
+/* Forget the stacks ring's records defined (a ring cleared, its records lost). */
+void at_ntw_stkmap_clear(at_ring *ring);
+/* References to stacks whose definition the writer never met (events written without a stack). */
+uint64_t at_ntw_stkrefs_unresolved(void);
 int at_ntw_flush_end(bool force_sp);     /* pending blocks, SP, end tag; -1 on write error */
 /* After a failed write (at_out.failed): try to append a sequence point that counts what was lost,
  * and resume writing if it fits. */

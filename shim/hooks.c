@@ -277,13 +277,15 @@ static unsigned hk_depth AT_HOT_PAGE_RT; /* beside at_rt_hot, which every event 
  * return), then its callers. */
 /* c: the call whose entry or exit takes it (NULL: none known); at its exit by the stub the walk
  * starts at the caller (at_hook_call.ret_ip) */
+/* A stack the thread has written before is a reference to it (at_shim_capture_call). The leaf is
+ * inside fn, and so is the byte before it, which readers of return addresses look up. ips holds
+ * HK_STACK_WORDS. */
+#define HK_STACK_WORDS (AT_STACK_MAX_DEPTH + 1)
 AT_PATH_STACK static uint32_t hk_stack(uintptr_t *ips, const at_hook *h, const at_hook_call *c)
 {
-    uint32_t n = c && c->ret_ip ? at_shim_capture_from(ips + 1, hk_depth - 1, c->ret_ip, c->ret_sp, c->ret_bp)
-                                : at_shim_capture(ips + 1, hk_depth - 1, 0);
-    /* inside fn, and so is the byte before it, which readers of return addresses look up */
-    ips[0] = h->addr + 1;
-    return n + 1;
+    bool from = c && c->ret_ip;
+    return at_shim_capture_call(ips, hk_depth - 1, from ? c->ret_ip : 0, from ? c->ret_sp : 0,
+                                from ? c->ret_bp : 0, h->addr + 1);
 }
 
 static const char *field_name(const at_hc_probe *p, int idx, char *buf, size_t n)
@@ -509,7 +511,7 @@ static AT_NOINLINE void stop_shared(const rule *r, at_activity *a, const uint8_t
 #define HK_TAKE_STACK(ips, nips, cond, h, c)                                                       \
     do {                                                                                           \
         if (cond) {                                                                                \
-            (ips) = __builtin_alloca(AT_STACK_MAX_DEPTH * sizeof(uintptr_t));                      \
+            (ips) = __builtin_alloca(HK_STACK_WORDS * sizeof(uintptr_t));                          \
             (nips) = hk_stack((ips), (h), (c));                                                    \
         }                                                                                          \
     } while (0)

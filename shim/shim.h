@@ -125,7 +125,8 @@ uint32_t at_shim_stack(int which, uintptr_t *ips, uint32_t max, uint32_t skip);
  * frames to drop first. at_shim_stack_trim does the
  * dropping on a stack already taken. */
 uint32_t at_shim_capture(uintptr_t *ips, uint32_t depth, uint32_t skip);
-uint32_t at_shim_capture_from(uintptr_t *ips, uint32_t depth, uint64_t ip, uint64_t sp, uint64_t bp);
+uint32_t at_shim_capture_call(uintptr_t *ips, uint32_t depth, uint64_t ip, uint64_t sp, uint64_t bp,
+                              uintptr_t leaf);
 uint32_t at_shim_stack_trim(uintptr_t *ips, uint32_t n, uint32_t depth);
 void at_shim_stack_own_init(void);
 

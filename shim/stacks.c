@@ -12,6 +12,7 @@
 
 #include "shim.h"
 #include "stack.h"
+#include "trace.h"
 #include "xstate.h"
 
 static bool at_stacks_ready AT_START_DATA;
@@ -183,14 +184,39 @@ void at_shim_stacks_setup(void)
     (void)stacks_first();
 }
 
-/* at_shim_capture for a walk that starts at a frame of the program's given by its registers (the
- * caller of a hooked call at its return): nothing of the shim's to skip below it. */
-AT_NOINLINE AT_PATH_STACK uint32_t at_shim_capture_from(uintptr_t *ips, uint32_t depth, uint64_t ip, uint64_t sp,
-                                          uint64_t bp)
+/* A hooked call's stack with leaf (the hooked function) first, as a stack array (trace.h) in
+ * ips[0..return): at its return from the caller's registers (ip non-zero, as at_shim_capture_from),
+ * else from here, the shim's frames dropped (as at_shim_capture). A walk that is a kept one the
+ * thread has already written with this leaf and depth is a reference to that stack, one word, and
+ * is neither trimmed nor copied again; a kept walk written for the first time is a definition, its
+ * marker before the frames. ips has room for AT_STACK_MAX_DEPTH + 1 words. */
+AT_NOINLINE AT_PATH_STACK uint32_t at_shim_capture_call(uintptr_t *ips, uint32_t depth, uint64_t ip,
+                                                        uint64_t sp, uint64_t bp, uintptr_t leaf)
 {
-    if (!stacks_ready())
-        return 0;
-    return program_frames(ips, at_stack_capture_from(ips, room_for(depth), ip, sp, bp), depth);
+    uint32_t n = 0;
+    uint64_t walk = 0;
+    if (stacks_ready()) {
+        n = ip ? at_stack_capture_from_kept(ips + 2, room_for(depth), ip, sp, bp, &walk)
+               : at_stack_capture_kept(ips + 2, room_for(depth), 1, &walk); /* not this frame */
+        if (walk) {
+            /* a walk from here starts in the shim: the key is the start and the leaf, the same */
+            uint64_t use = at_stkref_use(walk, leaf, depth);
+            if (use) {
+                ips[0] = use;
+                return 1;
+            }
+        }
+        n = program_frames(ips + 2, n, depth);
+    }
+    ips[1] = leaf;
+    uint64_t def = walk ? at_stkref_def(walk, leaf, depth, n + 1) : 0;
+    if (def) {
+        ips[0] = def;
+        return n + 2;
+    }
+    for (uint32_t i = 0; i <= n; i++) /* the frames from ips[0] */
+        ips[i] = ips[i + 1];
+    return n + 1;
 }
 
 /* now: set the walker up here, in the constructor (a process whose first event may come from a

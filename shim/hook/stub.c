@@ -652,7 +652,7 @@ static inline __attribute__((always_inline)) void direct_event(const at_hook *h,
     if (f->stack) { /* from the interposer's caller, as direct_call's call would give it */
         const at_hook_call c = {.ret_ip = frame[1], .ret_sp = (uint64_t)(uintptr_t)(frame + 2),
                                 .ret_bp = frame[0]};
-        ips = __builtin_alloca(AT_STACK_MAX_DEPTH * sizeof(uintptr_t));
+        ips = __builtin_alloca(HK_STACK_WORDS * sizeof(uintptr_t));
         nips = hk_stack(ips, h, &c);
     }
     at_activity_event(t, buf, (uint32_t)(o - buf), ips, nips);

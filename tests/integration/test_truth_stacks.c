@@ -131,6 +131,47 @@ START_TEST(test_depth_counts_program_frames)
 }
 END_TEST
 
+/* The same stacks again and again (a server's calls): after its first, a call site's stack is
+ * written by reference (trace.h, stacks by reference). Every call of hk_sites' two hooked functions,
+ * from two sites on two threads, reads back with its own site's stack, through the GOT's hook and
+ * through entry patching alike. */
+START_TEST(test_repeated_sites_keep_their_stacks)
+{
+    char *ce = conf_env("sites.conf");
+    const char *env[] = {ce, NULL};
+    char *dump = traced_dump("hk_sites", "3000", env, 0);
+    unsigned n[2][2] = {{0}};
+    for (char *p = strstr(dump, " acttrace/"); p; p = strstr(p + 1, " acttrace/")) {
+        int fn = !strncmp(p, " acttrace/Add ", 14) ? 0 : !strncmp(p, " acttrace/Mul ", 14) ? 1 : -1;
+        if (fn < 0)
+            continue;
+        char *eol = strchr(p, '\n');
+        if (eol)
+            *eol = 0;
+        const char *b = strstr(p, " b=");
+        const char *st = strstr(p, "stack=[");
+        ck_assert_msg(b && st, "an event without its site or its stack: %s", p);
+        int site = atoi(b + 3);
+        ck_assert_msg(site == 1 || site == 2, "%s", p);
+        const char *want = site == 1 ? "hk_sites!site_a+" : "hk_sites!site_b+";
+        const char *other = site == 1 ? "hk_sites!site_b+" : "hk_sites!site_a+";
+        const char *leaf = fn == 0 ? "stack=[libhkfx.so!hkfx_add+" : "stack=[hk_sites!own_mul+";
+        ck_assert_msg(!strncmp(st, leaf, strlen(leaf)) && strstr(st, want) && !strstr(st, other)
+                      && strstr(st, "hk_sites!run+"), "site %d: %s", site, p);
+        n[fn][site - 1]++;
+        if (eol)
+            *eol = '\n';
+    }
+    /* per thread, calls i % 3 == 2 or i % 17 == 0 from site_b: 1,118 of 3,000 */
+    for (int fn = 0; fn < 2; fn++) {
+        ck_assert_msg(n[fn][1] == 2 * 1118 && n[fn][0] == 2 * (3000 - 1118), "fn %d: %u at a, %u at b",
+                      fn, n[fn][0], n[fn][1]);
+    }
+    free(dump);
+    free(ce);
+}
+END_TEST
+
 /* A stripped program whose symbols are in the file its .gnu_debuglink names. */
 START_TEST(test_debuglink_names_frames)
 {
@@ -167,6 +208,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_loop_test(tc, test_no_machinery_frames, 0, 2);
     tcase_add_test(tc, test_depth_counts_program_frames);
+    tcase_add_test(tc, test_repeated_sites_keep_their_stacks);
     tcase_add_test(tc, test_debuglink_names_frames);
     tcase_add_test(tc, test_named_after_main_left);
     suite_add_tcase(su, tc);

@@ -565,6 +565,81 @@ START_TEST(stacks_across_sps)
 }
 END_TEST
 
+/* Stacks by reference (trace.h), as the shim's hooks write them: a site's stack in full once, as
+ * a definition, then one word. Sites share the 8 tags (definitions replace each other), sequence
+ * points restart the file's stack ids meanwhile, and every event reads back with its own site's
+ * frames. A reference whose definition was never written names nothing: no stack, never another. */
+START_TEST(stack_references_round_trip)
+{
+    mkdir_tmp();
+    at_trace_options o = {0};
+    start("sr.nettrace", &o);
+    at_event_type *a = type_plain("A");
+    enum { N = 30000, SITES = 11, DEPTH = 20 };
+    uint32_t uses = 0, defs = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t site = (i * 7 + i / 100) % SITES, nf = 3 + site;
+        uint64_t walk = 0x100000000ull * (site + 1) + 2;
+        uintptr_t leaf = 0x7000 + site;
+        uintptr_t ips[2 + SITES + 3];
+        uint32_t n;
+        uint64_t m = at_stkref_use(walk, leaf, DEPTH);
+        if (m) {
+            ips[0] = m;
+            n = 1;
+            uses++;
+        } else {
+            for (uint32_t j = 0; j < nf; j++)
+                ips[1 + j] = 0x400000 + site * 0x1000 + j;
+            m = at_stkref_def(walk, leaf, DEPTH, nf);
+            if (m) {
+                ips[0] = m;
+                n = nf + 1;
+                defs++;
+            } else {
+                memmove(ips, ips + 1, nf * sizeof ips[0]);
+                n = nf;
+            }
+        }
+        ck_assert_int_eq(at_event_write(a, NULL, NULL, &i, 4, ips, n), 0);
+        if (i % 7000 == 6999)
+            at_trace_flush();
+    }
+    ck_assert_int_gt(uses, N / 2);
+    ck_assert_int_gt(defs, SITES - 1);
+    /* a definition whose event is never written is never referred to */
+    ck_assert(at_stkref_def(0x900000002ull, 0x9000, DEPTH, 3) != 0);
+    ck_assert(at_stkref_use(0x900000002ull, 0x9000, DEPTH) == 0);
+    /* a reference to a definition the ring never held: the event goes without a stack, and the
+     * flusher voids the ring's definitions (the next stacks go in full again) */
+    uint32_t site = ((N - 1) * 7 + (N - 1) / 100) % SITES;
+    uint64_t walk = 0x100000000ull * (site + 1) + 2;
+    ck_assert(at_stkref_use(walk, 0x7000 + site, DEPTH) != 0);
+    uintptr_t forged[1] = {AT_STKREF_USE | 3ull << 32 | 0x7fffffffu};
+    uint32_t last = N;
+    ck_assert_int_eq(at_event_write(a, NULL, NULL, &last, 4, forged, 1), 0);
+    at_trace_flush();
+    ck_assert(at_stkref_use(walk, 0x7000 + site, DEPTH) == 0);
+    at_trace_stop();
+    ck_assert_int_eq(at_ntw_stkrefs_unresolved(), 1);
+    rfile f;
+    read_file(pathf("sr.nettrace"), &f, true);
+    ck_assert_int_eq(f.nev, N + 1);
+    ck_assert_int_ge(f.counts.sp_blocks, 2);
+    for (uint32_t k = 0; k < N; k++) {
+        uint32_t i;
+        memcpy(&i, f.ev[k].payload, 4);
+        ck_assert_int_eq(i, k);
+        uint32_t site = (i * 7 + i / 100) % SITES, nf = 3 + site;
+        ck_assert_int_eq(f.ev[k].nframes, nf);
+        for (uint32_t j = 0; j < nf; j++)
+            ck_assert_int_eq(f.ev[k].frames[j], 0x400000 + site * 0x1000 + j);
+    }
+    ck_assert_int_eq(f.ev[N].nframes, 0);
+    free(f.ev);
+}
+END_TEST
+
 static uint64_t write_n(at_event_type *t, uint64_t n, uint32_t plen)
 {
     uint8_t pay[256] = {0};
@@ -1260,6 +1335,7 @@ static Suite *suite(void)
     tcase_add_test(tc, compression_cases);
     tcase_add_test(tc, random_headers_round_trip);
     tcase_add_test(tc, stacks_across_sps);
+    tcase_add_test(tc, stack_references_round_trip);
     tcase_add_test(tc, rotate_files_each_complete);
     tcase_add_test(tc, circular_keeps_last_segments);
     tcase_add_test(tc, stress_default_cap);
