@@ -277,7 +277,7 @@ static void client_close(client *cl)
 /* One server and its load generator. */
 typedef struct server server;
 struct server {
-    const char *name;      /* row prefix: "nginx + wrk" */
+    const char *name;      /* row prefix: "nginx" */
     const char *load;      /* the load generator's settings, for the untraced row */
     const char *needs;     /* what to install when missing */
     const char *hooks_name;/* its per-request config, under tests/data/hooks */
