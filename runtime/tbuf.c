@@ -444,11 +444,18 @@ AT_PATH_STACK uint64_t at_stkref_use(uint64_t walk, uintptr_t leaf, uint32_t dep
         return 0;
     uint32_t tag = stkref_tag(walk, leaf);
     const struct at_stkref_ent *e = &r->stkref[tag];
+    /* a signal handler that defines a stack in the middle of these reads gives the entry a number
+     * of its own: the number read before them and after them match only if none did */
+    uint32_t gen = e->gen;
+    atomic_signal_fence(memory_order_seq_cst);
     if (r->stkref_busy || e->walk != walk || e->leaf != leaf || e->depth != depth || !e->written
         || e->sess != thr.gen || thr.gen != atomic_load_explicit(&at_sess_gen, memory_order_relaxed)
         || e->epoch != atomic_load_explicit(&r->stkref_epoch, memory_order_relaxed))
         return 0;
-    return AT_STKREF_USE | (uint64_t)tag << 32 | e->gen;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (e->gen != gen)
+        return 0;
+    return AT_STKREF_USE | (uint64_t)tag << 32 | gen;
 }
 
 AT_PATH_STACK uint64_t at_stkref_def(uint64_t walk, uintptr_t leaf, uint32_t depth, uint32_t nframes)
