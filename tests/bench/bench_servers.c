@@ -36,7 +36,10 @@
  * the Connection's stop sees but which writes no event); for memcached every hooked call writes an
  * event, so they are counted in each traced run's own trace (one read and one sendmsg per request,
  * plus a connection's few). Needs nginx and memcached (Debian packages); says so for a server that
- * is missing. Prints rows "metric<TAB>measured<TAB>target". */
+ * is missing. Prints rows "metric<TAB>measured<TAB>target". With AT_BENCH_BASE_LIB set to another
+ * build of libacttrace.so (the library before a change), the two per-request configurations run
+ * through it too, in the same rounds, with rows of this library against it (median of the
+ * per-round differences); AT_BENCH_ROUNDS=1 prints each round's figures on stderr. */
 #include <dirent.h>
 #include <errno.h>
 #include <sched.h>
@@ -84,12 +87,24 @@ static void pin_to(int cpu)
 #define ROUNDS 200
 /* TWIN: a second untraced server, the machine's own noise: a round where the two untraced servers'
  * CPU per request differ by more than STEADY is one where the machine changed speed under it */
-enum { UNTRACED, NOCONF, NOSTACKS, STACKS, TWIN, NCONF };
+/* BASE_NOSTACKS, BASE_STACKS: with AT_BENCH_BASE_LIB set to another build of the library (the one
+ * before a change), the two per-request configurations again through it, in the same rounds: a
+ * change is judged beside the library before in one run (between runs a configuration's figure
+ * moves by 1-2 points with the machine). */
+enum { UNTRACED, NOCONF, NOSTACKS, STACKS, TWIN, BASE_NOSTACKS, BASE_STACKS, NCONF };
 static const char *const conf_name[NCONF] = {"untraced", "shim without a config",
                                              "per-request config, no stacks",
                                              "per-request config, default stacks",
-                                             "a second untraced server"};
-static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%", ""};
+                                             "a second untraced server",
+                                             "per-request config, no stacks, AT_BENCH_BASE_LIB",
+                                             "per-request config, default stacks, AT_BENCH_BASE_LIB"};
+static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%", "", "-", "-"};
+static int nconf = TWIN + 1; /* NCONF with AT_BENCH_BASE_LIB */
+static const char *base_lib;
+static bool per_request(int conf)
+{
+    return conf == NOSTACKS || conf == STACKS || conf == BASE_NOSTACKS || conf == BASE_STACKS;
+}
 #define STEADY 0.02
 #define MIN_STEADY 5 /* fewer steady rounds than this: the medians are over all rounds */
 
@@ -502,13 +517,13 @@ static bool start_server(server *s, int conf)
     if (pid == 0) {
         if (conf != UNTRACED && conf != TWIN) {
             char out[4400];
-            setenv("LD_PRELOAD", at_shim_path(), 1);
+            setenv("LD_PRELOAD", conf >= BASE_NOSTACKS ? base_lib : at_shim_path(), 1);
             snprintf(out, sizeof out, "%s/t-%%p.nettrace", s->dir[conf]);
             setenv("ACTTRACE_OUTPUT", out, 1);
         }
-        if (conf == NOSTACKS || conf == STACKS)
+        if (per_request(conf))
             setenv("ACTTRACE_CONFIG", s->hooks, 1);
-        if (conf == NOSTACKS)
+        if (conf == NOSTACKS || conf == BASE_NOSTACKS)
             setenv("ACTTRACE_STACKS", "none", 1);
         int null = open("/dev/null", O_RDWR);
         dup2(null, 1);
@@ -579,13 +594,13 @@ static life stop_server(server *s, int conf)
                     (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e3;
     double reqs = s->reqs[conf];
     l.calls = s->calls_per_req;
-    if (reqs > 0 && (conf == NOSTACKS || conf == STACKS) && !s->calls_per_req)
+    if (reqs > 0 && per_request(conf) && !s->calls_per_req)
         l.calls = config_events(s->dir[conf]) / reqs;
     char **files = at_trace_files(s->dir[conf]);
     for (size_t i = 0; files && files[i]; i++)
         unlink(files[i]);
     at_strv_free(files);
-    l.ok = reqs > 0 && (conf < NOSTACKS || conf == TWIN || l.calls > 0);
+    l.ok = reqs > 0 && (!per_request(conf) || l.calls > 0);
     l.life_ms = (cpu_ns - s->window_ns[conf]) / 1e6;
     l.faults = reqs > 0 ? (double)(ru.ru_minflt + ru.ru_majflt) / reqs : 0;
     return l;
@@ -631,7 +646,7 @@ static void report(const server *s, run res[][NCONF], int n, const life *lf)
            "within %.0f%%, the steady ones; the second against the first)\t%.1f%% (%d of %d; %+.2f%%)"
            "\t-\n", STEADY * 100, median(tws, n), nsteady, n, (median(tw, n) - 1) * 100);
     double d_noconf = 0;
-    for (int c = 1; c < NCONF; c++) {
+    for (int c = 1; c < nconf; c++) {
         if (c == TWIN)
             continue;
         if (!lf[c].ok) {
@@ -654,6 +669,14 @@ static void report(const server *s, run res[][NCONF], int n, const life *lf)
                lf[c].faults - lf[UNTRACED].faults, target[c]);
         printf("  %s: its start and exit, CPU added (the server's whole life outside the timed "
                "loads)\t%+.1f ms\t-\n", conf_name[c], lf[c].life_ms - lf[UNTRACED].life_ms);
+        if (c >= BASE_NOSTACKS) { /* this library against the base, per round */
+            int ours = c == BASE_NOSTACKS ? NOSTACKS : STACKS;
+            double dd[ROUNDS];
+            for (int k = 0; k < m; k++)
+                dd[k] = (res[use[k]][ours].cpu_ns - res[use[k]][c].cpu_ns) / w[k] * 100;
+            printf("  this library against AT_BENCH_BASE_LIB, %s (median of per-round differences in "
+                   "CPU per request)\t%+.2f points\t-\n", conf_name[ours], median(dd, m));
+        }
         if (c == NOSTACKS || c == STACKS) {
             double k = lf[c].calls;
             printf("  extra CPU per hooked call, %s (%.*f per request%s)\t%.0f ns\t<= 150 ns\n",
@@ -678,6 +701,14 @@ int main(void)
     enum { NSRV = sizeof servers / sizeof servers[0] };
     pin_to(0); /* the client; each server is moved to the last CPU as it starts */
     static run res[ROUNDS][NCONF];
+    base_lib = getenv("AT_BENCH_BASE_LIB");
+    if (base_lib && *base_lib) {
+        if (access(base_lib, R_OK) != 0) {
+            fprintf(stderr, "bench_servers: AT_BENCH_BASE_LIB: cannot read %s\n", base_lib);
+            return 2;
+        }
+        nconf = NCONF;
+    }
     for (int i = 0; i < NSRV; i++) {
         server *s = &servers[i];
         if (!s->installed()) {
@@ -687,7 +718,7 @@ int main(void)
         }
         snprintf(s->hooks, sizeof s->hooks, "%s/tests/data/hooks/%s", AT_SOURCE_DIR, s->hooks_name);
         bool up = true;
-        for (int c = 0; c < NCONF; c++) {
+        for (int c = 0; c < nconf; c++) {
             s->dir[c] = at_tmpdir("benchsrv");
             s->port[c] = at_free_port();
             s->prepare(s, c);
@@ -695,7 +726,7 @@ int main(void)
         }
         /* warm: the page cache, the binaries, each server's buffers, its connections (and
          * memcached's keys: every one set before the first get) */
-        for (int c = 0; c < NCONF && up; c++) {
+        for (int c = 0; c < nconf && up; c++) {
             s->cl[c].port = s->port[c];
             s->cl[c].send = s->send;
             s->cl[c].done = s->done;
@@ -710,8 +741,8 @@ int main(void)
         int n = 0;
         for (int round = 0; round <= ROUNDS && up; round++) {
             bool ok = true;
-            for (int k = 0; k < NCONF && ok; k++) {
-                int c = (k + round) % NCONF;
+            for (int k = 0; k < nconf && ok; k++) {
+                int c = (k + round) % nconf;
                 load_mark(s, c, round ? &res[round - 1][c] : NULL);
                 if (round < ROUNDS)
                     ok = one_load(s, c, SLICE, &res[round][c]);
@@ -720,18 +751,22 @@ int main(void)
             n = round;
         }
         if (getenv("AT_BENCH_ROUNDS")) /* each round's figures, for a look at the spread */
-            for (int i = 0; i < n; i++)
-                fprintf(stderr, "%s round %d: CPU ns/req %.0f %.0f %.0f %.0f %.0f, req/s %.0f %.0f "
-                        "%.0f %.0f %.0f\n", s->name, i, res[i][0].cpu_ns, res[i][1].cpu_ns,
-                        res[i][2].cpu_ns, res[i][3].cpu_ns, res[i][4].cpu_ns, res[i][0].rps,
-                        res[i][1].rps, res[i][2].rps, res[i][3].rps, res[i][4].rps);
-        for (int c = 0; c < NCONF; c++)
+            for (int i = 0; i < n; i++) {
+                fprintf(stderr, "%s round %d: CPU ns/req", s->name, i);
+                for (int c = 0; c < nconf; c++)
+                    fprintf(stderr, " %.0f", res[i][c].cpu_ns);
+                fprintf(stderr, ", req/s");
+                for (int c = 0; c < nconf; c++)
+                    fprintf(stderr, " %.0f", res[i][c].rps);
+                fprintf(stderr, "\n");
+            }
+        for (int c = 0; c < nconf; c++)
             client_close(&s->cl[c]);
         life lf[NCONF];
-        for (int c = 0; c < NCONF; c++)
+        for (int c = 0; c < nconf; c++)
             lf[c] = stop_server(s, c);
         report(s, res, up ? n : 0, lf);
-        for (int c = 0; c < NCONF; c++) {
+        for (int c = 0; c < nconf; c++) {
             at_rmtree(s->dir[c]);
             free(s->dir[c]);
         }
