@@ -20,6 +20,9 @@ uint32_t at_actpath_pid(const at_guid *g);
 int at_actpath_format_perfview(const at_guid *g, char *buf, size_t n);
 /* Decode in EventSource notation: "//1/5/1" (overflow ids shown with '$'). -1 if not a path. */
 int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n);
+/* Is inner's path outer's, or below it, as their at_actpath_format strings (each with its own pid)
+ * say: outer's string a prefix of inner's ending where an id ends, before a '/'. No string made. */
+bool at_actpath_within(const at_guid *inner, const at_guid *outer);
 
 /* *out = *parent with id appended at where (at_actpath_add_id's result, never overflow form): one
  * pass in registers for the shapes a Start makes, the general encoder otherwise. out and parent

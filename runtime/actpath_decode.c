@@ -142,26 +142,24 @@ int at_actpath_format_perfview(const at_guid *g, char *buf, size_t n)
 /* Nibble cursor over bytes 0..11: index k = byte k/2, high half first. */
 static uint32_t nib_at(const at_guid *g, int k) { return k & 1 ? g->b[k / 2] & 0xF : g->b[k / 2] >> 4; }
 
-int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n)
+/* The ids of path g (pid: its process) in order, with the separator each is printed after ('/', or
+ * '$' for the overflow form): how many, at most max, or -1 when g is not a path. Decodes what the
+ * runtime's AddIdToGuid writes: immediate nibbles 1..10, size codes 0xC..0xF followed by whole
+ * bytes (a size code in a high half carries the top 4 bits of the value), the 0xB overflow prefix;
+ * a size code in a high half of an id below 4096 is 0xC, the id's top 4 bits in the low half, and
+ * one byte. */
+static int decode_ids(const at_guid *g, uint32_t pid, char *seps, uint32_t *vals, int max)
 {
-    if (n) buf[0] = 0;
     if (!at_actpath_is_path(g, pid)) return -1;
-    sbuf s = {buf, n, 0, n == 0};
-    sb_str(&s, "/");
     const int nend = 2 * AT_ACTPATH_END;
-    int k = 0;
-    bool any = false;
-    /* Decodes what the runtime's AddIdToGuid writes: immediate nibbles 1..10, size codes 0xC..0xF
-     * followed by whole bytes (a size code in a high half carries the top 4 bits of the value), the
-     * 0xB overflow prefix; a size code in a high half of an id below 4096 is 0xC, the id's top 4 bits
-     * in the low half, and one byte. */
-    while (k < nend) {
+    int k = 0, n = 0;
+    while (k < nend && n < max) {
         uint32_t nib = nib_at(g, k);
         if (nib == 0) break;
         char sep = '/';
         if (nib <= 0xA) {
-            sb_put(&s, '/', nib);
-            any = true;
+            seps[n] = '/';
+            vals[n++] = nib;
             k++;
             continue;
         }
@@ -186,9 +184,38 @@ int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n)
         if (byte + (int)nbytes > AT_ACTPATH_END) break;
         for (int i = (int)nbytes - 1; i >= 0; i--) value = (value << 8) + g->b[byte + i];
         k += 2 * (int)nbytes;
-        sb_put(&s, sep, value);
-        any = true;
+        seps[n] = sep;
+        vals[n++] = value;
     }
-    if (!any) sb_str(&s, "/");
+    return n;
+}
+
+#define MAX_IDS (2 * AT_ACTPATH_END) /* a nibble each at most */
+
+int at_actpath_format(const at_guid *g, uint32_t pid, char *buf, size_t n)
+{
+    if (n) buf[0] = 0;
+    char seps[MAX_IDS];
+    uint32_t vals[MAX_IDS];
+    int ids = decode_ids(g, pid, seps, vals, MAX_IDS);
+    if (ids < 0) return -1;
+    sbuf s = {buf, n, 0, n == 0};
+    sb_str(&s, "/");
+    for (int i = 0; i < ids; i++) sb_put(&s, seps[i], vals[i]);
+    if (ids == 0) sb_str(&s, "/");
     return s.full ? -1 : (int)s.len;
+}
+
+bool at_actpath_within(const at_guid *inner, const at_guid *outer)
+{
+    char si[MAX_IDS], so[MAX_IDS];
+    uint32_t vi[MAX_IDS], vo[MAX_IDS];
+    int ni = decode_ids(inner, at_actpath_pid(inner), si, vi, MAX_IDS);
+    int no = decode_ids(outer, at_actpath_pid(outer), so, vo, MAX_IDS);
+    if (ni < 0 || no < 0) return false;
+    if (no == 0) return ni == 0; /* "//" is no other path's start */
+    if (ni < no) return false;
+    for (int i = 0; i < no; i++)
+        if (si[i] != so[i] || vi[i] != vo[i]) return false;
+    return ni == no || si[no] == '/';
 }

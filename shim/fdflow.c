@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "actpath.h"
 #include "hook/hook.h"
 #include "real.h"
 #include "shim.h"
@@ -210,15 +211,12 @@ static void tag_drop(at_activity *old, bool owns)
     at_flow_release(old);
 }
 
-/* Is the activity path of inner equal to or below that of outer? */
+/* Is the activity path of inner equal to or below that of outer? (Compared id by id, as their
+ * printed paths would compare: no string is made on a worker's way from one connection to the
+ * next.) */
 static bool act_within(const at_activity *inner, const at_activity *outer)
 {
-    char pi[256], po[256];
-    int li = at_activity_path(inner, pi, sizeof pi);
-    int lo = at_activity_path(outer, po, sizeof po);
-    if (li < 0 || lo < 0 || li < lo || memcmp(pi, po, (size_t)lo) != 0)
-        return false;
-    return li == lo || pi[lo] == '/';
+    return at_actpath_within(at_activity_id(inner), at_activity_id(outer));
 }
 
 static void report_ambiguous(at_fd_slot *s, int fd, const at_activity *tag, const at_activity *cur)

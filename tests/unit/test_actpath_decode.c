@@ -326,6 +326,92 @@ START_TEST(overflow_ids)
 }
 END_TEST
 
+/* at_actpath_within against the comparison of the printed paths it replaces (each GUID printed with
+ * its own pid: outer's string a prefix of inner's, ending before a '/' or at inner's end): parents
+ * and children, siblings, the same path in other processes, overflow ids, the empty path and GUIDs
+ * that are no path. */
+static bool within_by_strings(const at_guid *inner, const at_guid *outer)
+{
+    char pi[256], po[256];
+    int li = at_actpath_format(inner, at_actpath_pid(inner), pi, sizeof pi);
+    int lo = at_actpath_format(outer, at_actpath_pid(outer), po, sizeof po);
+    if (li < 0 || lo < 0 || li < lo || memcmp(pi, po, (size_t)lo) != 0)
+        return false;
+    return li == lo || pi[lo] == '/';
+}
+
+static void random_path(at_guid *g, uint64_t *x, int depth, uint32_t pid, const at_guid *from, int where)
+{
+    if (from)
+        *g = *from;
+    else
+        memset(g, 0, sizeof *g);
+    int p = from ? where : 0;
+    if (!from)
+        p = at_actpath_add_id(g, 0, 1, false, pid);
+    for (int d = 0; d < depth && p < AT_ACTPATH_END; d++) {
+        *x ^= *x << 13; *x ^= *x >> 7; *x ^= *x << 17;
+        uint32_t id;
+        switch (*x % 7) {
+        case 0: case 1: case 2: id = 1 + (uint32_t)(*x >> 8) % 10; break;
+        case 3: id = 11 + (uint32_t)(*x >> 8) % 245; break;
+        case 4: id = 256 + (uint32_t)(*x >> 8) % 65280; break;
+        case 5: id = 1 + (uint32_t)(*x >> 16); break;
+        default: id = 1 + (uint32_t)(*x >> 8) % 300; break;
+        }
+        int q = at_actpath_add_id(g, p, id, (*x >> 40) % 9 == 0, pid);
+        if (q == AT_ACTPATH_NOFIT)
+            break;
+        p = q;
+    }
+    /* the checksum for pid, whatever was appended */
+    at_actpath_add_id(g, AT_ACTPATH_END, 1, false, pid);
+}
+
+START_TEST(within_as_the_printed_paths_say)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    unsigned no = 0, children = 0;
+    for (int n = 0; n < 100000; n++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        uint32_t pid = 1 + (uint32_t)(x % 100000), pid2 = (x >> 20) % 4 ? pid : pid + 1;
+        at_guid p, c, r, e;
+        random_path(&p, &x, (int)(x % 5), pid, NULL, 0);
+        /* a child: p's bytes and more ids after its last one */
+        int end = 0;
+        while (end < AT_ACTPATH_END && p.b[end]) end++;
+        if (end && (p.b[end - 1] & 0x0F) == 0) end--; /* a half-filled last byte takes more nibbles */
+        random_path(&c, &x, (int)(x >> 33) % 4, pid2, &p, end);
+        random_path(&r, &x, (int)(x >> 37) % 6, pid, NULL, 0);
+        memset(&e, 0, sizeof e);
+        at_actpath_add_id(&e, AT_ACTPATH_END, 1, false, pid); /* the empty path */
+        const at_guid *pairs[][2] = {{&c, &p}, {&p, &c}, {&c, &r}, {&r, &c}, {&p, &p}, {&e, &p},
+                                     {&p, &e}, {&e, &e}};
+        for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+            bool want = within_by_strings(pairs[k][0], pairs[k][1]);
+            bool got = at_actpath_within(pairs[k][0], pairs[k][1]);
+            if (want != got) {
+                char a[256], b[256];
+                at_actpath_format(pairs[k][0], at_actpath_pid(pairs[k][0]), a, sizeof a);
+                at_actpath_format(pairs[k][1], at_actpath_pid(pairs[k][1]), b, sizeof b);
+                ck_abort_msg("pair %zu: %s within %s: %d, printed paths say %d", k, a, b, got, want);
+            }
+            no += !want;
+            children += k == 0 && want && memcmp(&c, &p, sizeof c) != 0;
+        }
+    }
+    /* a GUID that is no path is within nothing, and nothing is within it */
+    at_guid g, p;
+    memset(&g, 0, sizeof g);
+    g.b[0] = 0x1b; g.b[1] = 0x30;
+    seal(&g, 99);
+    random_path(&p, &x, 2, 99, NULL, 0);
+    ck_assert(!at_actpath_within(&g, &p) && !at_actpath_within(&p, &g));
+    ck_assert_uint_gt(children, 20000); /* children that are not their parent */
+    ck_assert_uint_gt(no, 100000);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("actpath_decode");
@@ -336,6 +422,7 @@ int main(void)
     tcase_add_test(tc, worked_examples_of_the_spec);
     tcase_add_test(tc, checksum_styles_and_non_paths);
     tcase_add_test(tc, overflow_ids);
+    tcase_add_test(tc, within_as_the_printed_paths_say);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
