@@ -77,7 +77,10 @@ START_TEST(test_samples_in_activities)
         memcpy(&type, e->head, 4);
         memcpy(&cpu_ns, e->head + 4, 8);
         ck_assert_int_eq(type, 2);
-        ck_assert_msg(cpu_ns >= 1000000 && cpu_ns <= 100000000, "CpuNs %llu",
+        /* a period at least; more when the kernel folded expirations into one signal (it checks
+         * CPU timers at its tick, and a virtual CPU the host took away for a while comes back with
+         * the time charged: one sample of a CI run stood for 121 ms). The sum is checked below. */
+        ck_assert_msg(cpu_ns >= 1000000 && cpu_ns <= 1000000000, "CpuNs %llu",
                       (unsigned long long)cpu_ns);
         stacked += e->nframes > 0;
         if (!e->act_path[0])
