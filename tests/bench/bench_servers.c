@@ -572,8 +572,12 @@ static void load_mark(server *s, int conf, run *r)
 static bool one_load(server *s, int conf, int n, run *r)
 {
     double t0 = now_ns();
-    if (!client_load(&s->cl[conf], n))
+    errno = 0;
+    if (!client_load(&s->cl[conf], n)) { /* the rows then say it failed; this says where */
+        fprintf(stderr, "bench_servers: %s, %s: a load of %d requests failed (%s)\n", s->name,
+                conf_name[conf], n, errno ? strerror(errno) : "a wrong or short response");
         return false;
+    }
     s->reqs[conf] += n;
     if (r)
         r->rps = n / ((now_ns() - t0) / 1e9);
