@@ -420,9 +420,10 @@ void at_pool_reset_child(void)
  * A server takes the same stack at the same call site again and again: a hooked call's stack from
  * a kept walk is written in full once, as a definition of one of its ring's tags, and then as one
  * word naming the tag and the definition's number; the flusher (ntw_block.c) takes the frames from
- * the definition. Numbers are the ring's, whoever owns it: a reference whose definition never
- * reached the flusher (a damaged stretch, a ring cleared) names none the flusher holds, and its
- * event goes without a stack, never with another one's. The thread refers to a definition only
+ * the definition. Numbers are the process's, one per definition whatever its ring: a reference
+ * whose definition never reached the ring's flusher side (a damaged stretch, a ring cleared, a
+ * record that went to another ring when a session changed between the stack and its write) names
+ * none the flusher holds there, and its event goes without a stack, never with another one's. The thread refers to a definition only
  * once its record is in the ring (put_record says so: a definition whose event was dropped, or
  * never written, is not referred to), and while its ring and its session are the definition's. The
  * table is the ring's, on its page, and goes with it to a thread that takes the ring over (the
@@ -431,6 +432,7 @@ void at_pool_reset_child(void)
  * of the ring (stkref_epoch), and the next stacks are written in full again. */
 _Static_assert(sizeof(((at_ring *)0)->stkref) / sizeof(struct at_stkref_ent) == AT_STKREF_TAGS,
                "a ring has a table entry per tag");
+static _Atomic uint32_t stkref_gen; /* definitions made so far, by every thread */
 
 static inline uint32_t stkref_tag(uint64_t walk, uintptr_t leaf)
 {
@@ -467,10 +469,10 @@ AT_PATH_STACK uint64_t at_stkref_def(uint64_t walk, uintptr_t leaf, uint32_t dep
     r->stkref_busy = 1;
     atomic_signal_fence(memory_order_seq_cst);
     uint32_t tag = stkref_tag(walk, leaf);
-    /* one atomic for a number no other definition in the ring has (a signal handler's included) */
-    uint32_t gen = atomic_fetch_add_explicit(&r->stkref_gen, 1, memory_order_relaxed) + 1;
+    /* one atomic for a number no other definition has (another ring's, a signal handler's) */
+    uint32_t gen = atomic_fetch_add_explicit(&stkref_gen, 1, memory_order_relaxed) + 1;
     if (gen == 0) /* 0 names nothing (the flusher's empty entries) */
-        gen = atomic_fetch_add_explicit(&r->stkref_gen, 1, memory_order_relaxed) + 1;
+        gen = atomic_fetch_add_explicit(&stkref_gen, 1, memory_order_relaxed) + 1;
     r->stkref[tag] = (struct at_stkref_ent){walk, leaf, depth, gen, thr.gen, 0,
                                             atomic_load_explicit(&r->stkref_epoch,
                                                                  memory_order_relaxed)};

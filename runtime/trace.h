@@ -99,7 +99,7 @@ int at_event_write_ts(uint64_t ts, const at_event_type *t, const at_guid *activi
 /* Stacks by reference (tbuf.c). A stack array whose first word is a marker (never an address of
  * user space) is one of the calling thread's earlier stacks: AT_STKREF_USE names it alone, one
  * word; AT_STKREF_DEF before up to AT_STKREF_MAX frames defines it. A marker holds a tag (one of
- * AT_STKREF_TAGS) at bit 32 and the definition's number in the ring in its low 32 bits. */
+ * AT_STKREF_TAGS) at bit 32 and the definition's number (the process's) in its low 32 bits. */
 #define AT_STKREF_TAGS 8u
 #define AT_STKREF_MAX 64u
 #define AT_STKREF_DEF 0xFFFD000000000000ull

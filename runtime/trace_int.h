@@ -103,7 +103,6 @@ typedef struct at_ring {
     uint8_t warm_seen;         /* owned by whoever popped it from the warm stack (tbuf.c) */
     uint8_t inited;            /* the fields below were set once (a ring never used is still the
                                 * mapping's zeros: its first owner sets them) */
-    _Atomic uint32_t stkref_gen; /* stacks defined in this ring so far, by every owner (tbuf.c) */
     uint32_t stkref_busy;      /* the owner is updating stkref (a signal handler writes in full) */
     _Atomic uint32_t stkref_epoch; /* the flusher met a reference it could not resolve: every
                                     * definition made before is void (tbuf.c) */
@@ -331,7 +330,7 @@ void at_ntw_flush_begin(void);
 int at_ntw_event(at_ring *ring, const at_rec *r, const uint8_t *body, uint64_t tid, uint32_t seq_base);
 /* Forget the stacks ring's records defined (a ring cleared, its records lost). */
 void at_ntw_stkmap_clear(at_ring *ring);
-/* References to stacks whose definition the writer never met (events written without a stack). */
+/* References to stacks whose definition the flusher never met (events written without a stack). */
 uint64_t at_ntw_stkrefs_unresolved(void);
 int at_ntw_flush_end(bool force_sp);     /* pending blocks, SP, end tag; -1 on write error */
 /* After a failed write (at_out.failed): try to append a sequence point that counts what was lost,

@@ -271,16 +271,15 @@ static AT_NOINLINE live *live_push_slot_deep(void)
 #define hk_adopting (AT_PTLS.hk_adopting)
 
 /* Stacks: the program's frames only (stacks.c drops the hook machinery's, wherever it stands). */
+#define HK_STACK_WORDS (AT_STACK_MAX_DEPTH + 1) /* hk_stack's array: a marker and the leaf first */
 static unsigned hk_depth AT_HOT_PAGE_RT; /* beside at_rt_hot, which every event reads */
 
 /* The hooked function fn is the leaf (it has no frame of its own yet at entry, none left at
  * return), then its callers. */
 /* c: the call whose entry or exit takes it (NULL: none known); at its exit by the stub the walk
- * starts at the caller (at_hook_call.ret_ip) */
-/* A stack the thread has written before is a reference to it (at_shim_capture_call). The leaf is
- * inside fn, and so is the byte before it, which readers of return addresses look up. ips holds
- * HK_STACK_WORDS. */
-#define HK_STACK_WORDS (AT_STACK_MAX_DEPTH + 1)
+ * starts at the caller (at_hook_call.ret_ip). A stack the thread has written before is a reference
+ * to it (at_shim_capture_call). The leaf is inside fn, and so is the byte before it, which readers
+ * of return addresses look up. ips holds HK_STACK_WORDS. */
 AT_PATH_STACK static uint32_t hk_stack(uintptr_t *ips, const at_hook *h, const at_hook_call *c)
 {
     bool from = c && c->ret_ip;

@@ -185,11 +185,13 @@ void at_shim_stacks_setup(void)
 }
 
 /* A hooked call's stack with leaf (the hooked function) first, as a stack array (trace.h) in
- * ips[0..return): at its return from the caller's registers (ip non-zero, as at_shim_capture_from),
- * else from here, the shim's frames dropped (as at_shim_capture). A walk that is a kept one the
+ * ips[0..return): at its return from the caller's registers (ip non-zero: the walk starts at that
+ * frame), else from here, the shim's frames dropped (as at_shim_capture). A walk that is a kept one the
  * thread has already written with this leaf and depth is a reference to that stack, one word, and
  * is neither trimmed nor copied again; a kept walk written for the first time is a definition, its
- * marker before the frames. ips has room for AT_STACK_MAX_DEPTH + 1 words. */
+ * marker before the frames. ips has room for AT_STACK_MAX_DEPTH + 1 words. (A kept walk's
+ * identity says its raw frames, the shim's included from here; the trim of them is the same every
+ * time, so the identity, the leaf and the depth say the stack.) */
 AT_NOINLINE AT_PATH_STACK uint32_t at_shim_capture_call(uintptr_t *ips, uint32_t depth, uint64_t ip,
                                                         uint64_t sp, uint64_t bp, uintptr_t leaf)
 {
@@ -199,7 +201,6 @@ AT_NOINLINE AT_PATH_STACK uint32_t at_shim_capture_call(uintptr_t *ips, uint32_t
         n = ip ? at_stack_capture_from_kept(ips + 2, room_for(depth), ip, sp, bp, &walk)
                : at_stack_capture_kept(ips + 2, room_for(depth), 1, &walk); /* not this frame */
         if (walk) {
-            /* a walk from here starts in the shim: the key is the start and the leaf, the same */
             uint64_t use = at_stkref_use(walk, leaf, depth);
             if (use) {
                 ips[0] = use;
