@@ -11,7 +11,9 @@
  *   activity from accept4 to close, fd-keyed, and events on recv and writev) or memcached.conf (the
  *   same activity, which memcached's worker thread adopts when the main thread hands it the fd
  *   through its pipe, and events on read and sendmsg); all with signatures and fd/return captured;
- *   the same with the default stacks.
+ *   the same with the default stacks;
+ *   the floor: tests/fixtures/libatfloor.so preloaded instead of the shim (the hooked calls taken
+ *   and a record stored for each, nothing else), and the same with an idle thread in the server.
  * The servers are pinned to the last CPU and the client to the first; every server has the same
  * fixed address layout (no ASLR: with a random layout each, two servers of the same configuration
  * stayed 1-2 points apart over hundreds of rounds). Each is warmed by one load, then loaded in
@@ -91,15 +93,25 @@ static void pin_to(int cpu)
  * before a change), the two per-request configurations again through it, in the same rounds: a
  * change is judged beside the library before in one run (between runs a configuration's figure
  * moves by 1-2 points with the machine). */
-enum { UNTRACED, NOCONF, NOSTACKS, STACKS, TWIN, BASE_NOSTACKS, BASE_STACKS, NCONF };
+/* FLOOR, FLOOR_THREAD: the machine's floor for the hooked calls, no shim: a library that takes the
+ * calls the per-request config hooks and stores a record for each, nothing else
+ * (tests/fixtures/libatfloor.c); the same with an idle thread in the server, which any tracer that
+ * writes from a thread of its own adds. What the shim costs above them is its own. */
+enum { UNTRACED, NOCONF, NOSTACKS, STACKS, TWIN, FLOOR, FLOOR_THREAD, BASE_NOSTACKS, BASE_STACKS,
+       NCONF };
 static const char *const conf_name[NCONF] = {"untraced", "shim without a config",
                                              "per-request config, no stacks",
                                              "per-request config, default stacks",
                                              "a second untraced server",
+                                             "floor: the hooked calls interposed, a record stored "
+                                             "each, no shim (libatfloor)",
+                                             "floor with an idle thread (libatfloor, "
+                                             "AT_FLOOR_THREAD=1)",
                                              "per-request config, no stacks, AT_BENCH_BASE_LIB",
                                              "per-request config, default stacks, AT_BENCH_BASE_LIB"};
-static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%", "", "-", "-"};
-static int nconf = TWIN + 1; /* NCONF with AT_BENCH_BASE_LIB */
+static const char *const target[NCONF] = {"", "<= 1%", "<= 3%", "<= 5%", "", "-", "-", "-", "-"};
+static int nconf = FLOOR_THREAD + 1; /* NCONF with AT_BENCH_BASE_LIB */
+static char *floor_lib;
 static const char *base_lib;
 static bool per_request(int conf)
 {
@@ -515,7 +527,11 @@ static bool start_server(server *s, int conf)
 {
     pid_t pid = fork();
     if (pid == 0) {
-        if (conf != UNTRACED && conf != TWIN) {
+        if (conf == FLOOR || conf == FLOOR_THREAD) {
+            setenv("LD_PRELOAD", floor_lib, 1);
+            if (conf == FLOOR_THREAD)
+                setenv("AT_FLOOR_THREAD", "1", 1);
+        } else if (conf != UNTRACED && conf != TWIN) {
             char out[4400];
             setenv("LD_PRELOAD", conf >= BASE_NOSTACKS ? base_lib : at_shim_path(), 1);
             snprintf(out, sizeof out, "%s/t-%%p.nettrace", s->dir[conf]);
@@ -649,6 +665,15 @@ static void report(const server *s, run res[][NCONF], int n, const life *lf)
     printf("  the machine: two untraced servers' CPU per request apart (median of all rounds; rounds "
            "within %.0f%%, the steady ones; the second against the first)\t%.1f%% (%d of %d; %+.2f%%)"
            "\t-\n", STEADY * 100, median(tws, n), nsteady, n, (median(tw, n) - 1) * 100);
+    /* each configuration's median extra CPU per request over the base, for the rows that compare
+     * two of them */
+    double mdc_of[NCONF] = {0};
+    for (int c = 1; c < nconf; c++) {
+        double dc[ROUNDS];
+        for (int k = 0; k < m; k++)
+            dc[k] = res[use[k]][c].cpu_ns - w[k];
+        mdc_of[c] = median(dc, m);
+    }
     double d_noconf = 0;
     for (int c = 1; c < nconf; c++) {
         if (c == TWIN)
@@ -686,7 +711,16 @@ static void report(const server *s, run res[][NCONF], int n, const life *lf)
             printf("  extra CPU per hooked call, %s (%.*f per request%s)\t%.0f ns\t<= 150 ns\n",
                    conf_name[c], s->calls_per_req ? 0 : 2, k,
                    s->calls_per_req ? "" : ", counted in its traces", (mdc - d_noconf) / k);
+            if (nconf > FLOOR_THREAD && lf[FLOOR_THREAD].ok)
+                printf("  the shim's own, above the floor with an idle thread, per hooked call, %s\t"
+                       "%.0f ns\t-\n", conf_name[c], (mdc - mdc_of[FLOOR_THREAD]) / k);
         }
+        /* the floor per hooked call: over untraced (no shim in it), the calls the per-request
+         * config hooks */
+        if ((c == FLOOR || c == FLOOR_THREAD) && lf[NOSTACKS].ok && lf[NOSTACKS].calls > 0)
+            printf("  %s: extra CPU per hooked call (as many as the per-request config's)\t%.0f ns"
+                   "\t-\n", c == FLOOR ? "floor" : "floor with an idle thread",
+                   mdc / lf[NOSTACKS].calls);
     }
 }
 
@@ -712,6 +746,11 @@ int main(void)
             return 2;
         }
         nconf = NCONF;
+    }
+    floor_lib = at_fixture_path("libatfloor.so");
+    if (access(floor_lib, R_OK) != 0) {
+        fprintf(stderr, "bench_servers: cannot read %s (make tests builds it)\n", floor_lib);
+        return 2;
     }
     for (int i = 0; i < NSRV; i++) {
         server *s = &servers[i];
