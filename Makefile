@@ -135,8 +135,8 @@ $(BUILD)/obj/shim/hook/dynlib.o: CPPFLAGS += -DAT_SONAME_FFI='"$(call soname,ffi
   -DAT_SONAME_ELF='"$(call soname,elf)"' -DAT_SONAME_ZYDIS='"$(call soname,Zydis)"'
 # libiberty.a is linked in with its names kept local: the program's own copy (or a library's) is untouched
 SHIM_LIBS := -Wl,--exclude-libs,libiberty.a -liberty -ldl -lpthread -lrt -lm
-$(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME) shim/fork.ld shim/start.ld
-	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -Wl,-T,shim/fork.ld -Wl,-T,shim/start.ld -o $@ $(SHIM_OBJ) \
+$(BUILD)/libacttrace.so: $(SHIM_OBJ) $(LIBCONFIG) $(LIBRUNTIME) shim/fork.ld shim/start.ld shim/versions.map
+	$(CC) -shared $(LDFLAGS) -Wl,-z,nodelete -Wl,-z,now -Wl,--no-undefined -Wl,-T,shim/fork.ld -Wl,-T,shim/start.ld -Wl,--version-script=shim/versions.map -o $@ $(SHIM_OBJ) \
 	  -Wl,--whole-archive $(LIBRUNTIME) -Wl,--no-whole-archive $(LIBCONFIG) $(SHIM_LIBS)
 
 # `acttrace --version` (main.o is rebuilt when the Makefile, which holds VERSION, changes)

@@ -25,6 +25,8 @@ void at_config_defaults_zeroed(at_config *c)
     c->stack_walker = AT_CFG_WALKER_SHARED;
     c->stack_depth = 32;
     c->symbols = true;
+    c->waits = true;
+    c->wait_min_us = AT_WAIT_MIN_US_DEFAULT;
 }
 
 /* v one of the '|'-separated words of `words`: its index, else -1 with the message */
@@ -116,6 +118,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
         {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},
         {"ACTTRACE_QUIET", offsetof(at_config, quiet)},
+        {"ACTTRACE_WAITS", offsetof(at_config, waits)},
     };
     for (size_t i = 0; i < sizeof bools / sizeof bools[0] && rc == 0; i++)
         if ((v = getenv_fn(bools[i].name)) && *v)
@@ -186,6 +189,11 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         rc = parse_uint("ACTTRACE_SAMPLE_HZ", v, AT_SAMPLE_HZ_MAX, &x, err, errlen);
         if (rc == 0)
             c->sample_hz = (unsigned)x;
+    }
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_WAIT_MIN_US")) && *v) {
+        rc = parse_uint("ACTTRACE_WAIT_MIN_US", v, AT_WAIT_MIN_US_MAX, &x, err, errlen);
+        if (rc == 0)
+            c->wait_min_us = (unsigned)x;
     }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_STACK_DEPTH")) && *v) {
         rc = parse_uint("ACTTRACE_STACK_DEPTH", v, 256, &x, err, errlen);

@@ -10,6 +10,8 @@
 
 #define AT_CONFIG_PATH_MAX 4096
 #define AT_SAMPLE_HZ_MAX 10000u
+#define AT_WAIT_MIN_US_DEFAULT 20u
+#define AT_WAIT_MIN_US_MAX 60000000u /* a minute */
 
 /* Which events of an activity carry a stack (ACTTRACE_STACKS; a config file's 'stacks' key
  * overrides it per activity). */
@@ -48,6 +50,13 @@ typedef struct at_config {
     unsigned sample_hz;     /* ACTTRACE_SAMPLE_HZ: CPU samples per second of each thread's CPU time,
                                with its stack and current activity (0 = off, the default; at most
                                10000, and the kernel's tick bounds the rate it delivers) */
+    bool waits;             /* ACTTRACE_WAITS=0|1: blocked time (default 1): a thread in an activity
+                               that blocks in a call the shim takes (reads and writes, polls,
+                               sleeps, locks, condition variables, semaphores, joins, fsync, waits
+                               for children) for at least wait_min_us writes a WaitSuspend at the
+                               call's start and a WaitResume at its end */
+    unsigned wait_min_us;   /* ACTTRACE_WAIT_MIN_US: the shortest wait recorded (default 20 us; at
+                               most AT_WAIT_MIN_US_MAX) */
     bool symbols_methods;   /* ACTTRACE_SYMBOLS=methods: the rundown as .NET runtime method events,
                                which keep PerfView's "Thread Time (with StartStop Activities)" view */
     enum at_cfg_follow follow; /* ACTTRACE_FOLLOW=all|exec|none: which processes the program starts

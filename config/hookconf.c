@@ -566,6 +566,15 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         if (parse_u64(p, &r, AT_SAMPLE_HZ_MAX, &x) < 0)
             return -1;
         c->sample_hz = (int)x;
+    } else if (!strcmp(key, "waits")) {
+        bool b;
+        if (parse_bool(p, &r, &b) < 0)
+            return -1;
+        c->waits = b;
+    } else if (!strcmp(key, "wait_min_us")) {
+        if (parse_u64(p, &r, AT_WAIT_MIN_US_MAX, &x) < 0)
+            return -1;
+        c->wait_min_us = (long)x;
     } else if (!strcmp(key, "level")) {
         uint8_t l;
         if (parse_level(p, &r, &l) < 0)
@@ -577,7 +586,8 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         c->has_keywords = true;
     } else
         return fail(p, kpos, "unknown key '%s' in [trace]; expected provider, output, mode, "
-                             "buffer, flush_ms, clock, symbols, file_mode, sample_hz, level or keywords", key);
+                             "buffer, flush_ms, clock, symbols, file_mode, sample_hz, waits, wait_min_us, level or "
+                             "keywords", key);
     return 0;
 }
 
@@ -780,6 +790,8 @@ int at_hookconf_parse(const char *path, const char *text, at_hookconf *c, char *
     snprintf(c->path, sizeof c->path, "%s", path);
     c->level = -1;
     c->sample_hz = -1;
+    c->waits = -1;
+    c->wait_min_us = -1;
     parser *p = calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, errlen, "%s: out of memory", path);

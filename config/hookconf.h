@@ -90,6 +90,8 @@ typedef struct at_hookconf {
     unsigned file_mode;  /* trace files' permissions; 0 = not set */
     int symbols;         /* 1 off, 2 on (Universal.System), 3 methods; 0 = not set */
     int sample_hz;       /* CPU samples per second of thread CPU time (0 off); -1 = not set */
+    int waits;           /* blocked time recorded (1) or not (0); -1 = not set */
+    long wait_min_us;    /* the shortest wait recorded; -1 = not set */
     int level;           /* -1 = not set */
     uint64_t keywords;
     bool has_keywords;

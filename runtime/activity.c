@@ -831,6 +831,15 @@ AT_PATH_EVENT int at_activity_event(const at_event_type *t, const void *payload,
     return at_event_write_onepass(t, cur_live_id(&id), NULL, payload, len, ips, nips);
 }
 
+int at_activity_event_ts(uint64_t ts, const at_event_type *t, const void *payload, uint32_t len,
+                         const uintptr_t *ips, uint32_t nips)
+{
+    if (!t || !at_event_enabled(t))
+        return 0;
+    at_guid id;
+    return at_event_write_ts(ts, t, cur_live_id(&id), NULL, payload, len, ips, nips);
+}
+
 /* --- flow --- */
 
 /* --- transfers --- */

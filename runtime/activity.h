@@ -90,6 +90,10 @@ void at_activity_unref(at_activity *a);
 /* Write an informational event inside the current activity (ActivityId = current id or zero). */
 int at_activity_event(const at_event_type *t, const void *payload, uint32_t len,
                       const uintptr_t *ips, uint32_t nips);
+/* The same at a time the caller took (at_ticks()), such as the start of a wait it measured; kept
+ * after the thread's last event (a thread's events never go back). */
+int at_activity_event_ts(uint64_t ts, const at_event_type *t, const void *payload, uint32_t len,
+                         const uintptr_t *ips, uint32_t nips);
 
 /* --- flow: the API the shim uses to carry the current activity across threads ---
  * submit side:  cap = at_flow_capture();             (a reference; NULL when no activity: cheap)

@@ -356,7 +356,7 @@ typedef struct at_rt_hot {
 } at_rt_hot_t;
 extern at_rt_hot_t at_rt_hot;
 #define at_clock_tsc (at_rt_hot.clock_tsc) /* 1: the event clock is the TSC */
-static inline uint64_t at_ticks(void)
+static inline __attribute__((always_inline)) uint64_t at_ticks(void)
 {
     if (AT_LIKELY(__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))) {
         uint32_t lo, hi;

@@ -293,6 +293,7 @@ static void recycle(at_ring *r)
     r->rseq_base = 0;
     r->rlast_ts = 0;
     r->rowners = 0;
+    atomic_store_explicit(&r->wait_since, 0, memory_order_relaxed);
     atomic_store_explicit(&r->seq_pub, 0, memory_order_relaxed);
     atomic_store_explicit(&r->state, AT_RING_FREE, memory_order_release);
     at_ring_free(r);

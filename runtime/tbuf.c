@@ -520,6 +520,7 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
         thr.tid = (uint64_t)at_tid();
     at_ring *r = ring_pop_warm();
     if (r) {
+        atomic_store_explicit(&r->wait_since, 0, memory_order_relaxed); /* a dead owner's */
         if (thr.last_ts < r->hand_ts)
             thr.last_ts = r->hand_ts;
         /* r->tid stays the first owner's: the flusher names the ring's first records after it if
@@ -993,8 +994,71 @@ void at_rings_skip_mine(bool on)
     atomic_store(&rings_skip, on ? thr.ring : NULL);
 }
 
+/* Waits (tbuf_hot.h at_tbuf_wait_begin). The flusher marks a wait it stopped holding for
+ * (at_rings_horizon: AT_WAIT_LATE with the time it may write up to) with a compare-and-swap, and
+ * reads the ring's pending word after it; here the pending word is announced first and the mark
+ * taken by an exchange after it. So either the mark is seen here and the Suspend goes after it, or
+ * the flusher sees the announcement and waits for the events. */
+uint64_t at_tbuf_wait_end(at_ring *r, uint64_t t0, uint64_t t1, uint64_t *outer)
+{
+    *outer = 0;
+    if (!r || r != thr.ring)
+        return t1; /* announced nowhere it still holds: the one time known to be safe, its end */
+    *outer = atomic_load_explicit(&r->pending, memory_order_relaxed);
+    atomic_store_explicit(&r->pending, AT_PENDING_CLOCK, memory_order_relaxed);
+    uint64_t w = atomic_exchange_explicit(&r->wait_since, 0, memory_order_seq_cst);
+    uint64_t ts = t0;
+    if ((w & AT_WAIT_LATE) && w != AT_WAIT_ANNOUNCE && (w & ~AT_WAIT_LATE) > ts)
+        ts = w & ~AT_WAIT_LATE;
+    if (ts < thr.last_ts) /* a signal handler's event during the wait */
+        ts = thr.last_ts;
+    atomic_store_explicit(&r->pending, ts, memory_order_relaxed);
+    return ts;
+}
+
+void at_tbuf_wait_done(at_ring *r, uint64_t outer)
+{
+    if (r && r == thr.ring)
+        atomic_store_explicit(&r->pending, outer, memory_order_release);
+}
+
+/* A ring's wait for the horizon (at_tbuf_wait_begin): *h lowered to a young wait's start; an old
+ * one marked so that its Suspend goes after what this pass writes (mark: now, never older than the
+ * horizon). false: its clock read is unknown (nothing new is safe this pass). */
+static bool wait_horizon(at_ring *r, uint64_t now, uint64_t hold, uint64_t *h)
+{
+    uint64_t w = atomic_load_explicit(&r->wait_since, memory_order_acquire);
+    for (unsigned k = 0; k < 64; k++) {
+        if (w == AT_WAIT_ANNOUNCE) { /* between announcing and reading the clock */
+            if (k < 48)
+                __builtin_ia32_pause();
+            else
+                sched_yield();
+            w = atomic_load_explicit(&r->wait_since, memory_order_acquire);
+            continue;
+        }
+        if (!w)
+            return true;
+        if (!(w & AT_WAIT_LATE) && now - w < hold) {
+            if (w < *h)
+                *h = w;
+            return true;
+        }
+        uint64_t mark = AT_WAIT_LATE | (now & ~AT_WAIT_LATE);
+        if (w == mark || atomic_compare_exchange_strong_explicit(&r->wait_since, &w, mark,
+                                                                 memory_order_seq_cst,
+                                                                 memory_order_acquire))
+            return true;
+        /* the owner ended the wait or began another: look again */
+    }
+    return false;
+}
+
 uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback)
 {
+    /* the last flushes (cut: everything) hold for no wait: a thread blocked at exit would keep
+     * the others' events out of the file */
+    uint64_t now = at_ticks(), hold = cut == UINT64_MAX ? 0 : at_clock_ns_to_ticks(AT_WAIT_HOLD_NS);
     uint64_t h = at_rings_barrier() ? cut : fallback;
     at_ring *own = thr.ring; /* an emergency flush on a thread interrupted in its own write */
     at_ring *asker = atomic_load(&rings_skip);
@@ -1002,6 +1066,8 @@ uint64_t at_rings_horizon(uint64_t cut, uint64_t fallback)
         at_ring *r = &at_pool_g.rings[i];
         if (r == own || r == asker || atomic_load_explicit(&r->state, memory_order_acquire) == AT_RING_FREE)
             continue;
+        if (!wait_horizon(r, now, hold, &h))
+            return 0;
         uint64_t p = atomic_load_explicit(&r->pending, memory_order_acquire);
         /* between announcing and reading the clock: a few instructions, unless preempted there */
         for (unsigned k = 0; p == AT_PENDING_CLOCK && k < 64; k++) {

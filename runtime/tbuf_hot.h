@@ -59,6 +59,40 @@ static inline uint64_t at_tbuf_clock_announced(at_ring *r, uint64_t floor, bool 
     return ts;
 }
 
+/* A wait (shim/waits.c): the calling thread is about to make a call that may block. Announces the
+ * wait's start on its ring (ring->wait_since, after the ANNOUNCE marker, as the clock of an event),
+ * reads the clock into *t0 and returns the ring (NULL: none announced: the thread has no ring in the
+ * running session). After the call: at_tbuf_wait_clear for a wait not recorded, at_tbuf_wait_end
+ * and at_tbuf_wait_done around the two events of one recorded. */
+static inline __attribute__((always_inline)) at_ring *at_tbuf_wait_begin(uint64_t *t0)
+{
+    at_ring *r = at_tbuf_thr.ring;
+    if (r && (at_tbuf_thr.gen != atomic_load_explicit(&at_rt_hot.sess_gen, memory_order_relaxed) ||
+              atomic_load_explicit(&at_rt_hot.sess_active, memory_order_relaxed) != 1))
+        r = NULL;
+    if (AT_LIKELY(r != NULL))
+        atomic_store_explicit(&r->wait_since, AT_WAIT_ANNOUNCE, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    *t0 = at_ticks();
+    if (AT_LIKELY(r != NULL))
+        atomic_store_explicit(&r->wait_since, *t0, memory_order_relaxed);
+    return r;
+}
+
+/* The wait announced on r is over and is not recorded. */
+static inline __attribute__((always_inline)) void at_tbuf_wait_clear(at_ring *r)
+{
+    if (r && r == at_tbuf_thr.ring)
+        atomic_store_explicit(&r->wait_since, 0, memory_order_relaxed);
+}
+
+/* The wait [t0, t1] announced on r (at_tbuf_wait_begin) is recorded: the time its Suspend takes
+ * (t0, or the horizon the flusher reached when the wait outlived AT_WAIT_HOLD_NS; t1 when nothing
+ * was announced), announced as the clock of an event being written until at_tbuf_wait_done(r,
+ * *outer). The Resume takes the later of t1 and that. */
+uint64_t at_tbuf_wait_end(at_ring *r, uint64_t t0, uint64_t t1, uint64_t *outer);
+void at_tbuf_wait_done(at_ring *r, uint64_t outer);
+
 /* The CPU this thread runs on, from the rseq area the kernel keeps current (one load, no syscall);
  * AT_REC_CPU_NONE when glibc registered no rseq for the process (a word of -1 is read instead) or
  * the thread (-1, -2), or the number does not fit. */

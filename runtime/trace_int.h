@@ -91,6 +91,11 @@ typedef struct at_chunk {
 enum { AT_RING_FREE = 0, AT_RING_USED = 1, AT_RING_RETIRED = 2 };
 
 #define AT_PENDING_CLOCK UINT64_MAX
+#define AT_WAIT_ANNOUNCE UINT64_MAX
+#define AT_WAIT_LATE (1ull << 63)
+/* How long the flusher holds its horizon for a thread's wait (at_rings_horizon): a wait that lasts
+ * longer gets, in the file, a Suspend at the horizon the flusher reached (its BlockedNs exact). */
+#define AT_WAIT_HOLD_NS 1000000000ull
 
 typedef struct at_ring {
     /* written by the owning thread */
@@ -116,7 +121,14 @@ typedef struct at_ring {
      * its own: the flusher reads it, and reading the owner's line above would take that away
      * from the owner between its stores. */
     _Atomic uint64_t wpub __attribute__((aligned(64)));
-    char pad1[56];
+    /* The owner is in a call that may block (shim/waits.c), since this time (at_ticks): the flusher
+     * goes no further than it while the wait is young, so the wait's Suspend, written when the call
+     * returns, is never older than what was written. 0: none; AT_WAIT_ANNOUNCE: about to read the
+     * clock; AT_WAIT_LATE | t: the wait grew old and the flusher went on, up to at most t (tbuf.c
+     * at_tbuf_wait_end, at_rings_horizon). On wpub's line: written by the owner, read by the
+     * flusher. */
+    _Atomic uint64_t wait_since;
+    char pad1[48];
     /* written by the owning thread: the stacks its records defined (tbuf.c, stacks by reference),
      * on the page of the ring every event reads */
     struct at_stkref_ent {

@@ -10,18 +10,24 @@
 
 at_shim_events at_ev AT_START_DATA;
 
-static at_event_type *reg(const char *name, uint8_t level, uint64_t kw, uint32_t n, const at_field *f)
+static at_event_type *reg_op(const char *name, uint8_t level, uint8_t opcode, uint64_t kw,
+                             uint32_t n, const at_field *f)
 {
     at_event_desc d = {
         .provider = AT_SHIM_PROVIDER,
         .name = name,
         .level = level,
-        .opcode = NT_OPCODE_INFO,
+        .opcode = opcode,
         .keywords = kw,
         .nfields = n,
         .fields = f,
     };
     return at_event_type_register(&d);
+}
+
+static at_event_type *reg(const char *name, uint8_t level, uint64_t kw, uint32_t n, const at_field *f)
+{
+    return reg_op(name, level, NT_OPCODE_INFO, kw, n, f);
 }
 
 int at_shim_events_register(char *err, size_t n)
@@ -40,6 +46,13 @@ int at_shim_events_register(char *err, size_t n)
     static const at_field fd_amb[] = {{"Fd", NT_TYPE_INT32}, {"TaggedActivity", NT_TYPE_GUID},
                                       {"CurrentActivity", NT_TYPE_GUID}};
     static const at_field conn[] = {{"Fd", NT_TYPE_INT32}};
+    /* Reason: what the thread waited for (read, write, accept, connect, poll, sleep, lock,
+     * condition, semaphore, barrier, join, sync, child, file lock); Call: the function; Object: its
+     * fd, the address of its lock, condition, semaphore or thread, or the child's pid (0: none) */
+    static const at_field wsus[] = {{"Reason", NT_TYPE_STRING}, {"Call", NT_TYPE_STRING},
+                                    {"Object", NT_TYPE_UINT64}};
+    static const at_field wres[] = {{"Reason", NT_TYPE_STRING}, {"Call", NT_TYPE_STRING},
+                                    {"Object", NT_TYPE_UINT64}, {"BlockedNs", NT_TYPE_UINT64}};
 
     at_ev.thread_begin = reg("ThreadBegin", NT_LEVEL_INFO, AT_KEYWORD_THREAD, 2, thread_begin);
     at_ev.thread_end = reg("ThreadEnd", NT_LEVEL_INFO, AT_KEYWORD_THREAD, 1, thread_end);
@@ -60,9 +73,13 @@ int at_shim_events_register(char *err, size_t n)
         .start_fields = conn,
     };
     at_ev.connection = at_activity_kind_register(&cd);
+    at_ev.wait_suspend = reg_op("WaitSuspend", NT_LEVEL_INFO, NT_OPCODE_SUSPEND, AT_KEYWORD_WAIT, 3,
+                                wsus);
+    at_ev.wait_resume = reg_op("WaitResume", NT_LEVEL_INFO, NT_OPCODE_RESUME, AT_KEYWORD_WAIT, 4,
+                               wres);
     if (!at_ev.thread_begin || !at_ev.thread_end || !at_ev.fork_parent || !at_ev.fork_child ||
         !at_ev.exec || !at_ev.spawn || !at_ev.fatal || !at_ev.exit || !at_ev.fd_tag ||
-        !at_ev.fd_ambiguous || !at_ev.connection) {
+        !at_ev.fd_ambiguous || !at_ev.connection || !at_ev.wait_suspend || !at_ev.wait_resume) {
         snprintf(err, n, "cannot register the shim's event types");
         return -1;
     }

@@ -33,6 +33,7 @@
 #include "hook/hook.h"
 #include "real.h"
 #include "shim.h"
+#include "waits.h"
 
 #define AT_FD_LIMIT (1 << 20)
 
@@ -485,7 +486,11 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
         if (entry_)                                                                                \
             at_direct_entry(AT_DIRECT_##name, raw_, frame_);                                       \
         pre;                                                                                       \
-        ret r_ = AT_REAL(name) args;                                                               \
+        ret r_;                                                                                    \
+        if (AT_LIKELY(at_act_cur == NULL))                                                         \
+            r_ = AT_REAL(name) args;                                                               \
+        else                                                                                       \
+            AT_WAIT_TIMED(r_, AT_REAL(name) args, at_wait_io_reason(#name), #name, raw_[0]);       \
         post;                                                                                      \
         if (!entry_)                                                                               \
             at_direct_return(AT_DIRECT_##name, raw_, frame_, (uint64_t)(int64_t)r_);               \
@@ -568,12 +573,25 @@ AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
     return AT_REAL(dup3)(from, to, flags);
 }
 
+/* The real call timed as a wait (waits.h), for a thread in an activity: out of the path's pages
+ * and of the start's (fdflow.o's plain .text is with the start's code, shim/start.ld) */
+#define AT_TIMED_FN(ret, name, params, args, reason, obj)                                          \
+    static AT_NOINLINE __attribute__((section(".text.at_waits"))) ret name##_timed params          \
+    {                                                                                              \
+        ret r_;                                                                                    \
+        AT_WAIT_TIMED(r_, AT_REAL(name) args, reason, #name, obj);                                 \
+        return r_;                                                                                 \
+    }
+
 #define AT_IO1(ret, name, params, args, fd)                                                        \
     AT_DIRECT_FN(ret, name, params, args, fd_io(fd), (void)0)                                      \
+    AT_TIMED_FN(ret, name, params, args, at_wait_io_reason(#name), (uint64_t)(int64_t)(fd))        \
     AT_EXPORT AT_PATH_IO AT_TAIL ret name params                                                   \
     {                                                                                              \
         AT_DIRECT(name, args);                                                                     \
         fd_io(fd);                                                                                 \
+        if (AT_UNLIKELY(at_act_cur != NULL))                                                       \
+            return name##_timed args;                                                              \
         return AT_REAL(name) args;                                                                 \
     }
 
@@ -599,22 +617,28 @@ AT_IO1(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struct 
 
 AT_DIRECT_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
              fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
+AT_TIMED_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
+            "accept", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
     AT_DIRECT(accept, (fd, addr, len));
     fd_wait(); /* accept blocks for the next connection: a wait point of its own */
-    int r = AT_REAL(accept)(fd, addr, len);
+    int r = AT_UNLIKELY(at_act_cur != NULL) ? accept_timed(fd, addr, len)
+                                            : AT_REAL(accept)(fd, addr, len);
     fd_tag(r, SRC_ACCEPT, true);
     return r;
 }
 
 AT_DIRECT_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
              (fd, addr, len, flags), fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
+AT_TIMED_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
+            (fd, addr, len, flags), "accept", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
     AT_DIRECT(accept4, (fd, addr, len, flags));
     fd_wait();
-    int r = AT_REAL(accept4)(fd, addr, len, flags);
+    int r = AT_UNLIKELY(at_act_cur != NULL) ? accept4_timed(fd, addr, len, flags)
+                                            : AT_REAL(accept4)(fd, addr, len, flags);
     fd_tag(r, SRC_ACCEPT, true);
     return r;
 }
@@ -628,10 +652,13 @@ AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t
 
 AT_DIRECT_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
              (void)0, CONNECT_TAG(r_, fd))
+AT_TIMED_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
+            "connect", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
     AT_DIRECT(connect, (fd, addr, len));
-    int r = AT_REAL(connect)(fd, addr, len);
+    int r = AT_UNLIKELY(at_act_cur != NULL) ? connect_timed(fd, addr, len)
+                                            : AT_REAL(connect)(fd, addr, len);
     CONNECT_TAG(r, fd);
     return r;
 }
@@ -640,9 +667,12 @@ AT_EXPORT AT_HOT_FN AT_TAIL int connect(int fd, const struct sockaddr *addr, soc
 /* ---------------- wait points ---------------- */
 
 #define AT_WAIT(ret, name, params, args)                                                           \
+    AT_TIMED_FN(ret, name, params, args, "poll", 0)                                                \
     AT_EXPORT AT_HOT_FN ret name params                                                            \
     {                                                                                              \
         fd_wait();                                                                                 \
+        if (AT_UNLIKELY(at_act_cur != NULL))                                                       \
+            return name##_timed args;                                                              \
         return AT_REAL(name) args;                                                                 \
     }
 

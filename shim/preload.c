@@ -14,6 +14,7 @@
 #include "hookconf.h"
 #include "real.h"
 #include "shim.h"
+#include "waits.h"
 
 /* The start writes its head only (the settings, the output pattern) and, without ACTTRACE_CONFIG,
  * nothing past it: each page an image touches at start is a fault, tens of microseconds under
@@ -94,6 +95,10 @@ static void hookconf_apply(const at_hookconf *hc, at_config *c)
         c->file_mode = hc->file_mode;
     if (hc->sample_hz >= 0 && !at_env("ACTTRACE_SAMPLE_HZ"))
         c->sample_hz = (unsigned)hc->sample_hz;
+    if (hc->waits >= 0 && !at_env("ACTTRACE_WAITS"))
+        c->waits = hc->waits != 0;
+    if (hc->wait_min_us >= 0 && !at_env("ACTTRACE_WAIT_MIN_US"))
+        c->wait_min_us = (unsigned)hc->wait_min_us;
     if (hc->symbols && !at_env("ACTTRACE_SYMBOLS")) {
         c->symbols = hc->symbols != 1;
         c->symbols_methods = hc->symbols == 3;
@@ -202,6 +207,7 @@ __attribute__((constructor)) static void at_preload_init(void)
     }
     if (at_sampler_init(at_cfg.sample_hz, err, sizeof err) != 0)
         fprintf(stderr, "acttrace: sampling off: %s\n", err);
+    at_waits_init();
     at_as_start_done(); /* what the shim maps from now on comes out of room reserved here */
     __atomic_store_n(&at_hot.shim_on, 1, __ATOMIC_RELEASE);
 out:

@@ -97,6 +97,7 @@ extern pid_t at_pid;      /* this process (updated in a fork child; a vfork chil
 #define AT_KEYWORD_THREAD 0x1ull
 #define AT_KEYWORD_PROCESS 0x2ull
 #define AT_KEYWORD_FD 0x4ull
+#define AT_KEYWORD_WAIT 0x8ull
 
 typedef struct at_shim_events {
     at_event_type *thread_begin;  /* ThreadBegin: ParentThread, StartRoutine (in the inherited activity) */
@@ -110,6 +111,9 @@ typedef struct at_shim_events {
     at_event_type *fd_tag;        /* FdTagged: Fd, Source (in the activity the fd is tagged with) */
     at_event_type *fd_ambiguous;  /* FdAmbiguous: Fd, TaggedActivity, CurrentActivity (warning) */
     at_activity_kind *connection; /* Connection activity (ACTTRACE_ACCEPT_ACTIVITY=1): ConnectionId, Fd */
+    at_event_type *wait_suspend;  /* WaitSuspend (opcode Suspend): Reason, Call, Object, with the
+                                   * call's stack, at the start of a wait (waits.c) */
+    at_event_type *wait_resume;   /* WaitResume (opcode Resume): Reason, Call, Object, BlockedNs */
 } at_shim_events;
 extern at_shim_events at_ev;
 

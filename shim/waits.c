@@ -1,0 +1,247 @@
+/* waits.c: blocked time (ACTTRACE_WAITS, [trace] waits; ACTTRACE_WAIT_MIN_US, [trace] wait_min_us).
+ *
+ * When a thread in an activity blocks, the activity's wall time goes by without its CPU: a trace that
+ * only has CPU samples cannot say where. Every call the shim takes that may block is timed when the
+ * calling thread is in an activity (two clock reads around the real call); one that took at least
+ * the threshold writes, after it returns, a WaitSuspend (opcode Suspend) at the time the call began,
+ * with the reason, the function, its object and the call's stack, and a WaitResume (opcode Resume)
+ * at the time it returned, with the time blocked. Both carry the thread's current activity as their
+ * ActivityId. A thread in no activity pays one test of its current activity; a timed call that did
+ * not block, the two clock reads.
+ *
+ * The calls: reads and writes on descriptors and the wait points (fdflow.c, which times them the
+ * same way), and here the sleeps, mutexes, read-write locks, condition variables, semaphores,
+ * barriers, joins, fsync and its kin, waits for children and file locks, POSIX and C11 alike.
+ *
+ * What stays as untraced: each call's result and errno (the record keeps errno), its cancellation
+ * (nothing is held across the real call, so a cancellation unwinds through the wrapper as through
+ * any C frame), and the versions of the condition-variable functions: glibc keeps the condition
+ * variables of before 2.3.2 under GLIBC_2.2.5, and the shim's definitions are GLIBC_2.3.2 ones
+ * (shim/versions.map), so a program linked against the old ones still reaches glibc's old ones.
+ *
+ * The Suspend's time is older than events other threads wrote during the wait: the writer then
+ * writes it as a late event (not sorted), which readers take. */
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <threads.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "stack.h"
+#include "waits.h"
+
+at_wait_cfg_t at_wait_cfg AT_HOT_PAGE_RT; /* beside at_rt_hot: every timed call reads it */
+
+/* reason and call as the payload's two strings, then the object (and the time blocked) */
+static uint32_t wait_payload(uint8_t *buf, size_t cap, const char *reason, const char *call,
+                             uint64_t obj, const uint64_t *blocked)
+{
+    at_payload pl;
+    at_payload_init(&pl, buf, cap);
+    at_payload_str(&pl, reason, 32);
+    at_payload_str(&pl, call, 32);
+    at_payload_u64(&pl, obj);
+    if (blocked)
+        at_payload_u64(&pl, *blocked);
+    return (uint32_t)(pl.p - buf);
+}
+
+AT_NOINLINE void at_wait_record(struct at_ring *ring, uint64_t t0, uint64_t t1, const char *reason,
+                                const char *call, uint64_t obj)
+{
+    int e = errno;
+    if (!at_on() || at_internal || !at_event_enabled(at_ev.wait_suspend)) {
+        at_tbuf_wait_clear(ring);
+        errno = e;
+        return;
+    }
+    AT_INTERNAL_BEGIN();
+    uint64_t freq = at_clock_freq();
+    if (!freq) { /* a session that calibrates at its first event: this one */
+        at_clock_calibrate();
+        freq = at_clock_freq();
+    }
+    uint64_t ns = freq ? (uint64_t)((unsigned __int128)(t1 - t0) * 1000000000u / freq) : t1 - t0;
+    if (freq && !at_wait_cfg.min_ticks) /* the threshold in ticks, for the next calls' test */
+        __atomic_store_n(&at_wait_cfg.min_ticks,
+                         (uint64_t)((unsigned __int128)at_wait_cfg.min_ns * freq / 1000000000u) | 1,
+                         __ATOMIC_RELAXED);
+    if (ns < at_wait_cfg.min_ns) {
+        at_tbuf_wait_clear(ring);
+        AT_INTERNAL_END();
+        errno = e;
+        return;
+    }
+    uintptr_t ips[AT_STACK_MAX_DEPTH];
+    /* this frame and the wrapper's: the stack is the program's, from the call that waited */
+    uint32_t nips = at_shim_stack(AT_CFG_STACKS_START, ips, AT_STACK_MAX_DEPTH, 2);
+    uint8_t buf[160];
+    uint32_t n = wait_payload(buf, sizeof buf, reason, call, obj, NULL);
+    /* the Suspend at the wait's start unless the writer had to go past it (a wait of more than
+     * AT_WAIT_HOLD_NS), the Resume at its end: both in order with what the file holds */
+    uint64_t outer, ts0 = at_tbuf_wait_end(ring, t0, t1, &outer);
+    at_activity_event_ts(ts0, at_ev.wait_suspend, buf, n, ips, nips);
+    n = wait_payload(buf, sizeof buf, reason, call, obj, &ns);
+    at_activity_event_ts(t1 > ts0 ? t1 : ts0, at_ev.wait_resume, buf, n, NULL, 0);
+    at_tbuf_wait_done(ring, outer);
+    AT_INTERNAL_END();
+    errno = e;
+}
+
+const char *at_wait_io_reason(const char *call)
+{
+    if (strstr(call, "accept"))
+        return "accept";
+    if (strstr(call, "connect"))
+        return "connect";
+    if (strstr(call, "poll") || strstr(call, "select"))
+        return "poll";
+    if (strstr(call, "read") || strstr(call, "recv"))
+        return "read";
+    return "write";
+}
+
+/* ---------------- the calls ---------------- */
+
+/* Each function's next definition, resolved on its first call (real.c) */
+#define W_LIST(X)                                                                                  \
+    X(nanosleep) X(clock_nanosleep) X(sleep) X(usleep) X(thrd_sleep)                              \
+    X(pthread_mutex_timedlock) X(pthread_mutex_clocklock)                    \
+    X(pthread_rwlock_rdlock) X(pthread_rwlock_wrlock) X(pthread_rwlock_timedrdlock)                \
+    X(pthread_rwlock_timedwrlock) X(pthread_rwlock_clockrdlock) X(pthread_rwlock_clockwrlock)      \
+    X(mtx_lock) X(mtx_timedlock)                                                                   \
+    X(pthread_cond_wait) X(pthread_cond_timedwait) X(pthread_cond_clockwait) X(cnd_wait)           \
+    X(cnd_timedwait)                                                                               \
+    X(sem_wait) X(sem_timedwait) X(sem_clockwait) X(pthread_barrier_wait)                          \
+    X(pthread_join) X(pthread_timedjoin_np) X(pthread_clockjoin_np) X(thrd_join)                   \
+    X(fsync) X(fdatasync) X(syncfs) X(msync)                                                       \
+    X(wait) X(waitpid) X(wait3) X(wait4) X(waitid) X(flock) X(lockf)
+
+static struct {
+#define W_MEMBER(fn) __typeof__(fn) *fn;
+    W_LIST(W_MEMBER)
+#undef W_MEMBER
+} w_real;
+
+#define W_REAL(fn)                                                                                 \
+    (AT_LIKELY(w_real.fn != NULL) ? w_real.fn                                                      \
+                                  : (__typeof__(fn) *)at_real_resolve(#fn, (void **)&w_real.fn))
+
+/* The wrapper of name: the real call as it is for a thread in no activity (a tail call), timed for
+ * one in an activity. */
+#define W_FN(ret, name, params, args, reason, obj)                                                 \
+    AT_EXPORT ret name params                                                                      \
+    {                                                                                              \
+        if (AT_LIKELY(at_act_cur == NULL))                                                         \
+            return W_REAL(name) args;                                                              \
+        ret r_;                                                                                    \
+        AT_WAIT_TIMED(r_, W_REAL(name) args, reason, #name, obj);                                  \
+        return r_;                                                                                 \
+    }
+
+#define PTR(p) ((uint64_t)(uintptr_t)(p))
+
+W_FN(int, nanosleep, (const struct timespec *t, struct timespec *rem), (t, rem), "sleep", 0)
+W_FN(int, clock_nanosleep, (clockid_t c, int f, const struct timespec *t, struct timespec *rem),
+     (c, f, t, rem), "sleep", 0)
+W_FN(unsigned int, sleep, (unsigned int s), (s), "sleep", 0)
+W_FN(int, usleep, (useconds_t u), (u), "sleep", 0)
+W_FN(int, thrd_sleep, (const struct timespec *t, struct timespec *rem), (t, rem), "sleep", 0)
+
+/* The shim's own start takes locks, and its calls come here too: this wrapper's code is with the
+ * start's (shim/start.ld) and its pointer to glibc's on the start's data page, so that a start
+ * touches no page more for it. */
+static __typeof__(pthread_mutex_lock) *real_mutex_lock AT_START_DATA;
+__attribute__((section(".text.at_start_wrap"))) AT_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
+{
+    __typeof__(pthread_mutex_lock) *f = __atomic_load_n(&real_mutex_lock, __ATOMIC_RELAXED);
+    if (AT_UNLIKELY(!f))
+        f = (__typeof__(pthread_mutex_lock) *)at_real_resolve("pthread_mutex_lock",
+                                                              (void **)&real_mutex_lock);
+    if (AT_LIKELY(at_act_cur == NULL))
+        return f(m);
+    int r_;
+    AT_WAIT_TIMED(r_, f(m), "lock", "pthread_mutex_lock", PTR(m));
+    return r_;
+}
+W_FN(int, pthread_mutex_timedlock, (pthread_mutex_t *m, const struct timespec *t), (m, t), "lock",
+     PTR(m))
+W_FN(int, pthread_mutex_clocklock, (pthread_mutex_t *m, clockid_t c, const struct timespec *t),
+     (m, c, t), "lock", PTR(m))
+W_FN(int, pthread_rwlock_rdlock, (pthread_rwlock_t *l), (l), "lock", PTR(l))
+W_FN(int, pthread_rwlock_wrlock, (pthread_rwlock_t *l), (l), "lock", PTR(l))
+W_FN(int, pthread_rwlock_timedrdlock, (pthread_rwlock_t *l, const struct timespec *t), (l, t),
+     "lock", PTR(l))
+W_FN(int, pthread_rwlock_timedwrlock, (pthread_rwlock_t *l, const struct timespec *t), (l, t),
+     "lock", PTR(l))
+W_FN(int, pthread_rwlock_clockrdlock, (pthread_rwlock_t *l, clockid_t c, const struct timespec *t),
+     (l, c, t), "lock", PTR(l))
+W_FN(int, pthread_rwlock_clockwrlock, (pthread_rwlock_t *l, clockid_t c, const struct timespec *t),
+     (l, c, t), "lock", PTR(l))
+W_FN(int, mtx_lock, (mtx_t *m), (m), "lock", PTR(m))
+W_FN(int, mtx_timedlock, (mtx_t *restrict m, const struct timespec *restrict t), (m, t), "lock",
+     PTR(m))
+
+/* the GLIBC_2.3.2 definitions (versions.map): a reference to the old GLIBC_2.2.5 ones skips them */
+__asm__(".symver at_w_pthread_cond_wait, pthread_cond_wait@@GLIBC_2.3.2");
+__asm__(".symver at_w_pthread_cond_timedwait, pthread_cond_timedwait@@GLIBC_2.3.2");
+AT_EXPORT int at_w_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{
+    if (AT_LIKELY(at_act_cur == NULL))
+        return W_REAL(pthread_cond_wait)(c, m);
+    int r_;
+    AT_WAIT_TIMED(r_, W_REAL(pthread_cond_wait)(c, m), "condition", "pthread_cond_wait", PTR(c));
+    return r_;
+}
+AT_EXPORT int at_w_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
+                                          const struct timespec *t)
+{
+    if (AT_LIKELY(at_act_cur == NULL))
+        return W_REAL(pthread_cond_timedwait)(c, m, t);
+    int r_;
+    AT_WAIT_TIMED(r_, W_REAL(pthread_cond_timedwait)(c, m, t), "condition",
+                  "pthread_cond_timedwait", PTR(c));
+    return r_;
+}
+W_FN(int, pthread_cond_clockwait,
+     (pthread_cond_t *c, pthread_mutex_t *m, clockid_t k, const struct timespec *t), (c, m, k, t),
+     "condition", PTR(c))
+W_FN(int, cnd_wait, (cnd_t *c, mtx_t *m), (c, m), "condition", PTR(c))
+W_FN(int, cnd_timedwait, (cnd_t *restrict c, mtx_t *restrict m, const struct timespec *restrict t),
+     (c, m, t), "condition", PTR(c))
+
+W_FN(int, sem_wait, (sem_t *s), (s), "semaphore", PTR(s))
+W_FN(int, sem_timedwait, (sem_t *s, const struct timespec *t), (s, t), "semaphore", PTR(s))
+W_FN(int, sem_clockwait, (sem_t *s, clockid_t c, const struct timespec *t), (s, c, t), "semaphore",
+     PTR(s))
+W_FN(int, pthread_barrier_wait, (pthread_barrier_t *b), (b), "barrier", PTR(b))
+
+W_FN(int, pthread_join, (pthread_t t, void **ret), (t, ret), "join", (uint64_t)t)
+W_FN(int, pthread_timedjoin_np, (pthread_t t, void **ret, const struct timespec *a), (t, ret, a),
+     "join", (uint64_t)t)
+W_FN(int, pthread_clockjoin_np, (pthread_t t, void **ret, clockid_t c, const struct timespec *a),
+     (t, ret, c, a), "join", (uint64_t)t)
+W_FN(int, thrd_join, (thrd_t t, int *res), (t, res), "join", (uint64_t)t)
+
+W_FN(int, fsync, (int fd), (fd), "sync", (uint64_t)(int64_t)fd)
+W_FN(int, fdatasync, (int fd), (fd), "sync", (uint64_t)(int64_t)fd)
+W_FN(int, syncfs, (int fd), (fd), "sync", (uint64_t)(int64_t)fd)
+W_FN(int, msync, (void *a, size_t n, int f), (a, n, f), "sync", PTR(a))
+
+W_FN(pid_t, wait, (int *st), (st), "child", 0)
+W_FN(pid_t, waitpid, (pid_t p, int *st, int o), (p, st, o), "child", (uint64_t)(int64_t)p)
+W_FN(pid_t, wait3, (int *st, int o, struct rusage *ru), (st, o, ru), "child", 0)
+W_FN(pid_t, wait4, (pid_t p, int *st, int o, struct rusage *ru), (p, st, o, ru), "child",
+     (uint64_t)(int64_t)p)
+W_FN(int, waitid, (idtype_t t, id_t id, siginfo_t *si, int o), (t, id, si, o), "child",
+     (uint64_t)id)
+W_FN(int, flock, (int fd, int op), (fd, op), "file lock", (uint64_t)(int64_t)fd)
+W_FN(int, lockf, (int fd, int cmd, off_t n), (fd, cmd, n), "file lock", (uint64_t)(int64_t)fd)
