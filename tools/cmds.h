@@ -13,6 +13,7 @@ int at_cmd_run(int argc, char **argv);
 int at_cmd_events(int argc, char **argv);
 int at_cmd_tree(int argc, char **argv);
 int at_cmd_stats(int argc, char **argv);
+int at_cmd_breakdown(int argc, char **argv);
 int at_cmd_stacks(int argc, char **argv);
 int at_cmd_export(int argc, char **argv);
 int at_cmd_report(int argc, char **argv);

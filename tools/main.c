@@ -23,6 +23,7 @@ static const at_subcommand commands[] = {
     {"events", at_cmd_events, "list events in time order with activity paths and durations"},
     {"tree", at_cmd_tree, "print the activity tree: durations, threads, transfers, children"},
     {"stats", at_cmd_stats, "per activity name: count, p50/p90/p99/max duration, threads, events"},
+    {"breakdown", at_cmd_breakdown, "per activity: wall time split into cpu, blocked, queued and other"},
     {"stacks", at_cmd_stacks, "folded stacks per activity name (flamegraph.pl / inferno input)"},
     {"export", at_cmd_export, "write Chrome trace-event (Perfetto) or speedscope JSON"},
     {"report", at_cmd_report, "write one HTML page to browse: timeline, search, waterfalls, flame graphs"},

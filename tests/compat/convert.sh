@@ -12,10 +12,13 @@
 # TraceEvent's SampleProfilerThreadTimeComputer with IncludeEventSourceEvents = false, so its output
 # holds samples only (SampleProfiler ThreadSample, GC allocation ticks, TPL task events); activities
 # appear as "Activity <Name>(<path>)" frames above the samples taken inside them. acttrace writes
-# samples when sampling is on (ACTTRACE_SAMPLE_HZ): then every activity that holds a sample must be
-# such a frame, with its path (but for the thread's last sample, which the converter never writes: it
-# weighs each sample by the time to the thread's next one); a trace without samples converts to no
-# activity frame.
+# samples when sampling is on (ACTTRACE_SAMPLE_HZ): then every activity that holds a sample on a
+# thread where it started must be such a frame, with its path (but for the thread's last sample,
+# which the converter never writes: it weighs each sample by the time to the thread's next one); a
+# trace without samples converts to no activity frame. A sample on a thread the activity reached by
+# a hand-off (its Receive there) is not required: TraceEvent's StartStopActivityComputer gives a
+# thread only the activities started on it or reached through TPL tasks, never through an event's
+# ActivityId, so the converter puts such samples under no activity (docs/perfview.md).
 set -u
 build=$(cd "$1" && pwd); shift
 version=${DOTNET_TRACE_VERSION:-10.0.750501}
@@ -64,13 +67,16 @@ fmt, path, tree, dump = sys.argv[1:]
 # The converter logs each sample's stack when the thread's next sample arrives (its weight is the time
 # between them), so a thread's last sample is never written: it counts only if it is not the last.
 per_thread = {}
+started_on = set() # (thread, activity path) of every Start
 for line in open(dump, errors="replace"):
     m = re.search(r'^\s*([0-9.]+) ms\s+tid (\d+)\s+Microsoft-DotNETCore-SampleProfiler/.* act=\S+ (//[0-9/]+) ', line)
     if m: per_thread.setdefault(m.group(2), []).append((float(m.group(1)), m.group(3)))
+    m = re.search(r'^\s*[0-9.]+ ms\s+tid (\d+)\s+\S+Start\s+Start act=\S+ (//[0-9/]+) ', line)
+    if m: started_on.add((m.group(1), m.group(2)))
 sampled = set()
-for samples in per_thread.values():
+for tid, samples in per_thread.items():
     samples.sort()
-    sampled.update(path for _, path in samples[:-1])
+    sampled.update(path for _, path in samples[:-1] if (tid, path) in started_on)
 doc = json.load(open(path))
 names = set()
 for line in open(tree):

@@ -6,7 +6,8 @@
  * threads' begin and end alone make no file): it serves as untraced and leaves no file. With
  * ACTTRACE_ACCEPT_ACTIVITY=1 each accepted socket starts a Connection activity: the handler thread
  * for it, created by the main thread, begins inside exactly that Connection, and the Connection is
- * stopped when the handler closes the socket, on the handler's thread. */
+ * stopped when the handler closes the socket, on the handler's thread. Clients that wait before
+ * sending their request show as blocked time in the handlers' Connections. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <dirent.h>
@@ -21,9 +22,13 @@
 #include <unistd.h>
 
 #include "at_testlib.h"
+#include "at_tracegen.h"
 
 #define NREQ 4
 
+
+/* ms a client waits between its connect and its request (test_blocked_time_in_handlers) */
+static int client_delay_ms;
 
 /* One GET; returns the HTTP status code or -1. */
 static int get(int port)
@@ -31,6 +36,8 @@ static int get(int port)
     int s = at_connect_port(port);
     if (s < 0)
         return -1;
+    if (client_delay_ms)
+        nanosleep(&(struct timespec){0, client_delay_ms * 1000L * 1000L}, NULL);
     const char req[] = "GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
     if (write(s, req, sizeof req - 1) != (ssize_t)sizeof req - 1) {
         close(s);
@@ -235,6 +242,55 @@ START_TEST(test_config_accept_close_pair)
 }
 END_TEST
 
+/* Blocked time in a real server: clients that wait 120 ms between connecting and sending their
+ * request keep each handler thread blocked in its read of the request, inside its Connection. The
+ * handler records the wait (WaitSuspend and WaitResume, reason read, in the Connection, on the
+ * handler's thread), and acttrace breakdown gives each handled Connection at least 100 ms blocked
+ * by read. */
+START_TEST(test_blocked_time_in_handlers)
+{
+    at_session s;
+    const char *env[] = {"ACTTRACE_ACCEPT_ACTIVITY=1", NULL};
+    client_delay_ms = 120;
+    run_server(&s, env, true);
+    client_delay_ms = 0;
+    const at_trace *t = &s.t;
+    size_t reads = 0;
+    for (long w = at_find(t, "acttrace-shim", "WaitResume", 0); w >= 0;
+         w = at_find(t, "acttrace-shim", "WaitResume", (size_t)w + 1)) {
+        const at_tev *e = &t->ev[w];
+        uint64_t ns = 0;
+        ck_assert(at_field_u64(e, "BlockedNs", &ns));
+        const char *reason = at_ev_field(e, "Reason");
+        if (!reason || strcmp(reason, "\"read\"") != 0 || ns < 100000000)
+            continue;
+        ck_assert_uint_ne(e->thread, (uint64_t)s.r.pid); /* a handler's */
+        long c = at_find(t, NULL, "ConnectionStart", 0);
+        while (c >= 0 && !at_guid_eq(&t->ev[c].activity, &e->activity))
+            c = at_find(t, NULL, "ConnectionStart", (size_t)c + 1);
+        ck_assert_msg(c >= 0, "a read wait outside any Connection: %s", e->act_path);
+        reads++;
+    }
+    ck_assert_msg(reads >= NREQ, "%zu handlers waited 100 ms or more in their read, %d clients made "
+                  "them", reads, NREQ);
+    at_run_result r;
+    const char *args[] = {"breakdown", "--name", "Connection", s.t.path, NULL};
+    ck_assert_int_eq(at_tool_run(&r, args), 0);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    size_t slow = 0;
+    for (const char *p = r.out; (p = strstr(p, "blocked by:")) != NULL; p++) {
+        /* "blocked by: semaphore 2.009 ms, read 114.941 ms, ...": the read's share */
+        const char *end = strchr(p, '\n'), *rd = strstr(p, " read ");
+        double ms = 0;
+        if (rd && (!end || rd < end) && sscanf(rd, " read %lf", &ms) == 1 && ms >= 100)
+            slow++;
+    }
+    ck_assert_msg(slow >= NREQ, "%zu Connections blocked 100 ms by read:\n%s", slow, r.out);
+    at_run_result_free(&r);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("httpserver");
@@ -243,6 +299,7 @@ int main(void)
     tcase_add_test(tc, test_no_config_no_file);
     tcase_add_test(tc, test_connection_activity_per_handler);
     tcase_add_test(tc, test_config_accept_close_pair);
+    tcase_add_test(tc, test_blocked_time_in_handlers);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
