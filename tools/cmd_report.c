@@ -33,6 +33,7 @@ enum {
     RP_XFERS = 8,    /* + n, n x (from thread or -1 when unseen, to thread, send, receive) */
     RP_XDROP = 16,   /* + transfers beyond the model's per-activity cap */
     RP_LINK = 32,    /* + the string "pid N //1/2": a root whose creator is not in the files */
+    RP_SPLIT = 64,   /* + CPU and blocked time in us: its CPU samples' CpuNs, its waits' BlockedNs */
 };
 /* base fields after the flags: serial - previous serial, name, thread, start - previous start,
  * duration, serial - parent serial (0: a root), path, Start stack (0: none, else index + 1).
@@ -94,6 +95,9 @@ typedef struct rp_ctx {
     size_t nframes, cframes;
     uint32_t *start_stack; /* by serial - 1: its Start's stack + 1 */
     uint64_t cstart_stack;
+    uint32_t (*split)[2];  /* by serial - 1: CPU and blocked us (RP_SPLIT); NULL until a sample or
+                            * a wait comes */
+    uint64_t csplit;
     rp_mark *marks;
     uint32_t nmarks, cmarks;
     uint64_t marks_cut;
@@ -360,6 +364,9 @@ static void rp_activity(void *vc, const am_activity *a)
                 (nx ? RP_XFERS : 0) | (am_xfers_dropped(a) ? RP_XDROP : 0) | (has_link ? RP_LINK : 0);
     uint32_t thread = rp_thread_of(c, a->pid, v.start_tid);
     uint32_t stack = a->serial - 1 < c->cstart_stack ? c->start_stack[a->serial - 1] : 0;
+    const uint32_t *split = a->serial - 1 < c->csplit ? c->split[a->serial - 1] : NULL;
+    if (split && (split[0] || split[1]))
+        flags |= RP_SPLIT;
     put_num(c, flags);
     put_num(c, (int64_t)(a->serial - c->prev_serial));
     put_num(c, n->str);
@@ -401,6 +408,10 @@ static void rp_activity(void *vc, const am_activity *a)
         uint32_t s = rp_intern(c, link);
         put_num(c, s == UINT32_MAX ? 0 : s);
     }
+    if (flags & RP_SPLIT) {
+        put_num(c, split[0]);
+        put_num(c, split[1]);
+    }
     if ((c->acts & 7) == 0) am_buf_chr(b, '\n'); /* lines of a reasonable length */
 }
 
@@ -425,6 +436,46 @@ static void payload_text(const nt_event *ev, char *out, size_t n)
     }
 }
 
+/* An activity's CPU (which 0) or blocked time (1), in us, saturating */
+static void split_add(rp_ctx *c, uint64_t serial, int which, uint64_t ns)
+{
+    uint64_t i = serial - 1;
+    if (i >= c->csplit) {
+        uint64_t nc = c->csplit ? c->csplit : 4096;
+        while (nc <= i)
+            nc *= 2;
+        uint32_t(*v)[2] = realloc(c->split, nc * sizeof *v);
+        if (!v)
+            return;
+        memset(v + c->csplit, 0, (nc - c->csplit) * sizeof *v);
+        c->split = v;
+        c->csplit = nc;
+    }
+    uint64_t us = c->split[i][which] + (ns + 500) / 1000;
+    c->split[i][which] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+/* A WaitResume's BlockedNs (acttrace-shim, shim/waits.c) */
+static bool wait_blocked(const nt_event *ev, uint64_t *ns)
+{
+    if (strcmp(ev->meta->name, "WaitResume") != 0 || strcmp(ev->meta->provider, "acttrace-shim") != 0)
+        return false;
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < ev->meta->nfields; i++) {
+        const nt_field *f = &ev->meta->fields[i];
+        if (!strcmp(f->name, "BlockedNs") && f->type == NT_TYPE_UINT64) {
+            if (off + 8 > ev->payload_len)
+                return false;
+            memcpy(ns, ev->payload + off, 8);
+            return true;
+        }
+        char skip[64];
+        if (!nt_field_format(f, ev->payload, ev->payload_len, &off, skip, sizeof skip))
+            return false;
+    }
+    return false;
+}
+
 static void rp_event(void *vc, const am_event *e)
 {
     rp_ctx *c = vc;
@@ -442,7 +493,15 @@ static void rp_event(void *vc, const am_event *e)
         }
         return;
     }
-    if (!e->act || nt_event_cpu_sample(ev, NULL)) return; /* samples weigh CPU time: `stacks --samples` */
+    uint64_t took = 0;
+    if (nt_event_cpu_sample(ev, &took)) { /* samples weigh CPU time: `stacks --samples` */
+        if (e->act)
+            split_add(c, e->act->serial, 0, took ? took : 1000000); /* the runtime's: 1 ms each */
+        return;
+    }
+    if (!e->act) return;
+    if (wait_blocked(ev, &took))
+        split_add(c, e->act->serial, 1, took);
     uint8_t op = ev->meta->opcode;
     uint32_t st = rp_stack_of(c, e);
     if (op == NT_OPCODE_START) {
@@ -626,6 +685,7 @@ static void write_meta(rp_ctx *c, const am_model *m, char *const *files, int nfi
 
 static void rp_free(rp_ctx *c)
 {
+    free(c->split);
     if (c->sym)
         for (int i = 0; i < c->nfiles; i++) nt_sym_free(c->sym[i]);
     if (c->cmdline)

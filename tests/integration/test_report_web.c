@@ -546,6 +546,54 @@ START_TEST(waterfall_across_processes)
 }
 END_TEST
 
+/* Where the time went, in the waterfall: tests/fixtures/glib_waits (requests that burn, sleep, wait
+ * on locks and a busy pool) with CPU samples; each row of a round's waterfall says its CPU, blocked
+ * and queued time (data and the text after its bar), and they are acttrace breakdown's for the
+ * same activity (within rounding: the page keeps microseconds). */
+START_TEST(waterfall_says_where_the_time_went)
+{
+    if (!web_ready("waterfall_says_where_the_time_went")) return;
+    at_session s;
+    const char *argv[] = {"glib_waits", "1", NULL};
+    const char *env[] = {"ACTTRACE_SAMPLE_HZ=1000", NULL};
+    ck_assert_int_eq(at_session_run(&s, "report-web-waits", argv, env), 0);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace, "%s", at_session_describe(&s, d, sizeof d));
+    char page[4300];
+    snprintf(page, sizeof page, "%s/waits.html", s.dir);
+    free(tool((const char *const[]){"report", "-o", page, s.t.path, NULL}));
+    char *tsv = tool((const char *const[]){"breakdown", "--format", "tsv", s.t.path, NULL});
+    char *out = web("waterfall.js", page, "waits", s.dir, (const char *const[]){"Round", NULL});
+    int rows = 0;
+    bool blocked_row = false, queued_row = false;
+    for (const char *p = strstr(out, "\nsplit "); p; p = strstr(p + 1, "\nsplit ")) {
+        char path[96], text[256];
+        double cpu, blocked, queued;
+        ck_assert_int_eq(sscanf(p, "\nsplit %95s %lf %lf %lf %255[^\n]", path, &cpu, &blocked, &queued, text), 5);
+        /* breakdown's line of that path: name path wall cpu blocked queued other (ms) */
+        char key[128];
+        snprintf(key, sizeof key, "\t%s\t", path);
+        const char *l = strstr(tsv, key);
+        ck_assert_msg(l, "no breakdown line for %s:\n%s", path, tsv);
+        double w, bc, bb, bq;
+        ck_assert_int_eq(sscanf(l + strlen(key), "%lf %lf %lf %lf", &w, &bc, &bb, &bq), 4);
+        ck_assert_msg(fabs(cpu / 1e6 - bc) < 0.1 && fabs(blocked / 1e6 - bb) < 0.1 && fabs(queued / 1e6 - bq) < 0.1,
+                      "%s: the waterfall says cpu %.3f, blocked %.3f, queued %.3f ms; breakdown %.3f, %.3f, %.3f",
+                      path, cpu / 1e6, blocked / 1e6, queued / 1e6, bc, bb, bq);
+        if (cpu || blocked || queued)
+            ck_assert_msg(strstr(text, "(cpu ") && strstr(text, ", blocked ") && strstr(text, ", queued "), "%s: %s", path, text);
+        blocked_row |= blocked > 50e6;
+        queued_row |= queued > 50e6;
+        rows++;
+    }
+    ck_assert_int_eq(rows, 9); /* the round and its eight requests */
+    ck_assert_msg(blocked_row && queued_row, "%s", out);
+    free(out);
+    free(tsv);
+    at_session_free(&s);
+}
+END_TEST
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -645,6 +693,7 @@ int main(void)
     tcase_add_test(tc, waterfall_of_a_connection_across_threads);
     tcase_add_test(tc, flame_graph_zooms_into_a_frame);
     tcase_add_test(tc, waterfall_across_processes);
+    tcase_add_test(tc, waterfall_says_where_the_time_went);
     tcase_add_test(tc, a_million_activities);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

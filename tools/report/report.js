@@ -111,6 +111,7 @@ const A = (function decode() {
     if (f & 8) { nx += R[p]; p += 1 + 4 * R[p]; }
     if (f & 16) p += 1;
     if (f & 32) p += 1;
+    if (f & 64) p += 2;
   }
   const a = {
     n, serial: new Float64Array(n), nm: new Uint32Array(n), thr: new Uint32Array(n),
@@ -119,6 +120,7 @@ const A = (function decode() {
     stopThr: new Int32Array(n), vOff: new Uint32Array(n + 1), vThr: new Uint32Array(nv), vFrom: new Float64Array(nv),
     vTo: new Float64Array(nv), xOff: new Uint32Array(n + 1), xFrom: new Int32Array(nx), xTo: new Uint32Array(nx),
     xSend: new Float64Array(nx), xRecv: new Float64Array(nx), xDrop: new Map(), link: new Map(),
+    cpu: new Map(), blk: new Map(), /* ns, for the activities with CPU samples or waits */
   };
   let p = 0, serial = 0, start = 0, vi = 0, xi = 0;
   for (let i = 0; i < n; i++) {
@@ -151,6 +153,7 @@ const A = (function decode() {
     }
     if (f & 16) a.xDrop.set(i, R[p++]);
     if (f & 32) a.link.set(i, S[R[p++]]);
+    if (f & 64) { a.cpu.set(i, R[p] * 1000); a.blk.set(i, R[p + 1] * 1000); p += 2; }
   }
   a.vOff[n] = vi;
   a.xOff[n] = xi;
@@ -722,12 +725,23 @@ function hitAt(cx, cy) {
   return null;
 }
 
+/* where an activity's time went: CPU (its samples), blocked (its waits), queued (its transfers,
+ * Send to Receive); null when the trace says none of it */
+function splitOf(r) {
+  let queued = 0;
+  for (let j = A.xOff[r]; j < A.xOff[r + 1]; j++) if (A.xFrom[j] >= 0 && A.xRecv[j] > A.xSend[j]) queued += A.xRecv[j] - A.xSend[j];
+  const cpu = A.cpu.get(r) || 0, blocked = A.blk.get(r) || 0;
+  return cpu || blocked || queued ? { cpu, blocked, queued } : null;
+}
+const splitText = (sp) => 'cpu ' + fmtDur(sp.cpu) + ', blocked ' + fmtDur(sp.blocked) + ', queued ' + fmtDur(sp.queued);
+
 function describe(r) {
+  const sp = splitOf(r);
   const ths = threadsOf(r).map(tidOf);
   return nameOf(A.nm[r]) + ' ' + pathOf(r) + '  (pid ' + pidOf(r) + ')\n' +
     'start ' + fmtTime(A.st[r], Math.max(A.dur[r], 1000)) + ', ' + (isOpen(r) ? 'never stopped (open ' + fmtDur(A.dur[r]) + ' at the end)' : 'duration ' + fmtDur(A.dur[r])) + '\n' +
     'thread' + (ths.length > 1 ? 's ' : ' ') + ths.join(', ') + (A.xOff[r + 1] > A.xOff[r] ? ', ' + (A.xOff[r + 1] - A.xOff[r]) + ' transfer(s)' : '') +
-    (A.link.has(r) ? '\nstarted from ' + A.link.get(r) : '') + '\nclick: its waterfall';
+    (A.link.has(r) ? '\nstarted from ' + A.link.get(r) : '') + (sp ? '\n' + splitText(sp) : '') + '\nclick: its waterfall';
 }
 
 const tip = $('tip');
@@ -989,7 +1003,7 @@ function openWaterfall(root, scroll) {
     (isOpen(root) ? 'never stopped (open ' + fmtDur(A.dur[root]) + ' at the end)' : fmtDur(A.dur[root])) + ', ' + fmtInt(total) +
     ' activit' + (total === 1 ? 'y' : 'ies') + ' on ' + threads.size + ' thread' + (threads.size === 1 ? '' : 's') + ' in ' + procs.size +
     ' process' + (procs.size === 1 ? '' : 'es') + '. Bars on a common time axis from its start; below a bar that crossed threads, one line per thread it ran on, ' +
-    'red arrows for its transfers (Send → Receive). Click a row for its stacks and events. ';
+    'red arrows for its transfers (Send → Receive); after each bar its duration and, where the trace says it, its CPU (from CPU samples), blocked (waits) and queued (transfers) time. Click a row for its stacks and events. ';
   const close = htmlEl('button', { type: 'button' }, 'Close', h);
   close.addEventListener('click', () => { sec.hidden = true; selRow = -1; requestDraw(); table.markSelected(); });
   const show = htmlEl('button', { type: 'button', style: 'margin-left:6px' }, 'Show in timeline', h);
@@ -1019,7 +1033,9 @@ function openWaterfall(root, scroll) {
   rows.forEach((r, i) => {
     const ths = threadsOf(r);
     const multi = ths.length > 1;
+    const sp = splitOf(r);
     const tr = htmlEl('div', {
+      'data-cpu': sp ? sp.cpu : 0, 'data-blocked': sp ? sp.blocked : 0, 'data-queued': sp ? sp.queued : 0,
       class: 'wf-row' + (r === root ? ' sel' : ''), 'data-row': r, 'data-name': nameOf(A.nm[r]), 'data-path': pathOf(r), 'data-pid': pidOf(r),
       'data-depth': depth[i], 'data-start': A.st[r], 'data-dur': A.dur[r], 'data-open': isOpen(r) ? 1 : 0,
       'data-threads': ths.map(tidOf).join(','),
@@ -1042,7 +1058,7 @@ function openWaterfall(root, scroll) {
     const bar = svgEl('rect', { class: 'wf-bar', x: xa, y: 4, width: xb - xa, height: 13, rx: 2, fill: COLOR[A.nm[r]], 'fill-opacity': isOpen(r) ? 0.5 : 1, stroke: 'rgba(0,0,0,.3)' }, s);
     svgEl('title', {}, bar).textContent = describe(r).replace(/\nclick.*$/, '');
     const lbl = svgEl('text', { class: 'wf-dur', x: xb + 4, y: 14.5 }, s);
-    lbl.textContent = (isOpen(r) ? 'never stopped, ' : '') + fmtDur(A.dur[r]);
+    lbl.textContent = (isOpen(r) ? 'never stopped, ' : '') + fmtDur(A.dur[r]) + (sp ? ' (' + splitText(sp) + ')' : '');
     if (multi) {
       const yOf = (t) => 22 + ths.indexOf(t) * 10;
       const seg = (t, a, b) => {
