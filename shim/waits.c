@@ -114,6 +114,8 @@ const char *at_wait_io_reason(const char *call)
 /* Each function's next definition, resolved on its first call (real.c) */
 #define W_LIST(X)                                                                                  \
     X(nanosleep) X(clock_nanosleep) X(sleep) X(usleep) X(thrd_sleep)                              \
+    X(pthread_mutex_trylock) X(pthread_rwlock_tryrdlock) X(pthread_rwlock_trywrlock)             \
+    X(mtx_trylock) X(sem_trywait)                                                                  \
     X(pthread_mutex_timedlock) X(pthread_mutex_clocklock)                    \
     X(pthread_rwlock_rdlock) X(pthread_rwlock_wrlock) X(pthread_rwlock_timedrdlock)                \
     X(pthread_rwlock_timedwrlock) X(pthread_rwlock_clockrdlock) X(pthread_rwlock_clockwrlock)      \
@@ -147,6 +149,23 @@ static struct {
         return r_;                                                                                 \
     }
 
+/* The same for a lock or a semaphore: in an activity it is first tried (try_expr), and a free one,
+ * taken at once as the call would have taken it, is not timed: only one that is held can block
+ * (glibc's calls give the same results either way: a free lock is taken, and an error the try
+ * returns is the call's). `busy` tells a try that found it held. */
+#define W_FN_TRY(ret, name, params, args, reason, obj, try_expr, busy)                             \
+    AT_EXPORT ret name params                                                                      \
+    {                                                                                              \
+        if (AT_LIKELY(at_act_cur == NULL))                                                         \
+            return W_REAL(name) args;                                                              \
+        ret t_ = try_expr;                                                                         \
+        if (AT_LIKELY(!(busy)))                                                                    \
+            return t_;                                                                             \
+        ret r_;                                                                                    \
+        AT_WAIT_TIMED(r_, W_REAL(name) args, reason, #name, obj);                                  \
+        return r_;                                                                                 \
+    }
+
 #define PTR(p) ((uint64_t)(uintptr_t)(p))
 
 W_FN(int, nanosleep, (const struct timespec *t, struct timespec *rem), (t, rem), "sleep", 0)
@@ -157,9 +176,10 @@ W_FN(int, usleep, (useconds_t u), (u), "sleep", 0)
 W_FN(int, thrd_sleep, (const struct timespec *t, struct timespec *rem), (t, rem), "sleep", 0)
 
 /* The shim's own start takes locks, and its calls come here too: this wrapper's code is with the
- * start's (shim/start.ld) and its pointer to glibc's on the start's data page, so that a start
- * touches no page more for it. */
-static __typeof__(pthread_mutex_lock) *real_mutex_lock AT_START_DATA;
+ * start's (shim/start.ld) and its pointer to glibc's on the interposers' page (which a start writes
+ * anyway, and which a program's I/O reads between its locks), so that a start touches no page more
+ * for it. */
+static __typeof__(pthread_mutex_lock) *real_mutex_lock AT_HOT_PAGE_RT;
 __attribute__((section(".text.at_start_wrap"))) AT_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
 {
     __typeof__(pthread_mutex_lock) *f = __atomic_load_n(&real_mutex_lock, __ATOMIC_RELAXED);
@@ -168,6 +188,9 @@ __attribute__((section(".text.at_start_wrap"))) AT_EXPORT int pthread_mutex_lock
                                                               (void **)&real_mutex_lock);
     if (AT_LIKELY(at_act_cur == NULL))
         return f(m);
+    int t_ = W_REAL(pthread_mutex_trylock)(m); /* a free mutex: taken, not timed (W_FN_TRY) */
+    if (AT_LIKELY(t_ != EBUSY))
+        return t_;
     int r_;
     AT_WAIT_TIMED(r_, f(m), "lock", "pthread_mutex_lock", PTR(m));
     return r_;
@@ -176,8 +199,10 @@ W_FN(int, pthread_mutex_timedlock, (pthread_mutex_t *m, const struct timespec *t
      PTR(m))
 W_FN(int, pthread_mutex_clocklock, (pthread_mutex_t *m, clockid_t c, const struct timespec *t),
      (m, c, t), "lock", PTR(m))
-W_FN(int, pthread_rwlock_rdlock, (pthread_rwlock_t *l), (l), "lock", PTR(l))
-W_FN(int, pthread_rwlock_wrlock, (pthread_rwlock_t *l), (l), "lock", PTR(l))
+W_FN_TRY(int, pthread_rwlock_rdlock, (pthread_rwlock_t *l), (l), "lock", PTR(l),
+         W_REAL(pthread_rwlock_tryrdlock)(l), t_ == EBUSY)
+W_FN_TRY(int, pthread_rwlock_wrlock, (pthread_rwlock_t *l), (l), "lock", PTR(l),
+         W_REAL(pthread_rwlock_trywrlock)(l), t_ == EBUSY)
 W_FN(int, pthread_rwlock_timedrdlock, (pthread_rwlock_t *l, const struct timespec *t), (l, t),
      "lock", PTR(l))
 W_FN(int, pthread_rwlock_timedwrlock, (pthread_rwlock_t *l, const struct timespec *t), (l, t),
@@ -186,7 +211,7 @@ W_FN(int, pthread_rwlock_clockrdlock, (pthread_rwlock_t *l, clockid_t c, const s
      (l, c, t), "lock", PTR(l))
 W_FN(int, pthread_rwlock_clockwrlock, (pthread_rwlock_t *l, clockid_t c, const struct timespec *t),
      (l, c, t), "lock", PTR(l))
-W_FN(int, mtx_lock, (mtx_t *m), (m), "lock", PTR(m))
+W_FN_TRY(int, mtx_lock, (mtx_t *m), (m), "lock", PTR(m), W_REAL(mtx_trylock)(m), t_ == thrd_busy)
 W_FN(int, mtx_timedlock, (mtx_t *restrict m, const struct timespec *restrict t), (m, t), "lock",
      PTR(m))
 
@@ -218,7 +243,29 @@ W_FN(int, cnd_wait, (cnd_t *c, mtx_t *m), (c, m), "condition", PTR(c))
 W_FN(int, cnd_timedwait, (cnd_t *restrict c, mtx_t *restrict m, const struct timespec *restrict t),
      (c, m, t), "condition", PTR(c))
 
-W_FN(int, sem_wait, (sem_t *s), (s), "semaphore", PTR(s))
+/* sem_wait acts on a pending cancellation even when it need not wait (glibc tests for one first):
+ * so does the try here, before it takes a unit */
+static int sem_try(sem_t *s, int *busy)
+{
+    int e = errno;
+    pthread_testcancel();
+    int r = W_REAL(sem_trywait)(s);
+    *busy = r != 0 && errno == EAGAIN;
+    if (*busy)
+        errno = e;
+    return r;
+}
+AT_EXPORT int sem_wait(sem_t *s)
+{
+    if (AT_LIKELY(at_act_cur == NULL))
+        return W_REAL(sem_wait)(s);
+    int busy, t_ = sem_try(s, &busy);
+    if (AT_LIKELY(!busy))
+        return t_;
+    int r_;
+    AT_WAIT_TIMED(r_, W_REAL(sem_wait)(s), "semaphore", "sem_wait", PTR(s));
+    return r_;
+}
 W_FN(int, sem_timedwait, (sem_t *s, const struct timespec *t), (s, t), "semaphore", PTR(s))
 W_FN(int, sem_clockwait, (sem_t *s, clockid_t c, const struct timespec *t), (s, c, t), "semaphore",
      PTR(s))
