@@ -268,11 +268,14 @@ START_TEST(report_in_chromium)
     ck_assert_msg(strstr(got, "\ntarget Work //1/1 T1 4000000 1000000\n"), "%s", got);
     ck_assert_msg(strstr(got, "\ntooltip \"Work //1/1  (pid P1)\"\nclicked Work //1/1 T1\n"), "%s", got);
     free(got);
-    /* the waterfall of Request //1 (the longer Request): both threads, both transfers, Work below */
+    /* the waterfall of Request //1 (the longer Request): both threads, both transfers, Work below;
+     * the transfers' 1.5 ms are Request's queued time, and the trace has no samples or waits */
     got = web("waterfall.js", out, (const char *const[]){"Request", NULL});
     ck_assert_msg(strstr(got, "\nroot Request //1 T1\n"
                               "row 0 Request //1 T1 1000000 7000000 T1,T2 T1>T2@2000000-3000000,T2>T1@5500000-6000000\n"
                               "row 1 Work //1/1 T1 4000000 1000000 T2 -\n"
+                              "split //1 0 0 1500000 \"7.00 ms (cpu 0 ns, blocked 0 ns, queued 1.50 ms)\"\n"
+                              "split //1/1 0 0 0 \"1.00 ms\"\n"
                               "bars 2 visits 2 arrows 2 more 0\n"),
                   "%s", got);
     /* Request //1's own event with its stack (none on its Start) */
