@@ -69,6 +69,7 @@ static uint64_t run_fixture(const char *out, const char *conf, const char *symbo
 
 typedef struct counts {
     size_t universal, modules, methods, stacked;
+    size_t placed; /* stacked in an activity whose Start is in the file */
 } counts;
 
 static counts count(const char *path)
@@ -82,7 +83,13 @@ static counts count(const char *path)
         bool clr = !strcmp(e->provider, "Microsoft-Windows-DotNETRuntime");
         c.modules += clr && e->event_id == 152;
         c.methods += clr && e->event_id == 143;
+        /* a stack the activity view can place: in an activity whose Start is in this file (a
+         * rotated segment's waits in the Serve activity begun segments earlier it cannot) */
+        bool started = false;
+        for (size_t j = 0; e->nframes && e->act_path[0] && j <= i && !started; j++)
+            started = t.ev[j].opcode == 1 && !strcmp(t.ev[j].act_path, e->act_path);
         c.stacked += e->nframes > 0;
+        c.placed += e->nframes > 0 && started;
     }
     at_trace_free(&t);
     return c;
@@ -188,7 +195,7 @@ START_TEST(test_methods_name_frames_as_universal)
     (void)after_u;
 
     /* every rotated segment with stacks describes its own modules and functions (a segment may
-     * hold none: the last few events of a slow run) */
+     * hold none in activities it starts: the last few events of a slow run) */
     char **seg = run_rotated();
     size_t nstacked = 0;
     for (size_t i = 0; seg[i]; i++) {
@@ -196,7 +203,7 @@ START_TEST(test_methods_name_frames_as_universal)
         ck_assert_msg(c.universal == 0 && (c.stacked == 0 || (c.modules > 0 && c.methods > 0)),
                       "%s: %zu Universal.System, %zu ModuleLoad, %zu MethodLoadVerbose, %zu stacked", seg[i],
                       c.universal, c.modules, c.methods, c.stacked);
-        if (c.stacked > 0)
+        if (c.placed > 0)
             seg[nstacked++] = seg[i];
         else
             free(seg[i]);
