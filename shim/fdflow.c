@@ -716,31 +716,43 @@ AT_IO1(ssize_t, __recvfrom_chk,
 /* Two fds: the socket is usually the output of sendfile and either end of splice. */
 AT_DIRECT_FN(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n),
              (fd_io(out), fd_io(in)), (void)0)
+AT_TIMED_FN(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n), "write",
+            (uint64_t)(int64_t)out)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
     AT_DIRECT(sendfile, (out, in, off, n));
     fd_io(out);
     fd_io(in);
+    if (AT_UNLIKELY(at_act_cur != NULL))
+        return sendfile_timed(out, in, off, n);
     return AT_REAL(sendfile)(out, in, off, n);
 }
 
 AT_DIRECT_FN(ssize_t, sendfile64, (int out, int in, off64_t *off, size_t n), (out, in, off, n),
              (fd_io(out), fd_io(in)), (void)0)
+AT_TIMED_FN(ssize_t, sendfile64, (int out, int in, off64_t *off, size_t n), (out, in, off, n),
+            "write", (uint64_t)(int64_t)out)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
 {
     AT_DIRECT(sendfile64, (out, in, off, n));
     fd_io(out);
     fd_io(in);
+    if (AT_UNLIKELY(at_act_cur != NULL))
+        return sendfile64_timed(out, in, off, n);
     return AT_REAL(sendfile64)(out, in, off, n);
 }
 
 AT_DIRECT_FN(ssize_t, splice,
              (int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f),
              (in, oin, out, oout, n, f), (fd_io(in), fd_io(out)), (void)0)
+AT_TIMED_FN(ssize_t, splice, (int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f),
+            (in, oin, out, oout, n, f), "write", (uint64_t)(int64_t)out)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f)
 {
     AT_DIRECT(splice, (in, oin, out, oout, n, f));
     fd_io(in);
     fd_io(out);
+    if (AT_UNLIKELY(at_act_cur != NULL))
+        return splice_timed(in, oin, out, oout, n, f);
     return AT_REAL(splice)(in, oin, out, oout, n, f);
 }

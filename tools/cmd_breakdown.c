@@ -31,7 +31,8 @@ typedef struct bd_sums {
 /* An activity's own figures, kept by its serial until it is printed */
 typedef struct bd_acc {
     uint64_t serial; /* 0: a free slot */
-    bd_sums self;
+    bd_sums self;    /* its samples and waits; its transfers' queued time once its subtree ended */
+    bd_sums all;     /* with its children's, once its subtree ended (sums_fill) */
     uint64_t reason_ns[BD_REASONS];
     char reason[BD_REASONS][32];
     uint32_t nreasons;
@@ -182,50 +183,6 @@ static void acc_drop(bd_ctx *c, uint64_t serial)
 
 /* ---------------- events ---------------- */
 
-/* The fields of a WaitSuspend or WaitResume: Reason, Call (strings), Object, BlockedNs */
-static void unquote(char *buf)
-{
-    size_t n = strlen(buf);
-    if (n >= 2 && buf[0] == '"' && buf[n - 1] == '"') { /* formatted as a quoted string */
-        buf[n - 1] = 0;
-        memmove(buf, buf + 1, n - 1);
-    }
-}
-
-static bool wait_fields(const nt_event *ev, char *reason, size_t rn, char *call, size_t cn,
-                        uint64_t *blocked)
-{
-    const nt_metadata *m = ev->meta;
-    uint32_t off = 0;
-    *blocked = 0;
-    reason[0] = 0;
-    call[0] = 0;
-    for (uint32_t i = 0; i < m->nfields; i++) {
-        const nt_field *f = &m->fields[i];
-        if (!strcmp(f->name, "BlockedNs") && f->type == NT_TYPE_UINT64) {
-            if (off + 8 > ev->payload_len)
-                return false;
-            memcpy(blocked, ev->payload + off, 8);
-            off += 8;
-            continue;
-        }
-        char buf[64];
-        if (!nt_field_format(f, ev->payload, ev->payload_len, &off, buf, sizeof buf))
-            return false;
-        unquote(buf);
-        if (!strcmp(f->name, "Reason"))
-            snprintf(reason, rn, "%s", buf);
-        else if (!strcmp(f->name, "Call"))
-            snprintf(call, cn, "%s", buf);
-    }
-    return true;
-}
-
-static bool is_wait(const nt_event *ev, const char *name)
-{
-    return !strcmp(ev->meta->provider, "acttrace-shim") && !strcmp(ev->meta->name, name);
-}
-
 static bd_pending *pending_of(bd_ctx *c, uint32_t pid, uint64_t tid, bool make)
 {
     for (size_t i = 0; i < c->npend; i++)
@@ -317,31 +274,28 @@ static void on_event(void *vc, const am_event *e)
         }
         return;
     }
-    if (is_wait(e->ev, "WaitSuspend")) {
-        char reason[32], call[48];
-        uint64_t ns;
+    bool resume;
+    char reason[32], call[48];
+    uint64_t ns;
+    if (!nt_event_wait(e->ev, &resume, reason, sizeof reason, call, sizeof call, &ns))
+        return;
+    if (!resume) { /* its stack, for the Resume that ends it on this thread */
         bd_pending *p = pending_of(c, e->pid, e->ev->thread, true);
-        if (p && wait_fields(e->ev, reason, sizeof reason, call, sizeof call, &ns))
+        if (p)
             stack_text(c, e, call, p->text, sizeof p->text);
         return;
     }
-    if (is_wait(e->ev, "WaitResume")) {
-        char reason[32], call[48];
-        uint64_t ns;
-        if (!wait_fields(e->ev, reason, sizeof reason, call, sizeof call, &ns))
-            return;
-        c->waits++;
-        bd_pending *p = pending_of(c, e->pid, e->ev->thread, false);
-        bd_acc *a = e->act ? acc_get(c, e->act->serial) : NULL;
-        if (a) {
-            a->self.blocked += ns;
-            add_reason(a, reason[0] ? reason : "?", ns);
-            if (p)
-                add_stack(a, p->text, ns);
-        }
+    c->waits++;
+    bd_pending *p = pending_of(c, e->pid, e->ev->thread, false);
+    bd_acc *a = e->act ? acc_get(c, e->act->serial) : NULL;
+    if (a) {
+        a->self.blocked += ns;
+        add_reason(a, reason[0] ? reason : "?", ns);
         if (p)
-            p->text[0] = 0;
+            add_stack(a, p->text, ns);
     }
+    if (p)
+        p->text[0] = 0;
 }
 
 /* ---------------- rows ---------------- */
@@ -467,42 +421,39 @@ static void row_keep(bd_ctx *c, const bd_row *r)
         c->rows[lo] = *r;
 }
 
-/* a's own sums and its children's (transfers into an activity are its queued time) */
-static bd_sums sums_all(bd_ctx *c, const am_activity *a)
+/* Once a subtree ended: each activity's own sums (the transfers into it are its queued time) and
+ * its sums with its children, into its entry, children first. Returns a's sums with children. */
+static bd_sums sums_fill(bd_ctx *c, const am_activity *a)
 {
-    bd_sums s = {0};
-    const bd_acc *x = acc_find(c, a->serial);
-    if (x)
-        s = x->self;
+    bd_acc *x = acc_find(c, a->serial);
+    bd_sums self = x ? x->self : (bd_sums){0};
     for (uint32_t i = 0, n = am_nxfers(a); i < n; i++) {
         const am_transfer *t = am_xfer_at(a, i);
         if (t->from_tid && t->recv > t->send)
-            s.queued += (uint64_t)(t->recv - t->send);
+            self.queued += (uint64_t)(t->recv - t->send);
     }
+    bd_sums all = self;
     for (const am_activity *k = a->first_child; k; k = k->next_sibling) {
-        bd_sums ks = sums_all(c, k);
-        s.cpu += ks.cpu;
-        s.blocked += ks.blocked;
-        s.queued += ks.queued;
+        bd_sums ks = sums_fill(c, k);
+        all.cpu += ks.cpu;
+        all.blocked += ks.blocked;
+        all.queued += ks.queued;
     }
-    return s;
+    x = acc_get(c, a->serial); /* after the children's: their entries may have moved the table */
+    if (x) {
+        x->self = self;
+        x->all = all;
+    }
+    return all;
 }
 
 static void emit(bd_ctx *c, const am_activity *a, int depth)
 {
     if (wanted(c, a)) {
-        bd_sums self = {0};
         const bd_acc *x = acc_find(c, a->serial);
-        if (x)
-            self = x->self;
-        for (uint32_t i = 0, n = am_nxfers(a); i < n; i++) {
-            const am_transfer *t = am_xfer_at(a, i);
-            if (t->from_tid && t->recv > t->send)
-                self.queued += (uint64_t)(t->recv - t->send);
-        }
-        bd_sums all = sums_all(c, a);
+        bd_sums none = {0};
         bd_row r;
-        row_fill(c, a, &self, &all, &r);
+        row_fill(c, a, x ? &x->self : &none, x ? &x->all : &none, &r);
         c->printed++;
         if (c->slowest)
             row_keep(c, &r);
@@ -523,6 +474,7 @@ static void drop_all(bd_ctx *c, const am_activity *a)
 static void on_tree(void *vc, const am_activity *root)
 {
     bd_ctx *c = vc;
+    sums_fill(c, root);
     emit(c, root, root->depth);
     drop_all(c, root);
 }

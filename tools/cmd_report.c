@@ -455,27 +455,6 @@ static void split_add(rp_ctx *c, uint64_t serial, int which, uint64_t ns)
     c->split[i][which] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
-/* A WaitResume's BlockedNs (acttrace-shim, shim/waits.c) */
-static bool wait_blocked(const nt_event *ev, uint64_t *ns)
-{
-    if (strcmp(ev->meta->name, "WaitResume") != 0 || strcmp(ev->meta->provider, "acttrace-shim") != 0)
-        return false;
-    uint32_t off = 0;
-    for (uint32_t i = 0; i < ev->meta->nfields; i++) {
-        const nt_field *f = &ev->meta->fields[i];
-        if (!strcmp(f->name, "BlockedNs") && f->type == NT_TYPE_UINT64) {
-            if (off + 8 > ev->payload_len)
-                return false;
-            memcpy(ns, ev->payload + off, 8);
-            return true;
-        }
-        char skip[64];
-        if (!nt_field_format(f, ev->payload, ev->payload_len, &off, skip, sizeof skip))
-            return false;
-    }
-    return false;
-}
-
 static void rp_event(void *vc, const am_event *e)
 {
     rp_ctx *c = vc;
@@ -500,7 +479,8 @@ static void rp_event(void *vc, const am_event *e)
         return;
     }
     if (!e->act) return;
-    if (wait_blocked(ev, &took))
+    bool resume;
+    if (nt_event_wait(ev, &resume, NULL, 0, NULL, 0, &took) && resume)
         split_add(c, e->act->serial, 1, took);
     uint8_t op = ev->meta->opcode;
     uint32_t st = rp_stack_of(c, e);

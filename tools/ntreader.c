@@ -1523,6 +1523,49 @@ const char *nt_type_name(uint32_t t)
     return "unknown";
 }
 
+bool nt_event_wait(const nt_event *ev, bool *resume, char *reason, size_t rn, char *call, size_t cn,
+                   uint64_t *blocked_ns)
+{
+    const nt_metadata *m = ev->meta;
+    if (!m || !m->provider || !m->name || strcmp(m->provider, "acttrace-shim") != 0)
+        return false;
+    bool res = !strcmp(m->name, "WaitResume");
+    if (!res && strcmp(m->name, "WaitSuspend") != 0)
+        return false;
+    *resume = res;
+    *blocked_ns = 0;
+    if (reason && rn)
+        reason[0] = 0;
+    if (call && cn)
+        call[0] = 0;
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < m->nfields; i++) {
+        const nt_field *f = &m->fields[i];
+        if (f->type == NT_TYPE_UINT64) {
+            if (off + 8 > ev->payload_len)
+                return false;
+            if (!strcmp(f->name, "BlockedNs"))
+                memcpy(blocked_ns, ev->payload + off, 8);
+            off += 8;
+            continue;
+        }
+        char buf[128];
+        if (!nt_field_format(f, ev->payload, ev->payload_len, &off, buf, sizeof buf))
+            return false;
+        size_t n = strlen(buf);
+        const char *v = buf;
+        if (n >= 2 && buf[0] == '"' && buf[n - 1] == '"') { /* the formatter quotes strings */
+            buf[n - 1] = 0;
+            v = buf + 1;
+        }
+        if (!strcmp(f->name, "Reason") && reason && rn)
+            snprintf(reason, rn, "%s", v);
+        else if (!strcmp(f->name, "Call") && call && cn)
+            snprintf(call, cn, "%s", v);
+    }
+    return true;
+}
+
 bool nt_event_cpu_sample(const nt_event *ev, uint64_t *cpu_ns)
 {
     const nt_metadata *m = ev->meta;

@@ -151,6 +151,11 @@ const char *nt_opcode_name(uint8_t opcode);
  * *cpu_ns: the CPU time it stands for (the shim's CpuNs after the runtime's Type), 0 when the file
  * does not say (the runtime's own samples, one per sampling period). */
 bool nt_event_cpu_sample(const nt_event *ev, uint64_t *cpu_ns);
+/* A wait the shim recorded (acttrace-shim WaitSuspend or WaitResume, shim/waits.c): *resume says
+ * which; its Reason and Call (UTF-8, cut to fit; either may be NULL) and, for a Resume, BlockedNs
+ * (0 for a Suspend). False for any other event, or a payload too short for its fields. */
+bool nt_event_wait(const nt_event *ev, bool *resume, char *reason, size_t rn, char *call, size_t cn,
+                   uint64_t *blocked_ns);
 /* Name of a field type code ("int32", "string", ...). */
 const char *nt_type_name(uint32_t type);
 
