@@ -26,6 +26,7 @@ void at_config_defaults_zeroed(at_config *c)
     c->stack_depth = 32;
     c->symbols = true;
     c->waits = true;
+    c->tasks = -1;
     c->wait_min_us = AT_WAIT_MIN_US_DEFAULT;
 }
 
@@ -123,6 +124,17 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
     for (size_t i = 0; i < sizeof bools / sizeof bools[0] && rc == 0; i++)
         if ((v = getenv_fn(bools[i].name)) && *v)
             rc = parse_bool(bools[i].name, v, (bool *)((char *)c + bools[i].off), err, errlen);
+    if (rc == 0 && (v = getenv_fn("ACTTRACE_TASKS")) && *v) {
+        bool b;
+        if (!strcmp(v, "auto"))
+            c->tasks = -1;
+        else if (parse_bool("ACTTRACE_TASKS", v, &b, err, errlen) == 0)
+            c->tasks = b;
+        else {
+            snprintf(err, errlen, "ACTTRACE_TASKS=%s: expected 0, 1 or auto", v);
+            rc = -1;
+        }
+    }
     if (rc == 0 && (v = getenv_fn("ACTTRACE_SYMBOLS")) && *v) {
         c->symbols_methods = !strcmp(v, "methods");
         if (c->symbols_methods)

@@ -55,6 +55,10 @@ typedef struct at_config {
                                sleeps, locks, condition variables, semaphores, joins, fsync, waits
                                for children) for at least wait_min_us writes a WaitSuspend at the
                                call's start and a WaitResume at its end */
+    int tasks;              /* ACTTRACE_TASKS=0|1|auto: hand-offs also written as TPL tasks
+                               (TaskScheduled, TaskExecute Start/Stop), which PerfView follows to
+                               give a thread's samples to the activity a hand-off brought; auto (-1,
+                               the default): when CPU sampling is on */
     unsigned wait_min_us;   /* ACTTRACE_WAIT_MIN_US: the shortest wait recorded (default 20 us; at
                                most AT_WAIT_MIN_US_MAX) */
     bool symbols_methods;   /* ACTTRACE_SYMBOLS=methods: the rundown as .NET runtime method events,

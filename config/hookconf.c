@@ -571,6 +571,15 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         if (parse_bool(p, &r, &b) < 0)
             return -1;
         c->waits = b;
+    } else if (!strcmp(key, "tasks")) {
+        if (!strcmp(v, "auto"))
+            c->tasks = 2;
+        else if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "on") || !strcmp(v, "1"))
+            c->tasks = 1;
+        else if (!strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "off") || !strcmp(v, "0"))
+            c->tasks = 0;
+        else
+            return fail(p, vpos, "'%s': expected on, off or auto", v);
     } else if (!strcmp(key, "wait_min_us")) {
         if (parse_u64(p, &r, AT_WAIT_MIN_US_MAX, &x) < 0)
             return -1;
@@ -791,6 +800,7 @@ int at_hookconf_parse(const char *path, const char *text, at_hookconf *c, char *
     c->level = -1;
     c->sample_hz = -1;
     c->waits = -1;
+    c->tasks = -1;
     c->wait_min_us = -1;
     parser *p = calloc(1, sizeof *p);
     if (!p) {

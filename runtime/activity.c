@@ -844,6 +844,111 @@ int at_activity_event_ts(uint64_t ts, const at_event_type *t, const void *payloa
 
 /* --- transfers --- */
 
+/* The tasks PerfView follows. TraceEvent gives a thread the StartStop activities started on it and
+ * those a TPL task brought (its ActivityComputer: TaskScheduled on the sending thread makes a task
+ * whose creator is what that thread does; TaskExecute Start and Stop on the thread that runs it make
+ * the task that thread's current work), never an event's ActivityId. So a hand-off that writes a
+ * Send and its Receive also writes them as the runtime's TplEventSource does: TaskScheduled beside
+ * the Send, TaskExecute Start beside the Receive and its Stop where the work leaves the thread
+ * again; then PerfView's activity view and `dotnet-trace convert` put the samples a pool thread
+ * takes in a flowed activity under it. The TaskID is the Send's thread and id, hashed to 32 bits
+ * (TraceEvent keys a task by process and TaskID while it is scheduled or running). */
+#define AT_TPL_PROVIDER "System.Threading.Tasks.TplEventSource"
+#define AT_TPL_SCHEDULER 1 /* the OriginatingTaskSchedulerID of every task: the default one's */
+static at_event_type *g_task_sched, *g_task_start, *g_task_stop;
+static bool g_tasks_on;
+
+void at_flow_tasks_enable(bool on)
+{
+    g_tasks_on = on;
+}
+
+/* Registered with the transfers' types, only when on: otherwise the pointers stay NULL, and a
+ * hand-off tests one of them. */
+static void init_task_events(void)
+{
+    if (!g_tasks_on)
+        return;
+    static const at_field fsched[] = {{"OriginatingTaskSchedulerID", NT_TYPE_INT32},
+                                      {"OriginatingTaskID", NT_TYPE_INT32},
+                                      {"TaskID", NT_TYPE_INT32},
+                                      {"CreatingTaskID", NT_TYPE_INT32},
+                                      {"TaskCreationOptions", NT_TYPE_INT32},
+                                      {"appDomain", NT_TYPE_INT32}};
+    static const at_field fstart[] = {{"OriginatingTaskSchedulerID", NT_TYPE_INT32},
+                                      {"OriginatingTaskID", NT_TYPE_INT32},
+                                      {"TaskID", NT_TYPE_INT32}};
+    static const at_field fstop[] = {{"OriginatingTaskSchedulerID", NT_TYPE_INT32},
+                                     {"OriginatingTaskID", NT_TYPE_INT32},
+                                     {"TaskID", NT_TYPE_INT32},
+                                     {"IsExceptional", NT_TYPE_BOOLEAN}};
+    /* ids, versions, opcodes and keywords as the runtime's TplEventSource declares them */
+    at_event_desc d = {.provider = AT_TPL_PROVIDER, .event_id = 7, .id_given = true,
+                       .name = "TaskScheduled", .version = 1, .level = NT_LEVEL_INFO,
+                       .opcode = NT_OPCODE_SEND, .keywords = 0x3, .nfields = 6, .fields = fsched};
+    g_task_sched = at_event_type_register(&d);
+    d = (at_event_desc){.provider = AT_TPL_PROVIDER, .event_id = 8, .id_given = true,
+                        .name = "TaskStarted", .level = NT_LEVEL_INFO, .opcode = NT_OPCODE_START,
+                        .keywords = 0x2, .nfields = 3, .fields = fstart};
+    g_task_start = at_event_type_register(&d);
+    d = (at_event_desc){.provider = AT_TPL_PROVIDER, .event_id = 9, .id_given = true,
+                        .name = "TaskCompleted", .version = 1, .level = NT_LEVEL_INFO,
+                        .opcode = NT_OPCODE_STOP, .keywords = 0x40, .nfields = 4, .fields = fstop};
+    g_task_stop = at_event_type_register(&d);
+}
+
+static inline int32_t task_id(uint64_t tid, uint64_t send_id)
+{
+    uint64_t h = (send_id ^ (tid << 40) ^ tid) * 0x9E3779B97F4A7C15ull;
+    int32_t id = (int32_t)(h >> 33);
+    return id ? id : 1;
+}
+
+/* The thread's open tasks, innermost last: each with the enter its Receive followed (the value
+ * at_flow_enter returned, which the matching at_flow_leave passes back) */
+typedef struct at_task_open {
+    int32_t id;
+    at_activity *prev;
+} at_task_open;
+#define AT_TASKS_MAX 4
+#define at_tasks ((at_task_open *)AT_PTLS.tasks)
+_Static_assert(sizeof(at_task_open) * AT_TASKS_MAX <= sizeof(((at_path_tls *)0)->tasks),
+               "tasks in at_path_tls hold AT_TASKS_MAX open tasks");
+#define at_task_n (at_act_t.task_n)
+
+/* Written with no ActivityId: TraceEvent follows tasks by thread and TaskID, and readers that take
+ * any Start or Stop with an id for an activity's (ours, TraceEvent's StartStopActivityComputer for
+ * providers named as EventSources are) must not see a second activity in them. */
+static void task_event(at_event_type *t, int32_t id, uint32_t len)
+{
+    if (!t || !at_event_enabled(t))
+        return;
+    int32_t pl[6] = {AT_TPL_SCHEDULER, 0, id, 0, 0, 1};
+    if (t == g_task_stop)
+        pl[3] = 0; /* IsExceptional */
+    at_event_write(t, NULL, NULL, pl, len, NULL, 0);
+}
+
+void at_flow_task_start(at_activity *prev, uint64_t from_tid, uint64_t send_id)
+{
+    if (!from_tid || !send_id || at_task_n >= AT_TASKS_MAX || !g_task_start ||
+        !at_event_enabled(g_task_start))
+        return;
+    int32_t id = task_id(from_tid, send_id);
+    task_event(g_task_start, id, 12);
+    at_tasks[at_task_n] = (at_task_open){id, prev};
+    at_task_n++;
+}
+
+void at_flow_task_leave(at_activity *prev)
+{
+    at_task_open *top = &at_tasks[at_task_n - 1];
+    if (top->prev != prev)
+        return;
+    task_event(g_task_stop, top->id, 16);
+    at_task_n--;
+}
+
 /* Send: ActivityUniqueId, ThreadId (the sender), TransferId. Receive: ActivityUniqueId, ThreadId (the
  * receiver), SenderThreadId, TransferId (the Send's; 0 when unknown). The fields after ThreadId came
  * later: readers that know only the first two still read both events. */
@@ -866,6 +971,7 @@ static void init_transfer_events(void)
     r.fields = fr;
     g_send_ev = at_event_type_register(&s);
     g_recv_ev = at_event_type_register(&r);
+    init_task_events();
 }
 
 static pthread_once_t g_transfer_once = PTHREAD_ONCE_INIT;
@@ -905,9 +1011,11 @@ AT_HOT_FN uint64_t at_flow_transfer_send(at_activity *a)
      * read): kept after the thread's previous event, so two Sends of a thread never share one (the
      * Receive names the sender's thread and this id). */
     uint64_t id = 0;
-    return write_transfer(g_send_ev, a, NULL, at_event_last_ts() + 1, false, &id, 1, 16) == 0
-               ? at_event_last_ts()
-               : 0;
+    if (write_transfer(g_send_ev, a, NULL, at_event_last_ts() + 1, false, &id, 1, 16) != 0)
+        return 0;
+    id = at_event_last_ts();
+    task_event(g_task_sched, task_id((uint64_t)at_tid(), id), 24);
+    return id;
 }
 
 void at_flow_transfer_receive(at_activity *a, const at_guid *previous)
@@ -957,6 +1065,7 @@ void at_activity_set_exec_generation(uint32_t gen)
 AT_FORK_TEXT void at_activity_after_fork_child(void)
 {
     at_tid_cache = 0;
+    at_act_t.task_n = 0; /* the parent's open tasks end in the parent's file */
     /* only once initialized: at_actg_pid != 0 is what tells ensure_init that init_once has run */
     if (__atomic_load_n(&at_actg_pid, __ATOMIC_ACQUIRE) != 0)
         __atomic_store_n(&at_actg_pid, (uint32_t)at_raw_getpid(), __ATOMIC_RELEASE);

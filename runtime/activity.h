@@ -124,6 +124,14 @@ void at_flow_transfer_receive_after(at_activity *a, const at_guid *previous, uin
 void at_flow_transfer_receive_from(at_activity *a, const at_guid *previous, uint64_t from_tid,
                                    uint64_t send_id);
 
+/* After a Receive written by at_flow_transfer_receive_from (the same from_tid and send_id), given
+ * the value of the at_flow_enter it followed: the hand-off also opens a task as TPL writes them
+ * (TaskExecute Start), closed by the at_flow_leave given that value (TaskExecute Stop), so TraceEvent
+ * gives the samples this thread takes meanwhile to the activity (see activity.c). */
+void at_flow_task_start(at_activity *prev, uint64_t from_tid, uint64_t send_id);
+/* Whether hand-offs are written as tasks too (off until called; before the first transfer). */
+void at_flow_tasks_enable(bool on);
+
 /* Process start: root activities link to an activity of the parent process (exec chains). */
 void at_activity_set_process_parent(const at_guid *parent_id);
 /* Process start, before any activity: the image's exec generation (0 for a process's first image).

@@ -26,6 +26,7 @@ typedef struct at_act_tls {
     bool borrowed;          /* cur borrowed from a capture by at_flow_enter */
     bool registered;        /* activity.c: the thread's exit releases what it holds */
     uint8_t root_grow;      /* activity.c: log2 of the next block of root numbers */
+    uint8_t task_n;         /* activity.c: hand-offs open as tasks (at_flow_task_start) */
     uint32_t refc_busy;
     at_activity *pre_act;
     uint32_t pre_n;
@@ -130,8 +131,14 @@ static inline at_activity *at_flow_enter(at_activity *captured)
     return (at_activity *)tagged;
 }
 
+/* The work a hand-off brought ends (activity.c): the task its Receive opened, if prev is that of the
+ * enter it followed. */
+void at_flow_task_leave(at_activity *prev);
+
 static inline void at_flow_leave(at_activity *prev)
 {
+    if (AT_UNLIKELY(at_act_t.task_n))
+        at_flow_task_leave(prev);
     at_activity *old = at_act_cur;
     if (!at_act_borrowed && old)
         at_activity_unref(old);

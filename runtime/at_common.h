@@ -42,6 +42,7 @@ typedef struct at_path_tls {
     void *slot_cache;         /* shim/slots.c tl_cache */
     unsigned slot_ncache;     /* shim/slots.c tl_ncache */
     void *pool_last;          /* shim/callbacks.c tl_last_item */
+    uint64_t tasks[8];        /* runtime/activity.c: the hand-offs open as tasks (at_flow_task_start) */
     uint64_t idc[4] __attribute__((aligned(64))); /* runtime/activity_inline.h at_act_idcache
                                                    * (at_act_idc): a line of its own */
 } at_path_tls;

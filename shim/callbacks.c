@@ -129,6 +129,7 @@ AT_HOT_FN static at_activity *ctx_enter(at_activity *cap, uint64_t from_tid, uin
         at_guid prev = cur ? *at_activity_id(cur) : (at_guid){{0}};
         at_activity *p = at_flow_enter(cap);
         at_flow_transfer_receive_from(cap, &prev, from_tid, send_ts);
+        at_flow_task_start(p, from_tid, send_ts);
         return p;
     }
     return at_flow_enter(cap);

@@ -117,6 +117,8 @@ static void adopt_pop(bool restore)
     if (restore) {
         at_flow_leave(ad.prev);
     } else {
+        if (at_act_t.task_n)
+            at_flow_task_leave(ad.prev);
         at_activity *p = (at_activity *)((uintptr_t)ad.prev & ~(uintptr_t)1);
         if (p && !((uintptr_t)ad.prev & 1))
             at_activity_unref(p); /* the thread's reference on it had moved to the adoption */
@@ -280,7 +282,8 @@ AT_NOINLINE AT_PATH_IO static void fd_io_slow(at_fd_slot *s, int fd)
     at_guid prev_id = {{0}};
     if (cur)
         prev_id = *at_activity_id(cur);
-    adopt_push(a, at_flow_enter(a), NULL);
+    at_activity *entered_from = at_flow_enter(a);
+    adopt_push(a, entered_from, NULL);
     /* A Receive only when the work really changed thread: not for the thread that tagged the fd
      * taking it up again after a wait point, and once per hop: a worker that takes the connection
      * up again after each wait point (every request of a keep-alive connection) is not handed it
@@ -292,6 +295,7 @@ AT_NOINLINE AT_PATH_IO static void fd_io_slow(at_fd_slot *s, int fd)
         /* the tag's Send answers the first hop only: a later one comes from the last receiver */
         uint64_t sid = __atomic_exchange_n(&s->send_id, 0, __ATOMIC_RELAXED);
         at_flow_transfer_receive_from(a, &prev_id, last, sid);
+        at_flow_task_start(entered_from, last, sid);
     }
     goto out;
 drop:

@@ -97,6 +97,8 @@ static void hookconf_apply(const at_hookconf *hc, at_config *c)
         c->sample_hz = (unsigned)hc->sample_hz;
     if (hc->waits >= 0 && !at_env("ACTTRACE_WAITS"))
         c->waits = hc->waits != 0;
+    if (hc->tasks >= 0 && !at_env("ACTTRACE_TASKS"))
+        c->tasks = hc->tasks == 2 ? -1 : hc->tasks;
     if (hc->wait_min_us >= 0 && !at_env("ACTTRACE_WAIT_MIN_US"))
         c->wait_min_us = (unsigned)hc->wait_min_us;
     if (hc->symbols && !at_env("ACTTRACE_SYMBOLS")) {
@@ -205,8 +207,12 @@ __attribute__((constructor)) static void at_preload_init(void)
         at_signals_install();
         at_altstack_init();
     }
-    if (at_sampler_init(at_cfg.sample_hz, err, sizeof err) != 0)
+    bool sampling = at_cfg.sample_hz != 0;
+    if (at_sampler_init(at_cfg.sample_hz, err, sizeof err) != 0) {
         fprintf(stderr, "acttrace: sampling off: %s\n", err);
+        sampling = false;
+    }
+    at_flow_tasks_enable(at_cfg.tasks > 0 || (at_cfg.tasks < 0 && sampling));
     at_waits_init();
     at_as_start_done(); /* what the shim maps from now on comes out of room reserved here */
     __atomic_store_n(&at_hot.shim_on, 1, __ATOMIC_RELEASE);

@@ -1093,7 +1093,9 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
         }
     }
     e.act = a;
-    if (op == NT_OPCODE_STOP) {
+    /* a Stop without an ActivityId is no activity's (the TPL task events the shim writes beside its
+     * transfers: TaskExecute Stop) */
+    if (op == NT_OPCODE_STOP && !at_guid_is_zero(&ev->activity)) {
         /* EventSource logs a Stop that finds no live activity of its name with the current id: such
          * a Stop (another name) leaves the activity of that id running */
         am_activity *named = a;

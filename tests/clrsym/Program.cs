@@ -11,6 +11,10 @@
 //    events are there.
 // Prints "PASS file: ..." or "FAIL file: ..." per file, then "N passed, N failed"; exit code 1 on a
 // failure.
+//   atclrsym --view FILE
+// prints the activity view's samples as "view<TAB>thread<TAB>activity<TAB>ms" lines: the time they
+// stand for (their metric), per thread (its "Thread (N)" frame) and innermost activity frame ("-"
+// for none).
 using System.Diagnostics;
 using Microsoft.Diagnostics.Symbols;
 using Microsoft.Diagnostics.Tracing;
@@ -22,6 +26,8 @@ static class Program
     static int Main(string[] args)
     {
         string acttrace = "acttrace";
+        if (args.Length == 2 && args[0] == "--view")
+            return View(args[1]);
         var files = new List<string>();
         for (int i = 0; i < args.Length; i++)
         {
@@ -104,6 +110,42 @@ static class Program
                     Console.WriteLine("  frame " + src.GetFrameName(src.GetFrameIndex(si), false));
         });
         return n;
+    }
+
+    static int View(string path)
+    {
+        string etlx = Path.Combine(Path.GetTempPath(), $"atclrsym-{Environment.ProcessId}-{Path.GetFileName(path)}.etlx");
+        TraceLog.CreateFromEventPipeDataFile(path, etlx);
+        try
+        {
+            using var tl = new TraceLog(etlx);
+            var src = new MutableTraceEventStackSource(tl);
+            var comp = new SampleProfilerThreadTimeComputer(tl, new SymbolReader(TextWriter.Null))
+            {
+                GroupByStartStopActivity = true,
+                IncludeEventSourceEvents = false,
+            };
+            comp.GenerateThreadTimeStacks(src);
+            var counts = new SortedDictionary<string, double>(StringComparer.Ordinal);
+            src.ForEach(sample =>
+            {
+                string thread = "-", activity = null;
+                for (var si = sample.StackIndex; si != StackSourceCallStackIndex.Invalid; si = src.GetCallerIndex(si))
+                {
+                    string f = src.GetFrameName(src.GetFrameIndex(si), false);
+                    if (f.StartsWith("Thread (")) thread = f;
+                    else if (activity == null && f.StartsWith("Activity ")) activity = f;
+                }
+                string key = thread + "\t" + (activity ?? "-");
+                counts[key] = counts.GetValueOrDefault(key) + sample.Metric;
+            });
+            foreach (var (k, n) in counts) Console.WriteLine($"view\t{k}\t{n:F1}");
+            return 0;
+        }
+        finally
+        {
+            File.Delete(etlx);
+        }
     }
 
     static string Check(string path, string acttrace, List<string> problems)

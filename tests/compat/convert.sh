@@ -16,9 +16,11 @@
 # thread where it started must be such a frame, with its path (but for the thread's last sample,
 # which the converter never writes: it weighs each sample by the time to the thread's next one); a
 # trace without samples converts to no activity frame. A sample on a thread the activity reached by
-# a hand-off (its Receive there) is not required: TraceEvent's StartStopActivityComputer gives a
-# thread only the activities started on it or reached through TPL tasks, never through an event's
-# ActivityId, so the converter puts such samples under no activity (docs/perfview.md).
+# a hand-off counts too when the hand-off is a task there (TraceEvent's StartStopActivityComputer
+# gives a thread only the activities started on it or brought by a TPL task, never by an event's
+# ActivityId; the shim writes TaskScheduled, TaskExecute Start and Stop beside a Send and its
+# Receive): a sample between a TaskStarted and its TaskCompleted, in the activity of the Receive
+# that opened the task (docs/perfview.md).
 set -u
 build=$(cd "$1" && pwd); shift
 version=${DOTNET_TRACE_VERSION:-10.0.750501}
@@ -70,13 +72,24 @@ per_thread = {}
 started_on = set() # (thread, activity path) of every Start
 for line in open(dump, errors="replace"):
     m = re.search(r'^\s*([0-9.]+) ms\s+tid (\d+)\s+Microsoft-DotNETCore-SampleProfiler/.* act=\S+ (//[0-9/]+) ', line)
-    if m: per_thread.setdefault(m.group(2), []).append((float(m.group(1)), m.group(3)))
+    if m: per_thread.setdefault(m.group(2), []).append((float(m.group(1)), 1, m.group(3)))
+    m = re.search(r'^\s*([0-9.]+) ms\s+tid (\d+)\s+acttrace-flow/TransferReceive\s+Receive act=\S+ (//[0-9/]+) ', line)
+    if m: per_thread.setdefault(m.group(2), []).append((float(m.group(1)), 0, m.group(3)))
+    m = re.search(r'^\s*([0-9.]+) ms\s+tid (\d+)\s+System.Threading.Tasks.TplEventSource/Task(Started|Completed) ', line)
+    if m: per_thread.setdefault(m.group(2), []).append((float(m.group(1)), 0, m.group(3)))
     m = re.search(r'^\s*[0-9.]+ ms\s+tid (\d+)\s+\S+Start\s+Start act=\S+ (//[0-9/]+) ', line)
     if m: started_on.add((m.group(1), m.group(2)))
 sampled = set()
-for tid, samples in per_thread.items():
-    samples.sort()
-    sampled.update(path for _, path in samples[:-1] if (tid, path) in started_on)
+for tid, events in per_thread.items():
+    events.sort(key=lambda e: e[0])
+    last = [i for i, e in enumerate(events) if e[1] == 1][-1:]
+    received, tasks = None, []
+    for i, (_, sample, what) in enumerate(events):
+        if what == "Started": tasks.append(received)
+        elif what == "Completed": tasks = tasks[:-1]
+        elif not sample: received = what
+        elif i not in last and ((tid, what) in started_on or (tasks and tasks[-1] == what)):
+            sampled.add(what)
 doc = json.load(open(path))
 names = set()
 for line in open(tree):

@@ -283,6 +283,65 @@ START_TEST(test_config_file_key_and_env_override)
 }
 END_TEST
 
+/* A pool thread's CPU in a flowed activity is the activity's in PerfView too: glib_waits pushes a
+ * task that burns 120 ms on a GLib pool thread in Round and one that burns 60 ms in Queue. TraceEvent
+ * gives a thread only the activities started on it or brought by a TPL task; the shim writes the
+ * hand-off as one (TaskScheduled, TaskExecute Start/Stop), so the activity view puts the pool
+ * thread's samples under Round and Queue, not under no activity. */
+START_TEST(test_handoff_samples_in_activity_view)
+{
+    char o[4200];
+    snprintf(o, sizeof o, "ACTTRACE_OUTPUT=%s/gw.mtrace", dir);
+    const char *env[] = {o, "ACTTRACE_SAMPLE_HZ=1000", "ACTTRACE_SYMBOLS=methods", NULL};
+    char *fx = at_fixture_path("glib_waits");
+    const char *argv[] = {fx, "1", NULL};
+    at_run_opts opts = {.argv = argv, .env = env, .cwd = dir};
+    at_run_result r;
+    ck_assert_int_eq(at_run(&opts, &r), 0);
+    char d[256];
+    ck_assert_msg(r.exited && r.status == 0, "%s: %s", at_run_describe(&r, d, sizeof d), r.err);
+    at_run_result_free(&r);
+    free(fx);
+    char *chk = checker_path("4.0.0");
+    if (!chk) {
+        printf("test_symclr_trace: dotnet is not on PATH: TraceEvent did not check the hand-offs\n");
+        return;
+    }
+    char path[4300];
+    snprintf(path, sizeof path, "%s/gw.mtrace", dir);
+    const char *cargv[] = {chk, "--view", path, NULL};
+    at_run_opts vo = {.argv = cargv, .no_preload = true};
+    ck_assert_int_eq(at_run(&vo, &r), 0);
+    ck_assert_msg(r.exited && r.status == 0, "atclrsym --view: %s%s", r.out, r.err);
+    /* view<TAB>Thread (N)<TAB>Activity Name(path)<TAB>ms: the main thread is Burn's */
+    char main_thread[64] = "";
+    double pool_round = 0, pool_queue = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (const char *l = r.out; (l = strstr(l, "view\t")); l++) {
+            char thread[64], act[256];
+            double n;
+            if (sscanf(l, "view\t%63[^\t]\t%255[^\t]\t%lf", thread, act, &n) != 3)
+                continue;
+            if (pass == 0 && !strncmp(act, "Activity Burn(", 14))
+                snprintf(main_thread, sizeof main_thread, "%s", thread);
+            if (pass == 1 && main_thread[0] && strcmp(thread, main_thread)) {
+                pool_round += !strncmp(act, "Activity Round(", 15) ? n : 0;
+                pool_queue += !strncmp(act, "Activity Queue(", 15) ? n : 0;
+            }
+        }
+    }
+    ck_assert_msg(main_thread[0], "no sample under Activity Burn:\n%s", r.out);
+    /* 120 ms and 60 ms of CPU: at least half of it */
+    ck_assert_msg(pool_round >= 60 && pool_queue >= 30,
+                  "the pool thread's samples: %.1f ms under Round, %.1f ms under Queue:\n%s", pool_round,
+                  pool_queue, r.out);
+    if (getenv("AT_PRINT"))
+        printf("%s", r.out);
+    at_run_result_free(&r);
+    free(chk);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("symclr_trace");
@@ -291,6 +350,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_methods_name_frames_as_universal);
     tcase_add_test(tc, test_config_file_key_and_env_override);
+    tcase_add_test(tc, test_handoff_samples_in_activity_view);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
