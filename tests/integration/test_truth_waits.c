@@ -14,6 +14,8 @@
  *   - the round's figures with its children add up its requests';
  *   - ACTTRACE_WAITS=0 records no wait, and ACTTRACE_WAIT_MIN_US keeps only the longer waits. */
 #include <check.h>
+#include <inttypes.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,6 +277,113 @@ START_TEST(test_waits_settings)
 }
 END_TEST
 
+/* Hand-offs as TPL tasks (ACTTRACE_TASKS): with sampling on, each Send of glib_waits' two pool
+ * pushes has its TaskScheduled on the sending thread, each Receive its TaskExecute Start on the
+ * pool thread with the same TaskID, closed by a Stop on that thread before the next Start; none
+ * carries an ActivityId, and the tree stays as it was (no Stop it cannot match). Without sampling,
+ * none, unless ACTTRACE_TASKS=1 or [trace] tasks = on; ACTTRACE_TASKS=0 turns them off; a bad value
+ * is one line and the program runs unchanged. */
+static size_t count_tpl(const at_trace *t, const char *name)
+{
+    return at_count(t, "System.Threading.Tasks.TplEventSource", name);
+}
+
+START_TEST(test_tasks_setting)
+{
+    const char *argv[] = {"glib_waits", "1", NULL};
+    const char *sampled[] = {"ACTTRACE_SAMPLE_HZ=1000", NULL};
+    at_session s;
+    char d[1024];
+    ck_assert_int_eq(at_session_run_deadline(&s, "tks", argv, sampled, 300), 0);
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace, "%s", at_session_describe(&s, d, sizeof d));
+    const at_trace *t = &s.t;
+    ck_assert_uint_eq(count_tpl(t, "TaskScheduled"), 2);
+    ck_assert_uint_eq(count_tpl(t, "TaskStarted"), 2);
+    ck_assert_uint_eq(count_tpl(t, "TaskCompleted"), 2);
+    uint64_t main_tid = 0, pool_tid = 0;
+    const char *open_id = NULL;
+    for (size_t i = 0; i < t->n; i++) {
+        const at_tev *e = &t->ev[i];
+        if (strcmp(e->provider, "System.Threading.Tasks.TplEventSource"))
+            continue;
+        ck_assert_msg(e->act_path[0] == 0, "%s with ActivityId %s", e->name, e->act_path);
+        const char *id = at_ev_field(e, "TaskID");
+        ck_assert_ptr_nonnull(id);
+        if (!strcmp(e->name, "TaskScheduled")) {
+            ck_assert(!main_tid || main_tid == e->thread);
+            main_tid = e->thread;
+            /* beside its Send, on the same thread */
+            ck_assert_msg(i > 0 && !strcmp(t->ev[i - 1].name, "TransferSend") && t->ev[i - 1].thread == e->thread,
+                          "TaskScheduled not right after a TransferSend");
+        } else if (!strcmp(e->name, "TaskStarted")) {
+            ck_assert_msg(!open_id, "a Start while another task is open");
+            ck_assert(!pool_tid || pool_tid == e->thread);
+            pool_tid = e->thread;
+            bool scheduled = false;
+            for (size_t j = 0; j < i && !scheduled; j++)
+                scheduled = !strcmp(t->ev[j].name, "TaskScheduled") && !strcmp(at_ev_field(&t->ev[j], "TaskID"), id);
+            ck_assert_msg(scheduled, "TaskStarted %s with no TaskScheduled before it", id);
+            open_id = id;
+        } else {
+            ck_assert_msg(open_id && !strcmp(open_id, id) && e->thread == pool_tid,
+                          "TaskCompleted %s does not close the open task %s", id, open_id ? open_id : "-");
+            open_id = NULL;
+        }
+    }
+    ck_assert_msg(main_tid && pool_tid && main_tid != pool_tid, "tasks: sender %" PRIu64 ", runner %" PRIu64,
+                  main_tid, pool_tid);
+    at_run_result r;
+    char **files = at_trace_files(s.dir);
+    const char *targs[16] = {"tree"};
+    for (size_t i = 0; files[i] && i < 14; i++)
+        targs[i + 1] = files[i];
+    ck_assert_int_eq(at_tool_run(&r, targs), 0);
+    ck_assert_msg(r.exited && r.status == 0 && !strstr(r.err, "matched no open activity") &&
+                      !strstr(r.out, "Task"),
+                  "%s%s", r.out, r.err);
+    at_run_result_free(&r);
+    at_strv_free(files);
+    at_session_free(&s);
+
+    static const struct {
+        const char *env, *conf;
+        size_t want;
+    } cases[] = {
+        {NULL, NULL, 0},                    /* no sampling: auto is off */
+        {"ACTTRACE_TASKS=1", NULL, 2},      /* always */
+        {NULL, "[trace]\ntasks = on\n", 2}, /* the config file's key */
+        {"ACTTRACE_TASKS=0", "[trace]\ntasks = on\nsample_hz = 1000\n", 0}, /* the environment wins */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char conf[4200], cenv[4300];
+        const char *env[3] = {cases[k].env, NULL, NULL};
+        if (cases[k].conf) {
+            snprintf(conf, sizeof conf, "%s/tasks%zu.conf", at_build_dir(), k);
+            FILE *f = fopen(conf, "w");
+            ck_assert_ptr_nonnull(f);
+            fputs(cases[k].conf, f);
+            fclose(f);
+            snprintf(cenv, sizeof cenv, "ACTTRACE_CONFIG=%s", conf);
+            env[cases[k].env ? 1 : 0] = cenv;
+        }
+        ck_assert_int_eq(at_session_run_deadline(&s, "tkc", argv, env, 300), 0);
+        ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace, "case %zu: %s", k,
+                      at_session_describe(&s, d, sizeof d));
+        ck_assert_msg(count_tpl(&s.t, "TaskScheduled") == cases[k].want, "case %zu: %zu TaskScheduled", k,
+                      count_tpl(&s.t, "TaskScheduled"));
+        at_session_free(&s);
+        if (cases[k].conf)
+            unlink(conf);
+    }
+    const char *bad[] = {"ACTTRACE_TASKS=sometimes", NULL};
+    ck_assert_int_eq(at_session_run_deadline(&s, "tkbad", argv, bad, 300), 0);
+    ck_assert_msg(s.r.exited && s.r.status == 0 && strstr(s.r.err, "ACTTRACE_TASKS=sometimes: expected 0, 1 or auto"),
+                  "%s", s.r.err);
+    ck_assert_msg(strstr(s.r.out, "truth Queue"), "%s", s.r.out);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("truth_waits");
@@ -282,6 +391,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_waits_and_breakdown);
     tcase_add_test(tc, test_waits_settings);
+    tcase_add_test(tc, test_tasks_setting);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
