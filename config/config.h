@@ -53,7 +53,7 @@ typedef struct at_config {
     bool waits;             /* ACTTRACE_WAITS=0|1: blocked time (default 1): a thread in an activity
                                that blocks in a call the shim takes (reads and writes, polls,
                                sleeps, locks, condition variables, semaphores, joins, fsync, waits
-                               for children) for at least wait_min_us writes a WaitSuspend at the
+                               for children and signals, futex waits) for at least wait_min_us writes a WaitSuspend at the
                                call's start and a WaitResume at its end */
     int tasks;              /* ACTTRACE_TASKS=0|1|auto: hand-offs also written as TPL tasks
                                (TaskScheduled, TaskExecute Start/Stop), which PerfView follows to

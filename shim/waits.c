@@ -11,7 +11,8 @@
  *
  * The calls: reads and writes on descriptors and the wait points (fdflow.c, which times them the
  * same way), and here the sleeps, mutexes, read-write locks, condition variables, semaphores,
- * barriers, joins, fsync and its kin, waits for children and file locks, POSIX and C11 alike.
+ * barriers, joins, fsync and its kin, waits for children, file locks and signals, POSIX and C11
+ * alike, and the futex waits made through syscall(2).
  *
  * What stays as untraced: each call's result and errno (the record keeps errno), its cancellation
  * (nothing is held across the real call, so a cancellation unwinds through the wrapper as through
@@ -25,6 +26,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -125,7 +127,8 @@ const char *at_wait_io_reason(const char *call)
     X(sem_wait) X(sem_timedwait) X(sem_clockwait) X(pthread_barrier_wait)                          \
     X(pthread_join) X(pthread_timedjoin_np) X(pthread_clockjoin_np) X(thrd_join)                   \
     X(fsync) X(fdatasync) X(syncfs) X(msync)                                                       \
-    X(wait) X(waitpid) X(wait3) X(wait4) X(waitid) X(flock) X(lockf)
+    X(wait) X(waitpid) X(wait3) X(wait4) X(waitid) X(flock) X(lockf)                              \
+    X(sigwait) X(sigwaitinfo) X(sigtimedwait) X(sigsuspend) X(pause) X(syscall)
 
 static struct {
 #define W_MEMBER(fn) __typeof__(fn) *fn;
@@ -292,3 +295,74 @@ W_FN(int, waitid, (idtype_t t, id_t id, siginfo_t *si, int o), (t, id, si, o), "
      (uint64_t)id)
 W_FN(int, flock, (int fd, int op), (fd, op), "file lock", (uint64_t)(int64_t)fd)
 W_FN(int, lockf, (int fd, int cmd, off_t n), (fd, cmd, n), "file lock", (uint64_t)(int64_t)fd)
+
+/* signals: waits for one (the object is the first signal of the set the call waits for, or none) */
+static uint64_t first_signal(const sigset_t *s)
+{
+    for (int i = 1; s && i < NSIG; i++)
+        if (sigismember(s, i) == 1)
+            return (uint64_t)i;
+    return 0;
+}
+W_FN(int, sigwait, (const sigset_t *s, int *sig), (s, sig), "signal", first_signal(s))
+W_FN(int, sigwaitinfo, (const sigset_t *s, siginfo_t *i), (s, i), "signal", first_signal(s))
+W_FN(int, sigtimedwait, (const sigset_t *s, siginfo_t *i, const struct timespec *t), (s, i, t),
+     "signal", first_signal(s))
+W_FN(int, sigsuspend, (const sigset_t *s), (s), "signal", 0)
+W_FN(int, pause, (void), (), "signal", 0)
+
+/* Futex waits a program makes itself through syscall(2) (its own locks, Rust's standard library's
+ * Mutex, Condvar and park): FUTEX_WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI and
+ * futex_waitv. glibc's own futex waits are inside the calls above. syscall is a trampoline in
+ * assembly: any other system call jumps on to glibc's syscall with the registers and the stack as
+ * the program left them (nothing of the shim's stays on the stack: a vfork or clone made through
+ * syscall returns as it does untraced); a futex call goes to at_w_syscall_futex, which takes the
+ * seventh argument from the stack where the program's call put it. */
+#define W_SYS_FUTEX 202
+#define W_SYS_FUTEX_WAITV 449
+long (*at_w_syscall_next)(long, ...) __attribute__((used));
+long at_w_syscall_futex(long n, long a1, long a2, long a3, long a4, long a5, long a6)
+    __attribute__((used));
+__asm__(".text\n"
+        ".globl syscall\n"
+        ".type syscall, @function\n"
+        "syscall:\n"
+        "    cmpq $202, %rdi\n" /* W_SYS_FUTEX */
+        "    je 1f\n"
+        "    cmpq $449, %rdi\n" /* W_SYS_FUTEX_WAITV */
+        "    je 1f\n"
+        "    movq at_w_syscall_next(%rip), %rax\n"
+        "    testq %rax, %rax\n"
+        "    jz 1f\n"
+        "    jmp *%rax\n"
+        "1:  jmp at_w_syscall_futex\n"
+        ".size syscall, .-syscall\n");
+
+static bool futex_blocks(long n, long op)
+{
+    if (n == W_SYS_FUTEX_WAITV)
+        return true;
+    if (n != W_SYS_FUTEX)
+        return false;
+    switch (op & 0x7f) { /* FUTEX_CMD_MASK: without PRIVATE_FLAG and CLOCK_REALTIME */
+    case 0:  /* FUTEX_WAIT */
+    case 6:  /* FUTEX_LOCK_PI */
+    case 9:  /* FUTEX_WAIT_BITSET */
+    case 11: /* FUTEX_WAIT_REQUEUE_PI */
+    case 13: /* FUTEX_LOCK_PI2 */
+        return true;
+    default:
+        return false;
+    }
+}
+
+long at_w_syscall_futex(long n, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+    long (*next)(long, ...) = W_REAL(syscall);
+    __atomic_store_n(&at_w_syscall_next, next, __ATOMIC_RELAXED);
+    if (AT_LIKELY(at_act_cur == NULL) || !futex_blocks(n, a2))
+        return next(n, a1, a2, a3, a4, a5, a6);
+    long r_;
+    AT_WAIT_TIMED(r_, next(n, a1, a2, a3, a4, a5, a6), "futex", "syscall", (uint64_t)a1);
+    return r_;
+}
