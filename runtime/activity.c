@@ -536,6 +536,7 @@ static inline __attribute__((always_inline)) at_activity *start(at_activity_kind
     a->refs = held ? 2 : 1;
     a->stopped = ACT_LIVE;
     a->last_child = 0;
+    a->parked = 0;
     a->kind = k;
     a->level = parent ? (uint16_t)(parent->level + 1) : 0;
     a->unique = next_unique();

@@ -16,6 +16,8 @@ struct at_activity {
     at_activity_kind *kind;
     uint64_t unique;            /* the <Name>Id payload value */
     at_guid id;
+    uint64_t parked;            /* atomic; shim/fdflow.c: when a thread that had adopted it put it
+                                 * back (at_ticks), until one takes it up again; 0: not parked */
 };
 
 /* The engine's per-thread state, one object: in a shared library each thread-local variable costs a

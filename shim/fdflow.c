@@ -114,6 +114,10 @@ static void adopt_pop(bool restore)
 {
     at_adoption ad = at_adopt[--at_nadopt];
     at_adopt[at_nadopt] = (at_adoption){0};
+    /* no thread is in it from now on until one takes it up again (fd_io_slow): its time parked is
+     * the time it waits in the program's event loop */
+    if (__atomic_load_n(&at_wait_cfg.on, __ATOMIC_RELAXED))
+        __atomic_store_n(&ad.act->parked, at_ticks(), __ATOMIC_RELAXED);
     if (restore) {
         at_flow_leave(ad.prev);
     } else {
@@ -284,6 +288,10 @@ AT_NOINLINE AT_PATH_IO static void fd_io_slow(at_fd_slot *s, int fd)
         prev_id = *at_activity_id(cur);
     at_activity *entered_from = at_flow_enter(a);
     adopt_push(a, entered_from, NULL);
+    uint64_t parked;
+    if (__atomic_load_n(&a->parked, __ATOMIC_RELAXED) &&
+        (parked = __atomic_exchange_n(&a->parked, 0, __ATOMIC_RELAXED)) != 0)
+        at_wait_parked(parked, (uint64_t)(int64_t)fd);
     /* A Receive only when the work really changed thread: not for the thread that tagged the fd
      * taking it up again after a wait point, and once per hop: a worker that takes the connection
      * up again after each wait point (every request of a keep-alive connection) is not handed it

@@ -98,6 +98,25 @@ AT_NOINLINE void at_wait_record(struct at_ring *ring, uint64_t t0, uint64_t t1, 
     errno = e;
 }
 
+void at_wait_parked(uint64_t t0, uint64_t obj)
+{
+    uint64_t t1 = at_ticks();
+    if (t1 - t0 < at_wait_cfg.min_ticks || !at_on() || at_internal ||
+        !at_event_enabled(at_ev.wait_resume))
+        return;
+    int e = errno;
+    uint64_t freq = at_clock_freq();
+    uint64_t ns = freq ? (uint64_t)((unsigned __int128)(t1 - t0) * 1000000000u / freq) : t1 - t0;
+    if (ns >= at_wait_cfg.min_ns && t1 > t0) {
+        AT_INTERNAL_BEGIN();
+        uint8_t buf[160];
+        uint32_t n = wait_payload(buf, sizeof buf, "event loop", "", obj, &ns);
+        at_activity_event_ts(t1, at_ev.wait_resume, buf, n, NULL, 0);
+        AT_INTERNAL_END();
+    }
+    errno = e;
+}
+
 const char *at_wait_io_reason(const char *call)
 {
     if (strstr(call, "accept"))

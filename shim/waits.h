@@ -54,6 +54,11 @@ void at_wait_record(struct at_ring *ring, uint64_t t0, uint64_t t1, const char *
             at_tbuf_wait_clear(ring_);                                                             \
     } while (0)
 
+/* An activity a thread had adopted and put back at t0 (at_ticks) is taken up again by this thread on
+ * fd: a WaitResume of reason "event loop" (no Suspend: the wait was no thread's) when it waited at
+ * least the threshold, in the now current activity. Keeps errno. */
+void at_wait_parked(uint64_t t0, uint64_t obj);
+
 /* The reason of an interposed I/O call, from its name (fdflow.c) */
 const char *at_wait_io_reason(const char *call);
 

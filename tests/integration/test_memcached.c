@@ -18,9 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "at_testlib.h"
+#include "at_tracegen.h"
 
 #define NCONN 3
 #define NREQ 5
@@ -199,6 +201,131 @@ START_TEST(test_bench_config_requests_in_connections)
 }
 END_TEST
 
+/* Where a request of an event-driven server waits: in its event loop, with no thread in its
+ * activity. memcached (two workers, the per-request config) serves three connections at once, each
+ * sending a request every 60 ms and waiting for its answer; between two requests a connection's
+ * activity is put back by its worker at epoll_wait and taken up again when the next request
+ * arrives. Each such wait is a WaitResume of reason "event loop" on a worker thread in the
+ * connection's activity, its Object the connection's fd, and `acttrace breakdown` puts, for each
+ * connection, its idle time as the client measured it (from an answer to its next request) in
+ * blocked, within 10% (5 ms floor). */
+#define ROUNDS 6
+#define GAP_MS 60
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+START_TEST(test_waits_in_event_loop)
+{
+    ck_assert_msg(at_file_exists("/usr/bin/memcached"), "memcached is missing (.ci/deps installs it)");
+    at_session s;
+    memset(&s, 0, sizeof s);
+    s.dir = at_tmpdir("memcached-loop");
+    ck_assert(s.dir);
+    int port = at_free_port();
+    ck_assert(port > 0);
+    char ps[16], conf[4200];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(conf, sizeof conf, "ACTTRACE_CONFIG=%s/tests/data/hooks/memcached.conf", AT_SOURCE_DIR);
+    const char *argv[] = {"/usr/bin/memcached", "-p", ps, "-U", "0", "-l", "127.0.0.1", "-t", "2",
+                          geteuid() == 0 ? "-u" : NULL, "root", NULL};
+    const char *env[] = {conf, NULL};
+    at_run_opts o = {.argv = argv, .env = env, .cwd = s.dir};
+    at_proc p;
+    ck_assert_int_eq(at_spawn(&o, &p), 0);
+    bool up = at_wait_listening(port);
+    int fd[NCONN], ok = 0;
+    double idle[NCONN] = {0}, answered[NCONN] = {0};
+    for (int c = 0; c < NCONN; c++)
+        fd[c] = up ? at_connect_port(port) : -1;
+    for (int r = 0; up && r < ROUNDS; r++) {
+        if (r)
+            usleep(GAP_MS * 1000);
+        for (int c = 0; c < NCONN; c++) {
+            char req[64];
+            snprintf(req, sizeof req, "set k%d 0 0 1\r\nx\r\n", c);
+            if (r)
+                idle[c] += now_ms() - answered[c];
+            ok += fd[c] >= 0 && ask(fd[c], req, "STORED\r\n");
+            answered[c] = now_ms();
+        }
+    }
+    for (int c = 0; c < NCONN; c++)
+        if (fd[c] >= 0)
+            close(fd[c]);
+    usleep(100000); /* the workers see the closes */
+    kill(p.pid, SIGTERM);
+    ck_assert_int_eq(at_wait(&p, &s.r), 0);
+    ck_assert_msg(up, "memcached never listened on %d: %s", port, s.r.err);
+    ck_assert_int_eq(ok, NCONN * ROUNDS);
+    at_session_load_last_image(&s);
+    char d[1024];
+    ck_assert_msg(s.r.exited && s.r.status == 0 && s.has_trace, "%s", at_session_describe(&s, d, sizeof d));
+    const at_trace *t = &s.t;
+    uint64_t main_tid = (uint64_t)s.r.pid;
+    size_t loops = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const at_tev *e = &t->ev[i];
+        const char *reason = strcmp(e->name, "WaitResume") ? NULL : at_ev_field(e, "Reason");
+        if (!reason || strcmp(reason, "\"event loop\""))
+            continue;
+        loops++;
+        ck_assert_uint_ne(e->thread, main_tid);
+        long start = -1; /* its Connection, and that connection's fd */
+        for (long c = at_find(t, "acttrace", "ConnectionStart", 0); c >= 0 && start < 0;
+             c = at_find(t, "acttrace", "ConnectionStart", (size_t)c + 1))
+            if (!strcmp(t->ev[c].act_path, e->act_path))
+                start = c;
+        ck_assert_msg(start >= 0, "an event-loop wait in %s, not a Connection", e->act_path);
+        ck_assert_str_eq(at_ev_field(e, "Object"), at_ev_field(&t->ev[start], "Return"));
+    }
+    ck_assert_msg(loops >= (size_t)NCONN * (ROUNDS - 1), "%zu event-loop waits", loops);
+    char **files = at_trace_files(s.dir);
+    ck_assert_ptr_nonnull(files[0]);
+    const char *bargs[] = {"breakdown", "--format", "tsv", "--name", "Connection", files[0], NULL};
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, bargs), 0);
+    if (getenv("AT_PRINT"))
+        printf("%s", r.out);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    /* the three connections, in the order they were accepted: name path wall cpu blocked ... */
+    double blocked[NCONN + 1];
+    int n = 0;
+    for (const char *l = r.out; l && *l && n <= NCONN; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+        double w, cpu, b;
+        if (sscanf(l, "Connection\t%*s\t%lf\t%lf\t%lf", &w, &cpu, &b) == 3 && w > GAP_MS)
+            blocked[n++] = b; /* not the listening probe's */
+    }
+    ck_assert_msg(n == NCONN, "%d connections of the sessions:\n%s", n, r.out);
+    /* the rows come as the connections end: both lists in order */
+    for (int i = 0; i < NCONN; i++)
+        for (int j = i + 1; j < NCONN; j++) {
+            if (blocked[j] < blocked[i]) {
+                double x = blocked[i];
+                blocked[i] = blocked[j];
+                blocked[j] = x;
+            }
+            if (idle[j] < idle[i]) {
+                double x = idle[i];
+                idle[i] = idle[j];
+                idle[j] = x;
+            }
+        }
+    for (int c = 0; c < NCONN; c++) {
+        double tol = idle[c] * 0.1 > 5 ? idle[c] * 0.1 : 5;
+        ck_assert_msg(blocked[c] >= idle[c] - tol && blocked[c] <= idle[c] + tol,
+                      "connection %d: blocked %.1f ms, idle %.1f ms as the client measured:\n%s", c,
+                      blocked[c], idle[c], r.out);
+    }
+    at_run_result_free(&r);
+    at_strv_free(files);
+    at_session_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("memcached");
@@ -206,6 +333,7 @@ int main(void)
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_connections_cross_once);
     tcase_add_test(tc, test_bench_config_requests_in_connections);
+    tcase_add_test(tc, test_waits_in_event_loop);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
