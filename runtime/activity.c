@@ -537,6 +537,7 @@ static inline __attribute__((always_inline)) at_activity *start(at_activity_kind
     a->stopped = ACT_LIVE;
     a->last_child = 0;
     a->parked = 0;
+    a->parked_acc = 0;
     a->kind = k;
     a->level = parent ? (uint16_t)(parent->level + 1) : 0;
     a->unique = next_unique();

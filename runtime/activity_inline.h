@@ -18,6 +18,7 @@ struct at_activity {
     at_guid id;
     uint64_t parked;            /* atomic; shim/fdflow.c: when a thread that had adopted it put it
                                  * back (at_ticks), until one takes it up again; 0: not parked */
+    uint64_t parked_acc;        /* atomic; shim/waits.c: time parked not yet written (ticks) */
 };
 
 /* The engine's per-thread state, one object: in a shared library each thread-local variable costs a

@@ -291,7 +291,7 @@ AT_NOINLINE AT_PATH_IO static void fd_io_slow(at_fd_slot *s, int fd)
     uint64_t parked;
     if (__atomic_load_n(&a->parked, __ATOMIC_RELAXED) &&
         (parked = __atomic_exchange_n(&a->parked, 0, __ATOMIC_RELAXED)) != 0)
-        at_wait_parked(parked, (uint64_t)(int64_t)fd);
+        at_wait_parked(a, parked, (uint64_t)(int64_t)fd);
     /* A Receive only when the work really changed thread: not for the thread that tagged the fd
      * taking it up again after a wait point, and once per hop: a worker that takes the connection
      * up again after each wait point (every request of a keep-alive connection) is not handed it
@@ -420,6 +420,7 @@ AT_PATH_IO static void fd_untag(int fd)
     int e = errno;
     bool owns;
     at_activity *old = tag_take(s, &owns);
+    at_wait_parked_flush(old, (uint64_t)(int64_t)fd); /* before tag_drop's Stop */
     tag_drop(old, owns);
     errno = e;
 }
@@ -551,8 +552,12 @@ static AT_NOINLINE AT_PATH_DIRECT int close_direct(int fd)
     uint64_t *frame = (uint64_t *)__builtin_frame_address(0);
     uint64_t raw = AT_U64(fd);
     bool entry = __atomic_load_n(&at_hot.direct, __ATOMIC_RELAXED) & AT_DIRECT_ENTRY_BIT(close);
-    if (entry)
+    if (entry) {
+        at_fd_slot *s = slot_of(fd); /* the time its connection parked, before a Stop by the rule */
+        if (s)
+            at_wait_parked_flush(__atomic_load_n(&s->act, __ATOMIC_ACQUIRE), (uint64_t)(int64_t)fd);
         at_direct_entry(AT_DIRECT_close, &raw, frame);
+    }
     int r = close_ours(fd, (const void *)(uintptr_t)frame[1]) ? 0 : AT_REAL(close)(fd);
     if (!entry)
         at_direct_return(AT_DIRECT_close, &raw, frame, (uint64_t)(int64_t)r);

@@ -98,22 +98,50 @@ AT_NOINLINE void at_wait_record(struct at_ring *ring, uint64_t t0, uint64_t t1, 
     errno = e;
 }
 
-void at_wait_parked(uint64_t t0, uint64_t obj)
+static void parked_write(at_activity *a, uint64_t ticks, uint64_t obj)
 {
-    uint64_t t1 = at_ticks();
-    if (t1 - t0 < at_wait_cfg.min_ticks || !at_on() || at_internal ||
-        !at_event_enabled(at_ev.wait_resume))
+    uint64_t freq = at_clock_freq();
+    uint64_t ns = freq ? (uint64_t)((unsigned __int128)ticks * 1000000000u / freq) : ticks;
+    if (!ns || !at_on() || at_internal || !at_event_enabled(at_ev.wait_resume))
+        return;
+    AT_INTERNAL_BEGIN();
+    uint8_t buf[160];
+    uint32_t n = wait_payload(buf, sizeof buf, "event loop", "", obj, &ns);
+    at_event_write_ts(at_ticks(), at_ev.wait_resume, at_activity_id(a), NULL, buf, n, NULL, 0);
+    AT_INTERNAL_END();
+}
+
+void at_wait_parked(at_activity *a, uint64_t t0, uint64_t obj)
+{
+    uint64_t gap = at_ticks() - t0;
+    if ((int64_t)gap <= 0 || gap < at_wait_cfg.min_ticks)
         return;
     int e = errno;
-    uint64_t freq = at_clock_freq();
-    uint64_t ns = freq ? (uint64_t)((unsigned __int128)(t1 - t0) * 1000000000u / freq) : t1 - t0;
-    if (ns >= at_wait_cfg.min_ns && t1 > t0) {
-        AT_INTERNAL_BEGIN();
-        uint8_t buf[160];
-        uint32_t n = wait_payload(buf, sizeof buf, "event loop", "", obj, &ns);
-        at_activity_event_ts(t1, at_ev.wait_resume, buf, n, NULL, 0);
-        AT_INTERNAL_END();
+    uint64_t q = at_wait_cfg.parked_quantum_ticks;
+    if (AT_UNLIKELY(!q)) { /* the quantum in ticks once the clock is calibrated */
+        uint64_t freq = at_clock_freq();
+        uint64_t qns = at_wait_cfg.min_ns > AT_PARKED_QUANTUM_NS ? at_wait_cfg.min_ns : AT_PARKED_QUANTUM_NS;
+        if (freq) {
+            q = (uint64_t)((unsigned __int128)qns * freq / 1000000000u) | 1;
+            __atomic_store_n(&at_wait_cfg.parked_quantum_ticks, q, __ATOMIC_RELAXED);
+        }
     }
+    if (__atomic_add_fetch(&a->parked_acc, gap, __ATOMIC_RELAXED) >= q) {
+        uint64_t take = __atomic_exchange_n(&a->parked_acc, 0, __ATOMIC_RELAXED);
+        if (take)
+            parked_write(a, take, obj);
+    }
+    errno = e;
+}
+
+void at_wait_parked_flush(at_activity *a, uint64_t obj)
+{
+    if (!a || !__atomic_load_n(&a->parked_acc, __ATOMIC_RELAXED) || at_activity_is_stopped(a))
+        return;
+    int e = errno;
+    uint64_t take = __atomic_exchange_n(&a->parked_acc, 0, __ATOMIC_RELAXED);
+    if (take)
+        parked_write(a, take, obj);
     errno = e;
 }
 

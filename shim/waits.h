@@ -16,6 +16,7 @@ typedef struct at_wait_cfg {
                          * calibrated (0 before: every timed call is checked in ns by
                          * at_wait_record) */
     uint64_t min_ns;    /* ACTTRACE_WAIT_MIN_US in ns */
+    uint64_t parked_quantum_ticks; /* at_wait_parked's quantum in ticks (0: not yet known) */
 } at_wait_cfg_t;
 extern at_wait_cfg_t at_wait_cfg;
 
@@ -54,10 +55,15 @@ void at_wait_record(struct at_ring *ring, uint64_t t0, uint64_t t1, const char *
             at_tbuf_wait_clear(ring_);                                                             \
     } while (0)
 
-/* An activity a thread had adopted and put back at t0 (at_ticks) is taken up again by this thread on
- * fd: a WaitResume of reason "event loop" (no Suspend: the wait was no thread's) when it waited at
- * least the threshold, in the now current activity. Keeps errno. */
-void at_wait_parked(uint64_t t0, uint64_t obj);
+/* Activity a, which a thread had adopted and put back at t0 (at_ticks), is taken up again on fd
+ * (obj): a wait of at least the threshold is added to what a has parked and not yet written, and
+ * once that reaches AT_PARKED_QUANTUM_NS it is written as one WaitResume of reason "event loop" (no
+ * Suspend: the wait was no thread's), so that a busy server's every request does not cost an event.
+ * Keeps errno. */
+#define AT_PARKED_QUANTUM_NS 1000000u
+void at_wait_parked(struct at_activity *a, uint64_t t0, uint64_t obj);
+/* What a has parked and not yet written, written now (its fd is being closed: before its Stop). */
+void at_wait_parked_flush(struct at_activity *a, uint64_t obj);
 
 /* The reason of an interposed I/O call, from its name (fdflow.c) */
 const char *at_wait_io_reason(const char *call);
