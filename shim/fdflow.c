@@ -35,6 +35,10 @@
 #include "shim.h"
 #include "waits.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #define AT_FD_LIMIT (1 << 20)
 
 /* at_fd_slot and the slots of the lowest fds: real.h (the hot page) */
@@ -632,8 +636,113 @@ AT_IO1(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struct 
 
 /* ---------------- connections ---------------- */
 
+/* "address:port" of a TCP or UDP endpoint into out (64 bytes); false for other families */
+static bool fmt_endpoint(const struct sockaddr_storage *ss, socklen_t len, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    const uint8_t *v4 = NULL;
+    unsigned port;
+    if (ss->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        v4 = (const uint8_t *)&in->sin_addr;
+        port = ntohs(in->sin_port);
+    } else if (ss->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        const uint8_t *a = in6->sin6_addr.s6_addr;
+        port = ntohs(in6->sin6_port);
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(a, mapped, 12)) {
+            v4 = a + 12;
+        } else {
+            *o++ = '[';
+            for (int g = 0; g < 8; g++) {
+                unsigned w = (unsigned)a[2 * g] << 8 | a[2 * g + 1];
+                bool lead = true;
+                for (int sh = 12; sh >= 0; sh -= 4) {
+                    unsigned d = (w >> sh) & 0xf;
+                    if (d || !lead || sh == 0) {
+                        *o++ = hex[d];
+                        lead = false;
+                    }
+                }
+                if (g < 7)
+                    *o++ = ':';
+            }
+            *o++ = ']';
+        }
+    } else {
+        return false;
+    }
+    if (v4) {
+        for (int i = 0; i < 4; i++) {
+            unsigned b = v4[i];
+            if (b >= 100)
+                *o++ = (char)('0' + b / 100);
+            if (b >= 10)
+                *o++ = (char)('0' + b / 10 % 10);
+            *o++ = (char)('0' + b % 10);
+            if (i < 3)
+                *o++ = '.';
+        }
+    }
+    *o++ = ':';
+    char d[6];
+    int n = 0;
+    do {
+        d[n++] = (char)('0' + port % 10);
+        port /= 10;
+    } while (port);
+    while (n)
+        *o++ = d[--n];
+    *o = 0;
+    return true;
+}
+
+/* A connected TCP or UDP socket tagged with an activity: its two ends as a SocketEndpoints event in
+ * that activity, which lets the tools hang the activity at the other end (another traced process,
+ * on this host or another) under this one. peer: the address given to connect (a non-blocking
+ * connect has no peer to ask for yet). */
+static AT_NOINLINE void fd_endpoints(int fd, bool accepted, const struct sockaddr *peer,
+                                     socklen_t peer_len)
+{
+    at_fd_slot *s;
+    if (fd < 0 || !at_on() || at_internal || !at_cfg.fdflow || !at_ev.sock_endpoints ||
+        !at_event_enabled(at_ev.sock_endpoints) || !(s = slot_of(fd)))
+        return;
+    at_activity *t = __atomic_load_n(&s->act, __ATOMIC_ACQUIRE);
+    if (!t)
+        return;
+    int e = errno;
+    AT_INTERNAL_BEGIN();
+    struct sockaddr_storage l, p;
+    socklen_t ll = sizeof l, pl = sizeof p;
+    char ls[64], ps[64];
+    if (getsockname(fd, (struct sockaddr *)&l, &ll) == 0 && fmt_endpoint(&l, ll, ls)) {
+        bool have = getpeername(fd, (struct sockaddr *)&p, &pl) == 0;
+        if (!have && peer && peer_len <= sizeof p) {
+            memcpy(&p, peer, peer_len);
+            pl = peer_len;
+            have = true;
+        }
+        if (have && fmt_endpoint(&p, pl, ps)) {
+            uint8_t buf[4 + 2 * 8 + 2 * 2 * 64];
+            at_payload pb;
+            at_payload_init(&pb, buf, sizeof buf);
+            at_payload_i32(&pb, fd);
+            at_payload_str(&pb, accepted ? "accept" : "connect", 8);
+            at_payload_str(&pb, ls, 64);
+            at_payload_str(&pb, ps, 64);
+            at_event_write(at_ev.sock_endpoints, at_activity_id(t), NULL, buf,
+                           (uint32_t)(pb.p - buf), NULL, 0);
+        }
+    }
+    AT_INTERNAL_END();
+    errno = e;
+}
+
 AT_DIRECT_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
-             fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
+             fd_wait(), (fd_tag(r_, SRC_ACCEPT, true), fd_endpoints(r_, true, NULL, 0)))
 AT_TIMED_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
             "accept", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int accept(int fd, struct sockaddr *addr, socklen_t *len)
@@ -643,11 +752,13 @@ AT_EXPORT AT_HOT_FN AT_TAIL int accept(int fd, struct sockaddr *addr, socklen_t 
     int r = AT_UNLIKELY(at_act_cur != NULL) ? accept_timed(fd, addr, len)
                                             : AT_REAL(accept)(fd, addr, len);
     fd_tag(r, SRC_ACCEPT, true);
+    fd_endpoints(r, true, NULL, 0);
     return r;
 }
 
 AT_DIRECT_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
-             (fd, addr, len, flags), fd_wait(), fd_tag(r_, SRC_ACCEPT, true))
+             (fd, addr, len, flags), fd_wait(),
+             (fd_tag(r_, SRC_ACCEPT, true), fd_endpoints(r_, true, NULL, 0)))
 AT_TIMED_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
             (fd, addr, len, flags), "accept", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
@@ -657,18 +768,21 @@ AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t
     int r = AT_UNLIKELY(at_act_cur != NULL) ? accept4_timed(fd, addr, len, flags)
                                             : AT_REAL(accept4)(fd, addr, len, flags);
     fd_tag(r, SRC_ACCEPT, true);
+    fd_endpoints(r, true, NULL, 0);
     return r;
 }
 
 /* a non-blocking connect in progress is as much a connection of this activity */
-#define CONNECT_TAG(r, fd)                                                                         \
+#define CONNECT_TAG(r, fd, addr, len)                                                              \
     do {                                                                                           \
-        if ((r) == 0 || errno == EINPROGRESS)                                                      \
+        if ((r) == 0 || errno == EINPROGRESS) {                                                    \
             fd_tag(fd, SRC_CONNECT, false);                                                        \
+            fd_endpoints(fd, false, addr, len);                                                    \
+        }                                                                                          \
     } while (0)
 
 AT_DIRECT_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
-             (void)0, CONNECT_TAG(r_, fd))
+             (void)0, CONNECT_TAG(r_, fd, addr, len))
 AT_TIMED_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
             "connect", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int connect(int fd, const struct sockaddr *addr, socklen_t len)
@@ -676,7 +790,7 @@ AT_EXPORT AT_HOT_FN AT_TAIL int connect(int fd, const struct sockaddr *addr, soc
     AT_DIRECT(connect, (fd, addr, len));
     int r = AT_UNLIKELY(at_act_cur != NULL) ? connect_timed(fd, addr, len)
                                             : AT_REAL(connect)(fd, addr, len);
-    CONNECT_TAG(r, fd);
+    CONNECT_TAG(r, fd, addr, len);
     return r;
 }
 

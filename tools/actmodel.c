@@ -37,6 +37,12 @@ typedef struct am_sent {
     int file;
 } am_sent;
 
+/* An accepted connection's activity (server) and the activity the other process connected it in
+ * (client), from their SocketEndpoints events */
+typedef struct am_xlink {
+    at_guid server, client;
+} am_xlink;
+
 struct am_model {
     am_options o;
     am_callbacks cb;
@@ -68,6 +74,9 @@ struct am_model {
     bool progress_shown;
     uint64_t progress_min;
     am_sent *sent;             /* Sends that carry a TransferId, by (file, thread, id); see xfer_ */
+    am_xlink *xlinks;          /* activities of one process at an accepted socket whose other end
+                                * another process connected in an activity: sorted by server id */
+    size_t nxlinks;
 };
 
 /* ---------------- small helpers ---------------- */
@@ -849,8 +858,92 @@ static void shadow_push(am_model *m, am_activity *a)
     m->shadow[m->nshadow++] = a;
 }
 
+/* ---------------- connections between processes ---------------- */
+
+typedef struct am_endpoint {
+    at_guid act;
+    int64_t t;
+    uint32_t pid;
+    bool accepted;
+    char local[64], peer[64];
+} am_endpoint;
+
+static int xlink_cmp(const void *a, const void *b)
+{
+    return memcmp(&((const am_xlink *)a)->server, &((const am_xlink *)b)->server, sizeof(at_guid));
+}
+
+static bool xlink_client(const am_model *m, const at_guid *server, at_guid *client)
+{
+    am_xlink key = {.server = *server};
+    const am_xlink *x = bsearch(&key, m->xlinks, m->nxlinks, sizeof key, xlink_cmp);
+    if (x) *client = x->client;
+    return x != NULL;
+}
+
+/* Files of several processes: a first pass over each for the shim's SocketEndpoints events, pairing
+ * each accepted socket with the connect whose ends are its own the other way round (in another
+ * process, the latest before the accept), so that the accepting activity hangs under the
+ * connecting one. Files of one process, and standard input, need no pass. */
+static void xlinks_scan(am_model *m)
+{
+    bool several = false;
+    for (int i = 1; i < m->nin; i++) several |= m->in[i].info.pid != m->in[0].info.pid;
+    if (!several) return;
+    am_endpoint *ep = NULL;
+    size_t n = 0, cap = 0;
+    for (int f = 0; f < m->nin; f++) {
+        if (!strcmp(m->in[f].path, "-")) continue;
+        char err[256];
+        nt_options no = {0};
+        nt_reader *r = nt_open_ex(m->in[f].path, &no, err, sizeof err);
+        if (!r) continue;
+        nt_event ev;
+        while (nt_next(r, &ev) == 1) {
+            am_endpoint e = {.act = ev.activity, .pid = (uint32_t)m->in[f].info.pid};
+            if (at_guid_is_zero(&ev.activity) ||
+                !nt_event_endpoints(&ev, &e.accepted, e.local, sizeof e.local, e.peer, sizeof e.peer))
+                continue;
+            e.t = am_time(m, f, ev.timestamp);
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                am_endpoint *ne = realloc(ep, nc * sizeof *ne);
+                if (!ne) break;
+                ep = ne;
+                cap = nc;
+            }
+            ep[n++] = e;
+        }
+        nt_close(r);
+    }
+    size_t nl = 0;
+    am_xlink *xl = n ? calloc(n, sizeof *xl) : NULL;
+    for (size_t i = 0; xl && i < n; i++) {
+        if (!ep[i].accepted) continue;
+        const am_endpoint *best = NULL;
+        for (size_t j = 0; j < n; j++) {
+            const am_endpoint *c = &ep[j];
+            if (c->accepted || c->pid == ep[i].pid || strcmp(c->local, ep[i].peer) ||
+                strcmp(c->peer, ep[i].local))
+                continue;
+            /* the connect that made it: the latest one not after the accept (a second of skew) */
+            if (c->t <= ep[i].t + 1000000000 && (!best || c->t > best->t)) best = c;
+        }
+        if (best) xl[nl++] = (am_xlink){ep[i].act, best->act};
+    }
+    free(ep);
+    if (nl) {
+        qsort(xl, nl, sizeof *xl, xlink_cmp);
+        m->xlinks = xl;
+        m->nxlinks = nl;
+    } else {
+        free(xl);
+    }
+}
+
 static am_activity *start_activity(am_model *m, const nt_event *ev, int file, uint32_t pid, int64_t t)
 {
+    const at_guid *ev_related_override = NULL;
     char nm[64];
     am_activity_name(ev->meta->name, nm, sizeof nm);
     const char *name = intern(m, nm);
@@ -900,15 +993,22 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, int file, ui
         p = tab_get(m, &pg);
     if (!p && !at_guid_is_zero(&ev->related) && !at_guid_eq(&ev->related, &ev->activity))
         p = tab_get(m, &ev->related);
+    at_guid cross = {{0}};
+    if (!p && m->nxlinks && xlink_client(m, &a->id, &cross)) {
+        /* the other end of its connection: a cross-process link, as an exec'd image's to its
+         * parent's activity */
+        p = tab_get(m, &cross);
+        if (!p && at_guid_is_zero(&ev->related)) ev_related_override = &cross;
+    }
     if (p && p->done_reported && !m->o.tree) p = NULL; /* already reported: nowhere to hang it */
     if (p && p->depth + 1 >= AM_MAX_DEPTH) p = NULL;   /* a hostile chain: the walks up stay short */
-    if (!p && !at_guid_is_zero(&ev->related)) {
+    if (!p && (!at_guid_is_zero(&ev->related) || ev_related_override)) {
         /* its link, formatted when printed (am_act_link) */
         if (!extra(m, a)) {
             act_free(m, a);
             return NULL;
         }
-        a->x->related = ev->related;
+        a->x->related = ev_related_override ? *ev_related_override : ev->related;
         a->has_link = true;
     }
     if (p) {
@@ -1215,6 +1315,7 @@ static int refill(am_model *m, int f)
 
 int am_run(am_model *m, char *err, size_t errlen)
 {
+    xlinks_scan(m);
     /* a damaged file ends where its damage starts; the others are read to their end */
     int status = 0;
     for (int i = 0; i < m->nin; i++)
@@ -1290,6 +1391,7 @@ void am_close(am_model *m)
     if (!m) return;
     for (int i = 0; i < m->nin; i++) nt_close(m->in[i].r);
     free(m->in);
+    free(m->xlinks);
     /* what is left (an error path): the rare fields of the activities still held, then the chunks */
     for (uint32_t c = 0; c < m->nchunks; c++) {
         am_activity *v = (am_activity *)(m->chunks[c] + AM_CHUNK_HDR);

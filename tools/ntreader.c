@@ -1566,6 +1566,40 @@ bool nt_event_wait(const nt_event *ev, bool *resume, char *reason, size_t rn, ch
     return true;
 }
 
+bool nt_event_endpoints(const nt_event *ev, bool *accepted, char *local, size_t ln, char *peer,
+                        size_t pn)
+{
+    const nt_metadata *m = ev->meta;
+    if (!m || !m->provider || !m->name || strcmp(m->name, "SocketEndpoints") != 0 ||
+        strcmp(m->provider, "acttrace-shim") != 0)
+        return false;
+    int got = 0;
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < m->nfields; i++) {
+        const nt_field *f = &m->fields[i];
+        char buf[160];
+        if (!nt_field_format(f, ev->payload, ev->payload_len, &off, buf, sizeof buf))
+            return false;
+        size_t n = strlen(buf);
+        const char *v = buf;
+        if (n >= 2 && buf[0] == '"' && buf[n - 1] == '"') { /* the formatter quotes strings */
+            buf[n - 1] = 0;
+            v = buf + 1;
+        }
+        if (!strcmp(f->name, "Role")) {
+            *accepted = !strcmp(v, "accept");
+            got |= 1;
+        } else if (!strcmp(f->name, "Local")) {
+            snprintf(local, ln, "%s", v);
+            got |= 2;
+        } else if (!strcmp(f->name, "Peer")) {
+            snprintf(peer, pn, "%s", v);
+            got |= 4;
+        }
+    }
+    return got == 7;
+}
+
 bool nt_event_cpu_sample(const nt_event *ev, uint64_t *cpu_ns)
 {
     const nt_metadata *m = ev->meta;

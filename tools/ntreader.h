@@ -154,6 +154,10 @@ bool nt_event_cpu_sample(const nt_event *ev, uint64_t *cpu_ns);
 /* A wait the shim recorded (acttrace-shim WaitSuspend or WaitResume, shim/waits.c): *resume says
  * which; its Reason and Call (UTF-8, cut to fit; either may be NULL) and, for a Resume, BlockedNs
  * (0 for a Suspend). False for any other event, or a payload too short for its fields. */
+/* The shim's SocketEndpoints event (acttrace-shim): true with its role (accept or connect) and its
+ * two ends ("address:port") copied into local and peer; false for any other event. */
+bool nt_event_endpoints(const nt_event *ev, bool *accepted, char *local, size_t ln, char *peer,
+                        size_t pn);
 bool nt_event_wait(const nt_event *ev, bool *resume, char *reason, size_t rn, char *call, size_t cn,
                    uint64_t *blocked_ns);
 /* Name of a field type code ("int32", "string", ...). */

@@ -1,0 +1,235 @@
+/* test_crossproc: requests followed from one traced process into another through a socket, with
+ * nothing added to the bytes on the wire. A real client (Debian's curl, each request an activity
+ * Fetch around curl_easy_perform by a config) asks a real server (python3's http.server, a
+ * Connection per accepted socket), both traced, over IPv4 and over IPv6 loopback. Each side writes
+ * its connected socket's two ends (SocketEndpoints, in the activity the socket is tagged with), and
+ * `acttrace tree` given both processes' files puts each server Connection under the Fetch that
+ * connected it: three curls, three Fetches, each with the one Connection whose ends are its own the
+ * other way round; the server's file alone keeps every Connection a root, and the listening probe's
+ * connection, which no traced client made, stays one. `acttrace breakdown` over the same files adds
+ * the Connection into its Fetch's figures with its children. */
+#include <check.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "at_testlib.h"
+#include "at_tracegen.h"
+
+#define NCURL 3
+
+/* the program's threads (the shim's own, named acttrace-*, not counted) */
+static int task_count(pid_t pid)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char comm[64] = "";
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/comm", (int)pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(comm, sizeof comm, f))
+                comm[0] = 0;
+            fclose(f);
+        }
+        n += strncmp(comm, "acttrace-", 9) != 0;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct row {
+    long serial, parent, pid;
+    char name[32];
+} row;
+
+/* `acttrace tree --tsv` activity lines */
+static int read_tree(const char *out, row *rows, int max)
+{
+    int n = 0;
+    for (const char *l = out; l && *l && n < max; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+        row r;
+        if (sscanf(l, "activity\t%ld\t%ld\t%ld\t%*s\t%*s\t%31s", &r.serial, &r.parent, &r.pid, r.name) == 4)
+            rows[n++] = r;
+    }
+    return n;
+}
+
+static void run_case(bool v6)
+{
+    char *dir = at_tmpdir("xproc");
+    ck_assert(dir);
+    char conf[4200], cenv[4300], senv[4300], oenv[4300];
+    snprintf(conf, sizeof conf, "%s/curl.conf", dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[activity Fetch]\nfunction = curl_easy_perform\nsignature = int curl_easy_perform(void *h)\n", f);
+    fclose(f);
+    snprintf(cenv, sizeof cenv, "ACTTRACE_CONFIG=%s", conf);
+    snprintf(senv, sizeof senv, "ACTTRACE_OUTPUT=%s/srv.nettrace", dir);
+    snprintf(oenv, sizeof oenv, "ACTTRACE_OUTPUT=%s/cli-%%p.nettrace", dir);
+    int port = at_free_port();
+    ck_assert(port > 0);
+    char ps[16], url[128];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(url, sizeof url, v6 ? "http://[::1]:%d/" : "http://127.0.0.1:%d/", port);
+    const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const char *sargv[] = {py, "-m", "http.server", "--bind", v6 ? "::1" : "127.0.0.1", ps, NULL};
+    const char *sev[] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", senv, NULL};
+    at_run_opts so = {.argv = sargv, .env = sev, .cwd = dir};
+    at_proc sp;
+    ck_assert_int_eq(at_spawn(&so, &sp), 0);
+    bool up = false;
+    for (int i = 0; i < 500 && !up; i++) { /* at_wait_listening knows IPv4 only: curl asks */
+        const char *pargv[] = {"curl", "-s", "-o", "/dev/null", "--max-time", "5", url, NULL};
+        at_run_opts po = {.argv = pargv, .cwd = dir, .no_preload = true};
+        at_run_result pr;
+        up = at_run(&po, &pr) == 0 && pr.exited && pr.status == 0;
+        at_run_result_free(&pr);
+        if (!up)
+            nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    int curl_pid[NCURL] = {0};
+    for (int i = 0; up && i < NCURL; i++) {
+        const char *cargv[] = {"curl", "-s", "-o", "/dev/null", "--max-time", "10", url, NULL};
+        const char *cev[] = {cenv, oenv, NULL};
+        at_run_opts co = {.argv = cargv, .env = cev, .cwd = dir};
+        at_run_result cr;
+        ck_assert_int_eq(at_run(&co, &cr), 0);
+        ck_assert_msg(cr.exited && cr.status == 0, "curl %s: exit %d: %s", url, cr.status, cr.err);
+        ck_assert_msg(strstr(cr.err, "1 of 1 functions hooked"), "curl: %s", cr.err);
+        curl_pid[i] = (int)cr.pid;
+        at_run_result_free(&cr);
+    }
+    for (int i = 0; i < 400 && task_count(sp.pid) > 1; i++) /* the handlers end (bounded) */
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    kill(sp.pid, SIGINT);
+    at_run_result sr;
+    ck_assert_int_eq(at_wait(&sp, &sr), 0);
+    ck_assert_msg(up, "http.server never answered on %s: %s", url, sr.err);
+    at_run_result_free(&sr);
+
+    /* each side's ends, the other way round */
+    char srv[4300];
+    snprintf(srv, sizeof srv, "%s/srv.nettrace", dir);
+    at_trace t;
+    ck_assert_msg(at_trace_load(srv, &t) == 0, "%s: %s", srv, t.err);
+    char want_local[64];
+    snprintf(want_local, sizeof want_local, v6 ? "\"[0:0:0:0:0:0:0:1]:%d\"" : "\"127.0.0.1:%d\"", port);
+    size_t accepts = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        if (strcmp(t.ev[i].name, "SocketEndpoints"))
+            continue;
+        accepts++;
+        ck_assert_str_eq(at_ev_field(&t.ev[i], "Role"), "\"accept\"");
+        ck_assert_str_eq(at_ev_field(&t.ev[i], "Local"), want_local);
+        ck_assert_msg(t.ev[i].act_path[0], "SocketEndpoints outside any activity");
+    }
+    ck_assert_uint_ge(accepts, NCURL + 1);
+    at_trace_free(&t);
+
+    char **files = at_trace_files(dir);
+    ck_assert_uint_eq(at_strv_len(files), NCURL + 1);
+    const char *targs[NCURL + 5] = {"tree", "--tsv"};
+    for (int i = 0; files[i]; i++)
+        targs[2 + i] = files[i];
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, targs), 0);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    row rows[64];
+    int n = read_tree(r.out, rows, 64);
+    int fetches = 0, linked = 0, roots = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(rows[i].name, "Fetch")) {
+            fetches++;
+            bool ours = false;
+            for (int k = 0; k < NCURL; k++)
+                ours |= rows[i].pid == curl_pid[k];
+            ck_assert_msg(ours, "a Fetch of pid %ld, no curl's", rows[i].pid);
+            int under = 0;
+            for (int j = 0; j < n; j++)
+                if (rows[j].parent == rows[i].serial) {
+                    ck_assert_str_eq(rows[j].name, "Connection");
+                    ck_assert_int_eq(rows[j].pid, sp.pid);
+                    under++;
+                }
+            ck_assert_msg(under == 1, "Fetch %ld has %d Connections under it:\n%s", rows[i].serial, under, r.out);
+            linked += under;
+        } else if (!strcmp(rows[i].name, "Connection") && rows[i].parent == 0) {
+            roots++;
+        }
+    }
+    ck_assert_msg(fetches == NCURL && linked == NCURL && roots >= 1, "%d Fetches, %d linked, %d roots:\n%s",
+                  fetches, linked, roots, r.out);
+    at_run_result_free(&r);
+
+    /* the server's file alone: nothing to link to */
+    const char *sargs[] = {"tree", "--tsv", srv, NULL};
+    ck_assert_int_eq(at_tool_run(&r, sargs), 0);
+    n = read_tree(r.out, rows, 64);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(rows[i].parent == 0, "the server's file alone: %s under %ld", rows[i].name, rows[i].parent);
+    ck_assert_int_ge(n, NCURL + 1);
+    at_run_result_free(&r);
+
+    /* breakdown: each Fetch's figures with its children include its Connection */
+    const char *bargs[NCURL + 8] = {"breakdown"};
+    for (int i = 0; files[i]; i++)
+        bargs[1 + i] = files[i];
+    ck_assert_int_eq(at_tool_run(&r, bargs), 0);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    int with = 0;
+    for (const char *l = r.out; (l = strstr(l, "\nFetch ")); l++) {
+        const char *next = strstr(l + 1, "\nFetch ");
+        const char *c = strstr(l, "\n  Connection ");
+        with += c && (!next || c < next);
+    }
+    if (!strncmp(r.out, "Fetch ", 6)) {
+        const char *next = strstr(r.out, "\nFetch ");
+        const char *c = strstr(r.out, "\n  Connection ");
+        with += c && (!next || c < next);
+    }
+    ck_assert_msg(with == NCURL, "%d Fetches with their Connection in breakdown:\n%s", with, r.out);
+    at_run_result_free(&r);
+    at_strv_free(files);
+    at_rmtree(dir);
+    free(dir);
+}
+
+START_TEST(test_curl_to_http_server_v4)
+{
+    run_case(false);
+}
+END_TEST
+
+START_TEST(test_curl_to_http_server_v6)
+{
+    run_case(true);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("crossproc");
+    TCase *tc = tcase_create("loopback");
+    tcase_set_timeout(tc, 0);
+    tcase_add_test(tc, test_curl_to_http_server_v4);
+    tcase_add_test(tc, test_curl_to_http_server_v6);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
