@@ -7,7 +7,12 @@
  * connected it: three curls, three Fetches, each with the one Connection whose ends are its own the
  * other way round; the server's file alone keeps every Connection a root, and the listening probe's
  * connection, which no traced client made, stays one. `acttrace breakdown` over the same files adds
- * the Connection into its Fetch's figures with its children. */
+ * the Connection into its Fetch's figures with its children.
+ *
+ * Then three "hosts": network namespaces made by the test (and removed after), joined by veth pairs,
+ * each with its own address: curl on the first through an nginx proxy on the second to the
+ * http.server on the third, all traced: each request one tree, Fetch over nginx's Connection over
+ * the server's. */
 #include <check.h>
 #include <dirent.h>
 #include <signal.h>
@@ -15,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "at_testlib.h"
@@ -219,13 +225,184 @@ START_TEST(test_curl_to_http_server_v6)
 }
 END_TEST
 
+/* ---------------- three hosts: network namespaces joined by veth pairs ---------------- */
+
+static bool sh(const char *cmd)
+{
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    at_run_opts o = {.argv = argv, .no_preload = true};
+    at_run_result r;
+    bool ok = at_run(&o, &r) == 0 && r.exited && r.status == 0;
+    if (!ok)
+        fprintf(stderr, "test_crossproc: %s: %s", cmd, r.err ? r.err : "");
+    at_run_result_free(&r);
+    return ok;
+}
+
+static char ns_c[32], ns_p[32], ns_s[32];
+
+static void netns_down(void)
+{
+    if (!ns_c[0])
+        return;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null; true",
+             ns_c, ns_p, ns_s);
+    sh(cmd);
+}
+
+/* client 10.231.1.1 -- 10.231.1.2 proxy 10.231.2.1 -- 10.231.2.2 server */
+static bool netns_up(void)
+{
+    int id = (int)getpid() % 100000;
+    snprintf(ns_c, sizeof ns_c, "atc%d", id);
+    snprintf(ns_p, sizeof ns_p, "atp%d", id);
+    snprintf(ns_s, sizeof ns_s, "ats%d", id);
+    netns_down();
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "set -e; ip netns add %1$s; ip netns add %2$s; ip netns add %3$s;"
+             "ip link add a%4$d type veth peer name b%4$d; ip link add c%4$d type veth peer name d%4$d;"
+             "ip link set a%4$d netns %1$s; ip link set b%4$d netns %2$s;"
+             "ip link set c%4$d netns %2$s; ip link set d%4$d netns %3$s;"
+             "ip -n %1$s addr add 10.231.1.1/24 dev a%4$d; ip -n %2$s addr add 10.231.1.2/24 dev b%4$d;"
+             "ip -n %2$s addr add 10.231.2.1/24 dev c%4$d; ip -n %3$s addr add 10.231.2.2/24 dev d%4$d;"
+             "for n in %1$s %2$s %3$s; do ip -n $n link set lo up; done;"
+             "ip -n %1$s link set a%4$d up; ip -n %2$s link set b%4$d up;"
+             "ip -n %2$s link set c%4$d up; ip -n %3$s link set d%4$d up",
+             ns_c, ns_p, ns_s, id);
+    return sh(cmd);
+}
+
+/* A request from a traced curl on one "host" through a traced nginx proxy on a second to a traced
+ * python3 http.server on a third, each in its own network namespace with its own address: the
+ * merged tree is one tree per request, curl's Fetch over nginx's Connection over the server's. */
+START_TEST(test_three_hosts)
+{
+    ck_assert_msg(at_file_exists("/usr/sbin/nginx") && at_file_exists("/usr/bin/curl"),
+                  "nginx or curl is missing (.ci/deps installs them)");
+    ck_assert_msg(netns_up(), "cannot make the network namespaces (root and ip from iproute2 are needed)");
+    char *dir = at_tmpdir("xproc3");
+    ck_assert(dir);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/tmp", dir);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/nginx.conf", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "user root;\ndaemon off;\nmaster_process on;\nworker_processes 1;\npid %s/nginx.pid;\n"
+               "error_log %s/error.log;\nevents { worker_connections 64; }\nhttp { access_log off;\n"
+               "client_body_temp_path %s/tmp; proxy_temp_path %s/tmp; fastcgi_temp_path %s/tmp;\n"
+               "uwsgi_temp_path %s/tmp; scgi_temp_path %s/tmp;\n"
+               "server { listen 10.231.1.2:8080; location / { proxy_pass http://10.231.2.2:8081; } } }\n",
+            dir, dir, dir, dir, dir, dir, dir);
+    fclose(f);
+    char conf[4300], cenv[4400], senv[4400], penv[4400], oenv[4400];
+    snprintf(conf, sizeof conf, "%s/curl.conf", dir);
+    f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[activity Fetch]\nfunction = curl_easy_perform\nsignature = int curl_easy_perform(void *h)\n", f);
+    fclose(f);
+    snprintf(cenv, sizeof cenv, "ACTTRACE_CONFIG=%s", conf);
+    snprintf(senv, sizeof senv, "ACTTRACE_OUTPUT=%s/srv-%%p.nettrace", dir);
+    snprintf(penv, sizeof penv, "ACTTRACE_OUTPUT=%s/proxy-%%p.nettrace", dir);
+    snprintf(oenv, sizeof oenv, "ACTTRACE_OUTPUT=%s/cli-%%p.nettrace", dir);
+    const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const char *sargv[] = {"ip", "netns", "exec", ns_s, py, "-m", "http.server", "--bind", "10.231.2.2", "8081", NULL};
+    const char *sev[] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", senv, NULL};
+    at_run_opts so = {.argv = sargv, .env = sev, .cwd = dir};
+    at_proc sp, pp;
+    ck_assert_int_eq(at_spawn(&so, &sp), 0);
+    const char *pargv[] = {"ip", "netns", "exec", ns_p, "/usr/sbin/nginx", "-p", dir, "-c", path, "-e", "stderr", NULL};
+    const char *pev[] = {"ACTTRACE_ACCEPT_ACTIVITY=1", penv, NULL};
+    at_run_opts po = {.argv = pargv, .env = pev, .cwd = dir};
+    ck_assert_int_eq(at_spawn(&po, &pp), 0);
+    bool up = false; /* the whole chain answers (untraced probes) */
+    for (int i = 0; i < 500 && !up; i++) {
+        const char *qargv[] = {"ip", "netns", "exec", ns_c, "curl", "-sf", "-o", "/dev/null", "--max-time", "5",
+                               "http://10.231.1.2:8080/", NULL};
+        at_run_opts qo = {.argv = qargv, .cwd = dir, .no_preload = true};
+        at_run_result qr;
+        up = at_run(&qo, &qr) == 0 && qr.exited && qr.status == 0;
+        at_run_result_free(&qr);
+        if (!up)
+            nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    }
+    for (int i = 0; up && i < NCURL; i++) {
+        const char *cargv[] = {"ip", "netns", "exec", ns_c, "curl", "-sf", "-o", "/dev/null", "--max-time", "10",
+                               "http://10.231.1.2:8080/", NULL};
+        const char *cev[] = {cenv, oenv, NULL};
+        at_run_opts co = {.argv = cargv, .env = cev, .cwd = dir};
+        at_run_result cr;
+        ck_assert_int_eq(at_run(&co, &cr), 0);
+        ck_assert_msg(cr.exited && cr.status == 0, "curl: exit %d: %s", cr.status, cr.err);
+        at_run_result_free(&cr);
+    }
+    kill(pp.pid, SIGQUIT); /* nginx's graceful stop: the worker ends its connections */
+    at_run_result r;
+    ck_assert_int_eq(at_wait(&pp, &r), 0);
+    at_run_result_free(&r);
+    for (int i = 0; i < 400 && task_count(sp.pid) > 1; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    kill(sp.pid, SIGINT);
+    ck_assert_int_eq(at_wait(&sp, &r), 0);
+    at_run_result_free(&r);
+    netns_down();
+    ck_assert_msg(up, "the chain never answered");
+
+    char **files = at_trace_files(dir);
+    size_t nf = at_strv_len(files);
+    ck_assert_msg(nf >= NCURL + 2 && nf < 16, "%zu trace files", nf);
+    const char *targs[20] = {"tree", "--tsv"};
+    for (size_t i = 0; i < nf; i++)
+        targs[2 + i] = files[i];
+    ck_assert_int_eq(at_tool_run(&r, targs), 0);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    row rows[128];
+    int n = read_tree(r.out, rows, 128);
+    int chains = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(rows[i].name, "Fetch"))
+            continue;
+        ck_assert_msg(rows[i].parent == 0, "a Fetch under %ld", rows[i].parent);
+        int mid = -1, end = -1, nmid = 0;
+        for (int j = 0; j < n; j++)
+            if (rows[j].parent == rows[i].serial && !strcmp(rows[j].name, "Connection"))
+                mid = j, nmid++;
+        for (int j = 0; mid >= 0 && j < n; j++)
+            if (rows[j].parent == rows[mid].serial && !strcmp(rows[j].name, "Connection"))
+                end = j;
+        ck_assert_msg(nmid == 1 && end >= 0 && rows[mid].pid != rows[i].pid && rows[end].pid != rows[mid].pid &&
+                          rows[end].pid != rows[i].pid,
+                      "Fetch %ld: not curl -> nginx -> http.server:\n%s", rows[i].serial, r.out);
+        chains++;
+    }
+    ck_assert_msg(chains == NCURL, "%d chains:\n%s", chains, r.out);
+    if (getenv("AT_PRINT")) {
+        const char *pargs[20] = {"tree"};
+        for (size_t i = 0; i < nf; i++)
+            pargs[1 + i] = files[i];
+        at_run_result pr;
+        at_tool_run(&pr, pargs);
+        printf("%s", pr.out);
+        at_run_result_free(&pr);
+    }
+    at_run_result_free(&r);
+    at_strv_free(files);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("crossproc");
     TCase *tc = tcase_create("loopback");
     tcase_set_timeout(tc, 0);
+    tcase_add_checked_fixture(tc, NULL, netns_down); /* a failed check leaves no namespace behind */
     tcase_add_test(tc, test_curl_to_http_server_v4);
     tcase_add_test(tc, test_curl_to_http_server_v6);
+    tcase_add_test(tc, test_three_hosts);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
