@@ -11,6 +11,7 @@
  * order, for either consumer; slices that overlap without nesting are clipped to the enclosing one
  * (marked "clipped" in chrome's args). */
 #include "actmodel.h"
+#include "cmd_otlp.h"
 #include "cliopt.h"
 #include "cmds.h"
 #include "ntsym.h"
@@ -116,12 +117,14 @@ typedef struct ex_ctx {
 
 static void export_usage(FILE *f)
 {
-    fprintf(f, "usage: acttrace export --format chrome|speedscope [-o OUT] [--name NAME] FILE...\n"
+    fprintf(f, "usage: acttrace export --format chrome|speedscope|otlp [-o OUT] [--name NAME] FILE...\n"
                "  chrome      Chrome trace-event JSON for Perfetto UI (ui.perfetto.dev) or chrome://tracing:\n"
                "              activities as slices on their threads with their payload as args, process and\n"
                "              thread names, flow arrows for transfers, thread starts and child processes\n"
                "  speedscope  speedscope JSON (www.speedscope.app): a profile per thread (the main thread\n"
                "              first), activities as frames, times in ms from the trace start\n"
+               "  otlp        OpenTelemetry OTLP/JSON (ExportTraceServiceRequest): a span per activity,\n"
+               "              one trace per tree (across processes), spans grouped per process\n"
                "  -o, --output OUT  output file (default, and with -o -: standard output)\n"
                "  --name NAME       only activities named NAME and those below them; none is said on\n"
                "                    stderr (exit 1)\n");
@@ -1041,8 +1044,8 @@ int at_cmd_export(int argc, char **argv)
         switch (o) {
         case O_FORMAT:
             format = cli.arg;
-            if (strcmp(format, "chrome") && strcmp(format, "speedscope")) {
-                at_cli_usage_error(&cli, "unknown format '%s' (chrome or speedscope)", format);
+            if (strcmp(format, "chrome") && strcmp(format, "speedscope") && strcmp(format, "otlp")) {
+                at_cli_usage_error(&cli, "unknown format '%s' (chrome, speedscope or otlp)", format);
                 cli.failed = true;
             }
             break;
@@ -1053,7 +1056,8 @@ int at_cmd_export(int argc, char **argv)
     if (o == AT_CLI_EXIT) return cli.status;
     int nfiles;
     char **files = at_cli_operands(&cli, &nfiles);
-    if (!format) return at_cli_usage_error(&cli, "say which format: --format chrome or --format speedscope");
+    if (!format)
+        return at_cli_usage_error(&cli, "say which format: --format chrome, speedscope or otlp");
     if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
     int status = at_cli_check_output(&cli, outpath, files, nfiles);
     if (status) return status;
@@ -1061,6 +1065,18 @@ int at_cmd_export(int argc, char **argv)
     if (status) return status;
     c.speedscope = !strcmp(format, "speedscope");
     char err[600];
+    if (!strcmp(format, "otlp")) {
+        uint64_t named = 0;
+        int rc = at_export_otlp(files, nfiles, c.name, outpath, err, sizeof err, &named);
+        if (rc == 1) {
+            char in[600];
+            at_cli_files_desc(files, nfiles, in, sizeof in);
+            am_errorf("export", "no activity named '%s' in %s", c.name, in);
+        } else if (rc == -1) {
+            am_errorf("export", "%s", err);
+        }
+        return rc < 0 || rc == 1 ? AT_EXIT_ERROR : rc;
+    }
     /* tree mode: an activity's parent stays known until its tree is done, across processes too */
     am_options mo = {.tree = true, .progress = true, .need_events = true};
     am_callbacks cb = {.activity = on_activity, .event = on_event, .ctx = &c};

@@ -1,0 +1,387 @@
+/* cmd_otlp.c: `acttrace export --format otlp`: the activities as OpenTelemetry spans, OTLP/JSON
+ * (ExportTraceServiceRequest in the protobuf JSON mapping OTLP specifies: trace and span ids as hex,
+ * 64-bit integers as decimal strings, enums as numbers).
+ *
+ * One span per activity: its name, its Start and Stop as wall-clock times (each file's SyncTimeUTC
+ * and the event clock), its trace id the id of its root in the tree the files make together (across
+ * processes: a server's connection under the client activity that connected it, a child process's
+ * roots under the activity that started it) hashed to 16 bytes, its span id and its parent's the
+ * FNV-1a-64 of their activity ids (never 0), its Start's payload fields as attributes
+ * (and acttrace.path, acttrace.thread, acttrace.stopped), its transfers between threads as span
+ * events. Spans are grouped per process (ResourceSpans) with resource attributes from the file's
+ * ProcessInfo: service.name (the program), process.pid, process.command_line. A root linked to an
+ * activity of a process not in the files gets that activity's span as parent (the span lives in that
+ * process's own export) and the root's own trace id. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "actmodel.h"
+#include "cliopt.h"
+#include "cmd_otlp.h"
+
+typedef struct ot_attr_buf {
+    char *p;
+    size_t n, cap;
+} ot_buf;
+
+typedef struct ot_proc {
+    uint32_t pid;
+    char cmdline[1024];
+    ot_buf spans;             /* the process's spans, JSON objects joined by commas */
+    uint64_t nspans;
+} ot_proc;
+
+typedef struct ot_ctx {
+    am_model *m;
+    const char *name;
+    uint64_t named;
+    ot_proc *procs;
+    uint32_t nprocs, cprocs;
+    char **start_attrs;       /* by activity serial: its Start's fields as OTLP attributes (JSON) */
+    size_t cattrs;
+    int64_t unix0;            /* the wall-clock ns of model time 0 */
+    bool oom;
+} ot_ctx;
+
+static bool buf_put(ot_ctx *c, ot_buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 4096;
+        while (nc < b->n + n + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            c->oom = true;
+            return false;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+
+static void buf_str(ot_ctx *c, ot_buf *b, const char *s) { buf_put(c, b, s, strlen(s)); }
+
+static void buf_fmt(ot_ctx *c, ot_buf *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void buf_fmt(ot_ctx *c, ot_buf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) buf_put(c, b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* s as a JSON string, quotes included */
+static void buf_json(ot_ctx *c, ot_buf *b, const char *s)
+{
+    buf_put(c, b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            char e[2] = {'\\', (char)*p};
+            buf_put(c, b, e, 2);
+        } else if (*p < 0x20) {
+            buf_fmt(c, b, "\\u%04x", *p);
+        } else {
+            buf_put(c, b, (const char *)p, 1);
+        }
+    }
+    buf_put(c, b, "\"", 1);
+}
+
+static uint64_t fnv64(const void *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
+    return h ? h : 1;
+}
+
+static void hex(char *out, const uint8_t *p, size_t n)
+{
+    static const char d[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[p[i] >> 4];
+        out[2 * i + 1] = d[p[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+void ot_span_id(const at_guid *g, char out[17])
+{
+    uint64_t h = fnv64(g, sizeof *g);
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(h >> (56 - 8 * i));
+    hex(out, b, 8);
+}
+
+void ot_trace_id(const at_guid *g, char out[33])
+{
+    /* 16 bytes that look random to a backend that samples by trace id: two hashes of the root's id */
+    uint64_t h1 = fnv64(g, sizeof *g);
+    uint8_t salted[sizeof *g + 1];
+    memcpy(salted, g, sizeof *g);
+    salted[sizeof *g] = 0x5a;
+    uint64_t h2 = fnv64(salted, sizeof salted);
+    uint8_t b[16];
+    for (int i = 0; i < 8; i++) {
+        b[i] = (uint8_t)(h1 >> (56 - 8 * i));
+        b[8 + i] = (uint8_t)(h2 >> (56 - 8 * i));
+    }
+    hex(out, b, 16);
+}
+
+static ot_proc *proc_get(ot_ctx *c, uint32_t pid)
+{
+    for (uint32_t i = 0; i < c->nprocs; i++)
+        if (c->procs[i].pid == pid) return &c->procs[i];
+    if (c->nprocs == c->cprocs) {
+        uint32_t nc = c->cprocs ? c->cprocs * 2 : 8;
+        ot_proc *np = realloc(c->procs, nc * sizeof *np);
+        if (!np) {
+            c->oom = true;
+            return NULL;
+        }
+        c->procs = np;
+        c->cprocs = nc;
+    }
+    ot_proc *p = &c->procs[c->nprocs++];
+    memset(p, 0, sizeof *p);
+    p->pid = pid;
+    return p;
+}
+
+/* A Start's payload fields as OTLP KeyValues (without the brackets), the first (<Name>Id) included */
+static char *start_attrs(ot_ctx *c, const nt_event *ev)
+{
+    const nt_metadata *md = ev->meta;
+    ot_buf b = {0};
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < md->nfields; i++) {
+        const nt_field *f = &md->fields[i];
+        char v[1024];
+        int r = nt_field_json(f, ev->payload, ev->payload_len, &off, v, sizeof v);
+        if (r < 0) break;
+        if (r == 0) continue;
+        if (b.n) buf_put(c, &b, ",", 1);
+        buf_str(c, &b, "{\"key\":");
+        buf_json(c, &b, f->name);
+        switch (f->type) {
+        case NT_TYPE_BOOLEAN: buf_fmt(c, &b, ",\"value\":{\"boolValue\":%s}}", v); break;
+        case NT_TYPE_SBYTE: case NT_TYPE_BYTE: case NT_TYPE_INT16: case NT_TYPE_UINT16: case NT_TYPE_INT32:
+        case NT_TYPE_UINT32: case NT_TYPE_INT64: case NT_TYPE_UINT64:
+            buf_fmt(c, &b, ",\"value\":{\"intValue\":\"%s\"}}", v);
+            break;
+        case NT_TYPE_SINGLE: case NT_TYPE_DOUBLE: case NT_TYPE_DECIMAL:
+            if (v[0] == '"') buf_fmt(c, &b, ",\"value\":{\"stringValue\":%s}}", v); /* NaN, infinities */
+            else buf_fmt(c, &b, ",\"value\":{\"doubleValue\":%s}}", v);
+            break;
+        default:
+            buf_str(c, &b, ",\"value\":{\"stringValue\":");
+            if (v[0] == '"') buf_str(c, &b, v); /* a JSON string already */
+            else buf_json(c, &b, v);            /* arrays, objects: their JSON as text */
+            buf_str(c, &b, "}}");
+        }
+    }
+    return b.p;
+}
+
+static void on_event(void *vc, const am_event *e)
+{
+    ot_ctx *c = vc;
+    const nt_metadata *md = e->ev->meta;
+    if (md->opcode == NT_OPCODE_START && e->act && e->ev->payload_len) {
+        uint64_t s = e->act->serial;
+        if (s >= c->cattrs) {
+            size_t nc = c->cattrs ? c->cattrs : 1024;
+            while (nc <= s) nc *= 2;
+            char **np = realloc(c->start_attrs, nc * sizeof *np);
+            if (!np) {
+                c->oom = true;
+                return;
+            }
+            memset(np + c->cattrs, 0, (nc - c->cattrs) * sizeof *np);
+            c->start_attrs = np;
+            c->cattrs = nc;
+        }
+        free(c->start_attrs[s]);
+        c->start_attrs[s] = start_attrs(c, e->ev);
+    } else if (md->provider && md->name && !strcmp(md->name, "ProcessInfo") &&
+               !strcmp(md->provider, "Microsoft-DotNETCore-EventPipe")) {
+        ot_proc *p = proc_get(c, e->pid);
+        uint32_t off = 0;
+        if (p && md->nfields && !p->cmdline[0] &&
+            nt_field_format(&md->fields[0], e->ev->payload, e->ev->payload_len, &off, p->cmdline,
+                            sizeof p->cmdline)) {
+            size_t n = strlen(p->cmdline);
+            if (n >= 2 && p->cmdline[0] == '"' && p->cmdline[n - 1] == '"') {
+                memmove(p->cmdline, p->cmdline + 1, n - 2);
+                p->cmdline[n - 2] = 0;
+            }
+        }
+    }
+}
+
+static bool kept_by_name(const ot_ctx *c, const am_activity *a)
+{
+    for (const am_activity *q = a; q; q = q->parent)
+        if (!strcmp(q->name, c->name)) return true;
+    return false;
+}
+
+static void on_activity(void *vc, const am_activity *a)
+{
+    ot_ctx *c = vc;
+    if (c->name) {
+        if (!kept_by_name(c, a)) return;
+        c->named++;
+    }
+    ot_proc *p = proc_get(c, a->pid);
+    if (!p) return;
+    const am_activity *root = a;
+    while (root->parent) root = root->parent;
+    char tid[33], sid[17], pid_s[17] = "", path[AM_PATH_MAX];
+    at_guid link = {{0}};
+    bool linked = !a->parent && am_act_link(a, path, sizeof path) && a->x;
+    if (linked) link = a->x->related;
+    ot_trace_id(&root->id, tid);
+    ot_span_id(&a->id, sid);
+    if (a->parent) ot_span_id(&a->parent->id, pid_s);
+    else if (linked) ot_span_id(&link, pid_s);
+    am_act_path(a, path, sizeof path);
+    ot_buf *b = &p->spans;
+    if (p->nspans++) buf_put(c, b, ",", 1);
+    buf_fmt(c, b, "{\"traceId\":\"%s\",\"spanId\":\"%s\"", tid, sid);
+    if (pid_s[0]) buf_fmt(c, b, ",\"parentSpanId\":\"%s\"", pid_s);
+    buf_str(c, b, ",\"name\":");
+    buf_json(c, b, a->name);
+    /* SPAN_KIND_SERVER for a connection accepted from a traced client, else INTERNAL */
+    int kind = a->parent && a->parent->pid != a->pid && !strcmp(a->name, "Connection") ? 2 : 1;
+    buf_fmt(c, b, ",\"kind\":%d,\"startTimeUnixNano\":\"%lld\",\"endTimeUnixNano\":\"%lld\"", kind,
+            (long long)(c->unix0 + a->start), (long long)(c->unix0 + a->stop));
+    buf_str(c, b, ",\"attributes\":[");
+    const char *sa = a->serial < c->cattrs ? c->start_attrs[a->serial] : NULL;
+    if (sa && *sa) {
+        buf_str(c, b, sa);
+        buf_put(c, b, ",", 1);
+    }
+    buf_str(c, b, "{\"key\":\"acttrace.path\",\"value\":{\"stringValue\":");
+    buf_json(c, b, path);
+    buf_fmt(c, b, "}},{\"key\":\"acttrace.thread\",\"value\":{\"intValue\":\"%llu\"}}",
+            (unsigned long long)am_start_tid(a));
+    buf_fmt(c, b, ",{\"key\":\"acttrace.stopped\",\"value\":{\"boolValue\":%s}}]",
+            a->stopped ? "true" : "false");
+    buf_str(c, b, ",\"events\":[");
+    uint32_t nev = 0;
+    for (uint32_t i = 0; i < am_nxfers(a); i++) {
+        const am_transfer *x = am_xfer_at(a, i);
+        if (nev++) buf_put(c, b, ",", 1);
+        buf_fmt(c, b,
+                "{\"timeUnixNano\":\"%lld\",\"name\":\"transfer\",\"attributes\":["
+                "{\"key\":\"acttrace.from_thread\",\"value\":{\"intValue\":\"%llu\"}},"
+                "{\"key\":\"acttrace.to_thread\",\"value\":{\"intValue\":\"%llu\"}},"
+                "{\"key\":\"acttrace.queued_ns\",\"value\":{\"intValue\":\"%lld\"}}]}",
+                (long long)(c->unix0 + x->recv), (unsigned long long)x->from_tid,
+                (unsigned long long)x->to_tid, (long long)(x->from_tid ? x->recv - x->send : 0));
+    }
+    buf_str(c, b, "]");
+    /* status: UNSET for a stopped activity; one never stopped is marked, not failed */
+    buf_str(c, b, ",\"status\":{}}");
+}
+
+static int64_t unix_ns_of(const uint16_t *t)
+{
+    struct tm tm = {.tm_year = t[0] - 1900, .tm_mon = t[1] - 1, .tm_mday = t[3], .tm_hour = t[4],
+                    .tm_min = t[5], .tm_sec = t[6]};
+    time_t s = timegm(&tm);
+    return (int64_t)s * 1000000000 + (int64_t)t[7] * 1000000;
+}
+
+static const char *program_of(const char *cmdline, char *out, size_t n)
+{
+    size_t len = strcspn(cmdline, " ");
+    const char *s = cmdline;
+    for (size_t i = 0; i < len; i++)
+        if (cmdline[i] == '/') s = cmdline + i + 1;
+    size_t k = (size_t)(cmdline + len - s);
+    if (k && s[k - 1] == ':') k--; /* nginx's "nginx: worker process" */
+    if (k >= n) k = n - 1;
+    memcpy(out, s, k);
+    out[k] = 0;
+    return out;
+}
+
+static void write_json(ot_ctx *c, FILE *f)
+{
+    fputs("{\"resourceSpans\":[", f);
+    bool first = true;
+    for (uint32_t i = 0; i < c->nprocs; i++) {
+        ot_proc *p = &c->procs[i];
+        if (!p->nspans) continue;
+        if (!first) fputc(',', f);
+        first = false;
+        ot_buf r = {0};
+        char prog[256];
+        buf_str(c, &r, "{\"resource\":{\"attributes\":[{\"key\":\"service.name\",\"value\":{\"stringValue\":");
+        buf_json(c, &r, p->cmdline[0] ? program_of(p->cmdline, prog, sizeof prog) : "unknown_service");
+        buf_fmt(c, &r, "}},{\"key\":\"process.pid\",\"value\":{\"intValue\":\"%u\"}}", p->pid);
+        if (p->cmdline[0]) {
+            buf_str(c, &r, ",{\"key\":\"process.command_line\",\"value\":{\"stringValue\":");
+            buf_json(c, &r, p->cmdline);
+            buf_str(c, &r, "}}");
+        }
+        buf_str(c, &r, ",{\"key\":\"telemetry.sdk.name\",\"value\":{\"stringValue\":\"acttrace\"}}]},"
+                       "\"scopeSpans\":[{\"scope\":{\"name\":\"acttrace\"},\"spans\":[");
+        fputs(r.p ? r.p : "", f);
+        free(r.p);
+        fputs(p->spans.p ? p->spans.p : "", f);
+        fputs("]}]}", f);
+    }
+    fputs("]}\n", f);
+}
+
+int at_export_otlp(char **files, int nfiles, const char *name, const char *outpath, char *err,
+                   size_t errlen, uint64_t *named)
+{
+    ot_ctx c = {.name = name};
+    am_options mo = {.tree = true, .progress = true, .need_events = true};
+    am_callbacks cb = {.activity = on_activity, .event = on_event, .ctx = &c};
+    am_model *m = am_open(files, nfiles, &mo, &cb, err, errlen);
+    if (!m) return -1;
+    c.m = m;
+    const nt_trace_info *in0 = am_info(m, 0);
+    c.unix0 = unix_ns_of(in0->sync_time_utc) - am_time(m, 0, (uint64_t)in0->sync_time_qpc);
+    am_run(m, err, errlen); /* a damaged file: what was read before the damage is exported */
+    int rc = 0;
+    if (named) *named = c.named;
+    if (name && !c.named) {
+        rc = 1;
+    } else { /* the output is made once there is something to write */
+        FILE *out = outpath ? fopen(outpath, "w") : stdout;
+        if (!out) {
+            snprintf(err, errlen, "%s: %s", outpath, strerror(errno));
+            rc = -1;
+        } else {
+            write_json(&c, out);
+            if (at_cli_close_output("export", out, outpath)) /* which says so */
+                rc = -2;
+        }
+    }
+    if (c.oom && rc == 0) {
+        snprintf(err, errlen, "out of memory: the export is incomplete");
+        rc = -1;
+    }
+    rc = rc ? rc : am_report_damage(m, "export") ? 3 : 0;
+    for (uint32_t i = 0; i < c.nprocs; i++) free(c.procs[i].spans.p);
+    free(c.procs);
+    for (size_t i = 0; i < c.cattrs; i++) free(c.start_attrs[i]);
+    free(c.start_attrs);
+    am_close(m);
+    return rc;
+}
