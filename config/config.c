@@ -18,6 +18,7 @@ void at_config_defaults_zeroed(at_config *c)
     static const char def_output[] = "acttrace-%p.nettrace";
     memcpy(c->output, def_output, sizeof def_output);
     c->fdflow = true;
+    c->traceparent = true;
     c->accept_activity = false;
     c->thread_events = true;
     c->fatal_signals = true;
@@ -115,6 +116,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         size_t off;
     } bools[] = {
         {"ACTTRACE_FDFLOW", offsetof(at_config, fdflow)},
+        {"ACTTRACE_TRACEPARENT", offsetof(at_config, traceparent)},
         {"ACTTRACE_ACCEPT_ACTIVITY", offsetof(at_config, accept_activity)},
         {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
         {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},

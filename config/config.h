@@ -23,6 +23,8 @@ enum at_cfg_follow { AT_CFG_FOLLOW_ALL = 0, AT_CFG_FOLLOW_EXEC, AT_CFG_FOLLOW_NO
 
 typedef struct at_config {
     bool fdflow;            /* ACTTRACE_FDFLOW=0|1: fd-keyed hand-off (default 1) */
+    bool traceparent;       /* ACTTRACE_TRACEPARENT=0|1: an accepted socket's HTTP/1.x requests
+                               read for a W3C traceparent header (default 1) */
     bool accept_activity;   /* ACTTRACE_ACCEPT_ACTIVITY=0|1: accept/accept4 start a Connection
                                activity per accepted socket, stopped at close (default 0) */
     bool thread_events;     /* ACTTRACE_THREAD_EVENTS=0|1: ThreadStart/ThreadStop events (default 1) */

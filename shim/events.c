@@ -48,6 +48,10 @@ int at_shim_events_register(char *err, size_t n)
     static const at_field conn[] = {{"Fd", NT_TYPE_INT32}};
     /* Role: accept or connect; Local and Peer: "address:port" (IPv4 dotted, IPv6 in brackets with
      * its eight groups, an IPv4-mapped one as IPv4) */
+    /* a W3C traceparent header an accepted socket's HTTP/1.x request carried: the ids as lowercase
+     * hex (32 and 16 digits) and the trace flags */
+    static const at_field tctx[] = {{"Fd", NT_TYPE_INT32}, {"TraceId", NT_TYPE_STRING},
+                                    {"ParentId", NT_TYPE_STRING}, {"Flags", NT_TYPE_INT32}};
     static const at_field endpoints[] = {{"Fd", NT_TYPE_INT32}, {"Role", NT_TYPE_STRING},
                                          {"Local", NT_TYPE_STRING}, {"Peer", NT_TYPE_STRING}};
     /* Reason: what the thread waited for (read, write, accept, connect, poll, sleep, lock,
@@ -69,6 +73,7 @@ int at_shim_events_register(char *err, size_t n)
     at_ev.fd_tag = reg("FdTagged", NT_LEVEL_VERBOSE, AT_KEYWORD_FD, 2, fd_tag);
     at_ev.fd_ambiguous = reg("FdAmbiguous", NT_LEVEL_WARNING, AT_KEYWORD_FD, 3, fd_amb);
     at_ev.sock_endpoints = reg("SocketEndpoints", NT_LEVEL_INFO, AT_KEYWORD_FD, 4, endpoints);
+    at_ev.trace_context = reg("TraceContext", NT_LEVEL_INFO, AT_KEYWORD_FD, 4, tctx);
     at_activity_kind_desc cd = {
         .provider = AT_SHIM_PROVIDER,
         .name = "Connection",
@@ -84,7 +89,7 @@ int at_shim_events_register(char *err, size_t n)
                                wres);
     if (!at_ev.thread_begin || !at_ev.thread_end || !at_ev.fork_parent || !at_ev.fork_child ||
         !at_ev.exec || !at_ev.spawn || !at_ev.fatal || !at_ev.exit || !at_ev.fd_tag ||
-        !at_ev.fd_ambiguous || !at_ev.sock_endpoints || !at_ev.connection || !at_ev.wait_suspend || !at_ev.wait_resume) {
+        !at_ev.fd_ambiguous || !at_ev.sock_endpoints || !at_ev.trace_context || !at_ev.connection || !at_ev.wait_suspend || !at_ev.wait_resume) {
         snprintf(err, n, "cannot register the shim's event types");
         return -1;
     }

@@ -207,6 +207,7 @@ AT_HOT_FN static at_activity *tag_take(at_fd_slot *s, bool *owns)
     at_activity *old = __atomic_exchange_n(&s->act, NULL, __ATOMIC_SEQ_CST);
     *owns = s->owns;
     s->owns = 0;
+    __atomic_store_n(&s->http, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&s->reported, 0, __ATOMIC_RELAXED);
     while (__atomic_load_n(&s->readers, __ATOMIC_ACQUIRE) != 0)
         sched_yield();
@@ -616,19 +617,137 @@ AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
         return AT_REAL(name) args;                                                                 \
     }
 
+/* ---------------- W3C trace context: read, never written ---------------- */
+
+static bool all_hex(const char *p, int n, bool *zero)
+{
+    *zero = true;
+    for (int i = 0; i < n; i++) {
+        char c = p[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return false;
+        *zero &= c == '0';
+    }
+    return true;
+}
+
+/* The bytes a read of an accepted socket gave the program (b, n): its first ones say whether the
+ * connection carries HTTP/1.x requests (a method and a space); then each line that is a
+ * `traceparent` header (W3C Trace Context, version 00: 2-32-16-2 lowercase hex digits, neither id
+ * all zero) is a TraceContext event in the thread's current activity, the one the request landed
+ * in. A header split between two reads is not seen. Nothing the program reads is changed. */
+static AT_NOINLINE void http_inspect(at_fd_slot *s, int fd, const char *b, size_t n)
+{
+    if (!at_on() || at_internal)
+        return;
+    int e = errno;
+    if (__atomic_load_n(&s->http, __ATOMIC_RELAXED) == 1) {
+        static const char *const methods[] = {"GET ",     "POST ",    "PUT ",   "HEAD ", "DELETE ",
+                                              "OPTIONS ", "PATCH ",   "CONNECT ", "TRACE "};
+        bool http = false;
+        for (size_t i = 0; i < sizeof methods / sizeof methods[0] && !http; i++) {
+            size_t l = strlen(methods[i]);
+            http = n >= l && !memcmp(b, methods[i], l);
+        }
+        __atomic_store_n(&s->http, http ? 2 : 3, __ATOMIC_RELAXED);
+        if (!http)
+            goto out;
+    }
+    for (size_t i = 0; i + 1 + 12 + 55 <= n; i++) {
+        if (b[i] != '\n' || strncasecmp(b + i + 1, "traceparent:", 12) != 0)
+            continue;
+        const char *v = b + i + 13, *end = b + n;
+        while (v < end && (*v == ' ' || *v == '\t'))
+            v++;
+        bool z1, z2, z3;
+        if (end - v < 55 || v[0] != '0' || v[1] != '0' || v[2] != '-' || v[35] != '-' || v[52] != '-' ||
+            !all_hex(v + 3, 32, &z1) || !all_hex(v + 36, 16, &z2) || !all_hex(v + 53, 2, &z3) || z1 || z2 ||
+            (end - v > 55 && v[55] != '\r' && v[55] != '\n'))
+            continue;
+        char tid[33], pid[17];
+        memcpy(tid, v + 3, 32);
+        tid[32] = 0;
+        memcpy(pid, v + 36, 16);
+        pid[16] = 0;
+        int flags = (int)strtol((char[3]){v[53], v[54], 0}, NULL, 16);
+        AT_INTERNAL_BEGIN();
+        uint8_t buf[4 + 2 * 33 + 2 * 17 + 4 + 16];
+        at_payload pb;
+        at_payload_init(&pb, buf, sizeof buf);
+        at_payload_i32(&pb, fd);
+        at_payload_str(&pb, tid, 33);
+        at_payload_str(&pb, pid, 17);
+        at_payload_i32(&pb, flags);
+        at_shim_event(at_ev.trace_context, buf, (uint32_t)(pb.p - buf));
+        AT_INTERNAL_END();
+    }
+out:
+    errno = e;
+}
+
+/* fd_io for a call that receives: true when what it reads is to be inspected (http_inspect) */
+static inline bool fd_io_rx(int fd)
+{
+    at_fd_slot *s = slot_of(fd);
+    if (AT_LIKELY(s == NULL))
+        return false;
+    at_activity *t = __atomic_load_n(&s->act, __ATOMIC_RELAXED);
+    if (AT_LIKELY(t == NULL))
+        return false;
+    if (!(at_nadopt && at_adopt[at_nadopt - 1].act == t))
+        fd_io_slow(s, fd);
+    uint8_t h = __atomic_load_n(&s->http, __ATOMIC_RELAXED);
+    return AT_UNLIKELY(h == 1 || h == 2);
+}
+
+static inline void fd_rx(int fd, ssize_t r, const void *b, size_t n, bool peek)
+{
+    at_fd_slot *s;
+    if (r <= 0 || peek || !b || !(s = slot_of(fd)))
+        return;
+    http_inspect(s, fd, b, (size_t)r < n ? (size_t)r : n);
+}
+
+/* A receiving call: as AT_IO1, and when its socket's requests are read for trace context, the
+ * call is made from name##_rx, which hands what it read to http_inspect */
+#define AT_IO_RX(ret, name, params, args, fd, buf, len, peek)                                      \
+    AT_DIRECT_FN(ret, name, params, args, fd_io(fd), fd_rx(fd, r_, buf, len, peek))                \
+    AT_TIMED_FN(ret, name, params, args, at_wait_io_reason(#name), (uint64_t)(int64_t)(fd))        \
+    static AT_NOINLINE ret name##_rx params                                                        \
+    {                                                                                              \
+        ret r_ = AT_UNLIKELY(at_act_cur != NULL) ? name##_timed args : AT_REAL(name) args;         \
+        fd_rx(fd, r_, buf, len, peek);                                                             \
+        return r_;                                                                                 \
+    }                                                                                              \
+    AT_EXPORT AT_PATH_IO AT_TAIL ret name params                                                   \
+    {                                                                                              \
+        AT_DIRECT(name, args);                                                                     \
+        if (AT_UNLIKELY(fd_io_rx(fd)))                                                             \
+            return name##_rx args;                                                                 \
+        if (AT_UNLIKELY(at_act_cur != NULL))                                                       \
+            return name##_timed args;                                                              \
+        return AT_REAL(name) args;                                                                 \
+    }
+
+#define IOV0(v, n) ((n) > 0 && (v) ? (v)[0].iov_base : NULL)
+#define IOV0LEN(v, n) ((n) > 0 && (v) ? (v)[0].iov_len : 0)
+
 /* In the order they are laid out in the path's code (shim/start.ld): the calls a server makes on
  * a connection for each request first, then the wait points, then the others, so that a server's
  * hooked call and the interposed calls around it take as few pages as they can. */
-AT_IO1(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n), fd)
+AT_IO_RX(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n), fd, b, n, false)
 AT_IO1(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd)
-AT_IO1(ssize_t, recv, (int fd, void *b, size_t n, int f), (fd, b, n, f), fd)
+AT_IO_RX(ssize_t, recv, (int fd, void *b, size_t n, int f), (fd, b, n, f), fd, b, n, f & MSG_PEEK)
 AT_IO1(ssize_t, send, (int fd, const void *b, size_t n, int f), (fd, b, n, f), fd)
 AT_IO1(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
 AT_IO1(ssize_t, sendmsg, (int fd, const struct msghdr *m, int f), (fd, m, f), fd)
-AT_IO1(ssize_t, readv, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
-AT_IO1(ssize_t, recvmsg, (int fd, struct msghdr *m, int f), (fd, m, f), fd)
-AT_IO1(ssize_t, recvfrom, (int fd, void *b, size_t n, int f, struct sockaddr *a, socklen_t *l),
-       (fd, b, n, f, a, l), fd)
+AT_IO_RX(ssize_t, readv, (int fd, const struct iovec *v, int n), (fd, v, n), fd, IOV0(v, n),
+         IOV0LEN(v, n), false)
+AT_IO_RX(ssize_t, recvmsg, (int fd, struct msghdr *m, int f), (fd, m, f), fd,
+         m ? IOV0(m->msg_iov, (int)m->msg_iovlen) : NULL, m ? IOV0LEN(m->msg_iov, (int)m->msg_iovlen) : 0,
+         f & MSG_PEEK)
+AT_IO_RX(ssize_t, recvfrom, (int fd, void *b, size_t n, int f, struct sockaddr *a, socklen_t *l),
+         (fd, b, n, f, a, l), fd, b, n, f & MSG_PEEK)
 AT_IO1(ssize_t, sendto, (int fd, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l),
        (fd, b, n, f, a, l), fd)
 AT_IO1(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struct timespec *t),
@@ -713,6 +832,8 @@ static AT_NOINLINE void fd_endpoints(int fd, bool accepted, const struct sockadd
     at_activity *t = __atomic_load_n(&s->act, __ATOMIC_ACQUIRE);
     if (!t)
         return;
+    if (accepted && at_cfg.traceparent) /* its requests' first bytes tell whether they are HTTP */
+        __atomic_store_n(&s->http, 1, __ATOMIC_RELAXED);
     int e = errno;
     AT_INTERNAL_BEGIN();
     struct sockaddr_storage l, p;
@@ -836,13 +957,14 @@ AT_IO1(ssize_t, preadv, (int fd, const struct iovec *v, int n, off_t o), (fd, v,
 AT_IO1(ssize_t, pwritev, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd)
 AT_IO1(ssize_t, preadv2, (int fd, const struct iovec *v, int n, off_t o, int f), (fd, v, n, o, f), fd)
 AT_IO1(ssize_t, pwritev2, (int fd, const struct iovec *v, int n, off_t o, int f), (fd, v, n, o, f), fd)
-AT_IO1(ssize_t, __read_chk, (int fd, void *b, size_t n, size_t bl), (fd, b, n, bl), fd)
+AT_IO_RX(ssize_t, __read_chk, (int fd, void *b, size_t n, size_t bl), (fd, b, n, bl), fd, b, n, false)
 AT_IO1(ssize_t, __pread_chk, (int fd, void *b, size_t n, off_t o, size_t bl), (fd, b, n, o, bl), fd)
 AT_IO1(ssize_t, __pread64_chk, (int fd, void *b, size_t n, off64_t o, size_t bl), (fd, b, n, o, bl), fd)
-AT_IO1(ssize_t, __recv_chk, (int fd, void *b, size_t n, size_t bl, int f), (fd, b, n, bl, f), fd)
-AT_IO1(ssize_t, __recvfrom_chk,
-       (int fd, void *b, size_t n, size_t bl, int f, struct sockaddr *a, socklen_t *l),
-       (fd, b, n, bl, f, a, l), fd)
+AT_IO_RX(ssize_t, __recv_chk, (int fd, void *b, size_t n, size_t bl, int f), (fd, b, n, bl, f), fd, b, n,
+         f & MSG_PEEK)
+AT_IO_RX(ssize_t, __recvfrom_chk,
+         (int fd, void *b, size_t n, size_t bl, int f, struct sockaddr *a, socklen_t *l),
+         (fd, b, n, bl, f, a, l), fd, b, n, f & MSG_PEEK)
 
 /* Two fds: the socket is usually the output of sendfile and either end of splice. */
 AT_DIRECT_FN(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n),

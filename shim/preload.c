@@ -97,6 +97,8 @@ static void hookconf_apply(const at_hookconf *hc, at_config *c)
         c->sample_hz = (unsigned)hc->sample_hz;
     if (hc->waits >= 0 && !at_env("ACTTRACE_WAITS"))
         c->waits = hc->waits != 0;
+    if (hc->traceparent >= 0 && !at_env("ACTTRACE_TRACEPARENT"))
+        c->traceparent = hc->traceparent != 0;
     if (hc->tasks >= 0 && !at_env("ACTTRACE_TASKS"))
         c->tasks = hc->tasks == 2 ? -1 : hc->tasks;
     if (hc->wait_min_us >= 0 && !at_env("ACTTRACE_WAIT_MIN_US"))

@@ -65,6 +65,8 @@ typedef struct at_fd_slot {
     uint32_t readers;        /* threads between loading act and holding their own reference */
     uint8_t reported;        /* an ambiguity of this tag was reported already */
     uint8_t owns;            /* the tag is a Connection activity the shim started: stop it at close */
+    uint8_t http;            /* atomic; fdflow.c: an accepted socket's requests read for traceparent:
+                              * 0 no, 1 its first bytes not seen yet, 2 HTTP/1.x, 3 not HTTP */
     uint32_t last_tid;       /* atomic: the thread that tagged or last received the tag: its next
                               * adoptions write no Receive (no hop, or one recorded already) */
     uint64_t send_id;        /* atomic: the TransferId of the tag's Send (0: none written) */

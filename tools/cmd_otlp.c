@@ -11,7 +11,9 @@
  * events. Spans are grouped per process (ResourceSpans) with resource attributes from the file's
  * ProcessInfo: service.name (the program), process.pid, process.command_line. A root linked to an
  * activity of a process not in the files gets that activity's span as parent (the span lives in that
- * process's own export) and the root's own trace id. */
+ * process's own export) and the root's own trace id. An activity a request landed in with a W3C
+ * traceparent header (the shim's TraceContext event) joins that trace: its trace id the header's,
+ * its parent the caller's span the header names (kind SERVER), and so for the spans below it. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,6 +45,11 @@ typedef struct ot_ctx {
     uint32_t nprocs, cprocs;
     char **start_attrs;       /* by activity serial: its Start's fields as OTLP attributes (JSON) */
     size_t cattrs;
+    struct ot_tctx {          /* by activity serial: the traceparent a request in it carried */
+        uint64_t serial;
+        char trace[33], parent[17];
+    } *tctx;
+    size_t ntctx, ctctx;
     int64_t unix0;            /* the wall-clock ns of model time 0 */
     bool oom;
 } ot_ctx;
@@ -212,6 +219,35 @@ static void on_event(void *vc, const am_event *e)
         }
         free(c->start_attrs[s]);
         c->start_attrs[s] = start_attrs(c, e->ev);
+    } else if (e->act && md->provider && md->name && !strcmp(md->name, "TraceContext") &&
+               !strcmp(md->provider, "acttrace-shim")) {
+        /* the first one an activity saw: its request's */
+        for (size_t i = 0; i < c->ntctx; i++)
+            if (c->tctx[i].serial == e->act->serial) return;
+        struct ot_tctx t = {.serial = e->act->serial};
+        uint32_t off = 0;
+        for (uint32_t i = 0; i < md->nfields; i++) {
+            char v[64];
+            if (!nt_field_format(&md->fields[i], e->ev->payload, e->ev->payload_len, &off, v, sizeof v)) return;
+            size_t n = strlen(v);
+            if (n >= 2 && v[0] == '"') {
+                v[n - 1] = 0;
+                if (!strcmp(md->fields[i].name, "TraceId") && n - 2 == 32) memcpy(t.trace, v + 1, 33);
+                if (!strcmp(md->fields[i].name, "ParentId") && n - 2 == 16) memcpy(t.parent, v + 1, 17);
+            }
+        }
+        if (!t.trace[0] || !t.parent[0]) return;
+        if (c->ntctx == c->ctctx) {
+            size_t nc = c->ctctx ? c->ctctx * 2 : 64;
+            struct ot_tctx *np = realloc(c->tctx, nc * sizeof *np);
+            if (!np) {
+                c->oom = true;
+                return;
+            }
+            c->tctx = np;
+            c->ctctx = nc;
+        }
+        c->tctx[c->ntctx++] = t;
     } else if (md->provider && md->name && !strcmp(md->name, "ProcessInfo") &&
                !strcmp(md->provider, "Microsoft-DotNETCore-EventPipe")) {
         ot_proc *p = proc_get(c, e->pid);
@@ -250,9 +286,18 @@ static void on_activity(void *vc, const am_activity *a)
     at_guid link = {{0}};
     bool linked = !a->parent && am_act_link(a, path, sizeof path) && a->x;
     if (linked) link = a->x->related;
-    ot_trace_id(&root->id, tid);
+    /* the nearest activity, itself or above, that a request with a traceparent landed in: its
+     * trace, and for that activity the caller's span as parent */
+    const struct ot_tctx *adopted = NULL;
+    const am_activity *q = a;
+    for (; q && !adopted; q = adopted ? q : q->parent)
+        for (size_t i = 0; i < c->ntctx && !adopted; i++)
+            if (c->tctx[i].serial == q->serial) adopted = &c->tctx[i];
+    if (adopted) memcpy(tid, adopted->trace, 33);
+    else ot_trace_id(&root->id, tid);
     ot_span_id(&a->id, sid);
-    if (a->parent) ot_span_id(&a->parent->id, pid_s);
+    if (adopted && q == a) memcpy(pid_s, adopted->parent, 17);
+    else if (a->parent) ot_span_id(&a->parent->id, pid_s);
     else if (linked) ot_span_id(&link, pid_s);
     am_act_path(a, path, sizeof path);
     ot_buf *b = &p->spans;
@@ -262,7 +307,10 @@ static void on_activity(void *vc, const am_activity *a)
     buf_str(c, b, ",\"name\":");
     buf_json(c, b, a->name);
     /* SPAN_KIND_SERVER for a connection accepted from a traced client, else INTERNAL */
-    int kind = a->parent && a->parent->pid != a->pid && !strcmp(a->name, "Connection") ? 2 : 1;
+    int kind = (a->parent && a->parent->pid != a->pid && !strcmp(a->name, "Connection")) ||
+                       (adopted && q == a)
+                   ? 2
+                   : 1;
     buf_fmt(c, b, ",\"kind\":%d,\"startTimeUnixNano\":\"%lld\",\"endTimeUnixNano\":\"%lld\"", kind,
             (long long)(c->unix0 + a->start), (long long)(c->unix0 + a->stop));
     buf_str(c, b, ",\"attributes\":[");
@@ -382,6 +430,7 @@ int at_export_otlp(char **files, int nfiles, const char *name, const char *outpa
     free(c.procs);
     for (size_t i = 0; i < c.cattrs; i++) free(c.start_attrs[i]);
     free(c.start_attrs);
+    free(c.tctx);
     am_close(m);
     return rc;
 }

@@ -228,6 +228,130 @@ START_TEST(test_curl_to_http_server_v6)
 }
 END_TEST
 
+/* ---------------- W3C trace context ---------------- */
+
+/* http.server (traced, a Connection per accepted socket) asked by an untraced curl four times: with
+ * a valid traceparent header, with one whose trace id is all zero (invalid), with none, and with
+ * ACTTRACE_TRACEPARENT=0 in a second server run. Only the valid header is a TraceContext event, in
+ * its request's Connection, with its ids and flags; the OTLP export makes that Connection a span of
+ * the header's trace (kind SERVER) whose parent is the header's span, and the others spans of
+ * traces of their own with no parent. */
+#define TP_TRACE "4bf92f3577b34da6a3ce929d0e0e4736"
+#define TP_PARENT "00f067aa0ba902b7"
+
+static char *serve_and_ask(const char *dir, const char *const *extra_env, const char *const *headers, int n)
+{
+    char senv[4300];
+    snprintf(senv, sizeof senv, "ACTTRACE_OUTPUT=%s/tp-%%p.nettrace", dir);
+    int port = at_free_port();
+    ck_assert(port > 0);
+    char ps[16], url[96];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+    const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const char *sargv[] = {py, "-m", "http.server", "--bind", "127.0.0.1", ps, NULL};
+    const char *sev[6] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", senv};
+    for (int i = 0; extra_env && extra_env[i] && i < 2; i++)
+        sev[3 + i] = extra_env[i];
+    at_run_opts so = {.argv = sargv, .env = sev, .cwd = dir};
+    at_proc sp;
+    ck_assert_int_eq(at_spawn(&so, &sp), 0);
+    ck_assert(at_wait_listening(port));
+    for (int i = 0; i < n; i++) {
+        const char *cargv[] = {"curl", "-sf", "-o", "/dev/null", "--max-time", "10", "-H",
+                               headers[i][0] ? headers[i] : "X-None: 1", url, NULL};
+        at_run_opts co = {.argv = cargv, .cwd = dir, .no_preload = true};
+        at_run_result cr;
+        ck_assert_int_eq(at_run(&co, &cr), 0);
+        ck_assert_msg(cr.exited && cr.status == 0, "curl: exit %d: %s", cr.status, cr.err);
+        at_run_result_free(&cr);
+    }
+    for (int i = 0; i < 400 && task_count(sp.pid) > 1; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    kill(sp.pid, SIGINT);
+    at_run_result r;
+    ck_assert_int_eq(at_wait(&sp, &r), 0);
+    ck_assert_msg(r.exited && r.status == 0, "http.server: %d %s", r.status, r.err);
+    at_run_result_free(&r);
+    char *path;
+    ck_assert_int_gt(asprintf(&path, "%s/tp-%d.nettrace", dir, (int)sp.pid), 0);
+    return path;
+}
+
+START_TEST(test_traceparent)
+{
+    char *dir = at_tmpdir("xproctp");
+    ck_assert(dir);
+    const char *headers[] = {"traceparent: 00-" TP_TRACE "-" TP_PARENT "-01",
+                             "traceparent: 00-00000000000000000000000000000000-" TP_PARENT "-01", ""};
+    char *path = serve_and_ask(dir, NULL, headers, 3);
+    at_trace t;
+    ck_assert_msg(at_trace_load(path, &t) == 0, "%s: %s", path, t.err);
+    size_t n = 0;
+    char conn[96] = "";
+    for (size_t i = 0; i < t.n; i++) {
+        if (strcmp(t.ev[i].name, "TraceContext"))
+            continue;
+        n++;
+        ck_assert_str_eq(at_ev_field(&t.ev[i], "TraceId"), "\"" TP_TRACE "\"");
+        ck_assert_str_eq(at_ev_field(&t.ev[i], "ParentId"), "\"" TP_PARENT "\"");
+        ck_assert_str_eq(at_ev_field(&t.ev[i], "Flags"), "1");
+        ck_assert_msg(t.ev[i].act_path[0], "a TraceContext outside any activity");
+        snprintf(conn, sizeof conn, "%s", t.ev[i].act_path);
+    }
+    ck_assert_uint_eq(n, 1);
+    at_trace_free(&t);
+
+    const char *why = at_web_missing_in(AT_SOURCE_DIR "/tests/consumers", "@opentelemetry/otlp-transformer");
+    if (why && at_traceevent_required())
+        ck_abort_msg("the OTLP check cannot run under CI: %s", why);
+    if (!why) {
+        char json[4400];
+        snprintf(json, sizeof json, "%s/tp.json", dir);
+        const char *eargs[] = {"export", "--format", "otlp", "-o", json, path, NULL};
+        at_run_result r;
+        ck_assert_int_eq(at_tool_run(&r, eargs), 0);
+        ck_assert_msg(r.exited && r.status == 0, "export: %s", r.err);
+        at_run_result_free(&r);
+        const char *nargv[] = {"node", AT_SOURCE_DIR "/tests/consumers/otlp-check.js", json, NULL};
+        at_run_opts no = {.argv = nargv, .no_preload = true};
+        ck_assert_int_eq(at_run(&no, &r), 0);
+        ck_assert_msg(r.exited && r.status == 0, "otlp-check: %s%s", r.out, r.err);
+        int joined = 0, own = 0;
+        for (const char *l = r.out; (l = strstr(l, "span python3 Connection ")); l++) {
+            char trace[40], span[20], parent[20], p2[96];
+            int kind;
+            long long dur;
+            ck_assert_int_eq(sscanf(l, "span python3 Connection %39s %19s %19s %d %lld %95s", trace, span, parent, &kind,
+                                    &dur, p2), 6);
+            if (!strcmp(trace, TP_TRACE)) {
+                ck_assert_str_eq(parent, TP_PARENT);
+                ck_assert_int_eq(kind, 2);
+                ck_assert_str_eq(p2, conn);
+                joined++;
+            } else {
+                ck_assert_str_eq(parent, "-");
+                own++;
+            }
+        }
+        ck_assert_msg(joined == 1 && own == 3, "%d spans in the header's trace, %d of their own:\n%s", joined, own, r.out);
+        at_run_result_free(&r);
+    }
+    free(path);
+
+    /* ACTTRACE_TRACEPARENT=0: no header is read */
+    const char *off[] = {"ACTTRACE_TRACEPARENT=0", NULL};
+    path = serve_and_ask(dir, off, headers, 1);
+    ck_assert_msg(at_trace_load(path, &t) == 0, "%s: %s", path, t.err);
+    ck_assert_uint_eq(at_count(&t, "acttrace-shim", "TraceContext"), 0);
+    ck_assert_uint_ge(at_count(&t, "acttrace-shim", "ConnectionStart"), 2);
+    at_trace_free(&t);
+    free(path);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ---------------- three hosts: network namespaces joined by veth pairs ---------------- */
 
 static bool sh(const char *cmd)
@@ -455,6 +579,7 @@ int main(void)
     tcase_add_checked_fixture(tc, NULL, netns_down); /* a failed check leaves no namespace behind */
     tcase_add_test(tc, test_curl_to_http_server_v4);
     tcase_add_test(tc, test_curl_to_http_server_v6);
+    tcase_add_test(tc, test_traceparent);
     tcase_add_test(tc, test_three_hosts);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
