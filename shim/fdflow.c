@@ -559,8 +559,9 @@ static AT_NOINLINE AT_PATH_DIRECT int close_direct(int fd)
     bool entry = __atomic_load_n(&at_hot.direct, __ATOMIC_RELAXED) & AT_DIRECT_ENTRY_BIT(close);
     if (entry) {
         at_fd_slot *s = slot_of(fd); /* the time its connection parked, before a Stop by the rule */
-        if (s)
-            at_wait_parked_flush(__atomic_load_n(&s->act, __ATOMIC_ACQUIRE), (uint64_t)(int64_t)fd);
+        at_activity *t = s ? __atomic_load_n(&s->act, __ATOMIC_ACQUIRE) : NULL;
+        if (AT_UNLIKELY(t && __atomic_load_n(&t->parked_acc, __ATOMIC_RELAXED)))
+            at_wait_parked_flush(t, (uint64_t)(int64_t)fd);
         at_direct_entry(AT_DIRECT_close, &raw, frame);
     }
     int r = close_ours(fd, (const void *)(uintptr_t)frame[1]) ? 0 : AT_REAL(close)(fd);
@@ -640,8 +641,11 @@ static AT_NOINLINE void http_inspect(at_fd_slot *s, int fd, const char *b, size_
 {
     if (!at_on() || at_internal)
         return;
+    uint8_t h = __atomic_load_n(&s->http, __ATOMIC_RELAXED);
+    if (h != 1 && h != 2) /* not an accepted socket's, or not HTTP */
+        return;
     int e = errno;
-    if (__atomic_load_n(&s->http, __ATOMIC_RELAXED) == 1) {
+    if (h == 1) {
         static const char *const methods[] = {"GET ",     "POST ",    "PUT ",   "HEAD ", "DELETE ",
                                               "OPTIONS ", "PATCH ",   "CONNECT ", "TRACE "};
         bool http = false;
@@ -705,7 +709,9 @@ static inline void fd_rx(int fd, ssize_t r, const void *b, size_t n, bool peek)
     at_fd_slot *s;
     if (r <= 0 || peek || !b || !(s = slot_of(fd)))
         return;
-    http_inspect(s, fd, b, (size_t)r < n ? (size_t)r : n);
+    uint8_t h = __atomic_load_n(&s->http, __ATOMIC_RELAXED);
+    if (AT_UNLIKELY(h == 1 || h == 2))
+        http_inspect(s, fd, b, (size_t)r < n ? (size_t)r : n);
 }
 
 /* A receiving call: as AT_IO1, and when its socket's requests are read for trace context, the

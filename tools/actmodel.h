@@ -109,12 +109,27 @@ static inline uint64_t am_events(const am_activity *a)
     return a->events_lo + (a->x ? a->x->events_hi << 32 : 0);
 }
 /* Threads the activity visited (capped), at least its start thread. */
+/* A CPU sample stands for the CPU its thread used since its last one (cpu ns); of that, no more is
+ * activity a's than the time a has been on the thread (from its Start there, or its first event
+ * there: the Receive that brought it) up to the sample at t. Defined below the visit accessors. */
+static inline uint64_t am_sample_cpu(const am_activity *a, uint64_t tid, int64_t t, uint64_t cpu);
 static inline uint32_t am_nvisits(const am_activity *a) { return a->x && a->x->visits ? a->x->nvisits : 1; }
 /* Visit i < am_nvisits(a) (0: the start thread). Without other threads, visit 0 ends at a->stop. */
 static inline am_visit am_visit_at(const am_activity *a, uint32_t i)
 {
     if (a->x && a->x->visits) return a->x->visits[i];
     return (am_visit){.tid = am_start_tid(a), .first = a->start, .last = a->stop};
+}
+
+static inline uint64_t am_sample_cpu(const am_activity *a, uint64_t tid, int64_t t, uint64_t cpu)
+{
+    for (uint32_t i = 0; i < am_nvisits(a); i++) {
+        am_visit v = am_visit_at(a, i);
+        if (v.tid != tid) continue;
+        if (v.first < t && (uint64_t)(t - v.first) < cpu) return (uint64_t)(t - v.first);
+        return cpu;
+    }
+    return cpu;
 }
 static inline uint32_t am_nxfers(const am_activity *a) { return a->x ? a->x->nxfers : 0; }
 static inline const am_transfer *am_xfer_at(const am_activity *a, uint32_t i) { return &a->x->xfers[i]; }

@@ -269,7 +269,8 @@ static void on_event(void *vc, const am_event *e)
         c->samples++;
         bd_acc *a = e->act ? acc_get(c, e->act->serial) : NULL;
         if (a) {
-            a->self.cpu += cpu_ns ? cpu_ns : 1000000; /* the runtime's own samples: its 1 ms period */
+            /* the runtime's own samples: its 1 ms period */
+            a->self.cpu += am_sample_cpu(e->act, e->ev->thread, e->time, cpu_ns ? cpu_ns : 1000000);
             a->samples++;
         }
         return;

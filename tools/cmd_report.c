@@ -475,7 +475,8 @@ static void rp_event(void *vc, const am_event *e)
     uint64_t took = 0;
     if (nt_event_cpu_sample(ev, &took)) { /* samples weigh CPU time: `stacks --samples` */
         if (e->act)
-            split_add(c, e->act->serial, 0, took ? took : 1000000); /* the runtime's: 1 ms each */
+            split_add(c, e->act->serial, 0, /* the runtime's: 1 ms each */
+                      am_sample_cpu(e->act, ev->thread, e->time, took ? took : 1000000));
         return;
     }
     if (!e->act) return;
