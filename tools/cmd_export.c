@@ -125,6 +125,9 @@ static void export_usage(FILE *f)
                "              first), activities as frames, times in ms from the trace start\n"
                "  otlp        OpenTelemetry OTLP/JSON (ExportTraceServiceRequest): a span per activity,\n"
                "              one trace per tree (across processes), spans grouped per process\n"
+               "  --endpoint http://HOST[:PORT][/PATH]  with otlp: send the spans to an OTLP/HTTP receiver\n"
+               "              (an OpenTelemetry Collector, Jaeger, Tempo) as protobuf, to /v1/traces and\n"
+               "              port 4318 unless given, instead of writing them (also to OUT with -o)\n"
                "  -o, --output OUT  output file (default, and with -o -: standard output)\n"
                "  --name NAME       only activities named NAME and those below them; none is said on\n"
                "                    stderr (exit 1)\n");
@@ -1030,13 +1033,15 @@ static void ctx_free(ex_ctx *c)
 
 int at_cmd_export(int argc, char **argv)
 {
-    enum { O_FORMAT = 256, O_NAME };
+    enum { O_FORMAT = 256, O_NAME, O_ENDPOINT };
     static const struct option opts[] = {{"format", required_argument, NULL, O_FORMAT},
+                                         {"endpoint", required_argument, NULL, O_ENDPOINT},
                                          {"name", required_argument, NULL, O_NAME},
                                          {"output", required_argument, NULL, 'o'},
                                          {0}};
     ex_ctx c = {.last_file = -1};
-    const char *format = NULL, *outpath = NULL;
+    const char *format = NULL, *outpath = NULL, *endpoint = NULL;
+    bool have_o = false;
     at_cli cli;
     at_cli_init(&cli, "export", export_usage, "o:", opts, argc, argv);
     int o;
@@ -1049,7 +1054,8 @@ int at_cmd_export(int argc, char **argv)
                 cli.failed = true;
             }
             break;
-        case 'o': outpath = strcmp(cli.arg, "-") ? cli.arg : NULL; break;
+        case 'o': outpath = strcmp(cli.arg, "-") ? cli.arg : NULL; have_o = true; break;
+        case O_ENDPOINT: endpoint = cli.arg; break;
         case O_NAME: c.name = cli.arg; break;
         }
     }
@@ -1059,6 +1065,8 @@ int at_cmd_export(int argc, char **argv)
     if (!format)
         return at_cli_usage_error(&cli, "say which format: --format chrome, speedscope or otlp");
     if (!nfiles) return at_cli_usage_error(&cli, "give at least one trace FILE");
+    if (endpoint && strcmp(format, "otlp"))
+        return at_cli_usage_error(&cli, "--endpoint goes with --format otlp");
     int status = at_cli_check_output(&cli, outpath, files, nfiles);
     if (status) return status;
     status = at_cli_check_inputs("export", files, nfiles);
@@ -1067,7 +1075,8 @@ int at_cmd_export(int argc, char **argv)
     char err[600];
     if (!strcmp(format, "otlp")) {
         uint64_t named = 0;
-        int rc = at_export_otlp(files, nfiles, c.name, outpath, err, sizeof err, &named);
+        int rc = at_export_otlp(files, nfiles, c.name, endpoint && !have_o ? NULL : outpath, endpoint, err,
+                                sizeof err, &named);
         if (rc == 1) {
             char in[600];
             at_cli_files_desc(files, nfiles, in, sizeof in);

@@ -14,7 +14,9 @@
  * http.server on the third, all traced: each request one tree, Fetch over nginx's Connection over
  * the server's, and one trace in `acttrace export --format otlp`, read with the OpenTelemetry
  * protocol's own definitions (tests/consumers/otlp-check.js): curl's Fetch span the root, nginx's
- * Connection span (kind SERVER) its child, the server's its grandchild, one trace id. */
+ * Connection span (kind SERVER) its child, the server's its grandchild, one trace id; and the same
+ * spans sent with --endpoint as OTLP/HTTP protobuf to a receiver that decodes them with those
+ * definitions (tests/consumers/otlp-receiver.js); a receiver that is not there is one line. */
 #include <check.h>
 #include <dirent.h>
 #include <signal.h>
@@ -553,6 +555,51 @@ START_TEST(test_three_hosts)
             }
         }
         ck_assert_msg(full == NCURL, "%d requests one trace through the three processes:\n%s", full, r.out);
+
+        /* the same spans sent as OTLP/HTTP protobuf to a receiver that decodes them */
+        const char *rargv[] = {"node", AT_SOURCE_DIR "/tests/consumers/otlp-receiver.js", NULL};
+        at_run_opts ro = {.argv = rargv, .no_preload = true};
+        at_proc rp;
+        ck_assert_int_eq(at_spawn(&ro, &rp), 0);
+        int port = 0;
+        for (int i = 0; i < 1000 && !port; i++) {
+            char *o = at_read_file(rp.outpath, NULL);
+            if (o && sscanf(o, "listening %d", &port) != 1)
+                port = 0;
+            free(o);
+            if (!port)
+                nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        }
+        ck_assert_msg(port > 0, "the OTLP receiver never listened");
+        char ep[64];
+        snprintf(ep, sizeof ep, "http://127.0.0.1:%d", port);
+        const char *pargs[24] = {"export", "--format", "otlp", "--endpoint", ep};
+        for (size_t i = 0; i < nf; i++)
+            pargs[5 + i] = files[i];
+        at_run_result er, rr;
+        ck_assert_int_eq(at_tool_run(&er, pargs), 0);
+        ck_assert_msg(er.exited && er.status == 0 && er.outlen == 0, "export --endpoint: %s%s", er.out, er.err);
+        at_run_result_free(&er);
+        ck_assert_int_eq(at_wait(&rp, &rr), 0);
+        ck_assert_msg(rr.exited && rr.status == 0, "otlp-receiver: %s%s", rr.out, rr.err);
+        /* the receiver's spans are the JSON's, line for line (in any order) */
+        int same = 0, sent = 0;
+        for (const char *l = rr.out; (l = strstr(l, "span ")); l++) {
+            const char *e = strchr(l, '\n');
+            size_t len = e ? (size_t)(e - l) : strlen(l);
+            char line[512];
+            snprintf(line, sizeof line, "%.*s\n", (int)len, l);
+            sent++;
+            same += strstr(r.out, line) != NULL;
+        }
+        ck_assert_msg(sent == ns && same == ns, "%d of %d spans sent as in the JSON (%d there):\n%s\n--\n%s", same, sent,
+                      ns, rr.out, r.out);
+        at_run_result_free(&rr);
+        /* a receiver that is not there: one line, exit 1 */
+        snprintf(ep, sizeof ep, "http://127.0.0.1:%d", at_free_port());
+        ck_assert_int_eq(at_tool_run(&er, pargs), 0);
+        ck_assert_msg(er.exited && er.status == 1 && strstr(er.err, "Connection refused"), "%s", er.err);
+        at_run_result_free(&er);
     }
     if (getenv("AT_PRINT")) {
         const char *pargs[20] = {"tree"};
