@@ -632,11 +632,14 @@ static bool all_hex(const char *p, int n, bool *zero)
     return true;
 }
 
-/* The bytes a read of an accepted socket gave the program (b, n): its first ones say whether the
- * connection carries HTTP/1.x requests (a method and a space); then each line that is a
- * `traceparent` header (W3C Trace Context, version 00: 2-32-16-2 lowercase hex digits, neither id
- * all zero) is a TraceContext event in the thread's current activity, the one the request landed
- * in. A header split between two reads is not seen. Nothing the program reads is changed. */
+/* The bytes a read of an accepted socket gave the program (b, n): the connection's first ones say
+ * whether it carries HTTP/1.x requests (a method and a space). A read that starts a request (its
+ * bytes begin with a method) is looked at up to the end of its headers (the blank line), each line
+ * that is a `traceparent` header (W3C Trace Context, version 00: 2-32-16-2 lowercase hex digits,
+ * neither id all zero) a TraceContext event in the thread's current activity, the one the request
+ * landed in; reads of bodies and the rest are not looked at, so a large upload costs nothing. A
+ * header in a later read than the request line's is not seen. Nothing the program reads is
+ * changed. */
 static AT_NOINLINE void http_inspect(at_fd_slot *s, int fd, const char *b, size_t n)
 {
     if (!at_on() || at_internal)
@@ -645,22 +648,24 @@ static AT_NOINLINE void http_inspect(at_fd_slot *s, int fd, const char *b, size_
     if (h != 1 && h != 2) /* not an accepted socket's, or not HTTP */
         return;
     int e = errno;
-    if (h == 1) {
-        static const char *const methods[] = {"GET ",     "POST ",    "PUT ",   "HEAD ", "DELETE ",
-                                              "OPTIONS ", "PATCH ",   "CONNECT ", "TRACE "};
-        bool http = false;
-        for (size_t i = 0; i < sizeof methods / sizeof methods[0] && !http; i++) {
-            size_t l = strlen(methods[i]);
-            http = n >= l && !memcmp(b, methods[i], l);
-        }
-        __atomic_store_n(&s->http, http ? 2 : 3, __ATOMIC_RELAXED);
-        if (!http)
-            goto out;
+    static const char *const methods[] = {"GET ",     "POST ",  "PUT ",     "HEAD ", "DELETE ",
+                                          "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "};
+    bool request = false;
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0] && !request; i++) {
+        size_t l = strlen(methods[i]);
+        request = n >= l && !memcmp(b, methods[i], l);
     }
-    for (size_t i = 0; i + 1 + 12 + 55 <= n; i++) {
-        if (b[i] != '\n' || strncasecmp(b + i + 1, "traceparent:", 12) != 0)
+    if (h == 1)
+        __atomic_store_n(&s->http, request ? 2 : 3, __ATOMIC_RELAXED);
+    if (!request)
+        goto out;
+    const char *end = b + n;
+    for (const char *nl = b; (nl = memchr(nl, '\n', (size_t)(end - nl))) != NULL; nl++) {
+        if (nl + 1 < end && (nl[1] == '\r' || nl[1] == '\n')) /* the blank line: the headers end */
+            break;
+        if (end - nl < 1 + 12 + 55 || (nl[1] | 0x20) != 't' || strncasecmp(nl + 1, "traceparent:", 12) != 0)
             continue;
-        const char *v = b + i + 13, *end = b + n;
+        const char *v = nl + 13;
         while (v < end && (*v == ' ' || *v == '\t'))
             v++;
         bool z1, z2, z3;

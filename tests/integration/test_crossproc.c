@@ -232,9 +232,10 @@ END_TEST
 
 /* ---------------- W3C trace context ---------------- */
 
-/* http.server (traced, a Connection per accepted socket) asked by an untraced curl four times: with
- * a valid traceparent header, with one whose trace id is all zero (invalid), with none, and with
- * ACTTRACE_TRACEPARENT=0 in a second server run. Only the valid header is a TraceContext event, in
+/* http.server (traced, a Connection per accepted socket) asked by an untraced curl: with a valid
+ * traceparent header, with one whose trace id is all zero (invalid), with none, with a POST whose
+ * body (not its headers) holds a traceparent line, and with ACTTRACE_TRACEPARENT=0 in a second
+ * server run. Only the valid header is a TraceContext event, in
  * its request's Connection, with its ids and flags; the OTLP export makes that Connection a span of
  * the header's trace (kind SERVER) whose parent is the header's span, and the others spans of
  * traces of their own with no parent. */
@@ -260,8 +261,11 @@ static char *serve_and_ask(const char *dir, const char *const *extra_env, const 
     ck_assert_int_eq(at_spawn(&so, &sp), 0);
     ck_assert(at_wait_listening(port));
     for (int i = 0; i < n; i++) {
-        const char *cargv[] = {"curl", "-sf", "-o", "/dev/null", "--max-time", "10", "-H",
-                               headers[i][0] ? headers[i] : "X-None: 1", url, NULL};
+        /* "@BODY": a POST whose body is BODY (http.server answers 501: no -f) */
+        bool post = headers[i][0] == '@';
+        const char *cargv[] = {"curl", post ? "-s" : "-sf", "-o", "/dev/null", "--max-time", "10",
+                               post ? "--data-binary" : "-H",
+                               post ? headers[i] + 1 : headers[i][0] ? headers[i] : "X-None: 1", url, NULL};
         at_run_opts co = {.argv = cargv, .cwd = dir, .no_preload = true};
         at_run_result cr;
         ck_assert_int_eq(at_run(&co, &cr), 0);
@@ -285,8 +289,9 @@ START_TEST(test_traceparent)
     char *dir = at_tmpdir("xproctp");
     ck_assert(dir);
     const char *headers[] = {"traceparent: 00-" TP_TRACE "-" TP_PARENT "-01",
-                             "traceparent: 00-00000000000000000000000000000000-" TP_PARENT "-01", ""};
-    char *path = serve_and_ask(dir, NULL, headers, 3);
+                             "traceparent: 00-00000000000000000000000000000000-" TP_PARENT "-01", "",
+                             "@x\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n"};
+    char *path = serve_and_ask(dir, NULL, headers, 4);
     at_trace t;
     ck_assert_msg(at_trace_load(path, &t) == 0, "%s: %s", path, t.err);
     size_t n = 0;
@@ -336,7 +341,7 @@ START_TEST(test_traceparent)
                 own++;
             }
         }
-        ck_assert_msg(joined == 1 && own == 3, "%d spans in the header's trace, %d of their own:\n%s", joined, own, r.out);
+        ck_assert_msg(joined == 1 && own == 4, "%d spans in the header's trace, %d of their own:\n%s", joined, own, r.out);
         at_run_result_free(&r);
     }
     free(path);
