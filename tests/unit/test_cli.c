@@ -240,8 +240,10 @@ START_TEST(usage_errors)
                (const char *const[]){"events", "--activity", "1/1", trace, NULL});
     expect_err(2, "acttrace tree: --activity wants an activity path such as //1/5 (or a GUID), not '1/1'\n",
                (const char *const[]){"tree", "--activity", "1/1", trace, NULL});
-    expect_err(2, "acttrace export: unknown format 'svg' (chrome or speedscope)\n",
+    expect_err(2, "acttrace export: unknown format 'svg' (chrome, speedscope or otlp)\n",
                (const char *const[]){"export", "--format", "svg", trace, NULL});
+    expect_err(2, "acttrace export: --endpoint goes with --format otlp\n",
+               (const char *const[]){"export", "--format", "chrome", "--endpoint", "http://127.0.0.1:1", trace, NULL});
     expect_err(2, "acttrace tree: give at least one trace FILE\n", (const char *const[]){"tree", "--name", "x", NULL});
     /* an empty value says nothing: refused, not taken as a name no event has */
     expect_err(2, "acttrace events: option '--name' needs a value (it is empty)\n",
