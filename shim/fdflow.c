@@ -37,7 +37,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #define AT_FD_LIMIT (1 << 20)
 
@@ -829,8 +831,33 @@ static bool fmt_endpoint(const struct sockaddr_storage *ss, socklen_t len, char 
     return true;
 }
 
-/* A connected TCP or UDP socket tagged with an activity: its two ends as a SocketEndpoints event in
- * that activity, which lets the tools hang the activity at the other end (another traced process,
+/* A Unix socket's path as "unix:/path" or "unix:@name" (abstract) into out (64 bytes); false when
+ * it has none (an unnamed socket) or it does not fit */
+static bool fmt_unix(const struct sockaddr_storage *ss, socklen_t len, char *out)
+{
+    const struct sockaddr_un *un = (const struct sockaddr_un *)ss;
+    size_t off = offsetof(struct sockaddr_un, sun_path);
+    if (ss->ss_family != AF_UNIX || len <= off)
+        return false;
+    size_t n = len - off;
+    const char *p = un->sun_path;
+    bool abstract = p[0] == 0;
+    if (abstract) {
+        p++;
+        n--;
+    } else {
+        n = strnlen(p, n);
+    }
+    if (n == 0 || n + 7 > 63)
+        return false;
+    memcpy(out, abstract ? "unix:@" : "unix:", abstract ? 6 : 5);
+    memcpy(out + (abstract ? 6 : 5), p, n);
+    out[n + (abstract ? 6 : 5)] = 0;
+    return true;
+}
+
+/* A connected TCP, UDP or Unix socket tagged with an activity: its two ends as a SocketEndpoints
+ * event in that activity, which lets the tools hang the activity at the other end (another traced process,
  * on this host or another) under this one. peer: the address given to connect (a non-blocking
  * connect has no peer to ask for yet). */
 static AT_NOINLINE void fd_endpoints(int fd, bool accepted, const struct sockaddr *peer,
@@ -850,24 +877,41 @@ static AT_NOINLINE void fd_endpoints(int fd, bool accepted, const struct sockadd
     struct sockaddr_storage l, p;
     socklen_t ll = sizeof l, pl = sizeof p;
     char ls[64], ps[64];
-    if (getsockname(fd, (struct sockaddr *)&l, &ll) == 0 && fmt_endpoint(&l, ll, ls)) {
+    bool ok = getsockname(fd, (struct sockaddr *)&l, &ll) == 0;
+    if (ok && l.ss_family == AF_UNIX) {
+        /* a Unix socket: the path (or @abstract name) of the listening end, and the pid of the
+         * connecting process, which each end knows (SO_PEERCRED names the other process) */
         bool have = getpeername(fd, (struct sockaddr *)&p, &pl) == 0;
         if (!have && peer && peer_len <= sizeof p) {
             memcpy(&p, peer, peer_len);
             pl = peer_len;
             have = true;
         }
-        if (have && fmt_endpoint(&p, pl, ps)) {
-            uint8_t buf[4 + 2 * 8 + 2 * 2 * 64];
-            at_payload pb;
-            at_payload_init(&pb, buf, sizeof buf);
-            at_payload_i32(&pb, fd);
-            at_payload_str(&pb, accepted ? "accept" : "connect", 8);
-            at_payload_str(&pb, ls, 64);
-            at_payload_str(&pb, ps, 64);
-            at_event_write(at_ev.sock_endpoints, at_activity_id(t), NULL, buf,
-                           (uint32_t)(pb.p - buf), NULL, 0);
+        struct ucred cr;
+        socklen_t cl = sizeof cr;
+        ok = have && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 &&
+             fmt_unix(accepted ? &l : &p, accepted ? ll : pl, accepted ? ls : ps) &&
+             snprintf(accepted ? ps : ls, 64, "unix:pid=%d", accepted ? (int)cr.pid : (int)getpid()) > 0;
+    } else if (ok) {
+        ok = fmt_endpoint(&l, ll, ls);
+        bool have = ok && getpeername(fd, (struct sockaddr *)&p, &pl) == 0;
+        if (ok && !have && peer && peer_len <= sizeof p) {
+            memcpy(&p, peer, peer_len);
+            pl = peer_len;
+            have = true;
         }
+        ok = have && fmt_endpoint(&p, pl, ps);
+    }
+    if (ok) {
+        uint8_t buf[4 + 2 * 8 + 2 * 2 * 64];
+        at_payload pb;
+        at_payload_init(&pb, buf, sizeof buf);
+        at_payload_i32(&pb, fd);
+        at_payload_str(&pb, accepted ? "accept" : "connect", 8);
+        at_payload_str(&pb, ls, 64);
+        at_payload_str(&pb, ps, 64);
+        at_event_write(at_ev.sock_endpoints, at_activity_id(t), NULL, buf, (uint32_t)(pb.p - buf),
+                       NULL, 0);
     }
     AT_INTERNAL_END();
     errno = e;

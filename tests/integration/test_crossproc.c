@@ -230,6 +230,103 @@ START_TEST(test_curl_to_http_server_v6)
 }
 END_TEST
 
+/* The same over a Unix socket: curl --unix-socket into an HTTP server on a Unix socket (python3,
+ * tests/data/unix_http_server.py), both traced. Each end's SocketEndpoints names the listening
+ * path and the connecting process (unix:PATH, unix:pid=N: what each end knows, the other through
+ * SO_PEERCRED), and the tree hangs each server Connection under the Fetch that connected it. */
+START_TEST(test_curl_over_unix_socket)
+{
+    char *dir = at_tmpdir("xprocu");
+    ck_assert(dir);
+    char conf[4200], cenv[4300], senv[4300], oenv[4300], sock[4300];
+    snprintf(conf, sizeof conf, "%s/curl.conf", dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[activity Fetch]\nfunction = curl_easy_perform\nsignature = int curl_easy_perform(void *h)\n", f);
+    fclose(f);
+    snprintf(cenv, sizeof cenv, "ACTTRACE_CONFIG=%s", conf);
+    snprintf(senv, sizeof senv, "ACTTRACE_OUTPUT=%s/srv.nettrace", dir);
+    snprintf(oenv, sizeof oenv, "ACTTRACE_OUTPUT=%s/cli-%%p.nettrace", dir);
+    snprintf(sock, sizeof sock, "%s/s.sock", dir);
+    const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const char *sargv[] = {py, AT_SOURCE_DIR "/tests/data/unix_http_server.py", sock, NULL};
+    const char *sev[] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", senv, NULL};
+    at_run_opts so = {.argv = sargv, .env = sev, .cwd = dir};
+    at_proc sp;
+    ck_assert_int_eq(at_spawn(&so, &sp), 0);
+    bool up = false;
+    for (int i = 0; i < 1000 && !up; i++) {
+        char *o = at_read_file(sp.outpath, NULL);
+        up = o && strstr(o, "listening");
+        free(o);
+        if (!up)
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    ck_assert_msg(up, "the Unix-socket server never listened");
+    int curl_pid[NCURL];
+    for (int i = 0; i < NCURL; i++) {
+        const char *cargv[] = {"curl", "-sf", "-o", "/dev/null", "--max-time", "10", "--unix-socket", sock,
+                               "http://localhost/", NULL};
+        const char *cev[] = {cenv, oenv, NULL};
+        at_run_opts co = {.argv = cargv, .env = cev, .cwd = dir};
+        at_run_result cr;
+        ck_assert_int_eq(at_run(&co, &cr), 0);
+        ck_assert_msg(cr.exited && cr.status == 0, "curl: exit %d: %s", cr.status, cr.err);
+        curl_pid[i] = (int)cr.pid;
+        at_run_result_free(&cr);
+    }
+    for (int i = 0; i < 400 && task_count(sp.pid) > 1; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    kill(sp.pid, SIGINT);
+    at_run_result sr;
+    ck_assert_int_eq(at_wait(&sp, &sr), 0);
+    at_run_result_free(&sr);
+
+    char srv[4300], want[4400];
+    snprintf(srv, sizeof srv, "%s/srv.nettrace", dir);
+    snprintf(want, sizeof want, "\"unix:%s\"", sock);
+    at_trace t;
+    ck_assert_msg(at_trace_load(srv, &t) == 0, "%s: %s", srv, t.err);
+    int accepts = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        if (strcmp(t.ev[i].name, "SocketEndpoints"))
+            continue;
+        ck_assert_str_eq(at_ev_field(&t.ev[i], "Local"), want);
+        int pid = 0;
+        ck_assert_msg(sscanf(at_ev_field(&t.ev[i], "Peer"), "\"unix:pid=%d\"", &pid) == 1, "%s",
+                      at_ev_field(&t.ev[i], "Peer"));
+        bool ours = false;
+        for (int k = 0; k < NCURL; k++)
+            ours |= pid == curl_pid[k];
+        ck_assert_msg(ours, "a peer pid %d, no curl's", pid);
+        accepts++;
+    }
+    ck_assert_int_eq(accepts, NCURL);
+    at_trace_free(&t);
+
+    char **files = at_trace_files(dir);
+    ck_assert_uint_eq(at_strv_len(files), NCURL + 1);
+    const char *targs[NCURL + 5] = {"tree", "--tsv"};
+    for (int i = 0; files[i]; i++)
+        targs[2 + i] = files[i];
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, targs), 0);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    row rows[64];
+    int n = read_tree(r.out, rows, 64), linked = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            if (!strcmp(rows[i].name, "Fetch") && rows[j].parent == rows[i].serial &&
+                !strcmp(rows[j].name, "Connection") && rows[j].pid == sp.pid)
+                linked++;
+    ck_assert_msg(linked == NCURL, "%d Connections under Fetches:\n%s", linked, r.out);
+    at_run_result_free(&r);
+    at_strv_free(files);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ---------------- W3C trace context ---------------- */
 
 /* http.server (traced, a Connection per accepted socket) asked by an untraced curl: with a valid
@@ -631,6 +728,7 @@ int main(void)
     tcase_add_checked_fixture(tc, NULL, netns_down); /* a failed check leaves no namespace behind */
     tcase_add_test(tc, test_curl_to_http_server_v4);
     tcase_add_test(tc, test_curl_to_http_server_v6);
+    tcase_add_test(tc, test_curl_over_unix_socket);
     tcase_add_test(tc, test_traceparent);
     tcase_add_test(tc, test_three_hosts);
     suite_add_tcase(su, tc);
