@@ -175,7 +175,7 @@ const char *at_wait_io_reason(const char *call)
     X(pthread_join) X(pthread_timedjoin_np) X(pthread_clockjoin_np) X(thrd_join)                   \
     X(fsync) X(fdatasync) X(syncfs) X(msync)                                                       \
     X(wait) X(waitpid) X(wait3) X(wait4) X(waitid) X(flock) X(lockf)                              \
-    X(sigwait) X(sigwaitinfo) X(sigtimedwait) X(sigsuspend) X(pause) X(syscall)
+    X(sigwait) X(sigwaitinfo) X(sigtimedwait) X(sigsuspend) X(pause)
 
 static struct {
 #define W_MEMBER(fn) __typeof__(fn) *fn;
@@ -358,16 +358,20 @@ W_FN(int, sigtimedwait, (const sigset_t *s, siginfo_t *i, const struct timespec 
 W_FN(int, sigsuspend, (const sigset_t *s), (s), "signal", 0)
 W_FN(int, pause, (void), (), "signal", 0)
 
-/* Futex waits a program makes itself through syscall(2) (its own locks, Rust's standard library's
- * Mutex, Condvar and park): FUTEX_WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI and
- * futex_waitv. glibc's own futex waits are inside the calls above. syscall is a trampoline in
- * assembly: any other system call jumps on to glibc's syscall with the registers and the stack as
- * the program left them (nothing of the shim's stays on the stack: a vfork or clone made through
- * syscall returns as it does untraced); a futex call goes to at_w_syscall_futex, which takes the
- * seventh argument from the stack where the program's call put it. */
+/* Futex waits a program makes itself through syscall(2) (its own locks, GLib's GMutex and GCond,
+ * Rust's standard library's Mutex, Condvar and park): FUTEX_WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2,
+ * WAIT_REQUEUE_PI and futex_waitv. glibc's own futex waits are inside the calls above.
+ *
+ * syscall is the shim's own, in assembly: any other system call is made right there, as glibc's
+ * syscall makes it (the number and six arguments moved to the kernel's registers, the seventh word
+ * from the stack, errno set from a result in -4095..-1): nothing is resolved, no C runs and nothing
+ * of the shim's stays on the stack, so it is what it was untraced in a signal handler, before any
+ * library is set up (the shim's own calls to syscall, a sanitizer's start) and for a vfork or clone
+ * made through it. A futex call goes to at_w_syscall_futex, which takes the seventh argument from
+ * the stack where the program's call put it and makes the call through at_w_raw_syscall. */
 #define W_SYS_FUTEX 202
 #define W_SYS_FUTEX_WAITV 449
-long (*at_w_syscall_next)(long, ...) __attribute__((used));
+long at_w_raw_syscall(long n, long a1, long a2, long a3, long a4, long a5, long a6);
 long at_w_syscall_futex(long n, long a1, long a2, long a3, long a4, long a5, long a6)
     __attribute__((used));
 __asm__(".text\n"
@@ -375,14 +379,31 @@ __asm__(".text\n"
         ".type syscall, @function\n"
         "syscall:\n"
         "    cmpq $202, %rdi\n" /* W_SYS_FUTEX */
-        "    je 1f\n"
+        "    je 2f\n"
         "    cmpq $449, %rdi\n" /* W_SYS_FUTEX_WAITV */
-        "    je 1f\n"
-        "    movq at_w_syscall_next(%rip), %rax\n"
-        "    testq %rax, %rax\n"
-        "    jz 1f\n"
-        "    jmp *%rax\n"
-        "1:  jmp at_w_syscall_futex\n"
+        "    je 2f\n"
+        ".globl at_w_raw_syscall\n"
+        ".hidden at_w_raw_syscall\n"
+        "at_w_raw_syscall:\n"
+        "    movq %rdi, %rax\n"
+        "    movq %rsi, %rdi\n"
+        "    movq %rdx, %rsi\n"
+        "    movq %rcx, %rdx\n"
+        "    movq %r8, %r10\n"
+        "    movq %r9, %r8\n"
+        "    movq 8(%rsp), %r9\n"
+        "    syscall\n"
+        "    cmpq $-4095, %rax\n"
+        "    jae 1f\n"
+        "    ret\n"
+        "1:  negl %eax\n"
+        "    pushq %rax\n" /* the stack aligned for the call */
+        "    call *__errno_location@GOTPCREL(%rip)\n"
+        "    popq %rcx\n"
+        "    movl %ecx, (%rax)\n"
+        "    movq $-1, %rax\n"
+        "    ret\n"
+        "2:  jmp at_w_syscall_futex\n"
         ".size syscall, .-syscall\n");
 
 static bool futex_blocks(long n, long op)
@@ -405,11 +426,9 @@ static bool futex_blocks(long n, long op)
 
 long at_w_syscall_futex(long n, long a1, long a2, long a3, long a4, long a5, long a6)
 {
-    long (*next)(long, ...) = W_REAL(syscall);
-    __atomic_store_n(&at_w_syscall_next, next, __ATOMIC_RELAXED);
     if (AT_LIKELY(at_act_cur == NULL) || !futex_blocks(n, a2))
-        return next(n, a1, a2, a3, a4, a5, a6);
+        return at_w_raw_syscall(n, a1, a2, a3, a4, a5, a6);
     long r_;
-    AT_WAIT_TIMED(r_, next(n, a1, a2, a3, a4, a5, a6), "futex", "syscall", (uint64_t)a1);
+    AT_WAIT_TIMED(r_, at_w_raw_syscall(n, a1, a2, a3, a4, a5, a6), "futex", "syscall", (uint64_t)a1);
     return r_;
 }

@@ -26,7 +26,19 @@ typedef struct am_input {
     nt_event head;
     bool has_head, done;
     int64_t head_time;
+    int64_t shift;             /* ns added to its clock: files of another clock (host) aligned */
+    int domain;                /* its clock's: files whose UTC and event clock agree share one */
 } am_input;
+
+/* A clock other than the first file's (another host's, or another time namespace's): how its files
+ * were put on the first one's time line. */
+typedef struct am_clock {
+    int64_t utc_shift;         /* from the files' SyncTimeUTC (ms precision) */
+    int64_t moved;             /* then by the connections between them */
+    int64_t lo, hi;            /* the range the connections allow (INT64_MIN/MAX: unbounded) */
+    uint32_t pairs;            /* connections that bounded it */
+    uint32_t pid;              /* a process of it, for the note */
+} am_clock;
 
 /* A Send with a TransferId, for the Receive that names it (direct-mapped: a Send pushed out by a
  * later one that hashes alike is matched by its thread alone, with the Receive's time). */
@@ -77,6 +89,8 @@ struct am_model {
     am_xlink *xlinks;          /* activities of one process at an accepted socket whose other end
                                 * another process connected in an activity: sorted by server id */
     size_t nxlinks;
+    am_clock *clocks;          /* per clock domain (0: the first file's) */
+    int nclocks;
 };
 
 /* ---------------- small helpers ---------------- */
@@ -862,8 +876,9 @@ static void shadow_push(am_model *m, am_activity *a)
 
 typedef struct am_endpoint {
     at_guid act;
-    int64_t t;
+    int64_t t, stop;           /* stop: a connect's activity's Stop in the same file (0: none) */
     uint32_t pid;
+    int file;
     bool accepted;
     char local[64], peer[64];
 } am_endpoint;
@@ -879,6 +894,80 @@ static bool xlink_client(const am_model *m, const at_guid *server, at_guid *clie
     const am_xlink *x = bsearch(&key, m->xlinks, m->nxlinks, sizeof key, xlink_cmp);
     if (x) *client = x->client;
     return x != NULL;
+}
+
+/* A connection between two clocks bounds how the server's clock (or the client's) may move: its
+ * accept returns after the client's connect did (the handshake's last step is the client's), and
+ * before the activity that connected stopped (it waited for the answer). Each side's time is on
+ * the first file's line already (by SyncTimeUTC); the bounds are on the move of the clock that is
+ * not the first's (a connection between two others bounds the server's). */
+static void clock_bound(am_model *m, const am_endpoint *srv, const am_endpoint *cli)
+{
+    if (!m->nclocks) return;
+    int ds = m->in[srv->file].domain, dc = m->in[cli->file].domain;
+    if (ds == dc) return;
+    int64_t lo, hi;
+    am_clock *k;
+    if (ds != 0) { /* move the server's clock: t_s + d >= t_c, t_s + d <= stop */
+        k = &m->clocks[ds];
+        lo = cli->t - srv->t;
+        hi = cli->stop ? cli->stop - srv->t : INT64_MAX;
+    } else { /* move the client's: t_c + d <= t_s, stop + d >= t_s */
+        k = &m->clocks[dc];
+        hi = srv->t - cli->t;
+        lo = cli->stop ? srv->t - cli->stop : INT64_MIN;
+    }
+    if (lo > k->lo) k->lo = lo;
+    if (hi < k->hi) k->hi = hi;
+    k->pairs++;
+}
+
+/* Each other clock moved by the least that its connections ask (none when its SyncTimeUTC placing
+ * already keeps every answer after its request); when they contradict each other (the clocks
+ * drifted apart during the traces), the lower bound wins: no server starts before its client. */
+static void clocks_move(am_model *m)
+{
+    for (int k = 1; k < m->nclocks; k++) {
+        am_clock *c = &m->clocks[k];
+        if (!c->pairs) continue;
+        int64_t d = 0;
+        if (c->lo > 0 || c->lo > c->hi) d = c->lo;
+        else if (c->hi < 0) d = c->hi;
+        c->moved = d;
+        for (int i = 0; i < m->nin; i++)
+            if (m->in[i].domain == k) m->in[i].shift += d;
+    }
+}
+
+int am_clock_note(const am_model *m, char *out, size_t n)
+{
+    size_t len = 0;
+    if (n) out[0] = 0;
+    for (int k = 1; k < m->nclocks && len < n; k++) {
+        const am_clock *c = &m->clocks[k];
+        int w;
+        if (!c->pairs)
+            w = snprintf(out + len, n - len,
+                         "clocks: pid %u's clock put on pid %u's by their SyncTimeUTC (%+.3f ms; no connection between them bounds it: within a few ms)\n",
+                         c->pid, m->in[0].info.pid, (double)c->utc_shift / 1e6);
+        else if (c->lo > c->hi)
+            w = snprintf(out + len, n - len,
+                         "clocks: pid %u's clock put on pid %u's by their SyncTimeUTC (%+.3f ms), moved %+.3f ms by %u connections, which disagree by %.3f ms (the clocks drifted)\n",
+                         c->pid, m->in[0].info.pid, (double)c->utc_shift / 1e6, (double)c->moved / 1e6, c->pairs,
+                         (double)(c->lo - c->hi) / 1e6);
+        else if (c->hi == INT64_MAX || c->lo == INT64_MIN)
+            w = snprintf(out + len, n - len,
+                         "clocks: pid %u's clock put on pid %u's by their SyncTimeUTC (%+.3f ms), moved %+.3f ms by %u connections (bounded on one side only)\n",
+                         c->pid, m->in[0].info.pid, (double)c->utc_shift / 1e6, (double)c->moved / 1e6, c->pairs);
+        else
+            w = snprintf(out + len, n - len,
+                         "clocks: pid %u's clock put on pid %u's by their SyncTimeUTC (%+.3f ms), moved %+.3f ms by %u connections, aligned within %.3f ms\n",
+                         c->pid, m->in[0].info.pid, (double)c->utc_shift / 1e6, (double)c->moved / 1e6, c->pairs,
+                         (double)(c->hi - c->lo) / 1e6);
+        if (w < 0) break;
+        len += (size_t)w;
+    }
+    return (int)(len < n ? len : n);
 }
 
 /* Files of several processes: a first pass over each for the shim's SocketEndpoints events, pairing
@@ -899,8 +988,15 @@ static void xlinks_scan(am_model *m)
         nt_reader *r = nt_open_ex(m->in[f].path, &no, err, sizeof err);
         if (!r) continue;
         nt_event ev;
+        size_t first = n; /* this file's records */
         while (nt_next(r, &ev) == 1) {
-            am_endpoint e = {.act = ev.activity, .pid = (uint32_t)m->in[f].info.pid};
+            if (m->nclocks && ev.meta && ev.meta->opcode == NT_OPCODE_STOP && !at_guid_is_zero(&ev.activity)) {
+                for (size_t k = first; k < n; k++) /* a connecting activity's Stop: bounds the server */
+                    if (!ep[k].accepted && !ep[k].stop && at_guid_eq(&ep[k].act, &ev.activity))
+                        ep[k].stop = am_time(m, f, ev.timestamp);
+                continue;
+            }
+            am_endpoint e = {.act = ev.activity, .pid = (uint32_t)m->in[f].info.pid, .file = f};
             if (at_guid_is_zero(&ev.activity) ||
                 !nt_event_endpoints(&ev, &e.accepted, e.local, sizeof e.local, e.peer, sizeof e.peer))
                 continue;
@@ -929,8 +1025,12 @@ static void xlinks_scan(am_model *m)
             /* the connect that made it: the latest one not after the accept (a second of skew) */
             if (c->t <= ep[i].t + 1000000000 && (!best || c->t > best->t)) best = c;
         }
-        if (best) xl[nl++] = (am_xlink){ep[i].act, best->act};
+        if (best) {
+            xl[nl++] = (am_xlink){ep[i].act, best->act};
+            clock_bound(m, &ep[i], best);
+        }
     }
+    clocks_move(m);
     free(ep);
     if (nl) {
         qsort(xl, nl, sizeof *xl, xlink_cmp);
@@ -1234,7 +1334,54 @@ static int64_t to_ns(const nt_trace_info *in, uint64_t ts)
 
 int64_t am_time(const am_model *m, int f, uint64_t ts)
 {
-    return clamp_ns((__int128)to_ns(&m->in[f].info, ts) - m->origin);
+    return clamp_ns((__int128)to_ns(&m->in[f].info, ts) + m->in[f].shift - m->origin);
+}
+
+static int64_t utc_ns(const uint16_t *t)
+{
+    struct tm tm = {.tm_year = t[0] - 1900, .tm_mon = t[1] - 1, .tm_mday = t[3], .tm_hour = t[4],
+                    .tm_min = t[5], .tm_sec = t[6]};
+    return (int64_t)timegm(&tm) * 1000000000 + (int64_t)t[7] * 1000000;
+}
+
+/* The files' clocks: a file's wall-clock time at its start less its event clock's there is the
+ * same, within the wall clock's millisecond and its slewing, for every file of one clock (one
+ * host's CLOCK_MONOTONIC or TSC); files that differ by more than AM_CLOCK_SAME_NS are of another
+ * host (or time namespace), put on the first file's time line by that difference (their SyncTimeUTC
+ * against the first file's), which the connections between them refine (xlinks_scan). */
+#define AM_CLOCK_SAME_NS 500000000
+static void clocks_assign(am_model *m)
+{
+    int64_t *d = calloc((size_t)m->nin, sizeof *d);
+    am_clock *cl = calloc((size_t)m->nin, sizeof *cl);
+    if (!d || !cl) {
+        free(d);
+        free(cl);
+        return;
+    }
+    int n = 0;
+    for (int i = 0; i < m->nin; i++) {
+        am_input *in = &m->in[i];
+        int64_t di = utc_ns(in->info.sync_time_utc) - to_ns(&in->info, (uint64_t)in->info.sync_time_qpc);
+        int k = 0;
+        while (k < n && llabs(di - d[k]) > AM_CLOCK_SAME_NS) k++;
+        if (k == n) {
+            d[n] = di;
+            cl[n] = (am_clock){.utc_shift = di - d[0] * (n > 0), .lo = INT64_MIN, .hi = INT64_MAX,
+                               .pid = (uint32_t)in->info.pid};
+            if (n == 0) cl[0].utc_shift = 0;
+            n++;
+        }
+        in->domain = k;
+        in->shift = cl[k].utc_shift;
+    }
+    free(d);
+    if (n > 1) {
+        m->clocks = cl;
+        m->nclocks = n;
+    } else {
+        free(cl);
+    }
 }
 
 am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_callbacks *cb,
@@ -1271,7 +1418,12 @@ am_model *am_open(char *const *paths, int npaths, const am_options *o, const am_
         struct stat st;
         if (strcmp(paths[i], "-") != 0 && stat(paths[i], &st) == 0) in->size = (uint64_t)st.st_size;
         m->total_size += in->size;
-        int64_t s = to_ns(&in->info, (uint64_t)in->info.sync_time_qpc);
+    }
+    clocks_assign(m);
+    xlinks_scan(m); /* the connections between processes, which may move other clocks' files */
+    for (int i = 0; i < m->nin; i++) {
+        am_input *in = &m->in[i];
+        int64_t s = to_ns(&in->info, (uint64_t)in->info.sync_time_qpc) + in->shift;
         if (i == 0 || s < m->origin) m->origin = s;
     }
     if (!tab_grow(m)) {
@@ -1315,7 +1467,6 @@ static int refill(am_model *m, int f)
 
 int am_run(am_model *m, char *err, size_t errlen)
 {
-    xlinks_scan(m);
     /* a damaged file ends where its damage starts; the others are read to their end */
     int status = 0;
     for (int i = 0; i < m->nin; i++)
@@ -1392,6 +1543,7 @@ void am_close(am_model *m)
     for (int i = 0; i < m->nin; i++) nt_close(m->in[i].r);
     free(m->in);
     free(m->xlinks);
+    free(m->clocks);
     /* what is left (an error path): the rare fields of the activities still held, then the chunks */
     for (uint32_t c = 0; c < m->nchunks; c++) {
         am_activity *v = (am_activity *)(m->chunks[c] + AM_CHUNK_HDR);

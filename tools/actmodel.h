@@ -188,6 +188,10 @@ void am_close(am_model *m);
 
 /* Trace facts for the commands. */
 int am_nfiles(const am_model *m);
+/* Files of more than one clock (hosts, or time namespaces): a line per other clock saying how it
+ * was put on the first file's time line and how well the connections between them bound that
+ * ("clocks: ..."), into out; "" for files of one clock. Returns the length. */
+int am_clock_note(const am_model *m, char *out, size_t n);
 const nt_trace_info *am_info(const am_model *m, int file);
 const char *am_path(const am_model *m, int file);
 nt_reader *am_reader(const am_model *m, int file);

@@ -335,6 +335,9 @@ int at_cmd_tree(int argc, char **argv)
         return AT_EXIT_ERROR;
     }
     am_run(m, err, sizeof err);
+    char clocks[2048];
+    if (!c.tsv && am_clock_note(m, clocks, sizeof clocks) > 0) /* several hosts: how well aligned */
+        am_buf_str(&c.out, clocks);
     am_buf_flush(&c.out);
     fflush(stdout);
     status = am_report_damage(m, "tree");

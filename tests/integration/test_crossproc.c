@@ -327,6 +327,96 @@ START_TEST(test_curl_over_unix_socket)
 }
 END_TEST
 
+/* Files of two clocks: the server runs in a time namespace whose CLOCK_MONOTONIC is a day ahead
+ * (unshare --time --monotonic 86400) and writes its events on that clock (ACTTRACE_CLOCK=monotonic),
+ * as another host's would be: unrelated to the client's. The tree puts the server's files on the
+ * client's time line by their SyncTimeUTC, refines that with the connections (each accept after
+ * its connect, before its Fetch stopped), says so in a "clocks:" line, and each Connection starts
+ * and ends inside the Fetch that connected it. */
+START_TEST(test_clocks_of_two_hosts)
+{
+    char *dir = at_tmpdir("xprocclk");
+    ck_assert(dir);
+    char conf[4200], cenv[4300], senv[4300], oenv[4300];
+    snprintf(conf, sizeof conf, "%s/curl.conf", dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[activity Fetch]\nfunction = curl_easy_perform\nsignature = int curl_easy_perform(void *h)\n", f);
+    fclose(f);
+    snprintf(cenv, sizeof cenv, "ACTTRACE_CONFIG=%s", conf);
+    snprintf(senv, sizeof senv, "ACTTRACE_OUTPUT=%s/srv-%%p.nettrace", dir);
+    snprintf(oenv, sizeof oenv, "ACTTRACE_OUTPUT=%s/cli-%%p.nettrace", dir);
+    int port = at_free_port();
+    ck_assert(port > 0);
+    char ps[16], url[96];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+    const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const char *sargv[] = {"unshare", "--time", "--monotonic", "86400", "--fork", py, "-m", "http.server",
+                           "--bind", "127.0.0.1", ps, NULL};
+    const char *sev[] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", "ACTTRACE_CLOCK=monotonic", senv, NULL};
+    at_run_opts so = {.argv = sargv, .env = sev, .cwd = dir};
+    at_proc sp;
+    ck_assert_int_eq(at_spawn(&so, &sp), 0);
+    ck_assert_msg(at_wait_listening(port), "http.server in a time namespace never listened (unshare --time needs root and Linux 5.6)");
+    for (int i = 0; i < NCURL; i++) {
+        const char *cargv[] = {"curl", "-sf", "-o", "/dev/null", "--max-time", "10", url, NULL};
+        const char *cev[] = {cenv, oenv, NULL};
+        at_run_opts co = {.argv = cargv, .env = cev, .cwd = dir};
+        at_run_result cr;
+        ck_assert_int_eq(at_run(&co, &cr), 0);
+        ck_assert_msg(cr.exited && cr.status == 0, "curl: exit %d: %s", cr.status, cr.err);
+        at_run_result_free(&cr);
+    }
+    nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL); /* the handlers end (not a bound) */
+    kill(sp.pid, SIGINT);
+    at_run_result sr;
+    ck_assert_int_eq(at_wait(&sp, &sr), 0);
+    at_run_result_free(&sr);
+
+    char **files = at_trace_files(dir);
+    size_t nf = at_strv_len(files);
+    ck_assert_msg(nf >= NCURL + 1 && nf < 12, "%zu files", nf);
+    const char *targs[16] = {"tree", "--tsv"};
+    for (size_t i = 0; i < nf; i++)
+        targs[2 + i] = files[i];
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, targs), 0);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    /* activity serial parent pid tid tid tid name path start_ns duration_ns ... */
+    struct { long serial, parent; char name[32]; long long start, dur; } a[64];
+    int n = 0;
+    for (const char *l = r.out; l && *l && n < 64; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+        if (sscanf(l, "activity\t%ld\t%ld\t%*s\t%*s\t%*s\t%31s\t%*s\t%lld\t%lld", &a[n].serial, &a[n].parent,
+                   a[n].name, &a[n].start, &a[n].dur) == 5)
+            n++;
+    int inside = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(a[i].name, "Fetch"))
+            continue;
+        for (int j = 0; j < n; j++)
+            if (a[j].parent == a[i].serial) {
+                ck_assert_msg(a[j].start >= a[i].start && a[j].start + a[j].dur <= a[i].start + a[i].dur,
+                              "Connection [%lld, +%lld] outside its Fetch [%lld, +%lld]:\n%s", a[j].start, a[j].dur,
+                              a[i].start, a[i].dur, r.out);
+                inside++;
+            }
+    }
+    ck_assert_msg(inside == NCURL, "%d Connections under their Fetch:\n%s", inside, r.out);
+    at_run_result_free(&r);
+    targs[1] = files[0]; /* the text tree: the note */
+    targs[1 + nf] = NULL;
+    ck_assert_int_eq(at_tool_run(&r, targs), 0);
+    ck_assert_msg(strstr(r.out, "clocks: pid ") && strstr(r.out, "by their SyncTimeUTC (") &&
+                      strstr(r.out, "connections, aligned within "),
+                  "%s", r.out);
+    at_run_result_free(&r);
+    at_strv_free(files);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* ---------------- W3C trace context ---------------- */
 
 /* http.server (traced, a Connection per accepted socket) asked by an untraced curl: with a valid
@@ -730,6 +820,7 @@ int main(void)
     tcase_add_test(tc, test_curl_to_http_server_v6);
     tcase_add_test(tc, test_curl_over_unix_socket);
     tcase_add_test(tc, test_traceparent);
+    tcase_add_test(tc, test_clocks_of_two_hosts);
     tcase_add_test(tc, test_three_hosts);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
