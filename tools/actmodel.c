@@ -1337,11 +1337,16 @@ int64_t am_time(const am_model *m, int f, uint64_t ts)
     return clamp_ns((__int128)to_ns(&m->in[f].info, ts) + m->in[f].shift - m->origin);
 }
 
-static int64_t utc_ns(const uint16_t *t)
+/* A SyncTimeUTC as ns since 1970, or false when it is no date (a damaged or hand-made header) */
+static bool utc_ns(const uint16_t *t, int64_t *out)
 {
+    if (t[0] < 1970 || t[0] > 2200 || t[1] < 1 || t[1] > 12 || t[3] < 1 || t[3] > 31 || t[4] > 23 ||
+        t[5] > 59 || t[6] > 60 || t[7] > 999)
+        return false;
     struct tm tm = {.tm_year = t[0] - 1900, .tm_mon = t[1] - 1, .tm_mday = t[3], .tm_hour = t[4],
                     .tm_min = t[5], .tm_sec = t[6]};
-    return (int64_t)timegm(&tm) * 1000000000 + (int64_t)t[7] * 1000000;
+    *out = (int64_t)timegm(&tm) * 1000000000 + (int64_t)t[7] * 1000000;
+    return true;
 }
 
 /* The files' clocks: a file's wall-clock time at its start less its event clock's there is the
@@ -1362,13 +1367,19 @@ static void clocks_assign(am_model *m)
     int n = 0;
     for (int i = 0; i < m->nin; i++) {
         am_input *in = &m->in[i];
-        int64_t di = utc_ns(in->info.sync_time_utc) - to_ns(&in->info, (uint64_t)in->info.sync_time_qpc);
+        int64_t u;
+        if (!utc_ns(in->info.sync_time_utc, &u)) { /* a file without a usable date: one clock for all */
+            for (int j = 0; j < m->nin; j++) m->in[j].domain = 0, m->in[j].shift = 0;
+            n = 0;
+            break;
+        }
+        int64_t di = clamp_ns((__int128)u - to_ns(&in->info, (uint64_t)in->info.sync_time_qpc));
         int k = 0;
-        while (k < n && llabs(di - d[k]) > AM_CLOCK_SAME_NS) k++;
+        while (k < n && ((__int128)di - d[k] > AM_CLOCK_SAME_NS || (__int128)d[k] - di > AM_CLOCK_SAME_NS)) k++;
         if (k == n) {
             d[n] = di;
-            cl[n] = (am_clock){.utc_shift = di - d[0] * (n > 0), .lo = INT64_MIN, .hi = INT64_MAX,
-                               .pid = (uint32_t)in->info.pid};
+            cl[n] = (am_clock){.utc_shift = n ? clamp_ns((__int128)di - d[0]) : 0, .lo = INT64_MIN,
+                               .hi = INT64_MAX, .pid = (uint32_t)in->info.pid};
             if (n == 0) cl[0].utc_shift = 0;
             n++;
         }
