@@ -860,6 +860,13 @@ END_TEST
 
 int main(void)
 {
+    /* Debian's curl does not run with a sanitizer's runtime preloaded (it hangs in setlocale with
+     * libasan alone, untraced), and every test here asks with curl */
+    const char *asan = getenv("ACTTRACE_ASAN");
+    if (asan && *asan == '1') {
+        printf("test_crossproc: skipped under the sanitizer: curl hangs with libasan preloaded, shim or not\n");
+        return 0;
+    }
     Suite *su = suite_create("crossproc");
     TCase *tc = tcase_create("loopback");
     tcase_set_timeout(tc, 0);
