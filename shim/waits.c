@@ -187,10 +187,15 @@ static struct {
     (AT_LIKELY(w_real.fn != NULL) ? w_real.fn                                                      \
                                   : (__typeof__(fn) *)at_real_resolve(#fn, (void **)&w_real.fn))
 
+/* The wrappers are cancellation points: a thread cancelled in one leaves through the wrapper's frame
+ * by a forced unwind, which a sanitizer's stack poisoning does not see (the main thread's TSD
+ * destructors then run on the same stack and trip over it): their frames carry no redzones. */
+#define W_NOASAN __attribute__((no_sanitize_address))
+
 /* The wrapper of name: the real call as it is for a thread in no activity (a tail call), timed for
  * one in an activity. */
 #define W_FN(ret, name, params, args, reason, obj)                                                 \
-    AT_EXPORT ret name params                                                                      \
+    AT_EXPORT W_NOASAN ret name params                                                             \
     {                                                                                              \
         if (AT_LIKELY(at_act_cur == NULL))                                                         \
             return W_REAL(name) args;                                                              \
@@ -204,7 +209,7 @@ static struct {
  * (glibc's calls give the same results either way: a free lock is taken, and an error the try
  * returns is the call's). `busy` tells a try that found it held. */
 #define W_FN_TRY(ret, name, params, args, reason, obj, try_expr, busy)                             \
-    AT_EXPORT ret name params                                                                      \
+    AT_EXPORT W_NOASAN ret name params                                                             \
     {                                                                                              \
         if (AT_LIKELY(at_act_cur == NULL))                                                         \
             return W_REAL(name) args;                                                              \
@@ -268,7 +273,7 @@ W_FN(int, mtx_timedlock, (mtx_t *restrict m, const struct timespec *restrict t),
 /* the GLIBC_2.3.2 definitions (versions.map): a reference to the old GLIBC_2.2.5 ones skips them */
 __asm__(".symver at_w_pthread_cond_wait, pthread_cond_wait@@GLIBC_2.3.2");
 __asm__(".symver at_w_pthread_cond_timedwait, pthread_cond_timedwait@@GLIBC_2.3.2");
-AT_EXPORT int at_w_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+AT_EXPORT W_NOASAN int at_w_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
     if (AT_LIKELY(at_act_cur == NULL))
         return W_REAL(pthread_cond_wait)(c, m);
@@ -276,7 +281,7 @@ AT_EXPORT int at_w_pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
     AT_WAIT_TIMED(r_, W_REAL(pthread_cond_wait)(c, m), "condition", "pthread_cond_wait", PTR(c));
     return r_;
 }
-AT_EXPORT int at_w_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
+AT_EXPORT W_NOASAN int at_w_pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m,
                                           const struct timespec *t)
 {
     if (AT_LIKELY(at_act_cur == NULL))
@@ -305,7 +310,7 @@ static int sem_try(sem_t *s, int *busy)
         errno = e;
     return r;
 }
-AT_EXPORT int sem_wait(sem_t *s)
+AT_EXPORT W_NOASAN int sem_wait(sem_t *s)
 {
     if (AT_LIKELY(at_act_cur == NULL))
         return W_REAL(sem_wait)(s);
@@ -424,7 +429,7 @@ static bool futex_blocks(long n, long op)
     }
 }
 
-long at_w_syscall_futex(long n, long a1, long a2, long a3, long a4, long a5, long a6)
+W_NOASAN long at_w_syscall_futex(long n, long a1, long a2, long a3, long a4, long a5, long a6)
 {
     if (AT_LIKELY(at_act_cur == NULL) || !futex_blocks(n, a2))
         return at_w_raw_syscall(n, a1, a2, a3, a4, a5, a6);
