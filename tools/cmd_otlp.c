@@ -55,8 +55,8 @@ typedef struct ot_ctx {
     struct ot_tctx {          /* by activity serial: the traceparent a request in it carried */
         uint64_t serial;
         char trace[33], parent[17];
-    } *tctx;
-    size_t ntctx, ctctx;
+    } *tctx;                  /* serial 0: none */
+    size_t ctctx;
     int64_t unix0;            /* the wall-clock ns of model time 0 */
     bool oom;
 } ot_ctx;
@@ -328,10 +328,10 @@ static void on_event(void *vc, const am_event *e)
         c->start_attrs[s] = start_attrs(c, e->ev, c->want_pb ? &c->start_pb[s] : NULL);
     } else if (e->act && md->provider && md->name && !strcmp(md->name, "TraceContext") &&
                !strcmp(md->provider, "acttrace-shim")) {
-        /* the first one an activity saw: its request's */
-        for (size_t i = 0; i < c->ntctx; i++)
-            if (c->tctx[i].serial == e->act->serial) return;
-        struct ot_tctx t = {.serial = e->act->serial};
+        /* the first one an activity saw: its request's (indexed by serial: no search per event) */
+        uint64_t sv = e->act->serial;
+        if (sv < c->ctctx && c->tctx[sv].serial) return;
+        struct ot_tctx t = {.serial = sv};
         uint32_t off = 0;
         for (uint32_t i = 0; i < md->nfields; i++) {
             char v[64];
@@ -344,17 +344,19 @@ static void on_event(void *vc, const am_event *e)
             }
         }
         if (!t.trace[0] || !t.parent[0]) return;
-        if (c->ntctx == c->ctctx) {
-            size_t nc = c->ctctx ? c->ctctx * 2 : 64;
+        if (sv >= c->ctctx) {
+            size_t nc = c->ctctx ? c->ctctx : 64;
+            while (nc <= sv) nc *= 2;
             struct ot_tctx *np = realloc(c->tctx, nc * sizeof *np);
             if (!np) {
                 c->oom = true;
                 return;
             }
+            memset(np + c->ctctx, 0, (nc - c->ctctx) * sizeof *np);
             c->tctx = np;
             c->ctctx = nc;
         }
-        c->tctx[c->ntctx++] = t;
+        c->tctx[sv] = t;
     } else if (md->provider && md->name && !strcmp(md->name, "ProcessInfo") &&
                !strcmp(md->provider, "Microsoft-DotNETCore-EventPipe")) {
         ot_proc *p = proc_get(c, e->pid);
@@ -398,8 +400,7 @@ static void on_activity(void *vc, const am_activity *a)
     const struct ot_tctx *adopted = NULL;
     const am_activity *q = a;
     for (; q && !adopted; q = adopted ? q : q->parent)
-        for (size_t i = 0; i < c->ntctx && !adopted; i++)
-            if (c->tctx[i].serial == q->serial) adopted = &c->tctx[i];
+        if (q->serial < c->ctctx && c->tctx[q->serial].serial) adopted = &c->tctx[q->serial];
     if (adopted) memcpy(tid, adopted->trace, 33);
     else ot_trace_id(&root->id, tid);
     ot_span_id(&a->id, sid);
