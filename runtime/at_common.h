@@ -357,6 +357,10 @@ typedef struct at_rt_hot {
 } at_rt_hot_t;
 extern at_rt_hot_t at_rt_hot;
 #define at_clock_tsc (at_rt_hot.clock_tsc) /* 1: the event clock is the TSC */
+/* CLOCK_MONOTONIC ns through a pointer on at_rt_hot's page (clock.c, on the path's pages): neither
+ * the GOT's page nor one of clock.c's other code is touched by an event on a machine whose TSC is
+ * not trusted. */
+uint64_t at_clock_mono_ns(void);
 static inline __attribute__((always_inline)) uint64_t at_ticks(void)
 {
     if (AT_LIKELY(__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED))) {
@@ -364,7 +368,28 @@ static inline __attribute__((always_inline)) uint64_t at_ticks(void)
         __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
         return ((uint64_t)hi << 32) | lo;
     }
-    return at_now_ns();
+    return at_clock_mono_ns();
+}
+
+/* at_ticks() with no call the compiler sees, for code that keeps its state in registers a call may
+ * clobber (the one-pass record, tbuf_hot.h): the monotonic clock is read through
+ * at_clock_mono_ns_keep (clock.c), which saves every general register but rax and rdx and returns
+ * like rdtsc (low half in eax, high in edx). It enters below the red zone (a leaf caller may keep
+ * data there). Vector registers are not saved: only code built with -mgeneral-regs-only may use
+ * this (the vDSO's clock_gettime uses none either). */
+static inline __attribute__((always_inline)) uint64_t at_ticks_nocall(void)
+{
+    uint32_t lo, hi;
+    if (AT_LIKELY(__atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED)))
+        __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    else
+        __asm__ volatile("lea -128(%%rsp), %%rsp\n\t"
+                         "call at_clock_mono_ns_keep\n\t"
+                         "lea 128(%%rsp), %%rsp"
+                         : "=a"(lo), "=d"(hi)
+                         :
+                         : "cc");
+    return ((uint64_t)hi << 32) | lo;
 }
 
 /* The same, not taken before the loads that precede it complete (rdtsc alone may run ahead of them
@@ -377,7 +402,7 @@ static inline uint64_t at_ticks_ordered(void)
         __asm__ volatile("lfence; rdtsc" : "=a"(lo), "=d"(hi)::"memory");
         return ((uint64_t)hi << 32) | lo;
     }
-    return at_now_ns();
+    return at_clock_mono_ns();
 }
 
 #endif

@@ -179,6 +179,9 @@ void at_clock_calibrate(void)
     seg_set(1);
 }
 
+/* clock_gettime for the monotonic event clock, on at_rt_hot's page (at_clock_mono_ns) */
+static int (*at_clock_gettime)(clockid_t, struct timespec *) AT_HOT_PAGE_RT;
+
 enum at_clock_kind at_clock_select(enum at_clock_kind want)
 {
     if (want == AT_CLOCK_AUTO)
@@ -188,9 +191,64 @@ enum at_clock_kind at_clock_select(enum at_clock_kind want)
         if (!C.based) /* a TSC that does not advance */
             want = AT_CLOCK_MONOTONIC;
     }
+    at_clock_gettime = clock_gettime;
     __atomic_store_n(&at_clock_tsc, want == AT_CLOCK_TSC, __ATOMIC_RELAXED);
     return want;
 }
+
+/* The monotonic event clock (at_ticks), beside the path's other code: through that pointer rather
+ * than the GOT (a page of its own); libc's clock_gettime before the clock is chosen. */
+__attribute__((hot, section("at_path_clock"))) uint64_t at_clock_mono_ns(void)
+{
+    int (*fn)(clockid_t, struct timespec *) = at_clock_gettime;
+    struct timespec ts;
+    if (AT_UNLIKELY(!fn))
+        fn = clock_gettime;
+    fn(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* at_ticks_nocall's way to it (at_common.h): called below the caller's red zone with the stack
+ * aligned anyhow; saves the general registers a call may clobber besides rax and rdx, realigns,
+ * and returns the ns as rdtsc returns ticks (edx:eax). The flags are the caller's clobber. */
+__asm__(".pushsection at_path_clock,\"ax\",@progbits\n"
+        ".p2align 4\n"
+        ".globl at_clock_mono_ns_keep\n"
+        ".hidden at_clock_mono_ns_keep\n"
+        ".type at_clock_mono_ns_keep,@function\n"
+        "at_clock_mono_ns_keep:\n"
+        ".cfi_startproc\n"
+        "push %rbp\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        ".cfi_rel_offset %rbp, 0\n"
+        "mov %rsp, %rbp\n"
+        ".cfi_def_cfa_register %rbp\n"
+        "push %rcx\n"
+        "push %rsi\n"
+        "push %rdi\n"
+        "push %r8\n"
+        "push %r9\n"
+        "push %r10\n"
+        "push %r11\n"
+        "and $-16, %rsp\n"
+        "call at_clock_mono_ns\n"
+        "mov %rax, %rdx\n"
+        "shr $32, %rdx\n"
+        "mov %eax, %eax\n"
+        "lea -56(%rbp), %rsp\n"
+        "pop %r11\n"
+        "pop %r10\n"
+        "pop %r9\n"
+        "pop %r8\n"
+        "pop %rdi\n"
+        "pop %rsi\n"
+        "pop %rcx\n"
+        "pop %rbp\n"
+        ".cfi_def_cfa %rsp, 8\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size at_clock_mono_ns_keep, .-at_clock_mono_ns_keep\n"
+        ".popsection\n");
 
 uint64_t at_clock_ticks_at_ns(uint64_t ns)
 {

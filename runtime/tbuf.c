@@ -566,7 +566,7 @@ AT_HOT_FN static AT_NOINLINE at_ring *ring_acquire(uint32_t gen)
     thr.ring = r;
     thr.gen = gen;
     /* at_rt_hot.sess_word in the running session (tbuf_hot.h) */
-    thr.live = __atomic_load_n(&at_clock_tsc, __ATOMIC_RELAXED) ? 1 | (uint64_t)gen << 32 : UINT64_MAX;
+    thr.live = 1 | (uint64_t)gen << 32;
     AT_INTERNAL_BEGIN();
     if (!at_thread_managed) /* otherwise at_tbuf_thread_exit is called at the thread's end */
         at_xs_setspecific(thr_key, r); /* keys < 32 live in the thread descriptor */

@@ -19,8 +19,7 @@ typedef struct at_thr {
     uint64_t tid;
     uint64_t last_ts;
     uint64_t live; /* at_rt_hot.sess_word as it reads while ring is this thread's in a running
-                    * session (sess_active 1, sess_gen gen), set with ring; a value it never takes
-                    * when the event clock is not the TSC (chosen before a session starts) */
+                    * session (sess_active 1, sess_gen gen), set with ring */
 } at_thr;
 #define at_tbuf_thr AT_PTLS_AS(at_thr, tbuf) /* at_common.h */
 
@@ -134,7 +133,8 @@ static inline void at_tbuf_count_drop(at_ring *r, uint32_t seq)
  * pass while the thread has its ring in the running session with room in
  * its chunk and is not inside a write of its own. Otherwise false, with nothing done: the caller
  * writes it with the general writer (at_tbuf_write_act_general), which also chains a new chunk. No
- * call either way, so that a caller with no other can keep to the registers a call may clobber.
+ * call the compiler sees either way (the monotonic clock's is at_ticks_nocall's), so that a caller
+ * with no other can keep to the registers a call may clobber.
  * has_act/has_rel say whether activity/related are present and not zero: callers that know it pass
  * constants. busy is set before the ring is looked at: a handler that interrupts from then on drops
  * its event (as it would inside the general path), so nothing it does can move the ring under this
@@ -166,12 +166,10 @@ static inline __attribute__((always_inline)) bool at_tbuf_try_put(const at_event
         return false;
     }
     uint64_t outer = atomic_load_explicit(&r->pending, memory_order_relaxed);
-    /* at_tbuf_clock_announced() with the TSC (the other clock is a call: the general writer's) */
+    /* at_tbuf_clock_announced(), its clock read making no call the compiler sees */
     atomic_store_explicit(&r->pending, AT_PENDING_CLOCK, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst);
-    uint32_t tlo, thi;
-    __asm__ volatile("rdtsc" : "=a"(tlo), "=d"(thi));
-    uint64_t ts = (uint64_t)thi << 32 | tlo;
+    uint64_t ts = at_ticks_nocall();
     atomic_store_explicit(&r->pending, ts, memory_order_relaxed);
     uint32_t seq = at_tbuf_seq_next();
     uint32_t wpos = r->wpos;

@@ -38,7 +38,8 @@
  * is in the Connection: ~50 instructions a call, two clock reads among them; 935 before waits
  * were timed); 1,166 with both through the hook logic's general way, before waits; 1,118 with each
  * receive's test of its socket's traceparent state and each close's of its connection's parked
- * time (1,762 while a receive on a socket that was no accepted HTTP connection's was scanned). */
+ * time (1,762 while a receive on a socket that was no accepted HTTP connection's was scanned);
+ * 1,124 with the one-pass record's test of the clock (it takes the monotonic one too). */
 #define MAX_INSNS 1150
 /* The cache lines of data besides the stack (each a miss when the kernel's work between two calls
  * evicted it). Measured: 29 (39 through the general way: per call the rule's line and the probe's
@@ -46,14 +47,20 @@
 #define MAX_DATA_LINES 36
 /* The cache lines of the shim's code each call runs on, summed over the iteration's calls (a line
  * two calls run is a miss for each: between them the kernel's work evicts it). Measured: 72-82 (99
- * through the general way), 94 with the waits timed. Where blocks fall moves a few lines with any
+ * through the general way), 94 with the waits timed, 95-97 since. Where blocks fall moves a few lines with any
  * change to the path's code: slack for that. */
 #define MAX_CODE_LINES 100
+/* With the monotonic clock (ACTTRACE_CLOCK=monotonic, or a machine whose TSC is not trusted): each
+ * of the iteration's clock reads is a call to clock_gettime (its own instructions, libc's and the
+ * vDSO's, are not the shim's) through at_clock_mono_ns, and the one-pass record's through a stub
+ * that saves the registers a call may clobber. Measured: 1,263 instructions, 111 lines. */
+#define MAX_INSNS_MONO 1300
+#define MAX_CODE_LINES_MONO 118
 
 /* The same loop with the default stacks (each event carries its caller's stack, served from a kept
  * walk while the words it read are unchanged, and written as a reference to the ring's definition
  * of it). Measured: 6 code pages (165 lines) and 9 data pages (46 lines), 1,908 instructions with
- * the traceparent and parked-time tests (1,869 before them) and the waits timed (5 code pages, 142-146 lines and 1,729 instructions before; 2,001 on 4 code pages
+ * the traceparent and parked-time tests (1,869 before them; 1,914 with the record's clock test) and the waits timed (5 code pages, 142-146 lines and 1,729 instructions before; 2,001 on 4 code pages
  * when each stack was trimmed and copied in full), with what such an event runs besides on a page
  * of its own (AT_PATH_STACK), the walker's words on the page of the rules and a kept walk in a half
  * page. */
@@ -94,8 +101,10 @@ typedef struct bounds {
     int code, data, insns, code_lines, data_lines;
 } bounds;
 
-/* One run of the fixture under lackey with ACTTRACE_STACKS=stacks, its iteration held to b. */
-static void check_pages(const char *stacks, const bounds *b)
+/* One run of the fixture under lackey with ACTTRACE_STACKS=stacks and ACTTRACE_CLOCK=clock, its
+ * iteration held to b. The clock is named: left to choose, it follows the machine (the TSC when
+ * the CPU as valgrind presents it says invariant and the kernel's clocksource is built on it). */
+static void check_pages(const char *stacks, const char *clock, const bounds *b)
 {
     ck_assert_msg(system("command -v valgrind >/dev/null 2>&1") == 0,
                   "valgrind is not installed (.ci/deps installs it)");
@@ -107,9 +116,11 @@ static void check_pages(const char *stacks, const bounds *b)
      * in one stream, and the writer's would count as the calls' */
     char stk_env[64];
     snprintf(stk_env, sizeof stk_env, "ACTTRACE_STACKS=%s", stacks);
+    char clk_env[64];
+    snprintf(clk_env, sizeof clk_env, "ACTTRACE_CLOCK=%s", clock);
     /* the calls are timed as waits (the thread is in the Connection) but none is recorded: under
      * valgrind every call takes longer than the default threshold */
-    const char *env[] = {conf, stk_env, "ACTTRACE_FLUSH_MS=3600000", "ACTTRACE_WAIT_MIN_US=60000000",
+    const char *env[] = {conf, stk_env, clk_env, "ACTTRACE_FLUSH_MS=3600000", "ACTTRACE_WAIT_MIN_US=60000000",
                          NULL};
     const char *argv[] = {"valgrind", "--tool=lackey", "--trace-mem=yes", "--log-file=lackey.out",
                           fx, iters, NULL};
@@ -202,8 +213,8 @@ static void check_pages(const char *stacks, const bounds *b)
     }
     fclose(f);
     fprintf(stderr,
-            "hooked calls, stacks %s: %d code pages (%d lines, each call's summed), %d data pages (%d lines), %ld instructions an "
-            "iteration\n", stacks, best_code, best_clines, best_data, best_lines, best_insns);
+            "hooked calls, stacks %s, clock %s: %d code pages (%d lines, each call's summed), %d data pages (%d lines), %ld instructions an "
+            "iteration\n", stacks, clock, best_code, best_clines, best_data, best_lines, best_insns);
     ck_assert_msg(iter >= 10, "only %d iterations marked in lackey's output", iter);
     ck_assert_msg(best_code >= 3, "the shim ran on %d code pages: the calls were not hooked",
                   best_code);
@@ -232,7 +243,20 @@ START_TEST(test_hooked_call_pages)
     if (getenv("ACTTRACE_ASAN"))
         return;
     const bounds b = {MAX_CODE, MAX_DATA, MAX_INSNS, MAX_CODE_LINES, MAX_DATA_LINES};
-    check_pages("none", &b);
+    check_pages("none", "tsc", &b);
+}
+END_TEST
+
+/* The same where the TSC is not trusted: the one-pass record and the waits read CLOCK_MONOTONIC
+ * through a pointer on the runtime's hot page, from code on the path's pages (runtime/clock.c),
+ * on no page more than with the TSC (it took 3 more code pages and one of data, the general
+ * writer's and the GOT's, when only the TSC's events were written in one pass). */
+START_TEST(test_hooked_call_pages_monotonic)
+{
+    if (getenv("ACTTRACE_ASAN"))
+        return;
+    const bounds b = {MAX_CODE, MAX_DATA, MAX_INSNS_MONO, MAX_CODE_LINES_MONO, MAX_DATA_LINES};
+    check_pages("none", "monotonic", &b);
 }
 END_TEST
 
@@ -242,7 +266,7 @@ START_TEST(test_stacked_call_pages)
         return;
     const bounds b = {MAX_CODE_STK, MAX_DATA_STK, MAX_INSNS_STK, MAX_CODE_LINES_STK,
                       MAX_DATA_LINES_STK};
-    check_pages("start", &b);
+    check_pages("start", "tsc", &b);
 }
 END_TEST
 
@@ -252,6 +276,7 @@ int main(void)
     TCase *tc = tcase_create("pages");
     tcase_set_timeout(tc, 0);
     tcase_add_test(tc, test_hooked_call_pages);
+    tcase_add_test(tc, test_hooked_call_pages_monotonic);
     tcase_add_test(tc, test_stacked_call_pages);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
