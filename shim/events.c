@@ -52,6 +52,12 @@ int at_shim_events_register(char *err, size_t n)
      * hex (32 and 16 digits) and the trace flags */
     static const at_field tctx[] = {{"Fd", NT_TYPE_INT32}, {"TraceId", NT_TYPE_STRING},
                                     {"ParentId", NT_TYPE_STRING}, {"Flags", NT_TYPE_INT32}};
+    /* Index: the exchange a connected socket began (1, 2, ...: its second, third request; the
+     * first is the connection's own): a client's send after it received, a server's receive after
+     * it sent, in the activity current then; -1: a server's socket with exchanges closed. IdleNs:
+     * for a server, the time since its last send (the previous exchange's answer), else 0 */
+    static const at_field exch[] = {{"Fd", NT_TYPE_INT32}, {"Index", NT_TYPE_INT32},
+                                    {"IdleNs", NT_TYPE_UINT64}};
     static const at_field endpoints[] = {{"Fd", NT_TYPE_INT32}, {"Role", NT_TYPE_STRING},
                                          {"Local", NT_TYPE_STRING}, {"Peer", NT_TYPE_STRING}};
     /* Reason: what the thread waited for (read, write, accept, connect, poll, sleep, lock,
@@ -74,6 +80,7 @@ int at_shim_events_register(char *err, size_t n)
     at_ev.fd_ambiguous = reg("FdAmbiguous", NT_LEVEL_WARNING, AT_KEYWORD_FD, 3, fd_amb);
     at_ev.sock_endpoints = reg("SocketEndpoints", NT_LEVEL_INFO, AT_KEYWORD_FD, 4, endpoints);
     at_ev.trace_context = reg("TraceContext", NT_LEVEL_INFO, AT_KEYWORD_FD, 4, tctx);
+    at_ev.sock_exchange = reg("SocketExchange", NT_LEVEL_INFO, AT_KEYWORD_FD, 3, exch);
     at_activity_kind_desc cd = {
         .provider = AT_SHIM_PROVIDER,
         .name = "Connection",
@@ -89,7 +96,7 @@ int at_shim_events_register(char *err, size_t n)
                                wres);
     if (!at_ev.thread_begin || !at_ev.thread_end || !at_ev.fork_parent || !at_ev.fork_child ||
         !at_ev.exec || !at_ev.spawn || !at_ev.fatal || !at_ev.exit || !at_ev.fd_tag ||
-        !at_ev.fd_ambiguous || !at_ev.sock_endpoints || !at_ev.trace_context || !at_ev.connection || !at_ev.wait_suspend || !at_ev.wait_resume) {
+        !at_ev.fd_ambiguous || !at_ev.sock_endpoints || !at_ev.trace_context || !at_ev.sock_exchange || !at_ev.connection || !at_ev.wait_suspend || !at_ev.wait_resume) {
         snprintf(err, n, "cannot register the shim's event types");
         return -1;
     }

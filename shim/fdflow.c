@@ -210,6 +210,7 @@ AT_HOT_FN static at_activity *tag_take(at_fd_slot *s, bool *owns)
     *owns = s->owns;
     s->owns = 0;
     __atomic_store_n(&s->http, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->xturn, AT_XT_NONE, __ATOMIC_RELAXED);
     __atomic_store_n(&s->reported, 0, __ATOMIC_RELAXED);
     while (__atomic_load_n(&s->readers, __ATOMIC_ACQUIRE) != 0)
         sched_yield();
@@ -419,17 +420,17 @@ AT_HOT_FN static void fd_tag(int fd, tag_source source, bool accepted)
     errno = e;
 }
 
-AT_PATH_IO static void fd_untag(int fd)
+static void fd_exchange(at_activity *in, int fd, int32_t k, uint64_t sent);
+
+static void fd_untag_tagged(at_fd_slot *s, int fd);
+
+/* fd is closed (or replaced): its tag, if any, is dropped (fd_untag_tagged, after the calls a
+ * server makes per request: a file's close reads only the slot) */
+static inline void fd_untag(int fd)
 {
     at_fd_slot *s = slot_of(fd);
-    if (!s || !__atomic_load_n(&s->act, __ATOMIC_RELAXED))
-        return;
-    int e = errno;
-    bool owns;
-    at_activity *old = tag_take(s, &owns);
-    at_wait_parked_flush(old, (uint64_t)(int64_t)fd); /* before tag_drop's Stop */
-    tag_drop(old, owns);
-    errno = e;
+    if (AT_UNLIKELY(s != NULL) && __atomic_load_n(&s->act, __ATOMIC_RELAXED))
+        fd_untag_tagged(s, fd);
 }
 
 void at_fdflow_untag_range(unsigned first, unsigned last)
@@ -497,7 +498,11 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
  * interposer's work that follows the real function (post, which may read r_), in the order a call
  * through a GOT slot holding the stub ran them. frame: this function's, whose return address is the
  * program's. */
+/* after: run once the rule's return has (a Start at the return of accept4 tags its socket with the
+ * new activity: its ends are recorded in that one) */
 #define AT_DIRECT_FN(ret, name, params, args, pre, post)                                           \
+    AT_DIRECT_FN_AFTER(ret, name, params, args, pre, post, (void)0)
+#define AT_DIRECT_FN_AFTER(ret, name, params, args, pre, post, after)                              \
     static AT_NOINLINE AT_PATH_DIRECT ret name##_direct params                                     \
     {                                                                                              \
         uint64_t raw_[8] = {AT_RAW args};                                                          \
@@ -514,6 +519,7 @@ bool at_fdflow_hold(int fd, at_activity *a, at_activity *prev, at_activity *base
         post;                                                                                      \
         if (!entry_)                                                                               \
             at_direct_return(AT_DIRECT_##name, raw_, frame_, (uint64_t)(int64_t)r_);               \
+        after;                                                                                     \
         return r_;                                                                                 \
     }
 /* An interposer that may go on to its AT_DIRECT_FN: the tail call made at every optimisation level
@@ -608,17 +614,70 @@ AT_EXPORT AT_HOT_FN int dup3(int from, int to, int flags)
         return r_;                                                                                 \
     }
 
-#define AT_IO1(ret, name, params, args, fd)                                                        \
-    AT_DIRECT_FN(ret, name, params, args, fd_io(fd), (void)0)                                      \
+/* ---------------- exchanges: the requests of a kept-alive connection ---------------- */
+
+
+static void fd_turn(at_fd_slot *s, int fd, uint8_t x, bool send);
+
+/* Before a call that sends on fd's socket s (tagged: only a tagged socket's ends are recorded): one
+ * whose last bytes came the other way turns; a server's answer that goes on is timed (its end is
+ * the next exchange's start of idle time) */
+static inline void sock_tx(at_fd_slot *s, int fd)
+{
+    uint8_t x = __atomic_load_n(&s->xturn, __ATOMIC_RELAXED);
+    if (AT_UNLIKELY(x != AT_XT_NONE && x != AT_XT_CONNECT_SENT))
+        fd_turn(s, fd, x, true);
+}
+
+static inline void fd_tx(int fd)
+{
+    at_fd_slot *s = slot_of(fd);
+    if (AT_UNLIKELY(s != NULL) && __atomic_load_n(&s->act, __ATOMIC_RELAXED))
+        sock_tx(s, fd);
+}
+
+/* fd_io and fd_tx, the slot found once */
+static inline void fd_io_tx(int fd)
+{
+    at_fd_slot *s = slot_of(fd);
+    if (AT_LIKELY(s == NULL))
+        return;
+    at_activity *t = __atomic_load_n(&s->act, __ATOMIC_RELAXED);
+    if (AT_LIKELY(t == NULL))
+        return;
+    if (!(at_nadopt && at_adopt[at_nadopt - 1].act == t))
+        fd_io_slow(s, fd);
+    sock_tx(s, fd);
+}
+
+/* after a receive of r > 0 bytes: does its socket turn? */
+static inline bool turns_rx(uint8_t x)
+{
+    return x != AT_XT_NONE && x != AT_XT_ACCEPT_RECV && x != AT_XT_CONNECT_RECV;
+}
+
+/* Does a receive on fd turn its socket? */
+static inline bool fd_rx_wanted(int fd)
+{
+    at_fd_slot *s = slot_of(fd);
+    return AT_UNLIKELY(s != NULL) && turns_rx(__atomic_load_n(&s->xturn, __ATOMIC_RELAXED));
+}
+
+/* A call on fd, io(fd) before it: fd_io, or for one that sends fd_io_tx (the socket's exchanges
+ * counted) */
+#define AT_IO_WITH(ret, name, params, args, fd, io)                                                \
+    AT_DIRECT_FN(ret, name, params, args, io(fd), (void)0)                                         \
     AT_TIMED_FN(ret, name, params, args, at_wait_io_reason(#name), (uint64_t)(int64_t)(fd))        \
     AT_EXPORT AT_PATH_IO AT_TAIL ret name params                                                   \
     {                                                                                              \
         AT_DIRECT(name, args);                                                                     \
-        fd_io(fd);                                                                                 \
+        io(fd);                                                                                    \
         if (AT_UNLIKELY(at_act_cur != NULL))                                                       \
             return name##_timed args;                                                              \
         return AT_REAL(name) args;                                                                 \
     }
+#define AT_IO_TX(ret, name, params, args, fd) AT_IO_WITH(ret, name, params, args, fd, fd_io_tx)
+#define AT_IO1(ret, name, params, args, fd) AT_IO_WITH(ret, name, params, args, fd, fd_io)
 
 /* ---------------- W3C trace context: read, never written ---------------- */
 
@@ -708,13 +767,18 @@ static inline bool fd_io_rx(int fd)
     if (!(at_nadopt && at_adopt[at_nadopt - 1].act == t))
         fd_io_slow(s, fd);
     uint8_t h = __atomic_load_n(&s->http, __ATOMIC_RELAXED);
-    return AT_UNLIKELY(h == 1 || h == 2);
+    return AT_UNLIKELY(h == 1 || h == 2 || turns_rx(__atomic_load_n(&s->xturn, __ATOMIC_RELAXED)));
 }
 
 static inline void fd_rx(int fd, ssize_t r, const void *b, size_t n, bool peek)
 {
     at_fd_slot *s;
-    if (r <= 0 || peek || !b || !(s = slot_of(fd)))
+    if (r <= 0 || peek || !(s = slot_of(fd)))
+        return;
+    uint8_t x = __atomic_load_n(&s->xturn, __ATOMIC_RELAXED);
+    if (AT_UNLIKELY(turns_rx(x)))
+        fd_turn(s, fd, x, false);
+    if (!b)
         return;
     uint8_t h = __atomic_load_n(&s->http, __ATOMIC_RELAXED);
     if (AT_UNLIKELY(h == 1 || h == 2))
@@ -745,15 +809,34 @@ static inline void fd_rx(int fd, ssize_t r, const void *b, size_t n, bool peek)
 #define IOV0(v, n) ((n) > 0 && (v) ? (v)[0].iov_base : NULL)
 #define IOV0LEN(v, n) ((n) > 0 && (v) ? (v)[0].iov_len : 0)
 
+/* The exchanges' bookkeeping, before the calls that run it (on their page) */
+
+/* The socket's bytes went the other way (send: the program is about to send; else it received
+ * some): the new way, and an exchange when that begins one */
+static AT_NOINLINE AT_PATH_IO void fd_turn(at_fd_slot *s, int fd, uint8_t x, bool send)
+{
+    bool accepted = x <= AT_XT_ACCEPT_RECV;
+    uint8_t nx = accepted ? (send ? AT_XT_ACCEPT_SENT : AT_XT_ACCEPT_RECV)
+                          : (send ? AT_XT_CONNECT_SENT : AT_XT_CONNECT_RECV);
+    bool begins = send ? x == AT_XT_CONNECT_RECV : x == AT_XT_ACCEPT_SENT;
+    if (nx != x)
+        __atomic_store_n(&s->xturn, nx, __ATOMIC_RELAXED);
+    if (accepted && send) /* a server's answer: when it ends, the next exchange's idle time starts */
+        __atomic_store_n(&s->xsent, at_ticks(), __ATOMIC_RELAXED);
+    if (begins)
+        fd_exchange(NULL, fd, (int32_t)__atomic_add_fetch(&s->xindex, 1, __ATOMIC_RELAXED),
+                    accepted ? __atomic_load_n(&s->xsent, __ATOMIC_RELAXED) : 0);
+}
+
 /* In the order they are laid out in the path's code (shim/start.ld): the calls a server makes on
  * a connection for each request first, then the wait points, then the others, so that a server's
  * hooked call and the interposed calls around it take as few pages as they can. */
 AT_IO_RX(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n), fd, b, n, false)
-AT_IO1(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd)
+AT_IO_TX(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd)
 AT_IO_RX(ssize_t, recv, (int fd, void *b, size_t n, int f), (fd, b, n, f), fd, b, n, f & MSG_PEEK)
-AT_IO1(ssize_t, send, (int fd, const void *b, size_t n, int f), (fd, b, n, f), fd)
-AT_IO1(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
-AT_IO1(ssize_t, sendmsg, (int fd, const struct msghdr *m, int f), (fd, m, f), fd)
+AT_IO_TX(ssize_t, send, (int fd, const void *b, size_t n, int f), (fd, b, n, f), fd)
+AT_IO_TX(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd)
+AT_IO_TX(ssize_t, sendmsg, (int fd, const struct msghdr *m, int f), (fd, m, f), fd)
 AT_IO_RX(ssize_t, readv, (int fd, const struct iovec *v, int n), (fd, v, n), fd, IOV0(v, n),
          IOV0LEN(v, n), false)
 AT_IO_RX(ssize_t, recvmsg, (int fd, struct msghdr *m, int f), (fd, m, f), fd,
@@ -761,10 +844,55 @@ AT_IO_RX(ssize_t, recvmsg, (int fd, struct msghdr *m, int f), (fd, m, f), fd,
          f & MSG_PEEK)
 AT_IO_RX(ssize_t, recvfrom, (int fd, void *b, size_t n, int f, struct sockaddr *a, socklen_t *l),
          (fd, b, n, f, a, l), fd, b, n, f & MSG_PEEK)
-AT_IO1(ssize_t, sendto, (int fd, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l),
+AT_IO_TX(ssize_t, sendto, (int fd, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l),
        (fd, b, n, f, a, l), fd)
-AT_IO1(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struct timespec *t),
-       (fd, m, n, f, t), fd)
+AT_IO_RX(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struct timespec *t),
+         (fd, m, n, f, t), fd, NULL, 0, f & MSG_PEEK)
+
+/* after the calls a server makes per request on a connection, on their page */
+/* A connected socket whose ends were recorded (fd_endpoints) began exchange k (1, 2, ...): its
+ * client sent again after it had received, or its server received again after it had sent. A
+ * SocketExchange event in the thread's current activity (the client's request, the server's
+ * connection) lets the tools give each exchange of a kept-alive connection to the client activity
+ * that sent it. */
+static AT_NOINLINE AT_PATH_IO void fd_exchange(at_activity *in, int fd, int32_t k, uint64_t sent)
+{
+    if (!at_on() || at_internal || !at_event_enabled(at_ev.sock_exchange))
+        return;
+    at_activity *cur = in ? in : at_activity_current();
+    if (!cur)
+        return;
+    int e = errno;
+    uint64_t idle = 0, now = at_ticks(), freq = at_clock_freq();
+    if (sent && now > sent) /* the time since the server's answer to the exchange before */
+        idle = freq ? (uint64_t)((unsigned __int128)(now - sent) * 1000000000u / freq) : now - sent;
+    AT_INTERNAL_BEGIN();
+    uint8_t buf[16];
+    at_payload pb;
+    at_payload_init(&pb, buf, sizeof buf);
+    at_payload_i32(&pb, fd);
+    at_payload_i32(&pb, k);
+    at_payload_u64(&pb, idle);
+    at_event_write(at_ev.sock_exchange, at_activity_id(cur), NULL, buf, (uint32_t)(pb.p - buf), NULL,
+                   0);
+    AT_INTERNAL_END();
+    errno = e;
+}
+
+AT_NOINLINE AT_PATH_IO static void fd_untag_tagged(at_fd_slot *s, int fd)
+{
+    int e = errno;
+    bool owns;
+    uint8_t x = __atomic_load_n(&s->xturn, __ATOMIC_RELAXED);
+    at_activity *old = tag_take(s, &owns);
+    /* a server's kept-alive connection: its last exchange ended at its last answer */
+    if (AT_UNLIKELY(x >= AT_XT_ACCEPT && x <= AT_XT_ACCEPT_RECV) && s->xindex && old)
+        fd_exchange(old, fd, -1, s->xsent);
+    at_wait_parked_flush(old, (uint64_t)(int64_t)fd); /* before tag_drop's Stop */
+    tag_drop(old, owns);
+    errno = e;
+}
+
 
 /* ---------------- connections ---------------- */
 
@@ -903,6 +1031,10 @@ static AT_NOINLINE void fd_endpoints(int fd, bool accepted, const struct sockadd
         ok = have && fmt_endpoint(&p, pl, ps);
     }
     if (ok) {
+        /* its exchanges from now on (fd_turn) */
+        __atomic_store_n(&s->xindex, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->xsent, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->xturn, accepted ? AT_XT_ACCEPT : AT_XT_CONNECT, __ATOMIC_RELAXED);
         uint8_t buf[4 + 2 * 8 + 2 * 2 * 64];
         at_payload pb;
         at_payload_init(&pb, buf, sizeof buf);
@@ -917,8 +1049,19 @@ static AT_NOINLINE void fd_endpoints(int fd, bool accepted, const struct sockadd
     errno = e;
 }
 
-AT_DIRECT_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
-             fd_wait(), (fd_tag(r_, SRC_ACCEPT, true), fd_endpoints(r_, true, NULL, 0)))
+/* A socket tagged by a rule's Start at the call's return (a config's activity from accept4 to
+ * close) has its ends recorded then, in that activity */
+static void fd_endpoints_late(int fd, bool accepted, const struct sockaddr *peer, socklen_t peer_len)
+{
+    at_fd_slot *s;
+    if (fd >= 0 && (s = slot_of(fd)) && __atomic_load_n(&s->act, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&s->xturn, __ATOMIC_RELAXED) == AT_XT_NONE)
+        fd_endpoints(fd, accepted, peer, peer_len);
+}
+
+AT_DIRECT_FN_AFTER(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
+                   fd_wait(), (fd_tag(r_, SRC_ACCEPT, true), fd_endpoints(r_, true, NULL, 0)),
+                   fd_endpoints_late(r_, true, NULL, 0))
 AT_TIMED_FN(int, accept, (int fd, struct sockaddr *addr, socklen_t *len), (fd, addr, len),
             "accept", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int accept(int fd, struct sockaddr *addr, socklen_t *len)
@@ -932,9 +1075,10 @@ AT_EXPORT AT_HOT_FN AT_TAIL int accept(int fd, struct sockaddr *addr, socklen_t 
     return r;
 }
 
-AT_DIRECT_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
-             (fd, addr, len, flags), fd_wait(),
-             (fd_tag(r_, SRC_ACCEPT, true), fd_endpoints(r_, true, NULL, 0)))
+AT_DIRECT_FN_AFTER(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
+                   (fd, addr, len, flags), fd_wait(),
+                   (fd_tag(r_, SRC_ACCEPT, true), fd_endpoints(r_, true, NULL, 0)),
+                   fd_endpoints_late(r_, true, NULL, 0))
 AT_TIMED_FN(int, accept4, (int fd, struct sockaddr *addr, socklen_t *len, int flags),
             (fd, addr, len, flags), "accept", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
@@ -957,8 +1101,13 @@ AT_EXPORT AT_HOT_FN AT_TAIL int accept4(int fd, struct sockaddr *addr, socklen_t
         }                                                                                          \
     } while (0)
 
-AT_DIRECT_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
-             (void)0, CONNECT_TAG(r_, fd, addr, len))
+AT_DIRECT_FN_AFTER(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
+                   (void)0, CONNECT_TAG(r_, fd, addr, len), {
+                       int e_ = errno;
+                       if (r_ == 0 || e_ == EINPROGRESS)
+                           fd_endpoints_late(fd, false, addr, len);
+                       errno = e_;
+                   })
 AT_TIMED_FN(int, connect, (int fd, const struct sockaddr *addr, socklen_t len), (fd, addr, len),
             "connect", (uint64_t)(int64_t)fd)
 AT_EXPORT AT_HOT_FN AT_TAIL int connect(int fd, const struct sockaddr *addr, socklen_t len)
@@ -1003,7 +1152,7 @@ AT_WAIT(int, pselect,
 
 /* ---------------- the other I/O calls ---------------- */
 
-AT_IO1(int, sendmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f), (fd, m, n, f), fd)
+AT_IO_TX(int, sendmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f), (fd, m, n, f), fd)
 AT_IO1(ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o), fd)
 AT_IO1(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd)
 AT_IO1(ssize_t, pread64, (int fd, void *b, size_t n, off64_t o), (fd, b, n, o), fd)
@@ -1023,7 +1172,7 @@ AT_IO_RX(ssize_t, __recvfrom_chk,
 
 /* Two fds: the socket is usually the output of sendfile and either end of splice. */
 AT_DIRECT_FN(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n),
-             (fd_io(out), fd_io(in)), (void)0)
+             (fd_io(out), fd_io(in), fd_tx(out)), (void)0)
 AT_TIMED_FN(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n), "write",
             (uint64_t)(int64_t)out)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile(int out, int in, off_t *off, size_t n)
@@ -1031,13 +1180,14 @@ AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile(int out, int in, off_t *off, size_t
     AT_DIRECT(sendfile, (out, in, off, n));
     fd_io(out);
     fd_io(in);
+    fd_tx(out);
     if (AT_UNLIKELY(at_act_cur != NULL))
         return sendfile_timed(out, in, off, n);
     return AT_REAL(sendfile)(out, in, off, n);
 }
 
 AT_DIRECT_FN(ssize_t, sendfile64, (int out, int in, off64_t *off, size_t n), (out, in, off, n),
-             (fd_io(out), fd_io(in)), (void)0)
+             (fd_io(out), fd_io(in), fd_tx(out)), (void)0)
 AT_TIMED_FN(ssize_t, sendfile64, (int out, int in, off64_t *off, size_t n), (out, in, off, n),
             "write", (uint64_t)(int64_t)out)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
@@ -1045,6 +1195,7 @@ AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile64(int out, int in, off64_t *off, si
     AT_DIRECT(sendfile64, (out, in, off, n));
     fd_io(out);
     fd_io(in);
+    fd_tx(out);
     if (AT_UNLIKELY(at_act_cur != NULL))
         return sendfile64_timed(out, in, off, n);
     return AT_REAL(sendfile64)(out, in, off, n);
@@ -1052,7 +1203,8 @@ AT_EXPORT AT_HOT_FN AT_TAIL ssize_t sendfile64(int out, int in, off64_t *off, si
 
 AT_DIRECT_FN(ssize_t, splice,
              (int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f),
-             (in, oin, out, oout, n, f), (fd_io(in), fd_io(out)), (void)0)
+             (in, oin, out, oout, n, f), (fd_io(in), fd_io(out), fd_tx(out)),
+             fd_rx(in, r_, NULL, 0, false))
 AT_TIMED_FN(ssize_t, splice, (int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f),
             (in, oin, out, oout, n, f), "write", (uint64_t)(int64_t)out)
 AT_EXPORT AT_HOT_FN AT_TAIL ssize_t splice(int in, off64_t *oin, int out, off64_t *oout, size_t n, unsigned int f)
@@ -1060,6 +1212,13 @@ AT_EXPORT AT_HOT_FN AT_TAIL ssize_t splice(int in, off64_t *oin, int out, off64_
     AT_DIRECT(splice, (in, oin, out, oout, n, f));
     fd_io(in);
     fd_io(out);
+    fd_tx(out);
+    if (AT_UNLIKELY(fd_rx_wanted(in))) { /* a socket's bytes spliced out: a receive of it */
+        ssize_t r = AT_UNLIKELY(at_act_cur != NULL) ? splice_timed(in, oin, out, oout, n, f)
+                                                    : AT_REAL(splice)(in, oin, out, oout, n, f);
+        fd_rx(in, r, NULL, 0, false);
+        return r;
+    }
     if (AT_UNLIKELY(at_act_cur != NULL))
         return splice_timed(in, oin, out, oout, n, f);
     return AT_REAL(splice)(in, oin, out, oout, n, f);

@@ -67,10 +67,24 @@ typedef struct at_fd_slot {
     uint8_t owns;            /* the tag is a Connection activity the shim started: stop it at close */
     uint8_t http;            /* atomic; fdflow.c: an accepted socket's requests read for traceparent:
                               * 0 no, 1 its first bytes not seen yet, 2 HTTP/1.x, 3 not HTTP */
+    uint8_t xturn;           /* atomic; fdflow.c: a connected socket whose ends were recorded, and
+                              * which way its bytes went last (AT_XT_*), for its exchanges */
     uint32_t last_tid;       /* atomic: the thread that tagged or last received the tag: its next
                               * adoptions write no Receive (no hop, or one recorded already) */
     uint64_t send_id;        /* atomic: the TransferId of the tag's Send (0: none written) */
+    uint32_t xindex;         /* fdflow.c: the exchanges the socket began (its requests: 0 the first) */
+    uint64_t xsent;          /* fdflow.c: an accepted socket's last send (at_ticks; 0: none yet) */
 } __attribute__((aligned(64))) at_fd_slot;
+/* at_fd_slot.xturn: none (not recorded), or the socket's role and the way its bytes went last */
+enum {
+    AT_XT_NONE,
+    AT_XT_ACCEPT,      /* accepted, nothing sent or received yet */
+    AT_XT_ACCEPT_SENT, /* accepted, sent last: its next receive begins an exchange */
+    AT_XT_ACCEPT_RECV,
+    AT_XT_CONNECT,     /* connected, nothing sent or received yet */
+    AT_XT_CONNECT_SENT,
+    AT_XT_CONNECT_RECV /* connected, received last: its next send begins an exchange */
+};
 
 /* What every interposed call reads before it calls the real function, on one page (real.c): the
  * shim's on flag, the fd table's bounds, the real functions' addresses, and the tags of the lowest

@@ -112,6 +112,7 @@ typedef struct at_shim_events {
     at_event_type *fd_ambiguous;  /* FdAmbiguous: Fd, TaggedActivity, CurrentActivity (warning) */
     at_event_type *sock_endpoints; /* SocketEndpoints: Fd, Role, Local, Peer (in the fd's tag) */
     at_event_type *trace_context;  /* TraceContext: Fd, TraceId, ParentId, Flags (a traceparent read) */
+    at_event_type *sock_exchange;  /* SocketExchange: Fd, Index (a request on a kept-alive socket) */
     at_activity_kind *connection; /* Connection activity (ACTTRACE_ACCEPT_ACTIVITY=1): ConnectionId, Fd */
     at_event_type *wait_suspend;  /* WaitSuspend (opcode Suspend): Reason, Call, Object, with the
                                    * call's stack, at the start of a wait (waits.c) */

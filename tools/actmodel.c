@@ -55,6 +55,15 @@ typedef struct am_xlink {
     at_guid server, client;
 } am_xlink;
 
+/* From an exchange of a kept-alive connection on (the server's SocketExchange: its activity, file
+ * and Index), the server's work is another client activity's than before: a segment activity
+ * under that client (client zero: the connecting activity's again, no segment) */
+typedef struct am_xseg {
+    at_guid server, client;
+    int file;
+    int32_t index;
+} am_xseg;
+
 struct am_model {
     am_options o;
     am_callbacks cb;
@@ -89,6 +98,8 @@ struct am_model {
     am_xlink *xlinks;          /* activities of one process at an accepted socket whose other end
                                 * another process connected in an activity: sorted by server id */
     size_t nxlinks;
+    am_xseg *xsegs;            /* sorted by server, file, index */
+    size_t nxsegs;
     am_clock *clocks;          /* per clock domain (0: the first file's) */
     int nclocks;
 };
@@ -145,6 +156,12 @@ int am_visit_index(const am_activity *a, uint64_t tid)
 
 void am_act_path(const am_activity *a, char *out, size_t n)
 {
+    if (a->x && a->x->seg_index) { /* an exchange: its connection's path and "#index" */
+        am_format_id(&a->x->seg_of, a->pid, out, n);
+        size_t l = strlen(out);
+        if (l < n) snprintf(out + l, n - l, "#%u", a->x->seg_index);
+        return;
+    }
     am_format_id(&a->id, a->pid, out, n);
 }
 
@@ -878,10 +895,83 @@ typedef struct am_endpoint {
     at_guid act;
     int64_t t, stop;           /* stop: a connect's activity's Stop in the same file (0: none) */
     uint32_t pid;
-    int file;
+    int file, fd;
     bool accepted;
     char local[64], peer[64];
 } am_endpoint;
+
+/* A SocketExchange: exchange index of the connection of endpoint ep, in activity act */
+typedef struct am_exch {
+    at_guid act;
+    size_t ep;
+    int32_t index;
+} am_exch;
+
+/* room for one more of size sz in *v (n used of *cap): false when it cannot grow */
+static bool grow(void **v, size_t n, size_t *cap, size_t sz)
+{
+    if (n < *cap) return true;
+    size_t nc = *cap ? *cap * 2 : 64;
+    void *p = realloc(*v, nc * sz);
+    if (!p) return false;
+    *v = p;
+    *cap = nc;
+    return true;
+}
+
+static int exch_cmp(const void *a, const void *b)
+{
+    const am_exch *x = a, *y = b;
+    if (x->ep != y->ep) return x->ep < y->ep ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+static int xseg_cmp(const void *a, const void *b)
+{
+    const am_xseg *x = a, *y = b;
+    int c = memcmp(&x->server, &y->server, sizeof x->server);
+    if (c) return c;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The exchanges of endpoint ep: [*lo, *hi) of xs (sorted by exch_cmp) */
+static void exch_range(const am_exch *xs, size_t n, size_t ep, size_t *lo, size_t *hi)
+{
+    size_t a = 0, b = n;
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (xs[mid].ep < ep) a = mid + 1;
+        else b = mid;
+    }
+    *lo = a;
+    while (a < n && xs[a].ep == ep) a++;
+    *hi = a;
+}
+
+/* The segments of an accepted connection (server endpoint si, its client ci): each server
+ * exchange that the client's exchange of the same index made in another activity than the one
+ * before (the connecting one for the first) */
+static void xsegs_add(am_model *m, const am_endpoint *ep, size_t si, size_t ci, const am_exch *xs,
+                      size_t nx, size_t *cap)
+{
+    size_t slo, shi, clo, chi;
+    exch_range(xs, nx, si, &slo, &shi);
+    if (slo == shi) return;
+    exch_range(xs, nx, ci, &clo, &chi);
+    at_guid prev = ep[ci].act;
+    size_t c = clo;
+    for (size_t i = slo; i < shi; i++) {
+        while (c < chi && xs[c].index < xs[i].index) c++;
+        if (c == chi || xs[c].index != xs[i].index) continue; /* not seen: unchanged */
+        if (at_guid_eq(&xs[c].act, &prev)) continue;
+        prev = xs[c].act;
+        if (!grow((void **)&m->xsegs, m->nxsegs, cap, sizeof *m->xsegs)) return;
+        am_xseg g = {.server = xs[i].act, .file = ep[si].file, .index = xs[i].index};
+        if (!at_guid_eq(&prev, &ep[ci].act)) g.client = prev;
+        m->xsegs[m->nxsegs++] = g;
+    }
+}
 
 static int xlink_cmp(const void *a, const void *b)
 {
@@ -981,6 +1071,10 @@ static void xlinks_scan(am_model *m)
     if (!several) return;
     am_endpoint *ep = NULL;
     size_t n = 0, cap = 0;
+    am_exch *xs = NULL;
+    size_t nx = 0, xcap = 0;
+    size_t *fdmap = NULL; /* a file's fd -> its latest endpoint + 1 */
+    size_t fdcap = 0;
     for (int f = 0; f < m->nin; f++) {
         if (!strcmp(m->in[f].path, "-")) continue;
         char err[256];
@@ -989,29 +1083,48 @@ static void xlinks_scan(am_model *m)
         if (!r) continue;
         nt_event ev;
         size_t first = n; /* this file's records */
+        if (fdmap) memset(fdmap, 0, fdcap * sizeof *fdmap);
         while (nt_next(r, &ev) == 1) {
+            int xfd, xindex;
+            uint64_t xidle;
+            if (ev.meta && ev.meta->opcode == NT_OPCODE_INFO && !at_guid_is_zero(&ev.activity) &&
+                nt_event_exchange(&ev, &xfd, &xindex, &xidle)) {
+                if (xfd < 0 || (size_t)xfd >= fdcap || !fdmap[xfd] || xindex <= 0 ||
+                    !grow((void **)&xs, nx, &xcap, sizeof *xs))
+                    continue;
+                xs[nx++] = (am_exch){.act = ev.activity, .ep = fdmap[xfd] - 1, .index = xindex};
+                continue;
+            }
             if (m->nclocks && ev.meta && ev.meta->opcode == NT_OPCODE_STOP && !at_guid_is_zero(&ev.activity)) {
                 for (size_t k = first; k < n; k++) /* a connecting activity's Stop: bounds the server */
                     if (!ep[k].accepted && !ep[k].stop && at_guid_eq(&ep[k].act, &ev.activity))
                         ep[k].stop = am_time(m, f, ev.timestamp);
                 continue;
             }
-            am_endpoint e = {.act = ev.activity, .pid = (uint32_t)m->in[f].info.pid, .file = f};
+            am_endpoint e = {.act = ev.activity, .pid = (uint32_t)m->in[f].info.pid, .file = f, .fd = -1};
             if (at_guid_is_zero(&ev.activity) ||
-                !nt_event_endpoints(&ev, &e.accepted, e.local, sizeof e.local, e.peer, sizeof e.peer))
+                !nt_event_endpoints(&ev, &e.fd, &e.accepted, e.local, sizeof e.local, e.peer, sizeof e.peer))
                 continue;
             e.t = am_time(m, f, ev.timestamp);
-            if (n == cap) {
-                size_t nc = cap ? cap * 2 : 64;
-                am_endpoint *ne = realloc(ep, nc * sizeof *ne);
-                if (!ne) break;
-                ep = ne;
-                cap = nc;
+            if (!grow((void **)&ep, n, &cap, sizeof *ep)) break;
+            if (e.fd >= 0 && e.fd < (1 << 22) && (size_t)e.fd >= fdcap) {
+                size_t nc = fdcap ? fdcap : 256;
+                while (nc <= (size_t)e.fd) nc *= 2;
+                size_t *v = realloc(fdmap, nc * sizeof *v);
+                if (v) {
+                    memset(v + fdcap, 0, (nc - fdcap) * sizeof *v);
+                    fdmap = v;
+                    fdcap = nc;
+                }
             }
+            if (e.fd >= 0 && (size_t)e.fd < fdcap) fdmap[e.fd] = n + 1;
             ep[n++] = e;
         }
         nt_close(r);
     }
+    free(fdmap);
+    if (nx) qsort(xs, nx, sizeof *xs, exch_cmp);
+    size_t segcap = 0;
     size_t nl = 0;
     am_xlink *xl = n ? calloc(n, sizeof *xl) : NULL;
     for (size_t i = 0; xl && i < n; i++) {
@@ -1028,10 +1141,13 @@ static void xlinks_scan(am_model *m)
         if (best) {
             xl[nl++] = (am_xlink){ep[i].act, best->act};
             clock_bound(m, &ep[i], best);
+            if (nx) xsegs_add(m, ep, i, (size_t)(best - ep), xs, nx, &segcap);
         }
     }
     clocks_move(m);
     free(ep);
+    free(xs);
+    if (m->nxsegs) qsort(m->xsegs, m->nxsegs, sizeof *m->xsegs, xseg_cmp);
     if (nl) {
         qsort(xl, nl, sizeof *xl, xlink_cmp);
         m->xlinks = xl;
@@ -1039,6 +1155,37 @@ static void xlinks_scan(am_model *m)
     } else {
         free(xl);
     }
+}
+
+/* a becomes p's child (its last one started) */
+static void link_parent(am_model *m, am_activity *a, am_activity *p)
+{
+    a->parent = p;
+    a->depth = p->depth + 1;
+    p->live_children++;
+    if (m->o.tree) { /* prepended: order_subtree puts the list in start order when handed over */
+        a->next_sibling = p->first_child;
+        p->first_child = a;
+    }
+    for (am_activity *q = p; q; q = q->parent) q->open_below++;
+}
+
+/* link_parent undone, before a is freed (a is p's first child) */
+static void unlink_parent(am_model *m, am_activity *a, am_activity *p)
+{
+    p->live_children--;
+    for (am_activity *q = p; q; q = q->parent) q->open_below--;
+    if (m->o.tree) {
+        am_activity **c = &p->first_child;
+        while (*c != a) c = &(*c)->next_sibling;
+        *c = a->next_sibling;
+    }
+}
+
+bool am_accepted_from(const struct am_model *m, const am_activity *a)
+{
+    at_guid c;
+    return (a->x && a->x->seg_index) || (m->nxlinks && xlink_client(m, &a->id, &c));
 }
 
 static am_activity *start_activity(am_model *m, const nt_event *ev, int file, uint32_t pid, int64_t t)
@@ -1100,6 +1247,7 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, int file, ui
         p = tab_get(m, &cross);
         if (!p && at_guid_is_zero(&ev->related)) ev_related_override = &cross;
     }
+    if (p && p->x && p->x->seg) p = p->x->seg; /* started in an exchange another client sent */
     if (p && p->done_reported && !m->o.tree) p = NULL; /* already reported: nowhere to hang it */
     if (p && p->depth + 1 >= AM_MAX_DEPTH) p = NULL;   /* a hostile chain: the walks up stay short */
     if (!p && (!at_guid_is_zero(&ev->related) || ev_related_override)) {
@@ -1111,16 +1259,7 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, int file, ui
         a->x->related = ev_related_override ? *ev_related_override : ev->related;
         a->has_link = true;
     }
-    if (p) {
-        a->parent = p;
-        a->depth = p->depth + 1;
-        p->live_children++;
-        if (m->o.tree) { /* prepended: order_subtree puts the list in start order when handed over */
-            a->next_sibling = p->first_child;
-            p->first_child = a;
-        }
-        for (am_activity *q = p; q; q = q->parent) q->open_below++;
-    }
+    if (p) link_parent(m, a, p);
     if (old && !old->done_reported) {
         tab_del(m, old);
         if ((int)old->file != file) {
@@ -1134,19 +1273,97 @@ static am_activity *start_activity(am_model *m, const nt_event *ev, int file, ui
         }
     }
     if (!tab_put(m, a)) {
-        if (p) {
-            p->live_children--;
-            for (am_activity *q = p; q; q = q->parent) q->open_below--;
-            if (m->o.tree) { /* unlink: a is p's first child */
-                am_activity **c = &p->first_child;
-                while (*c != a) c = &(*c)->next_sibling;
-                *c = a->next_sibling;
-            }
-        }
+        if (p) unlink_parent(m, a, p);
         act_free(m, a);
         return NULL;
     }
     return a;
+}
+
+/* ---------------- exchanges of kept-alive connections ---------------- */
+
+static void close_segment(am_model *m, am_activity *srv, int64_t t)
+{
+    am_activity *g = srv->x ? srv->x->seg : NULL;
+    if (!g) return;
+    srv->x->seg = NULL;
+    if (g->done_reported) return;
+    g->stopped = true;
+    g->stop = t > g->start ? t : g->start;
+    close_activity(m, g);
+}
+
+/* Exchange g of srv's connection begins at t on thread tid: the segment before it ends (at end);
+ * one under g's client begins, named as srv with "Exchange" (ConnectionExchange), its path srv's
+ * with "#index". */
+static void start_segment(am_model *m, am_activity *srv, const am_xseg *g, int64_t end, int64_t t,
+                          uint64_t tid)
+{
+    close_segment(m, srv, end);
+    if (at_guid_is_zero(&g->client) || !extra(m, srv)) return;
+    char nm[80];
+    snprintf(nm, sizeof nm, "%sExchange", srv->name);
+    const char *name = intern(m, nm);
+    am_activity *a = name ? act_new(m) : NULL;
+    if (!a) return;
+    if (!extra(m, a)) {
+        act_free(m, a);
+        return;
+    }
+    a->name = name;
+    a->file = srv->file;
+    a->pid = srv->pid;
+    a->start = a->stop = t;
+    /* an id of its own, no activity path (the segment's path is printed from seg_of) */
+    uint64_t h[2] = {0xcbf29ce484222325ull, 0x9e3779b97f4a7c15ull};
+    for (int i = 0; i < 16; i++) {
+        h[0] = (h[0] ^ srv->id.b[i]) * 0x100000001b3ull;
+        h[1] = (h[1] ^ srv->id.b[i]) * 0xff51afd7ed558ccdull;
+    }
+    h[0] ^= (uint64_t)(uint32_t)g->index * 0xc4ceb9fe1a85ec53ull;
+    h[1] += (uint64_t)(uint32_t)g->index;
+    memcpy(a->id.b, h, 16);
+    a->x->seg_of = srv->id;
+    a->x->seg_index = (uint32_t)g->index;
+    if (tid < UINT32_MAX) a->start_tid32 = (uint32_t)tid;
+    else {
+        a->start_tid32 = UINT32_MAX;
+        a->x->start_tid = tid;
+    }
+    a->open_below = 1;
+    a->serial = ++m->serial;
+    am_activity *p = tab_get(m, &g->client);
+    if (p && p->done_reported && !m->o.tree) p = NULL;
+    if (p && p->depth + 1 >= AM_MAX_DEPTH) p = NULL;
+    if (p) {
+        link_parent(m, a, p);
+    } else { /* the client activity is gone or not given: a link, as a root */
+        a->x->related = g->client;
+        a->has_link = true;
+    }
+    if (tab_get(m, &a->id) || !tab_put(m, a)) { /* (an id taken: two segments alike) */
+        if (p) unlink_parent(m, a, p);
+        act_free(m, a);
+        return;
+    }
+    srv->x->seg = a;
+}
+
+/* An exchange of a server's connection: where a segment starts (the one before ends at the
+ * server's last answer before it: IdleNs earlier), or the connection's end (index -1) */
+static void exchange_event(am_model *m, int f, am_activity *a, const nt_event *ev, int64_t t)
+{
+    int fd, index;
+    uint64_t idle;
+    if (!nt_event_exchange(ev, &fd, &index, &idle)) return;
+    int64_t end = idle < (uint64_t)INT64_MAX && t - (int64_t)idle > a->start ? t - (int64_t)idle : t;
+    if (index < 0) {
+        close_segment(m, a, end);
+        return;
+    }
+    am_xseg key = {.server = a->id, .file = f, .index = index};
+    const am_xseg *g = bsearch(&key, m->xsegs, m->nxsegs, sizeof key, xseg_cmp);
+    if (g) start_segment(m, a, g, end, t, ev->thread);
 }
 
 /* Does a Stop event of this name stop an activity named name? ("RequestStop" or, with a Stop opcode
@@ -1290,6 +1507,8 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
                 *sl = (am_sent){.tid = ev->thread, .id = id, .ts = t, .file = f};
         } else if (op == NT_OPCODE_RECEIVE) {
             xfer_receive(m, a, f, ev, t);
+        } else if (op == NT_OPCODE_INFO && m->nxsegs) {
+            exchange_event(m, f, a, ev, t);
         }
     }
     e.act = a;
@@ -1301,6 +1520,7 @@ static void apply(am_model *m, int f, const nt_event *ev, int64_t t)
         am_activity *named = a;
         if (a && !stop_names(ev->meta->name, a->name)) a = NULL;
         if (a) {
+            if (a->x && a->x->seg) close_segment(m, a, t);
             a->stopped = true;
             a->stop = t;
             a->moved = ev->thread != am_start_tid(a);
@@ -1554,6 +1774,7 @@ void am_close(am_model *m)
     for (int i = 0; i < m->nin; i++) nt_close(m->in[i].r);
     free(m->in);
     free(m->xlinks);
+    free(m->xsegs);
     free(m->clocks);
     /* what is left (an error path): the rare fields of the activities still held, then the chunks */
     for (uint32_t c = 0; c < m->nchunks; c++) {

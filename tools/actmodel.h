@@ -48,6 +48,11 @@ typedef struct am_extra {
     uint64_t start_tid;       /* when it does not fit the 32 bits in line */
     uint64_t stop_tid;        /* of its Stop, when moved */
     uint64_t events_hi;       /* carries of the 32-bit event count */
+    /* an exchange of a kept-alive connection (a segment, under the client activity that sent it):
+     * the accepting activity it is part of, and the exchange's index (0: not a segment) */
+    at_guid seg_of;
+    uint32_t seg_index;
+    struct am_activity *seg;  /* of an accepting activity: its segment open now (NULL: none) */
 } am_extra;
 
 /* An activity, kept small (memory is bounded by the open ones: millions in a long trace): its name
@@ -89,7 +94,12 @@ struct am_activity {
 #define AM_PATH_MAX 80 /* an activity path "//1/5/1" or a GUID, formatted (with its NUL) */
 #define AM_LINK_MAX 96
 
-/* The activity's path into out (AM_PATH_MAX bytes): "//1/5/1", or the GUID. */
+/* Is a an activity of an accepted connection whose client another given file holds (the
+ * connection's, or an exchange of it under the client activity that sent it)? */
+struct am_model;
+bool am_accepted_from(const struct am_model *m, const am_activity *a);
+/* The activity's path into out (AM_PATH_MAX bytes): "//1/5/1", or the GUID; an exchange of a
+ * kept-alive connection: its connection's and "#index" ("//1/3#2"). */
 void am_act_path(const am_activity *a, char *out, size_t n);
 /* A root whose RelatedActivityId names an unknown activity: "pid N //1/2" into out (AM_LINK_MAX);
  * false (out "") otherwise. */

@@ -414,9 +414,9 @@ static void on_activity(void *vc, const am_activity *a)
     if (pid_s[0]) buf_fmt(c, b, ",\"parentSpanId\":\"%s\"", pid_s);
     buf_str(c, b, ",\"name\":");
     buf_json(c, b, a->name);
-    /* SPAN_KIND_SERVER for a connection accepted from a traced client, else INTERNAL */
-    int kind = (a->parent && a->parent->pid != a->pid && !strcmp(a->name, "Connection")) ||
-                       (adopted && q == a)
+    /* SPAN_KIND_SERVER for a connection accepted from a traced client (or an exchange of one), else
+     * INTERNAL */
+    int kind = (a->parent && a->parent->pid != a->pid && am_accepted_from(c->m, a)) || (adopted && q == a)
                    ? 2
                    : 1;
     buf_fmt(c, b, ",\"kind\":%d,\"startTimeUnixNano\":\"%lld\",\"endTimeUnixNano\":\"%lld\"", kind,

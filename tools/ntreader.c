@@ -1566,7 +1566,25 @@ bool nt_event_wait(const nt_event *ev, bool *resume, char *reason, size_t rn, ch
     return true;
 }
 
-bool nt_event_endpoints(const nt_event *ev, bool *accepted, char *local, size_t ln, char *peer,
+bool nt_event_exchange(const nt_event *ev, int *fd, int *index, uint64_t *idle_ns)
+{
+    const nt_metadata *m = ev->meta;
+    if (!m || !m->provider || !m->name || strcmp(m->name, "SocketExchange") != 0 ||
+        strcmp(m->provider, "acttrace-shim") != 0 || m->nfields < 2 ||
+        m->fields[0].type != NT_TYPE_INT32 || m->fields[1].type != NT_TYPE_INT32 ||
+        ev->payload_len < 8 || !ev->payload)
+        return false;
+    int32_t v[2];
+    memcpy(v, ev->payload, 8);
+    *fd = v[0];
+    *index = v[1];
+    *idle_ns = 0;
+    if (m->nfields >= 3 && m->fields[2].type == NT_TYPE_UINT64 && ev->payload_len >= 16)
+        memcpy(idle_ns, ev->payload + 8, 8);
+    return true;
+}
+
+bool nt_event_endpoints(const nt_event *ev, int *fd, bool *accepted, char *local, size_t ln, char *peer,
                         size_t pn)
 {
     const nt_metadata *m = ev->meta;
@@ -1586,7 +1604,9 @@ bool nt_event_endpoints(const nt_event *ev, bool *accepted, char *local, size_t 
             buf[n - 1] = 0;
             v = buf + 1;
         }
-        if (!strcmp(f->name, "Role")) {
+        if (!strcmp(f->name, "Fd") && fd) {
+            *fd = atoi(v);
+        } else if (!strcmp(f->name, "Role")) {
             *accepted = !strcmp(v, "accept");
             got |= 1;
         } else if (!strcmp(f->name, "Local")) {

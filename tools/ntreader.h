@@ -154,9 +154,14 @@ bool nt_event_cpu_sample(const nt_event *ev, uint64_t *cpu_ns);
 /* A wait the shim recorded (acttrace-shim WaitSuspend or WaitResume, shim/waits.c): *resume says
  * which; its Reason and Call (UTF-8, cut to fit; either may be NULL) and, for a Resume, BlockedNs
  * (0 for a Suspend). False for any other event, or a payload too short for its fields. */
+/* The shim's SocketExchange event (acttrace-shim): true with its Fd, Index (-1: the connection's
+ * end) and IdleNs (the time since the server's last answer; 0 when not given); false for any other
+ * event, or a payload too short for them. */
+bool nt_event_exchange(const nt_event *ev, int *fd, int *index, uint64_t *idle_ns);
 /* The shim's SocketEndpoints event (acttrace-shim): true with its role (accept or connect) and its
- * two ends ("address:port") copied into local and peer; false for any other event. */
-bool nt_event_endpoints(const nt_event *ev, bool *accepted, char *local, size_t ln, char *peer,
+ * two ends ("address:port") copied into local and peer, and its Fd into *fd (when fd is not NULL);
+ * false for any other event. */
+bool nt_event_endpoints(const nt_event *ev, int *fd, bool *accepted, char *local, size_t ln, char *peer,
                         size_t pn);
 bool nt_event_wait(const nt_event *ev, bool *resume, char *reason, size_t rn, char *call, size_t cn,
                    uint64_t *blocked_ns);

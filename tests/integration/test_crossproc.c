@@ -7,12 +7,15 @@
  * connected it: three curls, three Fetches, each with the one Connection whose ends are its own the
  * other way round; the server's file alone keeps every Connection a root, and the listening probe's
  * connection, which no traced client made, stays one. `acttrace breakdown` over the same files adds
- * the Connection into its Fetch's figures with its children.
+ * the Connection into its Fetch's figures with its children. A kept-alive connection's second
+ * request, from a second Fetch, goes to that Fetch (a ConnectionExchange of the server's
+ * Connection).
  *
  * Then three "hosts": network namespaces made by the test (and removed after), joined by veth pairs,
- * each with its own address: curl on the first through an nginx proxy on the second to the
- * http.server on the third, all traced: each request one tree, Fetch over nginx's Connection over
- * the server's, and one trace in `acttrace export --format otlp`, read with the OpenTelemetry
+ * each with its own address: curl on the first through an nginx proxy on the second (its upstream
+ * connection kept alive) to the http.server (HTTP/1.1) on the third, all traced: each request one
+ * tree, Fetch over nginx's Connection over the server's Connection or an exchange of it, and one
+ * trace in `acttrace export --format otlp`, read with the OpenTelemetry
  * protocol's own definitions (tests/consumers/otlp-check.js): curl's Fetch span the root, nginx's
  * Connection span (kind SERVER) its child, the server's its grandchild, one trace id; and the same
  * spans sent with --endpoint as OTLP/HTTP protobuf to a receiver that decodes them with those
@@ -77,19 +80,39 @@ static int read_tree(const char *out, row *rows, int max)
     return n;
 }
 
-static void run_case(bool v6)
+/* a server (http.server) stopped once its handlers ended (bounded) */
+static void stop_server(at_proc *sp)
 {
-    char *dir = at_tmpdir("xproc");
-    ck_assert(dir);
-    char conf[4200], cenv[4300], senv[4300], oenv[4300];
+    for (int i = 0; i < 400 && task_count(sp->pid) > 1; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    kill(sp->pid, SIGINT);
+    at_run_result sr;
+    ck_assert_int_eq(at_wait(sp, &sr), 0);
+    at_run_result_free(&sr);
+}
+
+/* dir/curl.conf (each curl_easy_perform an activity Fetch), and the environment of curl
+ * (ACTTRACE_CONFIG, cenv; its file, oenv) and of a server writing dir/srv.nettrace (senv): 4300
+ * bytes each */
+static void curl_env(const char *dir, char *cenv, char *senv, char *oenv)
+{
+    char conf[4200];
     snprintf(conf, sizeof conf, "%s/curl.conf", dir);
     FILE *f = fopen(conf, "w");
     ck_assert_ptr_nonnull(f);
     fputs("[activity Fetch]\nfunction = curl_easy_perform\nsignature = int curl_easy_perform(void *h)\n", f);
     fclose(f);
-    snprintf(cenv, sizeof cenv, "ACTTRACE_CONFIG=%s", conf);
-    snprintf(senv, sizeof senv, "ACTTRACE_OUTPUT=%s/srv.nettrace", dir);
-    snprintf(oenv, sizeof oenv, "ACTTRACE_OUTPUT=%s/cli-%%p.nettrace", dir);
+    snprintf(cenv, 4300, "ACTTRACE_CONFIG=%s", conf);
+    snprintf(senv, 4300, "ACTTRACE_OUTPUT=%s/srv.nettrace", dir);
+    snprintf(oenv, 4300, "ACTTRACE_OUTPUT=%s/cli-%%p.nettrace", dir);
+}
+
+static void run_case(bool v6)
+{
+    char *dir = at_tmpdir("xproc");
+    ck_assert(dir);
+    char cenv[4300], senv[4300], oenv[4300];
+    curl_env(dir, cenv, senv, oenv);
     int port = at_free_port();
     ck_assert(port > 0);
     char ps[16], url[128];
@@ -218,6 +241,111 @@ static void run_case(bool v6)
     free(dir);
 }
 
+/* A kept-alive connection: one curl asks twice (two URLs, two Fetches, the second request on the
+ * first one's connection) an HTTP/1.1 http.server. Each side counts the connection's exchanges
+ * (SocketExchange: curl's second send after it received, in the second Fetch; the server's second
+ * receive after it sent, in its Connection), and the merged tree gives the second exchange to the
+ * second Fetch: the server's Connection under the first Fetch, a ConnectionExchange of it (path
+ * "#1") under the second. */
+START_TEST(test_keep_alive_exchanges)
+{
+    char *dir = at_tmpdir("xkeep");
+    ck_assert(dir);
+    char cenv[4300], senv[4300], oenv[4300];
+    curl_env(dir, cenv, senv, oenv);
+    int port = at_free_port();
+    ck_assert(port > 0);
+    char ps[16], url1[128], url2[128];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(url1, sizeof url1, "http://127.0.0.1:%d/", port);
+    snprintf(url2, sizeof url2, "http://127.0.0.1:%d/?second", port);
+    const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const char *sargv[] = {py, "-m", "http.server", "-p", "HTTP/1.1", "--bind", "127.0.0.1", ps, NULL};
+    const char *sev[] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", senv, NULL};
+    at_run_opts so = {.argv = sargv, .env = sev, .cwd = dir};
+    at_proc sp;
+    ck_assert_int_eq(at_spawn(&so, &sp), 0);
+    ck_assert_msg(at_wait_listening(port), "http.server never listened on %d", port);
+    const char *cargv[] = {"curl", "-s", "-w", "connects %{num_connects}\n", "-o", "/dev/null", "-o", "/dev/null",
+                           "--max-time", "10", url1, url2, NULL};
+    const char *cev[] = {cenv, oenv, NULL};
+    at_run_opts co = {.argv = cargv, .env = cev, .cwd = dir};
+    at_run_result cr;
+    ck_assert_int_eq(at_run(&co, &cr), 0);
+    ck_assert_msg(cr.exited && cr.status == 0, "curl: exit %d: %s", cr.status, cr.err);
+    /* the second request made no connection of its own */
+    ck_assert_msg(strstr(cr.out, "connects 1\nconnects 0\n"), "curl did not keep the connection: %s", cr.out);
+    int curl_pid = (int)cr.pid;
+    at_run_result_free(&cr);
+    stop_server(&sp);
+
+    /* each side's exchange 1, in the activity that made it */
+    char **files = at_trace_files(dir);
+    ck_assert_uint_eq(at_strv_len(files), 2);
+    int ex_srv = 0, ex_cli = 0, ex_end = 0;
+    for (int k = 0; files[k]; k++) {
+        at_trace t;
+        ck_assert_msg(at_trace_load(files[k], &t) == 0, "%s: %s", files[k], t.err);
+        bool server = strstr(files[k], "srv.nettrace") != NULL;
+        for (size_t i = 0; i < t.n; i++) {
+            if (strcmp(t.ev[i].name, "SocketExchange"))
+                continue;
+            ck_assert_msg(t.ev[i].act_path[0], "SocketExchange outside any activity");
+            /* the server's connection closed after exchanges: its end (-1) */
+            if (server && !strcmp(at_ev_field(&t.ev[i], "Index"), "-1")) {
+                ex_end++;
+                continue;
+            }
+            ck_assert_str_eq(at_ev_field(&t.ev[i], "Index"), "1");
+            if (server)
+                ex_srv++;
+            else
+                ex_cli++;
+        }
+        at_trace_free(&t);
+    }
+    ck_assert_msg(ex_srv == 1 && ex_cli == 1 && ex_end == 1, "SocketExchange: %d in the server (%d ends), %d in curl",
+                  ex_srv, ex_end, ex_cli);
+
+    const char *targs[6] = {"tree", "--tsv", files[0], files[1], NULL};
+    at_run_result r;
+    ck_assert_int_eq(at_tool_run(&r, targs), 0);
+    ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
+    row rows[32];
+    int n = read_tree(r.out, rows, 32);
+    long fetch[2] = {0, 0};
+    int nf = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].name, "Fetch") && nf < 2) {
+            ck_assert_int_eq(rows[i].pid, curl_pid);
+            ck_assert_int_eq(rows[i].parent, 0);
+            fetch[nf++] = rows[i].serial;
+        }
+    ck_assert_msg(nf == 2, "%d Fetches:\n%s", nf, r.out);
+    if (fetch[0] > fetch[1]) { /* in start order (the tree lists roots as they end) */
+        long x = fetch[0];
+        fetch[0] = fetch[1];
+        fetch[1] = x;
+    }
+    int conn_under_first = 0, exch_under_second = 0, other = 0;
+    for (int i = 0; i < n; i++) {
+        if (rows[i].parent == fetch[0] && !strcmp(rows[i].name, "Connection") && rows[i].pid == sp.pid)
+            conn_under_first++;
+        else if (rows[i].parent == fetch[1] && !strcmp(rows[i].name, "ConnectionExchange") && rows[i].pid == sp.pid)
+            exch_under_second++;
+        else if (rows[i].parent == fetch[0] || rows[i].parent == fetch[1])
+            other++;
+    }
+    ck_assert_msg(conn_under_first == 1 && exch_under_second == 1 && other == 0,
+                  "the kept-alive connection's exchanges:\n%s", r.out);
+    ck_assert_msg(strstr(r.out, "#1\t"), "the exchange's path has no #1:\n%s", r.out);
+    at_run_result_free(&r);
+    at_strv_free(files);
+    at_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_curl_to_http_server_v4)
 {
     run_case(false);
@@ -275,12 +403,7 @@ START_TEST(test_curl_over_unix_socket)
         curl_pid[i] = (int)cr.pid;
         at_run_result_free(&cr);
     }
-    for (int i = 0; i < 400 && task_count(sp.pid) > 1; i++)
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    kill(sp.pid, SIGINT);
-    at_run_result sr;
-    ck_assert_int_eq(at_wait(&sp, &sr), 0);
-    at_run_result_free(&sr);
+    stop_server(&sp);
 
     char srv[4300], want[4400];
     snprintf(srv, sizeof srv, "%s/srv.nettrace", dir);
@@ -626,7 +749,9 @@ START_TEST(test_three_hosts)
                "error_log %s/error.log;\nevents { worker_connections 64; }\nhttp { access_log off;\n"
                "client_body_temp_path %s/tmp; proxy_temp_path %s/tmp; fastcgi_temp_path %s/tmp;\n"
                "uwsgi_temp_path %s/tmp; scgi_temp_path %s/tmp;\n"
-               "server { listen 10.231.1.2:8080; location / { proxy_pass http://10.231.2.2:8081; } } }\n",
+               "upstream up { server 10.231.2.2:8081; keepalive 4; }\n"
+               "server { listen 10.231.1.2:8080; location / { proxy_pass http://up;\n"
+               "proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }\n",
             dir, dir, dir, dir, dir, dir, dir);
     fclose(f);
     char conf[4300], cenv[4400], senv[4400], penv[4400], oenv[4400];
@@ -640,7 +765,8 @@ START_TEST(test_three_hosts)
     snprintf(penv, sizeof penv, "ACTTRACE_OUTPUT=%s/proxy-%%p.nettrace", dir);
     snprintf(oenv, sizeof oenv, "ACTTRACE_OUTPUT=%s/cli-%%p.nettrace", dir);
     const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-    const char *sargv[] = {"ip", "netns", "exec", ns_s, py, "-m", "http.server", "--bind", "10.231.2.2", "8081", NULL};
+    const char *sargv[] = {"ip", "netns", "exec", ns_s, py, "-m", "http.server", "-p", "HTTP/1.1", "--bind",
+                           "10.231.2.2", "8081", NULL};
     const char *sev[] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", senv, NULL};
     at_run_opts so = {.argv = sargv, .env = sev, .cwd = dir};
     at_proc sp, pp;
@@ -692,7 +818,7 @@ START_TEST(test_three_hosts)
     ck_assert_msg(r.exited && r.status == 0, "%s", r.err);
     row rows[128];
     int n = read_tree(r.out, rows, 128);
-    int chains = 0;
+    int chains = 0, ends[2] = {0, 0};
     for (int i = 0; i < n; i++) {
         if (strcmp(rows[i].name, "Fetch"))
             continue;
@@ -701,15 +827,30 @@ START_TEST(test_three_hosts)
         for (int j = 0; j < n; j++)
             if (rows[j].parent == rows[i].serial && !strcmp(rows[j].name, "Connection"))
                 mid = j, nmid++;
+        /* the server's end: its Connection, or an exchange of it (nginx keeps its upstream
+         * connection alive: the later requests are exchanges of the first one's) */
         for (int j = 0; mid >= 0 && j < n; j++)
-            if (rows[j].parent == rows[mid].serial && !strcmp(rows[j].name, "Connection"))
-                end = j;
+            if (rows[j].parent == rows[mid].serial &&
+                (!strcmp(rows[j].name, "Connection") || !strcmp(rows[j].name, "ConnectionExchange")))
+                end = j, ends[!strcmp(rows[j].name, "ConnectionExchange")]++;
         ck_assert_msg(nmid == 1 && end >= 0 && rows[mid].pid != rows[i].pid && rows[end].pid != rows[mid].pid &&
                           rows[end].pid != rows[i].pid,
                       "Fetch %ld: not curl -> nginx -> http.server:\n%s", rows[i].serial, r.out);
         chains++;
     }
     ck_assert_msg(chains == NCURL, "%d chains:\n%s", chains, r.out);
+    /* one upstream connection, kept alive from the first request (the untraced probe's, or the
+     * first Fetch's): every later request an exchange of it */
+    int srv_conns = 0;
+    long srv_pid = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].name, "ConnectionExchange"))
+            srv_pid = rows[i].pid;
+    for (int i = 0; i < n; i++)
+        srv_conns += rows[i].pid == srv_pid && !strcmp(rows[i].name, "Connection");
+    ck_assert_msg(srv_conns == 1 && ends[1] >= NCURL - 1,
+                  "%d server Connections, %d under the requests, %d exchanges of one under them:\n%s", srv_conns,
+                  ends[0], ends[1], r.out);
     at_run_result_free(&r);
 
     /* one trace per request in OTLP too, read with the protocol's own definitions */
@@ -836,7 +977,8 @@ START_TEST(test_three_hosts)
                 snprintf(nm[d], sizeof nm[d], "%s", name);
             }
         }
-        ck_assert_msg(!strcmp(nm[0], "Fetch") && !strcmp(nm[1], "Connection") && !strcmp(nm[2], "Connection") &&
+        ck_assert_msg(!strcmp(nm[0], "Fetch") && !strcmp(nm[1], "Connection") &&
+                          (!strcmp(nm[2], "Connection") || !strcmp(nm[2], "ConnectionExchange")) &&
                           depth_pid[0] != depth_pid[1] && depth_pid[1] != depth_pid[2] && depth_pid[0] != depth_pid[2],
                       "the report's waterfall of a Fetch:\n%s", rr.out);
         at_run_result_free(&rr);
@@ -874,6 +1016,7 @@ int main(void)
         tcase_add_test(tc, test_curl_to_http_server_v4);
         tcase_add_test(tc, test_curl_to_http_server_v6);
         tcase_add_test(tc, test_curl_over_unix_socket);
+        tcase_add_test(tc, test_keep_alive_exchanges);
         tcase_add_test(tc, test_traceparent);
         tcase_add_test(tc, test_clocks_of_two_hosts);
         tcase_add_test(tc, test_three_hosts);
