@@ -117,6 +117,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
     } bools[] = {
         {"ACTTRACE_FDFLOW", offsetof(at_config, fdflow)},
         {"ACTTRACE_TRACEPARENT", offsetof(at_config, traceparent)},
+        {"ACTTRACE_TRACEPARENT_INJECT", offsetof(at_config, traceparent_inject)},
         {"ACTTRACE_ACCEPT_ACTIVITY", offsetof(at_config, accept_activity)},
         {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
         {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},

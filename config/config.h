@@ -25,6 +25,8 @@ typedef struct at_config {
     bool fdflow;            /* ACTTRACE_FDFLOW=0|1: fd-keyed hand-off (default 1) */
     bool traceparent;       /* ACTTRACE_TRACEPARENT=0|1: an accepted socket's HTTP/1.x requests
                                read for a W3C traceparent header (default 1) */
+    bool traceparent_inject; /* ACTTRACE_TRACEPARENT_INJECT=0|1: a traceparent header added to each
+                                plain-text HTTP/1.x request sent in an activity (default 0) */
     bool accept_activity;   /* ACTTRACE_ACCEPT_ACTIVITY=0|1: accept/accept4 start a Connection
                                activity per accepted socket, stopped at close (default 0) */
     bool thread_events;     /* ACTTRACE_THREAD_EVENTS=0|1: ThreadStart/ThreadStop events (default 1) */

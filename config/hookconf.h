@@ -93,6 +93,7 @@ typedef struct at_hookconf {
     int waits;           /* blocked time recorded (1) or not (0); -1 = not set */
     int tasks;           /* hand-offs as TPL tasks: 0 off, 1 on, 2 auto; -1 = not set */
     int traceparent;     /* HTTP requests read for traceparent (1) or not (0); -1 = not set */
+    int traceparent_inject; /* traceparent added to HTTP requests sent (1) or not (0); -1 = not set */
     long wait_min_us;    /* the shortest wait recorded; -1 = not set */
     int level;           /* -1 = not set */
     uint64_t keywords;

@@ -22,6 +22,7 @@
  * announces itself in the slot's reader count so a concurrent close cannot free the activity under
  * it (close waits for that count, which only covers a few instructions, to drop). */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #include <sys/resource.h>
 
 #include "actpath.h"
+#include "traceids.h"
 #include "hook/hook.h"
 #include "real.h"
 #include "shim.h"
@@ -211,6 +213,7 @@ AT_HOT_FN static at_activity *tag_take(at_fd_slot *s, bool *owns)
     s->owns = 0;
     __atomic_store_n(&s->http, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&s->xturn, AT_XT_NONE, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->tp, 0, __ATOMIC_RELAXED); /* bytes it owed: their entry is stale (owed_take) */
     __atomic_store_n(&s->reported, 0, __ATOMIC_RELAXED);
     while (__atomic_load_n(&s->readers, __ATOMIC_ACQUIRE) != 0)
         sched_yield();
@@ -622,32 +625,37 @@ static void fd_turn(at_fd_slot *s, int fd, uint8_t x, bool send);
 /* Before a call that sends on fd's socket s (tagged: only a tagged socket's ends are recorded): one
  * whose last bytes came the other way turns; a server's answer that goes on is timed (its end is
  * the next exchange's start of idle time) */
-static inline void sock_tx(at_fd_slot *s, int fd)
+static inline __attribute__((always_inline)) bool sock_tx(at_fd_slot *s, int fd)
 {
     uint8_t x = __atomic_load_n(&s->xturn, __ATOMIC_RELAXED);
-    if (AT_UNLIKELY(x != AT_XT_NONE && x != AT_XT_CONNECT_SENT))
-        fd_turn(s, fd, x, true);
+    /* (tp read plainly: a caller that ignores the answer, the rule's own run, reads nothing) */
+    if (AT_LIKELY(x == AT_XT_NONE || x == AT_XT_CONNECT_SENT))
+        return AT_UNLIKELY(x != AT_XT_NONE) && s->tp == 2;
+    /* a request's first send gets a traceparent (tp_send), as does one that owes header bytes */
+    uint8_t tp = s->tp;
+    fd_turn(s, fd, x, true);
+    return AT_UNLIKELY(tp != 0) && (tp == 2 || x == AT_XT_CONNECT || x == AT_XT_CONNECT_RECV);
 }
 
 static inline void fd_tx(int fd)
 {
     at_fd_slot *s = slot_of(fd);
     if (AT_UNLIKELY(s != NULL) && __atomic_load_n(&s->act, __ATOMIC_RELAXED))
-        sock_tx(s, fd);
+        (void)sock_tx(s, fd);
 }
 
-/* fd_io and fd_tx, the slot found once */
-static inline void fd_io_tx(int fd)
+/* fd_io and fd_tx, the slot found once: true when the send is to go through tp_send */
+static inline __attribute__((always_inline)) bool fd_io_tx(int fd)
 {
     at_fd_slot *s = slot_of(fd);
     if (AT_LIKELY(s == NULL))
-        return;
+        return false;
     at_activity *t = __atomic_load_n(&s->act, __ATOMIC_RELAXED);
     if (AT_LIKELY(t == NULL))
-        return;
+        return false;
     if (!(at_nadopt && at_adopt[at_nadopt - 1].act == t))
         fd_io_slow(s, fd);
-    sock_tx(s, fd);
+    return sock_tx(s, fd);
 }
 
 /* after a receive of r > 0 bytes: does its socket turn? */
@@ -665,19 +673,31 @@ static inline bool fd_rx_wanted(int fd)
 
 /* A call on fd, io(fd) before it: fd_io, or for one that sends fd_io_tx (the socket's exchanges
  * counted) */
-#define AT_IO_WITH(ret, name, params, args, fd, io)                                                \
-    AT_DIRECT_FN(ret, name, params, args, io(fd), (void)0)                                         \
-    AT_TIMED_FN(ret, name, params, args, at_wait_io_reason(#name), (uint64_t)(int64_t)(fd))        \
+#define AT_IO_HEAD(ret, name, params, args, fd, io)                                                \
+    AT_DIRECT_FN(ret, name, params, args, (void)io(fd), (void)0)                                   \
+    AT_TIMED_FN(ret, name, params, args, at_wait_io_reason(#name), (uint64_t)(int64_t)(fd))
+#define AT_IO_REAL(name, args)                                                                     \
+    if (AT_UNLIKELY(at_act_cur != NULL))                                                           \
+        return name##_timed args;                                                                  \
+    return AT_REAL(name) args;
+#define AT_IO1(ret, name, params, args, fd)                                                        \
+    AT_IO_HEAD(ret, name, params, args, fd, fd_io)                                                 \
     AT_EXPORT AT_PATH_IO AT_TAIL ret name params                                                   \
     {                                                                                              \
         AT_DIRECT(name, args);                                                                     \
-        io(fd);                                                                                    \
-        if (AT_UNLIKELY(at_act_cur != NULL))                                                       \
-            return name##_timed args;                                                              \
-        return AT_REAL(name) args;                                                                 \
+        fd_io(fd);                                                                                 \
+        AT_IO_REAL(name, args)                                                                     \
     }
-#define AT_IO_TX(ret, name, params, args, fd) AT_IO_WITH(ret, name, params, args, fd, fd_io_tx)
-#define AT_IO1(ret, name, params, args, fd) AT_IO_WITH(ret, name, params, args, fd, fd_io)
+/* a call that sends: name##_tp (tp_send) when a traceparent is added to what it sends */
+#define AT_IO_TX(ret, name, params, args, fd)                                                      \
+    AT_IO_HEAD(ret, name, params, args, fd, fd_io_tx)                                              \
+    AT_EXPORT AT_PATH_IO AT_TAIL ret name params                                                   \
+    {                                                                                              \
+        AT_DIRECT(name, args);                                                                     \
+        if (AT_UNLIKELY(fd_io_tx(fd)))                                                             \
+            return name##_tp args;                                                                 \
+        AT_IO_REAL(name, args)                                                                     \
+    }
 
 /* ---------------- W3C trace context: read, never written ---------------- */
 
@@ -701,6 +721,11 @@ static bool all_hex(const char *p, int n, bool *zero)
  * landed in; reads of bodies and the rest are not looked at, so a large upload costs nothing. A
  * header in a later read than the request line's is not seen. Nothing the program reads is
  * changed. */
+static const char *const http_methods[] = {"GET ",     "POST ",  "PUT ",     "HEAD ", "DELETE ",
+                                            "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "};
+
+static void tp_adopt_put(const at_guid *act, const char *trace);
+
 static AT_NOINLINE void http_inspect(at_fd_slot *s, int fd, const char *b, size_t n)
 {
     if (!at_on() || at_internal)
@@ -709,12 +734,10 @@ static AT_NOINLINE void http_inspect(at_fd_slot *s, int fd, const char *b, size_
     if (h != 1 && h != 2) /* not an accepted socket's, or not HTTP */
         return;
     int e = errno;
-    static const char *const methods[] = {"GET ",     "POST ",  "PUT ",     "HEAD ", "DELETE ",
-                                          "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "};
     bool request = false;
-    for (size_t i = 0; i < sizeof methods / sizeof methods[0] && !request; i++) {
-        size_t l = strlen(methods[i]);
-        request = n >= l && !memcmp(b, methods[i], l);
+    for (size_t i = 0; i < AT_ARRAY_LEN(http_methods) && !request; i++) {
+        size_t l = strlen(http_methods[i]);
+        request = n >= l && !memcmp(b, http_methods[i], l);
     }
     if (h == 1)
         __atomic_store_n(&s->http, request ? 2 : 3, __ATOMIC_RELAXED);
@@ -749,6 +772,9 @@ static AT_NOINLINE void http_inspect(at_fd_slot *s, int fd, const char *b, size_
         at_payload_str(&pb, pid, 17);
         at_payload_i32(&pb, flags);
         at_shim_event(at_ev.trace_context, buf, (uint32_t)(pb.p - buf));
+        at_activity *cur;
+        if (at_cfg.traceparent_inject && (cur = at_activity_current()))
+            tp_adopt_put(&cur->id, tid); /* the requests it sends go on in this trace */
         AT_INTERNAL_END();
     }
 out:
@@ -808,6 +834,245 @@ static inline void fd_rx(int fd, ssize_t r, const void *b, size_t n, bool peek)
 
 #define IOV0(v, n) ((n) > 0 && (v) ? (v)[0].iov_base : NULL)
 #define IOV0LEN(v, n) ((n) > 0 && (v) ? (v)[0].iov_len : 0)
+
+/* ---------------- W3C trace context: written, when asked ---------------- */
+
+/* The trace each activity a traceparent landed in belongs to (http_inspect), for the requests it
+ * and its children send: a table by activity id, an entry overwritten by a later one of the same
+ * slot (its activities then send their own trace's id). Read and written under a sequence number. */
+#define TP_ADOPT_N 1024
+static struct tp_adopt {
+    uint32_t seq; /* atomic: odd while written */
+    at_guid act;
+    char trace[32];
+} tp_adopted[TP_ADOPT_N];
+
+static uint32_t tp_slot(const at_guid *g)
+{
+    uint64_t a, b;
+    memcpy(&a, g->b, 8);
+    memcpy(&b, g->b + 8, 8);
+    return (uint32_t)(((a ^ (b * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull) >> 54) % TP_ADOPT_N;
+}
+
+static void tp_adopt_put(const at_guid *act, const char *trace)
+{
+    struct tp_adopt *e = &tp_adopted[tp_slot(act)];
+    uint32_t q = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+    if ((q & 1) || !__atomic_compare_exchange_n(&e->seq, &q, q + 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return; /* another thread writes it: this activity's requests start their own trace */
+    memcpy(&e->act, act, sizeof e->act);
+    memcpy(e->trace, trace, 32);
+    __atomic_store_n(&e->seq, q + 2, __ATOMIC_RELEASE);
+}
+
+static bool tp_adopt_get(const at_guid *act, char out[33])
+{
+    struct tp_adopt *e = &tp_adopted[tp_slot(act)];
+    uint32_t q = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+    if (q == 0 || (q & 1))
+        return false;
+    at_guid a;
+    memcpy(&a, &e->act, sizeof a);
+    memcpy(out, e->trace, 32);
+    out[32] = 0;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == q && at_guid_eq(&a, act);
+}
+
+/* "traceparent: 00-TRACE-SPAN-01\r\n" for a request sent in cur: its span the one the OTLP export
+ * makes of cur, its trace the one an ancestor (or cur) adopted from a request it received, else
+ * that of cur's root (the export's trace when this process's tree is the top of the request's) */
+static size_t tp_header(at_activity *cur, char out[80])
+{
+    char trace[33], span[17];
+    at_activity *q = cur, *root = cur;
+    bool found = false;
+    for (; q && !found; q = q->creator) {
+        found = tp_adopt_get(&q->id, trace);
+        root = q;
+    }
+    if (!found)
+        at_trace_id_hex(&root->id, trace);
+    at_span_id_hex(&cur->id, span);
+    return (size_t)snprintf(out, 80, "traceparent: 00-%s-%s-01\r\n", trace, span);
+}
+
+/* Header bytes a partial send left owed on a socket (sent before the program's next bytes): a few
+ * entries, one taken before a header is added (none free: no header is added). */
+#define TP_OWED_N 64
+static struct tp_owed {
+    int fd; /* atomic: -1 free (set at the first use) */
+    uint8_t len;
+    char b[80];
+} tp_owed[TP_OWED_N];
+static bool tp_owed_init;
+
+static struct tp_owed *owed_find(int fd)
+{
+    for (int i = 0; i < TP_OWED_N; i++)
+        if (__atomic_load_n(&tp_owed[i].fd, __ATOMIC_ACQUIRE) == fd)
+            return &tp_owed[i];
+    return NULL;
+}
+
+static struct tp_owed *owed_take(int fd)
+{
+    if (!__atomic_load_n(&tp_owed_init, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < TP_OWED_N; i++) {
+            int z = 0;
+            __atomic_compare_exchange_n(&tp_owed[i].fd, &z, -1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        }
+        __atomic_store_n(&tp_owed_init, true, __ATOMIC_RELEASE);
+    }
+    for (int i = 0; i < TP_OWED_N; i++) {
+        int f = __atomic_load_n(&tp_owed[i].fd, __ATOMIC_ACQUIRE);
+        at_fd_slot *fs;
+        /* free, or left by a socket closed while it owed bytes (its slot owes none now) */
+        if (f >= 0 && (fs = slot_of(f)) && __atomic_load_n(&fs->tp, __ATOMIC_RELAXED) == 2)
+            continue;
+        if (__atomic_compare_exchange_n(&tp_owed[i].fd, &f, fd, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return &tp_owed[i];
+    }
+    return NULL;
+}
+
+static void owed_release(struct tp_owed *o)
+{
+    o->len = 0;
+    __atomic_store_n(&o->fd, -1, __ATOMIC_RELEASE);
+}
+
+/* Does b (n bytes, a request's first send) hold a whole HTTP/1.x request line and no traceparent
+ * header of its own? The line's length with its CRLF, else 0. */
+static size_t tp_request_line(const char *b, size_t n)
+{
+    bool request = false;
+    for (size_t i = 0; i < AT_ARRAY_LEN(http_methods) && !request; i++) {
+        size_t l = strlen(http_methods[i]);
+        request = n >= l && !memcmp(b, http_methods[i], l);
+    }
+    const char *nl = request ? memchr(b, '\n', n) : NULL;
+    if (!nl || nl == b || nl[-1] != '\r' || nl - b < 10 || memcmp(nl - 10, " HTTP/1.", 8) != 0)
+        return 0;
+    for (const char *h = nl; (h = memchr(h, '\n', (size_t)(b + n - h))) != NULL; h++) {
+        if (h + 1 < b + n && (h[1] == '\r' || h[1] == '\n'))
+            break;
+        if (b + n - h > 12 && strncasecmp(h + 1, "traceparent:", 12) == 0)
+            return 0; /* the program sends its own */
+    }
+    return (size_t)(nl + 1 - b);
+}
+
+/* A send on a connecting socket whose requests get a traceparent (ACTTRACE_TRACEPARENT_INJECT): the
+ * header after the request line of a request's first send (or the bytes a partial send left owed,
+ * before the program's), in one sendmsg or writev with the program's bytes; the program is told
+ * of its own bytes only. msg: sendmsg with m's name and control and flags, else writev. */
+static AT_NOINLINE ssize_t tp_send(int fd, const struct iovec *iov, int cnt, int flags,
+                                   const struct msghdr *m, bool msg)
+{
+    at_fd_slot *s = slot_of(fd);
+    int e = errno;
+    char hdr[80];
+    size_t hl = 0, line = 0;
+    struct tp_owed *o = s && __atomic_load_n(&s->tp, __ATOMIC_RELAXED) == 2 ? owed_find(fd) : NULL;
+    at_activity *cur;
+    if (o) {
+        hl = o->len;
+        memcpy(hdr, o->b, hl);
+    } else if (cnt > 0 && iov && iov[0].iov_base && (cur = at_activity_current()) &&
+               (line = tp_request_line(iov[0].iov_base, iov[0].iov_len)) && (o = owed_take(fd))) {
+        hl = tp_header(cur, hdr);
+    }
+    struct iovec v[64];
+    if (!hl || cnt + 2 > (int)AT_ARRAY_LEN(v)) {
+        if (o && !hl)
+            owed_release(o);
+        errno = e;
+        if (msg) {
+            struct msghdr mm = m ? *m : (struct msghdr){0};
+            mm.msg_iov = (struct iovec *)iov;
+            mm.msg_iovlen = (size_t)cnt;
+            return AT_REAL(sendmsg)(fd, &mm, flags);
+        }
+        return AT_REAL(writev)(fd, iov, cnt);
+    }
+    int n = 0;
+    if (line)
+        v[n++] = (struct iovec){iov[0].iov_base, line};
+    v[n++] = (struct iovec){hdr, hl};
+    if (iov[0].iov_len > line)
+        v[n++] = (struct iovec){(char *)iov[0].iov_base + line, iov[0].iov_len - line};
+    for (int i = 1; i < cnt; i++)
+        v[n++] = iov[i];
+    errno = e;
+    ssize_t r;
+    if (msg) {
+        struct msghdr mm = m ? *m : (struct msghdr){0};
+        mm.msg_iov = v;
+        mm.msg_iovlen = (size_t)n;
+        r = AT_REAL(sendmsg)(fd, &mm, flags);
+    } else {
+        r = AT_REAL(writev)(fd, v, n);
+    }
+    if (r < 0) { /* nothing sent: a new header is not owed */
+        if (!__atomic_load_n(&s->tp, __ATOMIC_RELAXED) || __atomic_load_n(&s->tp, __ATOMIC_RELAXED) == 1)
+            owed_release(o);
+        return r;
+    }
+    size_t sent = (size_t)r;
+    if (sent >= line + hl) { /* the header whole: the program's bytes are the rest */
+        owed_release(o);
+        __atomic_store_n(&s->tp, 1, __ATOMIC_RELAXED);
+        return (ssize_t)(sent - hl);
+    }
+    /* a partial send: what of the header was not sent is owed before the program's next bytes */
+    size_t done = sent > line ? sent - line : 0;
+    memmove(o->b, hdr + done, hl - done);
+    o->len = (uint8_t)(hl - done);
+    __atomic_store_n(&s->tp, 2, __ATOMIC_RELAXED);
+    if (line)
+        return (ssize_t)(sent < line ? sent : line);
+    /* none of the program's bytes went: as a send that would block (or was interrupted) */
+    int fl = fcntl(fd, F_GETFL);
+    errno = (fl >= 0 && (fl & O_NONBLOCK)) || (flags & MSG_DONTWAIT) ? EAGAIN : EINTR;
+    return -1;
+}
+
+static ssize_t write_tp(int fd, const void *b, size_t n)
+{
+    return tp_send(fd, &(struct iovec){(void *)b, n}, 1, 0, NULL, false);
+}
+static ssize_t send_tp(int fd, const void *b, size_t n, int f)
+{
+    return tp_send(fd, &(struct iovec){(void *)b, n}, 1, f, NULL, true);
+}
+static ssize_t writev_tp(int fd, const struct iovec *v, int n)
+{
+    return tp_send(fd, v, n, 0, NULL, false);
+}
+static ssize_t sendmsg_tp(int fd, const struct msghdr *m, int f)
+{
+    return tp_send(fd, m ? m->msg_iov : NULL, m ? (int)m->msg_iovlen : 0, f, m, true);
+}
+static ssize_t sendto_tp(int fd, const void *b, size_t n, int f, const struct sockaddr *a, socklen_t l)
+{
+    struct msghdr m = {.msg_name = (void *)a, .msg_namelen = l};
+    return tp_send(fd, &(struct iovec){(void *)b, n}, 1, f, &m, true);
+}
+/* several messages at once: sent as they are (no header added); header bytes owed go first, with
+ * the first message alone (fewer messages sent than asked, as sendmmsg may) */
+static int sendmmsg_tp(int fd, struct mmsghdr *m, unsigned int n, int f)
+{
+    at_fd_slot *s = slot_of(fd);
+    if (!m || !n || !s || __atomic_load_n(&s->tp, __ATOMIC_RELAXED) != 2)
+        return AT_REAL(sendmmsg)(fd, m, n, f);
+    ssize_t r = sendmsg_tp(fd, &m[0].msg_hdr, f);
+    if (r < 0)
+        return -1;
+    m[0].msg_len = (unsigned int)r;
+    return 1;
+}
 
 /* The exchanges' bookkeeping, before the calls that run it (on their page) */
 
@@ -1000,6 +1265,8 @@ static AT_NOINLINE void fd_endpoints(int fd, bool accepted, const struct sockadd
         return;
     if (accepted && at_cfg.traceparent) /* its requests' first bytes tell whether they are HTTP */
         __atomic_store_n(&s->http, 1, __ATOMIC_RELAXED);
+    if (!accepted && at_cfg.traceparent_inject) /* its requests get a traceparent (tp_send) */
+        __atomic_store_n(&s->tp, 1, __ATOMIC_RELAXED);
     int e = errno;
     AT_INTERNAL_BEGIN();
     struct sockaddr_storage l, p;

@@ -69,6 +69,8 @@ typedef struct at_fd_slot {
                               * 0 no, 1 its first bytes not seen yet, 2 HTTP/1.x, 3 not HTTP */
     uint8_t xturn;           /* atomic; fdflow.c: a connected socket whose ends were recorded, and
                               * which way its bytes went last (AT_XT_*), for its exchanges */
+    uint8_t tp;              /* atomic; fdflow.c: a connecting socket's requests get a traceparent
+                              * (ACTTRACE_TRACEPARENT_INJECT): 1, 2 with header bytes still owed */
     uint32_t last_tid;       /* atomic: the thread that tagged or last received the tag: its next
                               * adoptions write no Receive (no hop, or one recorded already) */
     uint64_t send_id;        /* atomic: the TransferId of the tag's Send (0: none written) */

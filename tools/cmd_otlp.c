@@ -28,6 +28,7 @@
 #include "actmodel.h"
 #include "cliopt.h"
 #include "cmd_otlp.h"
+#include "traceids.h"
 
 typedef struct ot_attr_buf {
     char *p;
@@ -175,46 +176,9 @@ static size_t unhex(const char *h, uint8_t *out, size_t max)
     return n;
 }
 
-static uint64_t fnv64(const void *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
-    return h ? h : 1;
-}
+void ot_span_id(const at_guid *g, char out[17]) { at_span_id_hex(g, out); }
 
-static void hex(char *out, const uint8_t *p, size_t n)
-{
-    static const char d[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = d[p[i] >> 4];
-        out[2 * i + 1] = d[p[i] & 15];
-    }
-    out[2 * n] = 0;
-}
-
-void ot_span_id(const at_guid *g, char out[17])
-{
-    uint64_t h = fnv64(g, sizeof *g);
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(h >> (56 - 8 * i));
-    hex(out, b, 8);
-}
-
-void ot_trace_id(const at_guid *g, char out[33])
-{
-    /* 16 bytes that look random to a backend that samples by trace id: two hashes of the root's id */
-    uint64_t h1 = fnv64(g, sizeof *g);
-    uint8_t salted[sizeof *g + 1];
-    memcpy(salted, g, sizeof *g);
-    salted[sizeof *g] = 0x5a;
-    uint64_t h2 = fnv64(salted, sizeof salted);
-    uint8_t b[16];
-    for (int i = 0; i < 8; i++) {
-        b[i] = (uint8_t)(h1 >> (56 - 8 * i));
-        b[8 + i] = (uint8_t)(h2 >> (56 - 8 * i));
-    }
-    hex(out, b, 16);
-}
+void ot_trace_id(const at_guid *g, char out[33]) { at_trace_id_hex(g, out); }
 
 static ot_proc *proc_get(ot_ctx *c, uint32_t pid)
 {

@@ -56,9 +56,9 @@
  * of the iteration's clock reads is a call to clock_gettime (its own instructions, libc's and the
  * vDSO's, are not the shim's) through at_clock_mono_ns, and the one-pass record's through a stub
  * that saves the registers a call may clobber. Measured: 1,263 instructions, 111 lines, 4 code
- * pages; 1,302, 117 lines and 5 code pages with the exchanges counted (the interposers' runs,
- * grown by their tests, end a few bytes into the next page, where the monotonic read of the last
- * one's timed wait falls). */
+ * pages; 1,302, 117 lines and 5 code pages with the exchanges counted (the interposers' runs grew
+ * by their tests: the monotonic read's code, which only this clock runs, moved after them to keep
+ * them on their pages with the TSC, and is a page of its own here). */
 #define MAX_CODE_MONO 5
 #define MAX_INSNS_MONO 1330
 #define MAX_CODE_LINES_MONO 124
