@@ -19,6 +19,7 @@ void at_config_defaults_zeroed(at_config *c)
     memcpy(c->output, def_output, sizeof def_output);
     c->fdflow = true;
     c->traceparent = true;
+    c->exchanges = true;
     c->accept_activity = false;
     c->thread_events = true;
     c->fatal_signals = true;
@@ -118,6 +119,7 @@ int at_config_from_env(at_config *c, const char *(*getenv_fn)(const char *name),
         {"ACTTRACE_FDFLOW", offsetof(at_config, fdflow)},
         {"ACTTRACE_TRACEPARENT", offsetof(at_config, traceparent)},
         {"ACTTRACE_TRACEPARENT_INJECT", offsetof(at_config, traceparent_inject)},
+        {"ACTTRACE_EXCHANGES", offsetof(at_config, exchanges)},
         {"ACTTRACE_ACCEPT_ACTIVITY", offsetof(at_config, accept_activity)},
         {"ACTTRACE_THREAD_EVENTS", offsetof(at_config, thread_events)},
         {"ACTTRACE_SIGNALS", offsetof(at_config, fatal_signals)},

@@ -27,6 +27,8 @@ typedef struct at_config {
                                read for a W3C traceparent header (default 1) */
     bool traceparent_inject; /* ACTTRACE_TRACEPARENT_INJECT=0|1: a traceparent header added to each
                                 plain-text HTTP/1.x request sent in an activity (default 0) */
+    bool exchanges;         /* ACTTRACE_EXCHANGES=0|1: a connected socket's exchanges counted
+                               (SocketExchange; default 1) */
     bool accept_activity;   /* ACTTRACE_ACCEPT_ACTIVITY=0|1: accept/accept4 start a Connection
                                activity per accepted socket, stopped at close (default 0) */
     bool thread_events;     /* ACTTRACE_THREAD_EVENTS=0|1: ThreadStart/ThreadStop events (default 1) */

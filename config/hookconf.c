@@ -576,6 +576,11 @@ static int trace_key(parser *p, const char *key, const char *v, at_hc_pos kpos, 
         if (parse_bool(p, &r, &b) < 0)
             return -1;
         c->traceparent = b;
+    } else if (!strcmp(key, "exchanges")) {
+        bool b;
+        if (parse_bool(p, &r, &b) < 0)
+            return -1;
+        c->exchanges = b;
     } else if (!strcmp(key, "traceparent_inject")) {
         bool b;
         if (parse_bool(p, &r, &b) < 0)
@@ -813,6 +818,7 @@ int at_hookconf_parse(const char *path, const char *text, at_hookconf *c, char *
     c->tasks = -1;
     c->traceparent = -1;
     c->traceparent_inject = -1;
+    c->exchanges = -1;
     c->wait_min_us = -1;
     parser *p = calloc(1, sizeof *p);
     if (!p) {

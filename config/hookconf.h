@@ -94,6 +94,7 @@ typedef struct at_hookconf {
     int tasks;           /* hand-offs as TPL tasks: 0 off, 1 on, 2 auto; -1 = not set */
     int traceparent;     /* HTTP requests read for traceparent (1) or not (0); -1 = not set */
     int traceparent_inject; /* traceparent added to HTTP requests sent (1) or not (0); -1 = not set */
+    int exchanges;       /* connected sockets' exchanges counted (1) or not (0); -1 = not set */
     long wait_min_us;    /* the shortest wait recorded; -1 = not set */
     int level;           /* -1 = not set */
     uint64_t keywords;

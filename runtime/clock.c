@@ -179,7 +179,8 @@ void at_clock_calibrate(void)
     seg_set(1);
 }
 
-/* clock_gettime for the monotonic event clock, on at_rt_hot's page (at_clock_mono_ns) */
+/* clock_gettime for the monotonic event clock, on at_rt_hot's page (at_clock_mono_ns): set by its
+ * first call, not at the start (an image that records nothing writes nothing on that page) */
 static int (*at_clock_gettime)(clockid_t, struct timespec *) AT_HOT_PAGE_RT;
 
 enum at_clock_kind at_clock_select(enum at_clock_kind want)
@@ -191,19 +192,18 @@ enum at_clock_kind at_clock_select(enum at_clock_kind want)
         if (!C.based) /* a TSC that does not advance */
             want = AT_CLOCK_MONOTONIC;
     }
-    at_clock_gettime = clock_gettime;
     __atomic_store_n(&at_clock_tsc, want == AT_CLOCK_TSC, __ATOMIC_RELAXED);
     return want;
 }
 
 /* The monotonic event clock (at_ticks), beside the path's other code: through that pointer rather
- * than the GOT (a page of its own); libc's clock_gettime before the clock is chosen. */
+ * than the GOT (a page of its own) from its second call on. */
 __attribute__((hot, section("at_path_clock"))) uint64_t at_clock_mono_ns(void)
 {
     int (*fn)(clockid_t, struct timespec *) = at_clock_gettime;
     struct timespec ts;
     if (AT_UNLIKELY(!fn))
-        fn = clock_gettime;
+        at_clock_gettime = fn = clock_gettime;
     fn(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

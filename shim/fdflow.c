@@ -1122,7 +1122,7 @@ AT_IO_RX(int, recvmmsg, (int fd, struct mmsghdr *m, unsigned int n, int f, struc
  * that sent it. */
 static AT_NOINLINE AT_PATH_IO void fd_exchange(at_activity *in, int fd, int32_t k, uint64_t sent)
 {
-    if (!at_on() || at_internal || !at_event_enabled(at_ev.sock_exchange))
+    if (!at_on() || at_internal || !at_cfg.exchanges || !at_event_enabled(at_ev.sock_exchange))
         return;
     at_activity *cur = in ? in : at_activity_current();
     if (!cur)
@@ -1301,7 +1301,8 @@ static AT_NOINLINE void fd_endpoints(int fd, bool accepted, const struct sockadd
         /* its exchanges from now on (fd_turn) */
         __atomic_store_n(&s->xindex, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&s->xsent, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&s->xturn, accepted ? AT_XT_ACCEPT : AT_XT_CONNECT, __ATOMIC_RELAXED);
+        if (at_cfg.exchanges || (!accepted && at_cfg.traceparent_inject))
+            __atomic_store_n(&s->xturn, accepted ? AT_XT_ACCEPT : AT_XT_CONNECT, __ATOMIC_RELAXED);
         uint8_t buf[4 + 2 * 8 + 2 * 2 * 64];
         at_payload pb;
         at_payload_init(&pb, buf, sizeof buf);

@@ -101,6 +101,8 @@ static void hookconf_apply(const at_hookconf *hc, at_config *c)
         c->traceparent = hc->traceparent != 0;
     if (hc->traceparent_inject >= 0 && !at_env("ACTTRACE_TRACEPARENT_INJECT"))
         c->traceparent_inject = hc->traceparent_inject != 0;
+    if (hc->exchanges >= 0 && !at_env("ACTTRACE_EXCHANGES"))
+        c->exchanges = hc->exchanges != 0;
     if (hc->tasks >= 0 && !at_env("ACTTRACE_TASKS"))
         c->tasks = hc->tasks == 2 ? -1 : hc->tasks;
     if (hc->wait_min_us >= 0 && !at_env("ACTTRACE_WAIT_MIN_US"))

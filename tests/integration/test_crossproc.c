@@ -247,7 +247,7 @@ static void run_case(bool v6)
  * receive after it sent, in its Connection), and the merged tree gives the second exchange to the
  * second Fetch: the server's Connection under the first Fetch, a ConnectionExchange of it (path
  * "#1") under the second. */
-START_TEST(test_keep_alive_exchanges)
+static void keep_alive_case(bool off)
 {
     char *dir = at_tmpdir("xkeep");
     ck_assert(dir);
@@ -261,7 +261,8 @@ START_TEST(test_keep_alive_exchanges)
     snprintf(url2, sizeof url2, "http://127.0.0.1:%d/?second", port);
     const char *py = at_file_exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
     const char *sargv[] = {py, "-m", "http.server", "-p", "HTTP/1.1", "--bind", "127.0.0.1", ps, NULL};
-    const char *sev[] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", senv, NULL};
+    const char *sev[] = {"PYTHONUNBUFFERED=1", "ACTTRACE_ACCEPT_ACTIVITY=1", senv, off ? "ACTTRACE_EXCHANGES=0" : NULL,
+                         NULL};
     at_run_opts so = {.argv = sargv, .env = sev, .cwd = dir};
     at_proc sp;
     ck_assert_int_eq(at_spawn(&so, &sp), 0);
@@ -306,7 +307,7 @@ START_TEST(test_keep_alive_exchanges)
         }
         at_trace_free(&t);
     }
-    ck_assert_msg(ex_srv == 1 && ex_cli == 1 && ex_end == 1, "SocketExchange: %d in the server (%d ends), %d in curl",
+    ck_assert_msg(ex_srv == !off && ex_cli == 1 && ex_end == !off, "SocketExchange: %d in the server (%d ends), %d in curl",
                   ex_srv, ex_end, ex_cli);
 
     const char *targs[6] = {"tree", "--tsv", files[0], files[1], NULL};
@@ -338,13 +339,26 @@ START_TEST(test_keep_alive_exchanges)
         else if (rows[i].parent == fetch[0] || rows[i].parent == fetch[1])
             other++;
     }
-    ck_assert_msg(conn_under_first == 1 && exch_under_second == 1 && other == 0,
+    ck_assert_msg(conn_under_first == 1 && exch_under_second == !off && other == 0,
                   "the kept-alive connection's exchanges:\n%s", r.out);
-    ck_assert_msg(strstr(r.out, "#1\t"), "the exchange's path has no #1:\n%s", r.out);
+    ck_assert_msg(off || strstr(r.out, "#1\t"), "the exchange's path has no #1:\n%s", r.out);
     at_run_result_free(&r);
     at_strv_free(files);
     at_rmtree(dir);
     free(dir);
+}
+
+START_TEST(test_keep_alive_exchanges)
+{
+    keep_alive_case(false);
+}
+END_TEST
+
+/* The server's exchanges not counted (ACTTRACE_EXCHANGES=0): the whole connection stays the first
+ * Fetch's */
+START_TEST(test_keep_alive_exchanges_off)
+{
+    keep_alive_case(true);
 }
 END_TEST
 
@@ -1019,6 +1033,7 @@ int main(void)
         tcase_add_test(tc, test_curl_to_http_server_v6);
         tcase_add_test(tc, test_curl_over_unix_socket);
         tcase_add_test(tc, test_keep_alive_exchanges);
+        tcase_add_test(tc, test_keep_alive_exchanges_off);
         tcase_add_test(tc, test_traceparent);
         tcase_add_test(tc, test_clocks_of_two_hosts);
         tcase_add_test(tc, test_three_hosts);
