@@ -309,51 +309,59 @@ START_TEST(monotonic_read_keeps_the_callers_registers)
         zone_in[k] = 0xa5a5a5a500000000ull | (uint64_t)k;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    uint32_t lo, hi;
-    /* the 128 bytes below rsp hold zone_in while the stub runs; read back after */
-    __asm__ volatile("mov %%rsp, %%rbx\n\t"
+    /* the 128 bytes below rsp hold zone_in while the stub runs; read back after. Every register
+     * but rsp and rbp is named (the operands come in through rax: a sanitizer build keeps rbp) */
+    uint64_t args[5] = {(uint64_t)(uintptr_t)in, (uint64_t)(uintptr_t)out, (uint64_t)(uintptr_t)zone_in,
+                        (uint64_t)(uintptr_t)zone_out, _i ? 8 : 0};
+    uint64_t ra = (uint64_t)(uintptr_t)args, rd = 0;
+    __asm__ volatile("mov 0(%%rax), %%r12\n\t"
+                     "mov 8(%%rax), %%r13\n\t"
+                     "mov 16(%%rax), %%r14\n\t"
+                     "mov 24(%%rax), %%r15\n\t"
+                     "mov %%rsp, %%rbx\n\t"
                      "and $-16, %%rsp\n\t"
-                     "sub %[odd], %%rsp\n\t"
+                     "sub 32(%%rax), %%rsp\n\t"
                      "xor %%eax, %%eax\n"
                      "1:\n\t"
-                     "mov (%[zin],%%rax,8), %%rdx\n\t"
+                     "mov (%%r14,%%rax,8), %%rdx\n\t"
                      "mov %%rdx, -128(%%rsp,%%rax,8)\n\t"
                      "inc %%eax\n\t"
                      "cmp $16, %%eax\n\t"
                      "jne 1b\n\t"
-                     "mov 0(%[in]), %%rcx\n\t"
-                     "mov 8(%[in]), %%rsi\n\t"
-                     "mov 16(%[in]), %%rdi\n\t"
-                     "mov 24(%[in]), %%r8\n\t"
-                     "mov 32(%[in]), %%r9\n\t"
-                     "mov 40(%[in]), %%r10\n\t"
-                     "mov 48(%[in]), %%r11\n\t"
+                     "mov 0(%%r12), %%rcx\n\t"
+                     "mov 8(%%r12), %%rsi\n\t"
+                     "mov 16(%%r12), %%rdi\n\t"
+                     "mov 24(%%r12), %%r8\n\t"
+                     "mov 32(%%r12), %%r9\n\t"
+                     "mov 40(%%r12), %%r10\n\t"
+                     "mov 48(%%r12), %%r11\n\t"
                      "lea -128(%%rsp), %%rsp\n\t"
                      "call at_clock_mono_ns_keep\n\t"
                      "lea 128(%%rsp), %%rsp\n\t"
-                     "mov %%rcx, 0(%[out])\n\t"
-                     "mov %%rsi, 8(%[out])\n\t"
-                     "mov %%rdi, 16(%[out])\n\t"
-                     "mov %%r8, 24(%[out])\n\t"
-                     "mov %%r9, 32(%[out])\n\t"
-                     "mov %%r10, 40(%[out])\n\t"
-                     "mov %%r11, 48(%[out])\n\t"
+                     "mov %%rcx, 0(%%r13)\n\t"
+                     "mov %%rsi, 8(%%r13)\n\t"
+                     "mov %%rdi, 16(%%r13)\n\t"
+                     "mov %%r8, 24(%%r13)\n\t"
+                     "mov %%r9, 32(%%r13)\n\t"
+                     "mov %%r10, 40(%%r13)\n\t"
+                     "mov %%r11, 48(%%r13)\n\t"
                      "mov %%eax, %%r8d\n\t"
                      "mov %%edx, %%r9d\n\t"
                      "xor %%eax, %%eax\n"
                      "2:\n\t"
                      "mov -128(%%rsp,%%rax,8), %%rdx\n\t"
-                     "mov %%rdx, (%[zout],%%rax,8)\n\t"
+                     "mov %%rdx, (%%r15,%%rax,8)\n\t"
                      "inc %%eax\n\t"
                      "cmp $16, %%eax\n\t"
                      "jne 2b\n\t"
                      "mov %%r8d, %%eax\n\t"
                      "mov %%r9d, %%edx\n\t"
                      "mov %%rbx, %%rsp"
-                     : "=&a"(lo), "=&d"(hi)
-                     : [in] "r"(in), [out] "r"(out), [zin] "r"(zone_in), [zout] "r"(zone_out),
-                       [odd] "r"((uint64_t)(_i ? 8 : 0))
-                     : "rbx", "rcx", "rsi", "rdi", "r8", "r9", "r10", "r11", "memory", "cc");
+                     : "+a"(ra), "+d"(rd)
+                     :
+                     : "rbx", "rcx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory",
+                       "cc");
+    uint32_t lo = (uint32_t)ra, hi = (uint32_t)rd;
     clock_gettime(CLOCK_MONOTONIC, &b);
     for (int k = 0; k < 7; k++)
         ck_assert_msg(out[k] == in[k], "register %d: %#llx, was %#llx", k,
