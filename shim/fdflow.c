@@ -323,18 +323,25 @@ out:
     errno = e;
 }
 
-/* Called before every I/O call on fd. The common case of a tagged fd inline: the connection this
- * thread adopted last, each request of a keep-alive connection (fd_io_slow's first test; a pointer
- * compared, nothing read through it). */
-static inline void fd_io(int fd)
+/* Called before every I/O call on fd (fd_io; fd_io_slot gives the slot of a tagged fd, else NULL).
+ * The common case of a tagged fd inline: the connection this thread adopted last, each request of
+ * a keep-alive connection (fd_io_slow's first test; a pointer compared, nothing read through it). */
+static inline __attribute__((always_inline)) at_fd_slot *fd_io_slot(int fd)
 {
     at_fd_slot *s = slot_of(fd);
     if (AT_LIKELY(s == NULL))
-        return;
+        return NULL;
     at_activity *t = __atomic_load_n(&s->act, __ATOMIC_RELAXED);
-    if (AT_LIKELY(t == NULL) || (at_nadopt && at_adopt[at_nadopt - 1].act == t))
-        return;
-    fd_io_slow(s, fd);
+    if (AT_LIKELY(t == NULL))
+        return NULL;
+    if (!(at_nadopt && at_adopt[at_nadopt - 1].act == t))
+        fd_io_slow(s, fd);
+    return s;
+}
+
+static inline void fd_io(int fd)
+{
+    (void)fd_io_slot(fd);
 }
 
 /* ---------------- tagging ---------------- */
@@ -647,15 +654,8 @@ static inline void fd_tx(int fd)
 /* fd_io and fd_tx, the slot found once: true when the send is to go through tp_send */
 static inline __attribute__((always_inline)) bool fd_io_tx(int fd)
 {
-    at_fd_slot *s = slot_of(fd);
-    if (AT_LIKELY(s == NULL))
-        return false;
-    at_activity *t = __atomic_load_n(&s->act, __ATOMIC_RELAXED);
-    if (AT_LIKELY(t == NULL))
-        return false;
-    if (!(at_nadopt && at_adopt[at_nadopt - 1].act == t))
-        fd_io_slow(s, fd);
-    return sock_tx(s, fd);
+    at_fd_slot *s = fd_io_slot(fd);
+    return s && sock_tx(s, fd);
 }
 
 /* after a receive of r > 0 bytes: does its socket turn? */
@@ -784,14 +784,9 @@ out:
 /* fd_io for a call that receives: true when what it reads is to be inspected (http_inspect) */
 static inline bool fd_io_rx(int fd)
 {
-    at_fd_slot *s = slot_of(fd);
+    at_fd_slot *s = fd_io_slot(fd);
     if (AT_LIKELY(s == NULL))
         return false;
-    at_activity *t = __atomic_load_n(&s->act, __ATOMIC_RELAXED);
-    if (AT_LIKELY(t == NULL))
-        return false;
-    if (!(at_nadopt && at_adopt[at_nadopt - 1].act == t))
-        fd_io_slow(s, fd);
     uint8_t h = __atomic_load_n(&s->http, __ATOMIC_RELAXED);
     return AT_UNLIKELY(h == 1 || h == 2 || turns_rx(__atomic_load_n(&s->xturn, __ATOMIC_RELAXED)));
 }
